@@ -1,0 +1,266 @@
+// Flash-style attention on the CPU.
+//
+// Work item = (kv head, query tile, key split). A query tile holds kTileRows rows, a row being one
+// (query, query head of this kv head's group) pair, so GQA heads share every K/V tile load. For
+// each key tile of kKeyTile keys inside the tile's visible range (found by binary search on the
+// ascending k_pos; tiles outside the causal/window range are never touched):
+//   S = (scale * Q) K^T        (AVX2 6x16 micro-kernel on a packed K tile, cpu_gemm_tile.h)
+//   mask, online softmax update (running max m, sum l; O rescaled by alpha = exp(m_old - m_new))
+//   O = alpha * O + P V        (micro-kernel reading V rows in place)
+// Memory is linear in context: besides the inputs and output, each worker holds one Q tile, one
+// packed K tile, one S tile [rows, kKeyTile] and one O tile (O(tile) floats, independent of Tk),
+// plus O(Tq) visible ranges; key splits (decode) add partial O tiles per split, again O(tile).
+// Items are spread over the pool in zigzag order (first, last, second, ...) so the contiguous
+// chunks the pool hands out carry equal causal work.
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "ops/cpu/cpu_gemm_tile.h"
+#include "ops/cpu/cpu_math.h"
+#include "ops/cpu/cpu_ops.h"
+
+namespace uniprefill::ops::cpu {
+namespace {
+
+constexpr int kTileRows = 128;         // target rows (queries x group heads) per query tile
+constexpr int kKeyTile = 128;          // keys per S tile
+constexpr int64_t kMinSplitKeys = 1024;  // a key split (decode) covers at least this many keys
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+struct Problem {
+  TensorView out, q, k, v;
+  int64_t tq = 0, tk = 0, hq = 0, hkv = 0, group = 0, d = 0;
+  int64_t dp = 0;  // O tile row stride: d rounded up to kPanel
+  int64_t queries_per_tile = 0, tiles = 0, splits = 1;
+  float scale = 1.0f;
+  std::vector<int64_t> lo, hi;  // visible key index range [lo, hi) of each query
+};
+
+// One worker's tile buffers (sizes depend only on the tile shape).
+struct Workspace {
+  std::vector<float> q, kpack, s, o, m, l, alpha;
+  std::vector<int64_t> lo, hi;
+  explicit Workspace(const Problem& p) {
+    const int64_t rows = p.queries_per_tile * p.group;
+    q.resize(rows * p.d);
+    kpack.resize(kKeyTile * p.d);
+    s.resize(rows * kKeyTile);
+    o.resize(rows * p.dp);
+    m.resize(rows);
+    l.resize(rows);
+    alpha.resize(rows);
+    lo.resize(rows);
+    hi.resize(rows);
+  }
+};
+
+// Online-softmax update of row r for S columns [a, b) of a key tile; columns outside become 0.
+void SoftmaxRow(float* s, int nk, int64_t a, int64_t b, float* m, float* l, float* alpha) {
+  if (a >= b) {
+    std::fill(s, s + nk, 0.0f);
+    *alpha = 1.0f;
+    return;
+  }
+  float mx = kNegInf;
+  for (int64_t c = a; c < b; ++c) mx = std::max(mx, s[c]);
+  const float m_new = std::max(*m, mx);
+  *alpha = std::exp(*m - m_new);  // 0 on the first visible tile (m = -inf)
+  std::fill(s, s + a, 0.0f);
+  std::fill(s + b, s + nk, 0.0f);
+  __m256 sum8 = _mm256_setzero_ps();
+  const __m256 mv = _mm256_set1_ps(m_new);
+  int64_t c = a;
+  for (; c + 8 <= b; c += 8) {
+    const __m256 e = Exp(_mm256_sub_ps(_mm256_loadu_ps(s + c), mv));
+    _mm256_storeu_ps(s + c, e);
+    sum8 = _mm256_add_ps(sum8, e);
+  }
+  float sum = HorizontalSum(sum8);
+  for (; c < b; ++c) {
+    s[c] = std::exp(s[c] - m_new);
+    sum += s[c];
+  }
+  *l = *l * *alpha + sum;
+  *m = m_new;
+}
+
+// Runs query tile `tile` of kv head kh over keys [j_begin, j_end); leaves m, l, O in ws.
+void RunItem(const Problem& p, Workspace& ws, int64_t kh, int64_t tile, int64_t j_begin,
+             int64_t j_end) {
+  const int64_t i0 = tile * p.queries_per_tile;
+  const int64_t nq = std::min(p.queries_per_tile, p.tq - i0);
+  const int rows = static_cast<int>(nq * p.group);
+  const int d = static_cast<int>(p.d);
+  for (int64_t qi = 0; qi < nq; ++qi) {
+    for (int64_t g = 0; g < p.group; ++g) {
+      const int64_t r = qi * p.group + g;
+      const float* src = p.q.as<float>() + (i0 + qi) * p.q.stride[0] + (kh * p.group + g) * p.q.stride[1];
+      for (int64_t e = 0; e < p.d; ++e) ws.q[r * p.d + e] = src[e] * p.scale;
+      ws.lo[r] = p.lo[i0 + qi];
+      ws.hi[r] = p.hi[i0 + qi];
+    }
+  }
+  std::fill(ws.m.begin(), ws.m.begin() + rows, kNegInf);
+  std::fill(ws.l.begin(), ws.l.begin() + rows, 0.0f);
+  std::fill(ws.o.begin(), ws.o.begin() + rows * p.dp, 0.0f);
+  const float* kbase = p.k.as<float>() + kh * p.k.stride[1];
+  const float* vbase = p.v.as<float>() + kh * p.v.stride[1];
+  for (int64_t j0 = j_begin; j0 < j_end; j0 += kKeyTile) {
+    const int nk = static_cast<int>(std::min<int64_t>(kKeyTile, j_end - j0));
+    const int panels = static_cast<int>(RoundUp(nk, kPanel) / kPanel);
+    PackPanels(ws.kpack.data(), kbase + j0 * p.k.stride[0], p.k.stride[0], nk, d);
+    // f32 [rows, kKeyTile] = Q [rows, d] K_tile^T
+    GemmPacked(ws.s.data(), kKeyTile, ws.q.data(), d, ws.kpack.data(), rows, panels, d);
+    for (int r = 0; r < rows; ++r) {
+      const int64_t a = std::clamp<int64_t>(ws.lo[r] - j0, 0, nk);
+      const int64_t b = std::clamp<int64_t>(ws.hi[r] - j0, 0, nk);
+      SoftmaxRow(ws.s.data() + r * kKeyTile, nk, a, b, &ws.m[r], &ws.l[r], &ws.alpha[r]);
+    }
+    // O [rows, d] = alpha * O + P [rows, nk] V_tile [nk, d]
+    GemmAccumScaled(ws.o.data(), p.dp, ws.alpha.data(), ws.s.data(), kKeyTile,
+                    vbase + j0 * p.v.stride[0], p.v.stride[0], rows, d, nk);
+  }
+}
+
+// Key index range visible to any query of the tile.
+void TileRange(const Problem& p, int64_t tile, int64_t* lo, int64_t* hi) {
+  const int64_t i0 = tile * p.queries_per_tile;
+  const int64_t i1 = std::min(p.tq, i0 + p.queries_per_tile);
+  *lo = p.tk;
+  *hi = 0;
+  for (int64_t i = i0; i < i1; ++i) {
+    if (p.lo[i] >= p.hi[i]) continue;
+    *lo = std::min(*lo, p.lo[i]);
+    *hi = std::max(*hi, p.hi[i]);
+  }
+  if (*lo > *hi) *lo = *hi;
+}
+
+// Writes O / l of the tile to out (zeros for rows with no visible key).
+void StoreTile(const Problem& p, const float* o, const float* l, int64_t kh, int64_t tile) {
+  const int64_t i0 = tile * p.queries_per_tile;
+  const int64_t nq = std::min(p.queries_per_tile, p.tq - i0);
+  for (int64_t qi = 0; qi < nq; ++qi) {
+    for (int64_t g = 0; g < p.group; ++g) {
+      const int64_t r = qi * p.group + g;
+      float* dst = p.out.as<float>() + (i0 + qi) * p.out.stride[0] +
+                   (kh * p.group + g) * p.out.stride[1];
+      const float inv = l[r] > 0 ? 1.0f / l[r] : 0.0f;
+      for (int64_t e = 0; e < p.d; ++e) dst[e] = o[r * p.dp + e] * inv;
+    }
+  }
+}
+
+Problem MakeProblem(DeviceContext& ctx, TensorView out, TensorView q, TensorView k, TensorView v,
+                    const int32_t* q_pos, const int32_t* k_pos, const AttentionParams& params) {
+  Problem p;
+  p.out = out;
+  p.q = q;
+  p.k = k;
+  p.v = v;
+  p.tq = q.dim(0);
+  p.hq = q.dim(1);
+  p.d = q.dim(2);
+  p.tk = k.dim(0);
+  p.hkv = k.dim(1);
+  assert(p.hq % p.hkv == 0 && k.dim(2) == p.d && v.dim(0) == p.tk && out.dim(0) == p.tq);
+  p.group = p.hq / p.hkv;
+  p.dp = RoundUp(p.d, kPanel);
+  p.scale = params.scale;
+  p.queries_per_tile = std::max<int64_t>(1, kTileRows / p.group);
+  p.tiles = (p.tq + p.queries_per_tile - 1) / p.queries_per_tile;
+  p.lo.resize(p.tq);
+  p.hi.resize(p.tq);
+  for (int64_t i = 0; i < p.tq; ++i) {
+    const int64_t qp = q_pos[i];
+    p.hi[i] = std::upper_bound(k_pos, k_pos + p.tk, qp) - k_pos;
+    p.lo[i] = 0;
+    if (params.window > 0) {
+      const int64_t first = qp - params.window + 1;  // k_pos > qp - W
+      p.lo[i] = std::lower_bound(k_pos, k_pos + p.tk, first,
+                                 [](int32_t a, int64_t b) { return a < b; }) - k_pos;
+    }
+    p.lo[i] = std::min(p.lo[i], p.hi[i]);
+  }
+  // Few items (decode, short chunks): split the keys so every thread has work.
+  const int64_t items = p.hkv * p.tiles;
+  const int64_t want = 2 * ctx.threads();
+  p.splits = 1;
+  if (ctx.threads() > 1 && items < want) {
+    p.splits = std::clamp<int64_t>(p.tk / kMinSplitKeys, 1, (want + items - 1) / items);
+  }
+  return p;
+}
+
+int64_t Zigzag(int64_t z, int64_t n) { return z % 2 == 0 ? z / 2 : n - 1 - z / 2; }
+
+void RunUnsplit(DeviceContext& ctx, const Problem& p) {
+  ctx.pool().ParallelFor(p.hkv * p.tiles, 1, [&](int64_t begin, int64_t end, int) {
+    Workspace ws(p);
+    for (int64_t idx = begin; idx < end; ++idx) {
+      const int64_t kh = idx % p.hkv, tile = Zigzag(idx / p.hkv, p.tiles);
+      int64_t lo, hi;
+      TileRange(p, tile, &lo, &hi);
+      RunItem(p, ws, kh, tile, lo, hi);
+      StoreTile(p, ws.o.data(), ws.l.data(), kh, tile);
+    }
+  });
+}
+
+// Flash-decoding: each (kv head, tile, split) item writes a partial (m, l, O); then the splits of
+// each tile are merged with weights exp(m_s - max m).
+void RunSplit(DeviceContext& ctx, const Problem& p) {
+  const int64_t rows = p.queries_per_tile * p.group;
+  const int64_t items = p.hkv * p.tiles * p.splits;
+  std::vector<float> part_o(items * rows * p.dp), part_m(items * rows), part_l(items * rows);
+  ctx.pool().ParallelFor(items, 1, [&](int64_t begin, int64_t end, int) {
+    Workspace ws(p);
+    for (int64_t idx = begin; idx < end; ++idx) {
+      const int64_t split = idx % p.splits, ht = idx / p.splits;
+      const int64_t kh = ht % p.hkv, tile = ht / p.hkv;
+      int64_t lo, hi;
+      TileRange(p, tile, &lo, &hi);
+      const int64_t per = RoundUp((hi - lo + p.splits - 1) / p.splits, kKeyTile);
+      const int64_t j0 = std::min(hi, lo + split * per), j1 = std::min(hi, j0 + per);
+      RunItem(p, ws, kh, tile, j0, j1);
+      std::copy(ws.o.begin(), ws.o.begin() + rows * p.dp, part_o.begin() + idx * rows * p.dp);
+      std::copy(ws.m.begin(), ws.m.begin() + rows, part_m.begin() + idx * rows);
+      std::copy(ws.l.begin(), ws.l.begin() + rows, part_l.begin() + idx * rows);
+    }
+  });
+  std::vector<float> o(rows * p.dp), l(rows);
+  for (int64_t ht = 0; ht < p.hkv * p.tiles; ++ht) {
+    std::fill(o.begin(), o.end(), 0.0f);
+    for (int64_t r = 0; r < rows; ++r) {
+      float mx = kNegInf;
+      for (int64_t s = 0; s < p.splits; ++s) mx = std::max(mx, part_m[(ht * p.splits + s) * rows + r]);
+      l[r] = 0;
+      if (mx == kNegInf) continue;
+      for (int64_t s = 0; s < p.splits; ++s) {
+        const int64_t idx = ht * p.splits + s;
+        const float w = std::exp(part_m[idx * rows + r] - mx);
+        l[r] += w * part_l[idx * rows + r];
+        const float* po = part_o.data() + (idx * rows + r) * p.dp;
+        for (int64_t e = 0; e < p.d; ++e) o[r * p.dp + e] += w * po[e];
+      }
+    }
+    StoreTile(p, o.data(), l.data(), ht % p.hkv, ht / p.hkv);
+  }
+}
+
+}  // namespace
+
+void Attention(DeviceContext& ctx, TensorView out, TensorView q, TensorView k, TensorView v,
+               const int32_t* q_pos, const int32_t* k_pos, const AttentionParams& params) {
+  const Problem p = MakeProblem(ctx, out, q, k, v, q_pos, k_pos, params);
+  if (p.splits > 1) {
+    RunSplit(ctx, p);
+  } else {
+    RunUnsplit(ctx, p);
+  }
+}
+
+}  // namespace uniprefill::ops::cpu

@@ -1,0 +1,89 @@
+// Linear on the CPU. Two variants, picked by the row count:
+// - T >= kGemmMinRows and an f32 copy of W exists: one cblas_sgemm (OpenBLAS threads itself).
+// - otherwise (decode, short chunks): a fused dequantise-and-dot matvec over the stored parts,
+//   split over output rows with the thread pool; up to kQuantDotMaxRows rows of x share one pass
+//   over the weights, so weights stream from memory once per group of rows.
+#include <cblas.h>
+
+#include <algorithm>
+#include <cassert>
+#include <vector>
+
+#include "io/dequant.h"
+#include "ops/cpu/cpu_ops.h"
+#include "ops/cpu/cpu_quant_dot.h"
+
+namespace uniprefill::ops::cpu {
+namespace {
+
+struct PartPlan {
+  int64_t row_begin;  // first output column of this part
+  int64_t rows;
+  const uint8_t* data;
+  int64_t row_bytes;
+  DType dtype;
+  QuantDotFn fused;  // nullptr: dequantise a row, then the F32 kernel
+};
+
+std::vector<PartPlan> PlanParts(const LinearWeight& w) {
+  std::vector<PartPlan> plan;
+  int64_t col = 0;
+  for (const TensorView& p : w.parts) {
+    assert(p.dim(1) == w.in_features);
+    plan.push_back({col, p.dim(0), static_cast<const uint8_t*>(p.data),
+                    DTypeBytes(p.dtype, p.stride[0]), p.dtype, FusedQuantDot(p.dtype)});
+    col += p.dim(0);
+  }
+  assert(col == w.out_features);
+  return plan;
+}
+
+// out f32 [nx, out] = x f32 [nx, in] @ W^T for nx <= kQuantDotMaxRows.
+void MatVec(DeviceContext& ctx, TensorView out, TensorView x, const LinearWeight& w,
+            const std::vector<PartPlan>& plan) {
+  const int nx = static_cast<int>(x.dim(0));
+  const int64_t in = w.in_features;
+  const QuantDotFn f32_dot = FusedQuantDot(DType::kF32);
+  ctx.pool().ParallelFor(w.out_features, 16, [&](int64_t begin, int64_t end, int) {
+    std::vector<float> scratch;  // one dequantised row for types without a fused kernel
+    for (const PartPlan& p : plan) {
+      const int64_t lo = std::max(begin, p.row_begin), hi = std::min(end, p.row_begin + p.rows);
+      for (int64_t o = lo; o < hi; ++o) {
+        const uint8_t* row = p.data + (o - p.row_begin) * p.row_bytes;
+        float* dst = out.as<float>() + o;
+        if (p.fused != nullptr) {
+          p.fused(row, x.as<float>(), x.stride[0], nx, in, dst, out.stride[0]);
+        } else {
+          scratch.resize(in);
+          const Status s = Dequantize(p.dtype, row, scratch.data(), in);
+          assert(s.ok());
+          (void)s;
+          f32_dot(scratch.data(), x.as<float>(), x.stride[0], nx, in, dst, out.stride[0]);
+        }
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void Linear(DeviceContext& ctx, TensorView out, TensorView x, const LinearWeight& w) {
+  const int64_t T = x.dim(0);
+  assert(x.dim(1) == w.in_features && out.dim(1) == w.out_features && out.dim(0) == T);
+  if (T >= kGemmMinRows && w.f32.size() > 0) {
+    // out [T, out] = x [T, in] * f32[out, in]^T
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(T),
+                static_cast<int>(w.out_features), static_cast<int>(w.in_features), 1.0f,
+                x.as<float>(), static_cast<int>(x.stride[0]), w.f32.as<float>(),
+                static_cast<int>(w.in_features), 0.0f, out.as<float>(),
+                static_cast<int>(out.stride[0]));
+    return;
+  }
+  const std::vector<PartPlan> plan = PlanParts(w);
+  for (int64_t t0 = 0; t0 < T; t0 += kQuantDotMaxRows) {
+    const int64_t n = std::min<int64_t>(kQuantDotMaxRows, T - t0);
+    MatVec(ctx, out.Slice0(t0, n), x.Slice0(t0, n), w, plan);
+  }
+}
+
+}  // namespace uniprefill::ops::cpu

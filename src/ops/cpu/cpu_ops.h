@@ -1,0 +1,29 @@
+// The CPU backend of ops.h: one function per op, same contract (see ops.h), called by the dispatch
+// in ops/ops.cc. Each kernel family lives in its own cpu_*.cc file.
+#pragma once
+
+#include <cstdint>
+
+#include "core/device_context.h"
+#include "core/tensor.h"
+#include "ops/ops.h"
+
+namespace uniprefill::ops::cpu {
+
+// Rows of x at or above which Linear uses BLAS sgemm on w.f32 (when present) instead of the fused
+// dequantise-and-dot matvec.
+inline constexpr int64_t kGemmMinRows = 8;
+
+void Linear(DeviceContext& ctx, TensorView out, TensorView x, const LinearWeight& w);
+void RmsNorm(DeviceContext& ctx, TensorView out, TensorView x, const float* weight, float eps);
+void Rope(DeviceContext& ctx, TensorView x, const int32_t* pos, const float* inv_freq, int rot_dims,
+          RopeStyle style);
+void GatedActivation(DeviceContext& ctx, TensorView out, TensorView gate, TensorView up,
+                     Activation act);
+void Embedding(DeviceContext& ctx, TensorView out, TensorView table, const int32_t* ids,
+               float scale);
+void Add(DeviceContext& ctx, TensorView out, TensorView a, TensorView b);
+void Attention(DeviceContext& ctx, TensorView out, TensorView q, TensorView k, TensorView v,
+               const int32_t* q_pos, const int32_t* k_pos, const AttentionParams& params);
+
+}  // namespace uniprefill::ops::cpu
