@@ -110,10 +110,15 @@ void RunItem(const Problem& p, Workspace& ws, int64_t kh, int64_t tile, int64_t 
   const float* vbase = p.v.as<float>() + kh * p.v.stride[1];
   for (int64_t j0 = j_begin; j0 < j_end; j0 += kKeyTile) {
     const int nk = static_cast<int>(std::min<int64_t>(kKeyTile, j_end - j0));
-    const int panels = static_cast<int>(RoundUp(nk, kPanel) / kPanel);
-    PackPanels(ws.kpack.data(), kbase + j0 * p.k.stride[0], p.k.stride[0], nk, d);
     // f32 [rows, kKeyTile] = Q [rows, d] K_tile^T
-    GemmPacked(ws.s.data(), kKeyTile, ws.q.data(), d, ws.kpack.data(), rows, panels, d);
+    if (rows <= kDotRowsMax) {
+      DotRows(ws.s.data(), kKeyTile, ws.q.data(), d, kbase + j0 * p.k.stride[0], p.k.stride[0],
+              rows, nk, d);
+    } else {
+      const int panels = static_cast<int>(RoundUp(nk, kPanel) / kPanel);
+      PackPanels(ws.kpack.data(), kbase + j0 * p.k.stride[0], p.k.stride[0], nk, d);
+      GemmPacked(ws.s.data(), kKeyTile, ws.q.data(), d, ws.kpack.data(), rows, panels, d);
+    }
     for (int r = 0; r < rows; ++r) {
       const int64_t a = std::clamp<int64_t>(ws.lo[r] - j0, 0, nk);
       const int64_t b = std::clamp<int64_t>(ws.hi[r] - j0, 0, nk);

@@ -4,6 +4,8 @@
 
 #include <cstring>
 
+#include "ops/cpu/cpu_math.h"
+
 // Register blocking: MR (<= 6) rows x 16 columns = 12 ymm accumulators, 2 for B, 1 broadcast of A:
 // 15 of the 16 ymm registers. Per k step: 2 loads + MR broadcasts for 2 * MR FMAs, so Zen's one
 // 256-bit FMA per cycle stays the bottleneck.
@@ -74,6 +76,26 @@ void AccumPanel(float* c, int64_t ldc, const float* alpha, const float* a, int64
   }
 }
 
+template <int M>
+void DotRowsM(float* c, int64_t ldc, const float* a, int64_t lda, const float* b, int64_t ldb,
+              int n, int k) {
+  for (int j = 0; j < n; ++j) {
+    const float* br = b + j * ldb;
+    __m256 acc[M];
+    for (int r = 0; r < M; ++r) acc[r] = _mm256_setzero_ps();
+    int p = 0;
+    for (; p + 8 <= k; p += 8) {
+      const __m256 bv = _mm256_loadu_ps(br + p);
+      for (int r = 0; r < M; ++r) acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(a + r * lda + p), bv, acc[r]);
+    }
+    for (int r = 0; r < M; ++r) {
+      float sum = HorizontalSum(acc[r]);
+      for (int q = p; q < k; ++q) sum += a[r * lda + q] * br[q];
+      c[r * ldc + j] = sum;
+    }
+  }
+}
+
 __m256i TailMask(int valid) {  // lanes < valid set
   const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(valid), idx);
@@ -111,6 +133,17 @@ void GemmPacked(float* c, int64_t ldc, const float* a, int64_t lda, const float*
       case 5: KernelPacked<5>(cr, ldc, ar, lda, bp, k); break;
       default: break;
     }
+  }
+}
+
+void DotRows(float* c, int64_t ldc, const float* a, int64_t lda, const float* b, int64_t ldb, int m,
+             int n, int k) {
+  switch (m) {
+    case 1: DotRowsM<1>(c, ldc, a, lda, b, ldb, n, k); break;
+    case 2: DotRowsM<2>(c, ldc, a, lda, b, ldb, n, k); break;
+    case 3: DotRowsM<3>(c, ldc, a, lda, b, ldb, n, k); break;
+    case 4: DotRowsM<4>(c, ldc, a, lda, b, ldb, n, k); break;
+    default: break;
   }
 }
 

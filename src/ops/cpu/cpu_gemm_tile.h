@@ -28,6 +28,12 @@ void GemmPacked(float* c, int64_t ldc, const float* a, int64_t lda, const float*
 void GemmAccumScaled(float* c, int64_t ldc, const float* alpha, const float* a, int64_t lda,
                      const float* b, int64_t ldb, int m, int n, int k);
 
+// C[r][j] = dot(A[r], B[j]) over k for r < m <= kDotRowsMax, j < n; A and B row-major (row
+// strides lda, ldb). For few rows (decode) this beats packing B, which would cost a pass over B.
+inline constexpr int kDotRowsMax = 4;
+void DotRows(float* c, int64_t ldc, const float* a, int64_t lda, const float* b, int64_t ldb, int m,
+             int n, int k);
+
 inline int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
 }  // namespace uniprefill::ops::cpu

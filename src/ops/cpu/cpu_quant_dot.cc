@@ -30,6 +30,11 @@ UP_INLINE float HSum(__m256 v) {
 // Low 8 signed bytes of v -> 8 floats.
 UP_INLINE __m256 I8ToF32(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)); }
 
+// 8 signed bytes at p -> 8 floats (the load folds into vpmovsxbd).
+UP_INLINE __m256 LoadI8(const uint8_t* p) {
+  return I8ToF32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+}
+
 // The four 8-byte quarters of 32 signed bytes -> 4 x 8 floats.
 UP_INLINE void I8x32ToF32(__m256i v, __m256 f[4]) {
   const __m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);
@@ -75,6 +80,42 @@ struct Rows {
     Fma(w[2], i + 16, 2);
     Fma(w[3], i + 24, 3);
   }
+  // Fma4 of w * scale, where w holds unscaled values. With few rows it is cheaper to sum the
+  // block's products per row first and scale that once (1 FMA per row instead of 4 multiplies).
+  UP_INLINE void Fma4Scaled(const __m256 w[4], int64_t i, __m256 scale) {
+    if constexpr (NX <= 3) {
+      for (int r = 0; r < NX; ++r) {
+        const float* xr = x + r * xs + i;
+        __m256 s = _mm256_mul_ps(w[0], _mm256_loadu_ps(xr));
+        s = _mm256_fmadd_ps(w[1], _mm256_loadu_ps(xr + 8), s);
+        s = _mm256_fmadd_ps(w[2], _mm256_loadu_ps(xr + 16), s);
+        s = _mm256_fmadd_ps(w[3], _mm256_loadu_ps(xr + 24), s);
+        acc[r][0] = _mm256_fmadd_ps(s, scale, acc[r][0]);
+      }
+    } else {
+      const __m256 ws[4] = {_mm256_mul_ps(w[0], scale), _mm256_mul_ps(w[1], scale),
+                            _mm256_mul_ps(w[2], scale), _mm256_mul_ps(w[3], scale)};
+      Fma4(ws, i);
+    }
+  }
+  // Same with scale0 for w[0..1] and scale1 for w[2..3] (Q6_K: one scale per 16 weights).
+  UP_INLINE void Fma4Scaled2(const __m256 w[4], int64_t i, __m256 scale0, __m256 scale1) {
+    if constexpr (NX <= 3) {
+      for (int r = 0; r < NX; ++r) {
+        const float* xr = x + r * xs + i;
+        const __m256 s0 = _mm256_fmadd_ps(w[1], _mm256_loadu_ps(xr + 8),
+                                          _mm256_mul_ps(w[0], _mm256_loadu_ps(xr)));
+        const __m256 s1 = _mm256_fmadd_ps(w[3], _mm256_loadu_ps(xr + 24),
+                                          _mm256_mul_ps(w[2], _mm256_loadu_ps(xr + 16)));
+        acc[r][0] = _mm256_fmadd_ps(s0, scale0, acc[r][0]);
+        acc[r][1 % kAcc] = _mm256_fmadd_ps(s1, scale1, acc[r][1 % kAcc]);
+      }
+    } else {
+      const __m256 ws[4] = {_mm256_mul_ps(w[0], scale0), _mm256_mul_ps(w[1], scale0),
+                            _mm256_mul_ps(w[2], scale1), _mm256_mul_ps(w[3], scale1)};
+      Fma4(ws, i);
+    }
+  }
   UP_INLINE void Store(float* out, int64_t os) {
     for (int r = 0; r < NX; ++r) {
       __m256 s = acc[r][0];
@@ -91,10 +132,8 @@ struct KernelQ8_0 {
     Rows<NX> rows(x, xs);
     for (int64_t i = 0; i < n; i += 32, b += 34) {
       const __m256 d = _mm256_set1_ps(Half(b));
-      __m256 f[4];
-      I8x32ToF32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2)), f);
-      for (auto& v : f) v = _mm256_mul_ps(v, d);
-      rows.Fma4(f, i);
+      const __m256 f[4] = {LoadI8(b + 2), LoadI8(b + 10), LoadI8(b + 18), LoadI8(b + 26)};
+      rows.Fma4Scaled(f, i, d);
     }
     rows.Store(out, os);
   }
@@ -113,8 +152,7 @@ struct KernelQ4_0 {
       const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(v, 4), m4), eight);
       __m256 f[4] = {I8ToF32(lo), I8ToF32(_mm_srli_si128(lo, 8)), I8ToF32(hi),
                      I8ToF32(_mm_srli_si128(hi, 8))};
-      for (auto& e : f) e = _mm256_mul_ps(e, d);
-      rows.Fma4(f, i);
+      rows.Fma4Scaled(f, i, d);
     }
     rows.Store(out, os);
   }
@@ -139,8 +177,7 @@ struct KernelQ5_0 {
           sixteen);
       __m256 f[4] = {I8ToF32(lo), I8ToF32(_mm_srli_si128(lo, 8)), I8ToF32(hi),
                      I8ToF32(_mm_srli_si128(hi, 8))};
-      for (auto& e : f) e = _mm256_mul_ps(e, d);
-      rows.Fma4(f, i);
+      rows.Fma4Scaled(f, i, d);
     }
     rows.Store(out, os);
   }
@@ -248,12 +285,8 @@ struct KernelQ6_K {
           const __m256i q = _mm256_sub_epi8(_mm256_or_si256(lo[g], hi[g]), k32);
           __m256 f[4];
           I8x32ToF32(q, f);
-          const __m256 s0 = _mm256_set1_ps(d * sc[2 * g]), s1 = _mm256_set1_ps(d * sc[2 * g + 1]);
-          f[0] = _mm256_mul_ps(f[0], s0);
-          f[1] = _mm256_mul_ps(f[1], s0);
-          f[2] = _mm256_mul_ps(f[2], s1);
-          f[3] = _mm256_mul_ps(f[3], s1);
-          rows.Fma4(f, i + 128 * h + 32 * g);
+          rows.Fma4Scaled2(f, i + 128 * h + 32 * g, _mm256_set1_ps(d * sc[2 * g]),
+                           _mm256_set1_ps(d * sc[2 * g + 1]));
         }
       }
     }

@@ -1,0 +1,156 @@
+// Kernel benchmarks on the Gemma 3 270M shapes: Linear decode matvec per weight type (GB/s of
+// weight bytes streamed), Linear prefill GEMM (GFLOP/s), attention prefill at 4K and decode at 16K
+// keys (GFLOP/s counting 4 * D flops per visible (query head, key) pair: QK^T and PV).
+// All runs use a CPU context with every core. Run:
+//   build/uniprefill_bench_kernels --benchmark_counters_tabular=true
+#include <benchmark/benchmark.h>
+
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "../tests/ops/ops_test_util.h"
+#include "core/buffer.h"
+#include "ops/ops.h"
+
+namespace uniprefill::ops {
+namespace {
+
+// Contexts by thread count (0: every core), built on first use.
+DeviceContext& Ctx(int threads = 0) {
+  static std::unique_ptr<DeviceContext> ctx[2];
+  auto& c = ctx[threads == 1 ? 1 : 0];
+  if (!c) c = DeviceContext::Cpu(threads);
+  return *c;
+}
+
+// args: dtype, in, out, rows of x, threads (0: every core)
+void BM_LinearDecode(benchmark::State& state) {
+  const auto type = static_cast<DType>(state.range(0));
+  const int64_t in = state.range(1), out = state.range(2), t = state.range(3);
+  DeviceContext& ctx = Ctx(static_cast<int>(state.range(4)));
+  std::mt19937 rng(1);
+  std::vector<uint8_t> w = testing::RandomWeights(rng, type, out, in);
+  LinearWeight lw;
+  lw.parts.push_back(TensorView::Contiguous(w.data(), type, {out, in}));
+  lw.in_features = in;
+  lw.out_features = out;
+  std::vector<float> x = testing::RandomFloats(rng, t * in), y(t * out);
+  const TensorView xv = TensorView::Contiguous(x.data(), DType::kF32, {t, in});
+  const TensorView yv = TensorView::Contiguous(y.data(), DType::kF32, {t, out});
+  for (auto _ : state) {
+    Linear(ctx, yv, xv, lw);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetLabel(DTypeName(type));
+  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(w.size()),
+                                              benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * in * out * t,
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// One thread, rates from CPU time: the per-core kernel speed (robust on a shared machine).
+void DecodeArgsOneThread(benchmark::internal::Benchmark* b) {
+  const DType types[] = {DType::kQ8_0, DType::kQ5_0, DType::kQ4_K, DType::kQ6_K, DType::kF32,
+                         DType::kF16, DType::kQ4_0, DType::kQ5_K};
+  for (DType ty : types) b->Args({static_cast<int64_t>(ty), 640, 2048, 1, 1});
+  b->Args({static_cast<int64_t>(DType::kQ8_0), 640, 262144, 1, 1});
+}
+BENCHMARK(BM_LinearDecode)->Name("BM_LinearDecode1T")->Apply(DecodeArgsOneThread)
+    ->ArgNames({"type", "in", "out", "T", "threads"})->Unit(benchmark::kMicrosecond);
+
+void DecodeArgs(benchmark::internal::Benchmark* b) {
+  const DType model_types[] = {DType::kQ8_0, DType::kQ5_0, DType::kQ4_K, DType::kQ6_K};
+  const DType other_types[] = {DType::kF32, DType::kF16, DType::kQ4_0, DType::kQ5_K,
+                               DType::kQ4_1};
+  const int64_t shapes[][2] = {{640, 1024}, {640, 2048}, {2048, 640}};
+  for (DType ty : model_types) {
+    for (auto& s : shapes) b->Args({static_cast<int64_t>(ty), s[0], s[1], 1, 0});
+  }
+  for (DType ty : other_types) b->Args({static_cast<int64_t>(ty), 640, 2048, 1, 0});
+  // Multi-row decode (weights read once for 4 rows).
+  b->Args({static_cast<int64_t>(DType::kQ5_0), 640, 2048, 4, 0});
+  b->Args({static_cast<int64_t>(DType::kQ6_K), 2048, 640, 4, 0});
+  // The tied output head: token_embd Q8_0 [262144, 640].
+  b->Args({static_cast<int64_t>(DType::kQ8_0), 640, 262144, 1, 0});
+  b->Args({static_cast<int64_t>(DType::kQ8_0), 640, 262144, 4, 0});
+}
+BENCHMARK(BM_LinearDecode)->Apply(DecodeArgs)->ArgNames({"type", "in", "out", "T", "threads"})
+    ->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+// Prefill GEMM: x f32 [512, 640] @ W f32 [2048, 640]^T through OpenBLAS.
+void BM_LinearGemm(benchmark::State& state) {
+  const int64_t t = state.range(0), in = state.range(1), out = state.range(2);
+  std::mt19937 rng(2);
+  LinearWeight lw;
+  lw.in_features = in;
+  lw.out_features = out;
+  lw.f32 = Buffer(sizeof(float) * in * out);
+  const std::vector<float> wf = testing::RandomFloats(rng, in * out);
+  std::copy(wf.begin(), wf.end(), lw.f32.as<float>());
+  lw.parts.push_back(TensorView::Contiguous(lw.f32.data(), DType::kF32, {out, in}));
+  std::vector<float> x = testing::RandomFloats(rng, t * in), y(t * out);
+  for (auto _ : state) {
+    Linear(Ctx(), TensorView::Contiguous(y.data(), DType::kF32, {t, out}),
+           TensorView::Contiguous(x.data(), DType::kF32, {t, in}), lw);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * t * in * out,
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_LinearGemm)->Args({512, 640, 2048})->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// args: tq, tk, window, threads (0: every core). Gemma 3 270M: Hq 4, Hkv 1, D 256; queries are
+// the last tq keys.
+void BM_Attention(benchmark::State& state) {
+  const int64_t tq = state.range(0), tk = state.range(1), hq = 4, hkv = 1, d = 256;
+  const int window = static_cast<int>(state.range(2));
+  DeviceContext& ctx = Ctx(static_cast<int>(state.range(3)));
+  std::mt19937 rng(3);
+  std::vector<float> q = testing::RandomFloats(rng, tq * hq * d),
+                     k = testing::RandomFloats(rng, tk * hkv * d),
+                     v = testing::RandomFloats(rng, tk * hkv * d), o(tq * hq * d);
+  std::vector<int32_t> q_pos(tq), k_pos(tk);
+  for (int64_t j = 0; j < tk; ++j) k_pos[j] = static_cast<int32_t>(j);
+  for (int64_t i = 0; i < tq; ++i) q_pos[i] = static_cast<int32_t>(tk - tq + i);
+  double pairs = 0;  // visible (query, key) pairs
+  for (int64_t i = 0; i < tq; ++i) {
+    const int64_t visible = q_pos[i] + 1;
+    pairs += window > 0 ? std::min<int64_t>(visible, window) : visible;
+  }
+  AttentionParams params;
+  params.scale = 1.0f / 16.0f;
+  params.window = window;
+  for (auto _ : state) {
+    Attention(ctx, TensorView::Contiguous(o.data(), DType::kF32, {tq, hq, d}),
+              TensorView::Contiguous(q.data(), DType::kF32, {tq, hq, d}),
+              TensorView::Contiguous(k.data(), DType::kF32, {tk, hkv, d}),
+              TensorView::Contiguous(v.data(), DType::kF32, {tk, hkv, d}), q_pos.data(),
+              k_pos.data(), params);
+    benchmark::DoNotOptimize(o.data());
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(4.0 * d * hq * pairs,
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+  // K and V bytes a decode step must read (visible keys only).
+  const double kv_bytes = 2.0 * 4 * d * hkv * (window > 0 ? std::min<int64_t>(tk, window) : tk);
+  state.counters["KV GB/s"] = benchmark::Counter(kv_bytes * static_cast<double>(tq == 1),
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_Attention)
+    ->Name("BM_Attention1T")
+    ->ArgNames({"tq", "tk", "window", "threads"})
+    ->Args({1024, 1024, 0, 1})
+    ->Args({4096, 4096, 512, 1})
+    ->Args({1, 16384, 0, 1})
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Attention)
+    ->ArgNames({"tq", "tk", "window", "threads"})
+    ->Args({4096, 4096, 0, 0})
+    ->Args({4096, 4096, 512, 0})
+    ->Args({1, 16384, 0, 0})
+    ->Args({1, 16384, 512, 0})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+}  // namespace
+}  // namespace uniprefill::ops
