@@ -32,6 +32,79 @@ void KernelPacked(float* c, int64_t ldc, const float* a, int64_t lda, const floa
   }
 }
 
+// The full 6-row kernels with named accumulators: with an array GCC 12 keeps spilling every
+// accumulator to the stack inside the k loop.
+#define UP_FMA_ROW(i)                                     \
+  do {                                                    \
+    const __m256 av = _mm256_broadcast_ss(ap + (i) * lda); \
+    c##i##0 = _mm256_fmadd_ps(av, b0, c##i##0);           \
+    c##i##1 = _mm256_fmadd_ps(av, b1, c##i##1);           \
+  } while (0)
+#define UP_STORE_ROW(i)                          \
+  do {                                           \
+    _mm256_storeu_ps(c + (i) * ldc, c##i##0);     \
+    _mm256_storeu_ps(c + (i) * ldc + 8, c##i##1); \
+  } while (0)
+
+template <>
+void KernelPacked<6>(float* c, int64_t ldc, const float* a, int64_t lda, const float* bp, int k) {
+  __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00,
+         c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+  for (int p = 0; p < k; ++p) {
+    const __m256 b0 = _mm256_loadu_ps(bp + kPanel * p);
+    const __m256 b1 = _mm256_loadu_ps(bp + kPanel * p + 8);
+    const float* ap = a + p;
+    UP_FMA_ROW(0);
+    UP_FMA_ROW(1);
+    UP_FMA_ROW(2);
+    UP_FMA_ROW(3);
+    UP_FMA_ROW(4);
+    UP_FMA_ROW(5);
+  }
+  UP_STORE_ROW(0);
+  UP_STORE_ROW(1);
+  UP_STORE_ROW(2);
+  UP_STORE_ROW(3);
+  UP_STORE_ROW(4);
+  UP_STORE_ROW(5);
+}
+
+template <bool kTail>
+void KernelAccum6(float* c, int64_t ldc, const float* alpha, const float* a, int64_t lda,
+                  const float* b, int64_t ldb, int k, __m256i mask0, __m256i mask1) {
+#define UP_LOAD_ROW(i)                                              \
+  const __m256 s##i = _mm256_broadcast_ss(alpha + (i));             \
+  __m256 c##i##0 = _mm256_mul_ps(_mm256_loadu_ps(c + (i) * ldc), s##i); \
+  __m256 c##i##1 = _mm256_mul_ps(_mm256_loadu_ps(c + (i) * ldc + 8), s##i)
+  UP_LOAD_ROW(0);
+  UP_LOAD_ROW(1);
+  UP_LOAD_ROW(2);
+  UP_LOAD_ROW(3);
+  UP_LOAD_ROW(4);
+  UP_LOAD_ROW(5);
+#undef UP_LOAD_ROW
+  for (int p = 0; p < k; ++p) {
+    const float* br = b + p * ldb;
+    const __m256 b0 = kTail ? _mm256_maskload_ps(br, mask0) : _mm256_loadu_ps(br);
+    const __m256 b1 = kTail ? _mm256_maskload_ps(br + 8, mask1) : _mm256_loadu_ps(br + 8);
+    const float* ap = a + p;
+    UP_FMA_ROW(0);
+    UP_FMA_ROW(1);
+    UP_FMA_ROW(2);
+    UP_FMA_ROW(3);
+    UP_FMA_ROW(4);
+    UP_FMA_ROW(5);
+  }
+  UP_STORE_ROW(0);
+  UP_STORE_ROW(1);
+  UP_STORE_ROW(2);
+  UP_STORE_ROW(3);
+  UP_STORE_ROW(4);
+  UP_STORE_ROW(5);
+}
+#undef UP_FMA_ROW
+#undef UP_STORE_ROW
+
 template <int MR, bool kTail>
 void KernelAccum(float* c, int64_t ldc, const float* alpha, const float* a, int64_t lda,
                  const float* b, int64_t ldb, int k, __m256i mask0, __m256i mask1) {
@@ -62,7 +135,7 @@ void AccumPanel(float* c, int64_t ldc, const float* alpha, const float* a, int64
                 const float* b, int64_t ldb, int m, int k, __m256i m0, __m256i m1) {
   int r = 0;
   for (; r + 6 <= m; r += 6) {
-    KernelAccum<6, kTail>(c + r * ldc, ldc, alpha + r, a + r * lda, lda, b, ldb, k, m0, m1);
+    KernelAccum6<kTail>(c + r * ldc, ldc, alpha + r, a + r * lda, lda, b, ldb, k, m0, m1);
   }
   float* cr = c + r * ldc;
   const float* ar = a + r * lda;
