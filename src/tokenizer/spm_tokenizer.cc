@@ -92,40 +92,55 @@ int32_t SpmTokenizer::Child(int32_t node, uint8_t byte) const {
 std::vector<SpmTokenizer::Fragment> SpmTokenizer::SplitSpecial(std::string_view text,
                                                                bool parse_special) const {
   const uint32_t skip = parse_special ? 0u : (kAttrControl | kAttrUnknown);
-  std::vector<std::pair<int32_t, uint32_t>> found;  // (rank, position)
-  for (size_t pos = 0; pos < text.size(); ++pos) {
-    int32_t node = 0;
-    for (size_t k = pos; k < text.size(); ++k) {
-      node = Child(node, static_cast<uint8_t>(text[k]));
-      if (node < 0) break;
-      const int32_t id = trie_[node].token;
-      if (id >= 0 && (vocab_.attr(id) & skip) == 0) {
-        found.emplace_back(special_rank_[id], static_cast<uint32_t>(pos));
+  // Every match of every allowed special token, bucketed by rank (a counting sort: a text of n
+  // spaces holds ~31 n matches, too many to sort), positions ascending within a bucket.
+  const std::vector<int32_t>& specials = vocab_.special_tokens();
+  std::vector<size_t> bucket_start(specials.size() + 1, 0);
+  auto for_each_match = [&](auto&& fn) {
+    for (size_t pos = 0; pos < text.size(); ++pos) {
+      int32_t node = 0;
+      for (size_t k = pos; k < text.size(); ++k) {
+        node = Child(node, static_cast<uint8_t>(text[k]));
+        if (node < 0) break;
+        const int32_t id = trie_[node].token;
+        if (id >= 0 && (vocab_.attr(id) & skip) == 0) fn(special_rank_[id], pos);
       }
     }
-  }
+  };
+  size_t n_matches = 0;
+  for_each_match([&](int32_t rank, size_t) {
+    ++bucket_start[rank + 1];
+    ++n_matches;
+  });
   std::vector<Fragment> fragments;
-  if (found.empty()) {
+  if (n_matches == 0) {
     if (!text.empty()) fragments.push_back({-1, 0, text.size()});
     return fragments;
   }
-  std::sort(found.begin(), found.end());
+  for (size_t r = 1; r < bucket_start.size(); ++r) bucket_start[r] += bucket_start[r - 1];
+  std::vector<uint32_t> positions(n_matches);
+  {
+    std::vector<size_t> cursor(bucket_start.begin(), bucket_start.end() - 1);
+    for_each_match([&](int32_t rank, size_t pos) {
+      positions[cursor[rank]++] = static_cast<uint32_t>(pos);
+    });
+  }
 
   std::vector<int32_t> claimed(text.size(), -2);  // -2 free, -1 inside a token, else token start
-  const std::vector<int32_t>& specials = vocab_.special_tokens();
-  size_t last_end = 0;
-  for (size_t i = 0; i < found.size(); ++i) {
-    const auto [rank, pos] = found[i];
-    if (i == 0 || found[i - 1].first != rank) last_end = 0;
+  for (size_t rank = 0; rank < specials.size(); ++rank) {
     const int32_t id = specials[rank];
     const size_t len = vocab_.text(id).size();
-    if (pos < last_end) continue;
-    bool free = true;
-    for (size_t k = pos; k < pos + len && free; ++k) free = claimed[k] == -2;
-    if (!free) continue;
-    claimed[pos] = id;
-    std::fill(claimed.begin() + pos + 1, claimed.begin() + pos + len, -1);
-    last_end = pos + len;
+    size_t last_end = 0;
+    for (size_t i = bucket_start[rank]; i < bucket_start[rank + 1]; ++i) {
+      const size_t pos = positions[i];
+      if (pos < last_end) continue;
+      bool free = true;
+      for (size_t k = pos; k < pos + len && free; ++k) free = claimed[k] == -2;
+      if (!free) continue;
+      claimed[pos] = id;
+      std::fill(claimed.begin() + pos + 1, claimed.begin() + pos + len, -1);
+      last_end = pos + len;
+    }
   }
 
   size_t pos = 0;

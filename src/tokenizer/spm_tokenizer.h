@@ -16,7 +16,7 @@
 // tokens only when asked (render_special), unused tokens never.
 //
 // Non-goals: BPE vocabularies (tokenizer.ggml.model "gpt2"), SentencePiece normalisation rules not
-// carried by GGUF. Cost: O(n log n) in the text length, no quadratic cases.
+// carried by GGUF. Cost: O(n log n) in the text length, no quadratic cases. Texts up to 1 GiB.
 #pragma once
 
 #include <cstdint>
