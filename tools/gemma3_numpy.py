@@ -91,6 +91,20 @@ class Gemma3:
     def new_cache(self):
         return dict(n=0, k=[None] * self.n_layer, v=[None] * self.n_layer)
 
+    def _append_kv(self, cache, i, k, v, p0):
+        """Store k, v at positions p0.. in layer i's cache (grown by doubling); return all keys/values."""
+        n = k.shape[1]
+        buf_k, buf_v = cache["k"][i], cache["v"][i]
+        if buf_k is None or buf_k.shape[1] < p0 + n:
+            cap = max(p0 + n, 2 * (0 if buf_k is None else buf_k.shape[1]))
+            new_k = np.zeros((self.n_kv, cap, self.head_dim), dtype=np.float32)
+            new_v = np.zeros_like(new_k)
+            if buf_k is not None:
+                new_k[:, :p0], new_v[:, :p0] = buf_k[:, :p0], buf_v[:, :p0]
+            cache["k"][i], cache["v"][i] = buf_k, buf_v = new_k, new_v
+        buf_k[:, p0:p0 + n], buf_v[:, p0:p0 + n] = k, v
+        return buf_k[:, :p0 + n], buf_v[:, :p0 + n]
+
     def _attention(self, q, k, v, q_pos0, sliding):
         """q: (H, n, D) for absolute positions q_pos0..q_pos0+n-1; k, v: (KV, T, D) for positions 0..T-1."""
         H, n, D = q.shape
@@ -131,10 +145,7 @@ class Gemma3:
             k = rms_norm(k, L["k_norm"], self.eps)
             base = self.rope_local if L["sliding"] else self.rope_full
             q, k = rope_neox(q, pos, base), rope_neox(k, pos, base)
-            if cache["k"][i] is not None:
-                k = np.concatenate([cache["k"][i], k], axis=1)
-                v = np.concatenate([cache["v"][i], v], axis=1)
-            cache["k"][i], cache["v"][i] = k, np.ascontiguousarray(v)
+            k, v = self._append_kv(cache, i, k, v, p0)                  # (KV, p0 + n, D) views
             a = self._attention(q, k, v, p0, L["sliding"])             # (H, n, D)
             a = a.transpose(1, 0, 2).reshape(n, H * D) @ L["wo"]
             x = x + rms_norm(a, L["post_attn_norm"], self.eps)

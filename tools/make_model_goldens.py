@@ -33,7 +33,7 @@ PROMPT1 = "Question: What is the tallest mountain on Earth, and in which mountai
 
 PROMPT2 = '''"""Inventory management for a small bookshop."""
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 
 @dataclass
@@ -60,35 +60,12 @@ class Inventory:
         else:
             self._books[book.isbn] = book
 
-    def remove(self, isbn: str, count: int = 1) -> bool:
-        book = self._books.get(isbn)
-        if book is None or book.quantity < count:
-            return False
-        book.quantity -= count
-        if book.quantity == 0:
-            del self._books[isbn]
-        return True
-
     def find_by_author(self, author: str) -> List[Book]:
         needle = author.lower()
         return [b for b in self._books.values() if needle in b.author.lower()]
 
-    def find_by_tag(self, tag: str) -> List[Book]:
-        return sorted((b for b in self._books.values() if tag in b.tags), key=lambda b: b.title)
-
-    def cheapest(self) -> Optional[Book]:
-        if not self._books:
-            return None
-        return min(self._books.values(), key=lambda b: b.price_cents)
-
     def total_value(self) -> int:
         return sum(b.total_value() for b in self._books.values())
-
-    def restock_report(self, threshold: int = 2) -> List[str]:
-        """Titles whose stock is at or below the threshold, most urgent first."""
-        low = [b for b in self._books.values() if b.quantity <= threshold]
-        low.sort(key=lambda b: (b.quantity, b.title))
-        return [f"{b.title} by {b.author}: {b.quantity} left" for b in low]
 
 
 if __name__ == "__main__":
@@ -96,10 +73,7 @@ if __name__ == "__main__":
     inv.add(Book("978-0141439518", "Pride and Prejudice", "Jane Austen", 899, 3, ["classic", "romance"]))
     inv.add(Book("978-0451524935", "Nineteen Eighty-Four", "George Orwell", 1099, 1, ["classic", "dystopia"]))
     inv.add(Book("978-0547928227", "The Hobbit", "J. R. R. Tolkien", 1250, 5, ["fantasy"]))
-    inv.add(Book("978-0060935467", "To Kill a Mockingbird", "Harper Lee", 1099, 2, ["classic"]))
     print("Total value:", inv.total_value() / 100)
-    for line in inv.restock_report():
-        print(line)
     # Find the most expensive classic and print its title and price.
 '''
 
@@ -171,9 +145,9 @@ PROMPTS = {
     1: ("short factual question", lambda: PROMPT1, 15),
     2: ("medium: Python source (~500 tokens)", lambda: PROMPT2, 450),
     3: ("long: >4K-token needle-in-a-haystack document",
-        lambda: haystack(1234, 190, NEEDLE3, 0.4, QUESTION3), 4000),
+        lambda: haystack(1234, 205, NEEDLE3, 0.4, QUESTION3), 4000),
     4: ("very long: >16K-token needle-in-a-haystack document",
-        lambda: haystack(98765, 760, NEEDLE4, 0.65, QUESTION4), 16000),
+        lambda: haystack(98765, 810, NEEDLE4, 0.65, QUESTION4), 16000),
 }
 
 # ------------------------------------------------------------------------------------ llama.cpp
