@@ -138,7 +138,10 @@ def fixed_texts():
           "<unused0> <unused57> <unused98>", "[multimodal]", "<start_of_image><end_of_image>",
           "</s> <s> <b>x</b> <i>y</i>", "<h1>Title</h1>\n<p>para</p>", "<blockquote>q</blockquote>",
           "<code>x = 1</code>", "text</s>more", "<eos> <bos>", " <start_of_turn> ",
-          "<start_of_turn>user\n  spaced  <end_of_turn>", "<unused99>", "<bbox></bbox>"]
+          "<start_of_turn>user\n  spaced  <end_of_turn>", "<unused99>", "<bbox></bbox>",
+          "<start_of_turn><start_of_turn>", "\n\n\n<end_of_turn>\n\n", "<<b>>", "<b<b>>",
+          "<table><tr><td>x</td></tr></table>\n\n  \t", "<b>   </b>\t\t<i>\n</i>",
+          "<end_of_turn>\n<start_of_turn>model\n", "[multimodal][multimodal]", "<s>", "</s>"]
     # Chat-formatted text.
     t += ["<start_of_turn>user\nYou are helpful.\n\nWhat is 2+2?<end_of_turn>\n<start_of_turn>model\n"
           "4<end_of_turn>\n<start_of_turn>user\nThanks!<end_of_turn>\n<start_of_turn>model\n",
@@ -183,6 +186,29 @@ def random_texts(rng: random.Random, n: int):
         if i % 10 == 9:  # now and then cut a multi-byte character in half
             s = s[: max(1, len(s) - rng.randint(1, 3))]
         out.append(s)
+    return out
+
+
+def random_byte_texts(rng: random.Random, n: int):
+    """Arbitrary bytes: lead bytes without continuations, stray continuations, NULs."""
+    return [bytes(rng.randrange(256) for _ in range(rng.choice([1, 2, 4, 9, 30, 100])))
+            for _ in range(n)]
+
+
+def random_codepoint_texts(rng: random.Random, n: int):
+    """Code points from all over Unicode (surrogates excluded), with spaces between runs."""
+    ranges = [(0x20, 0x7E), (0xA0, 0x2FF), (0x300, 0x36F), (0x370, 0x1FFF), (0x2000, 0x2BFF),
+              (0x3000, 0x9FFF), (0xAC00, 0xD7A3), (0xE000, 0xFFFD), (0x10000, 0x1FAFF),
+              (0x20000, 0x2FFFF), (0xE0000, 0xE007F)]
+    out = []
+    for _ in range(n):
+        chars = []
+        for _ in range(rng.choice([1, 3, 10, 40])):
+            lo, hi = rng.choice(ranges)
+            chars.append(chr(rng.randint(lo, hi)))
+            if rng.random() < 0.2:
+                chars.append(" ")
+        out.append("".join(chars).encode("utf-8"))
     return out
 
 
@@ -238,7 +264,8 @@ def main():
     ref = LlamaVocab(args.model)
     rng = random.Random(SEED)
 
-    texts = fixed_texts() + invalid_utf8_texts() + random_texts(rng, 160) + long_texts(rng)
+    texts = (fixed_texts() + invalid_utf8_texts() + random_texts(rng, 160) + long_texts(rng) +
+             random_byte_texts(rng, 24) + random_codepoint_texts(rng, 32))
     cases = []
     for i, data in enumerate(texts):
         modes = [(True, True)]
@@ -248,15 +275,18 @@ def main():
             modes.append((False, True))
         for add_special, parse_special in modes:
             ids = ref.tokenize(data, add_special, parse_special)
-            cases.append({
+            case = {
                 "text": b64(data),
                 "add_special": add_special,
                 "parse_special": parse_special,
                 "ids": ids,
                 "detok": b64(ref.detokenize(ids, False, False)),
                 "detok_special": b64(ref.detokenize(ids, False, True)),
-                "detok_remove_special": b64(ref.detokenize(ids, True, False)),
-            })
+            }
+            removed = ref.detokenize(ids, True, False)
+            if removed != ref.detokenize(ids, False, False):  # stored only when it differs
+                case["detok_remove_special"] = b64(removed)
+            cases.append(case)
 
     chats = []
     for messages, add_gen in chat_cases():
