@@ -87,6 +87,15 @@ void SoftmaxRow(float* s, int nk, int64_t a, int64_t b, float* m, float* l, floa
   *m = m_new;
 }
 
+void PrefetchRows(const float* base, int64_t stride, int n, int d) {
+  for (int j = 0; j < n; ++j) {
+    const char* row = reinterpret_cast<const char*>(base + j * stride);
+    for (int64_t off = 0; off < static_cast<int64_t>(d) * 4; off += 64) {
+      _mm_prefetch(row + off, _MM_HINT_T1);
+    }
+  }
+}
+
 // Runs query tile `tile` of kv head kh over keys [j_begin, j_end); leaves m, l, O in ws.
 void RunItem(const Problem& p, Workspace& ws, int64_t kh, int64_t tile, int64_t j_begin,
              int64_t j_end) {
@@ -112,6 +121,9 @@ void RunItem(const Problem& p, Workspace& ws, int64_t kh, int64_t tile, int64_t 
     const int nk = static_cast<int>(std::min<int64_t>(kKeyTile, j_end - j0));
     // f32 [rows, kKeyTile] = Q [rows, d] K_tile^T
     if (rows <= kDotRowsMax) {
+      // Decode: the PV kernel walks V a column panel at a time (a 1 KB stride for D = 256) with
+      // too few rows to hide DRAM latency; prefetch the V tile into L2 while the scores run.
+      PrefetchRows(vbase + j0 * p.v.stride[0], p.v.stride[0], nk, d);
       DotRows(ws.s.data(), kKeyTile, ws.q.data(), d, kbase + j0 * p.k.stride[0], p.k.stride[0],
               rows, nk, d);
     } else {
