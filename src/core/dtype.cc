@@ -8,9 +8,9 @@ std::optional<DTypeInfo> GetDTypeInfo(uint32_t type_id) {
     case DType::kF16: return DTypeInfo{"F16", 1, 2, true};
     case DType::kBF16: return DTypeInfo{"BF16", 1, 2, true};
     case DType::kQ4_0: return DTypeInfo{"Q4_0", 32, 18, true};
-    case DType::kQ4_1: return DTypeInfo{"Q4_1", 32, 20, false};
-    case DType::kQ5_0: return DTypeInfo{"Q5_0", 32, 22, false};
-    case DType::kQ5_1: return DTypeInfo{"Q5_1", 32, 24, false};
+    case DType::kQ4_1: return DTypeInfo{"Q4_1", 32, 20, true};
+    case DType::kQ5_0: return DTypeInfo{"Q5_0", 32, 22, true};
+    case DType::kQ5_1: return DTypeInfo{"Q5_1", 32, 24, true};
     case DType::kQ8_0: return DTypeInfo{"Q8_0", 32, 34, true};
     case DType::kQ2_K: return DTypeInfo{"Q2_K", 256, 84, false};
     case DType::kQ3_K: return DTypeInfo{"Q3_K", 256, 110, false};
