@@ -158,17 +158,20 @@ class Gemma3:
         return logits if all_logits else logits[0]
 
     def greedy(self, ids, n_new, cache=None):
-        """Prefill `ids`, then greedily decode n_new tokens. Returns (first-token logits, tokens)."""
+        """Prefill `ids`, then greedily decode n_new tokens.
+        Returns (first-token logits, tokens, per-step top1 - top2 logit margins)."""
         cache = cache if cache is not None else self.new_cache()
         logits = self.forward(ids, cache)
         first = logits.copy()
-        out = []
+        out, margins = [], []
         for j in range(n_new):
             tok = int(np.argmax(logits))
+            top2 = np.partition(logits, -2)[-2:]
             out.append(tok)
+            margins.append(float(abs(top2[1] - top2[0])))
             if j + 1 < n_new:
                 logits = self.forward([tok], cache)
-        return first, out
+        return first, out, margins
 
 
 if __name__ == "__main__":
@@ -178,7 +181,7 @@ if __name__ == "__main__":
     m = Gemma3(sys.argv[1])
     print(f"loaded in {time.time() - t0:.1f}s", file=sys.stderr)
     t0 = time.time()
-    first, toks = m.greedy([int(a) for a in sys.argv[2:]], 16)
+    first, toks, _ = m.greedy([int(a) for a in sys.argv[2:]], 16)
     top = np.argsort(-first)[:10]
     print("top10:", [(int(i), float(first[i])) for i in top])
     print("greedy:", toks, f"({time.time() - t0:.1f}s)")
