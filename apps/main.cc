@@ -1,1 +1,42 @@
-int main() { return 0; }
+// The `uniprefill` command line: run (and later serve, bench, eval).
+#include <CLI/CLI.hpp>
+#include <cstdio>
+
+#include "info_command.h"
+#include "run_command.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "uniprefill: a long-context LLM inference engine (UniPrefill prefill acceleration).\n"
+      "Loads a GGUF model (default: Gemma 3 270M installed by scripts/setup.sh) and runs it on "
+      "the CPU."};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "uniprefill 0.1.0");
+  uniprefill::cli::RunOptions run;
+  uniprefill::cli::AddRunCommand(app, run);
+  uniprefill::cli::InfoOptions info;
+  uniprefill::cli::AddInfoCommand(app, info);
+  bool known = false;
+  for (const CLI::App* sub : app.get_subcommands({})) known |= argc > 1 && sub->get_name() == argv[1];
+  if (argc > 1 && argv[1][0] != '-' && !known) {
+    std::fprintf(stderr, "error: unknown command '%s' (commands: run, info; see 'uniprefill --help')\n",
+                 argv[1]);
+    return 2;
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "error: %s (see 'uniprefill %s--help')\n", e.what(),
+                 app.get_subcommands().empty() ? "" : (app.get_subcommands()[0]->get_name() + " ").c_str());
+    return 2;
+  }
+  if (app.got_subcommand("run")) return uniprefill::cli::RunCommand(run);
+  if (app.got_subcommand("info")) return uniprefill::cli::InfoCommand(info);
+  return 2;
+}

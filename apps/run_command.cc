@@ -1,0 +1,212 @@
+#include "run_command.h"
+
+#include <sys/resource.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "progress_bar.h"
+#include "uniprefill/engine.h"
+
+namespace uniprefill::cli {
+namespace {
+
+constexpr const char* kModelFile = "gemma-3-270m-q4_k_m.gguf";
+
+double PeakRssMiB() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_maxrss / 1024.0;  // ru_maxrss is in KiB on Linux
+}
+
+bool ReadFile(const std::string& path, std::string* out, std::string* error) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) {
+    *error = "prompt file '" + path + "' does not exist or is not a regular file";
+    return false;
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    *error = "cannot read prompt file '" + path + "'";
+    return false;
+  }
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  *out = ss.str();
+  return true;
+}
+
+}  // namespace
+
+std::string DefaultModelPath() {
+  const std::filesystem::path source_models = std::filesystem::path(UP_SOURCE_DIR) / "models";
+  if (std::filesystem::exists(source_models / kModelFile)) return source_models / kModelFile;
+  return (std::filesystem::path("models") / kModelFile).string();
+}
+
+void AddRunCommand(CLI::App& app, RunOptions& o) {
+  CLI::App* run = app.add_subcommand("run", "Answer one prompt: stream the generated text and "
+                                            "print TTFT, prefill and decode speed");
+  o.model = DefaultModelPath();
+  run->add_option("-m,--model", o.model, "GGUF model file")->capture_default_str();
+  auto* prompt = run->add_option("-p,--prompt", o.prompt, "Prompt text");
+  auto* file = run->add_option("-f,--prompt-file", o.prompt_file, "Read the prompt from a file");
+  auto* tokens = run->add_option("--prompt-tokens-file", o.prompt_tokens_file,
+                                 "Read the prompt as a JSON array of token ids (benchmarks)");
+  prompt->excludes(file);
+  prompt->excludes(tokens);
+  file->excludes(tokens);
+  run->add_flag("--chat", o.chat, "Wrap the prompt in the model's chat template (a user turn)");
+  run->add_option("--system", o.system, "System message (with --chat)");
+  run->add_option("-n,--max-tokens", o.max_tokens, "Most tokens to generate")
+      ->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  run->add_option("--temperature", o.temperature, "Sampling temperature; 0 = greedy")
+      ->check(CLI::Range(0.0f, 100.0f))->capture_default_str();
+  run->add_option("--top-k", o.top_k, "Sample among the k most likely tokens (0 = all)")
+      ->check(CLI::Range(0, 1 << 30))->capture_default_str();
+  run->add_option("--top-p", o.top_p, "Nucleus sampling mass (1 = off)")
+      ->check(CLI::Range(0.0f, 1.0f))->capture_default_str();
+  run->add_option("--seed", o.seed, "Random seed for sampling")->capture_default_str();
+  run->add_option("-t,--threads", o.threads, "CPU threads (0 = every core)")
+      ->check(CLI::Range(0, 4096))->capture_default_str();
+  run->add_option("-c,--ctx-size", o.ctx_size, "Context length (0 = the model's)")
+      ->check(CLI::Range(0, 1 << 24))->capture_default_str();
+  run->add_flag("--ignore-eos", o.ignore_eos, "Keep generating past end-of-turn tokens");
+  run->add_flag("-q,--quiet", o.quiet, "No progress bars");
+  run->add_option("--json", o.json_out, "Also write the result and timings as JSON to this file");
+}
+
+int RunCommand(const RunOptions& o) {
+  std::string prompt_text = o.prompt;
+  if (!o.prompt_file.empty()) {
+    std::string error;
+    if (!ReadFile(o.prompt_file, &prompt_text, &error)) {
+      std::fprintf(stderr, "error: %s\n", error.c_str());
+      return 1;
+    }
+  }
+  std::vector<int32_t> token_ids;
+  if (!o.prompt_tokens_file.empty()) {
+    std::string error, json_text;
+    if (!ReadFile(o.prompt_tokens_file, &json_text, &error)) {
+      std::fprintf(stderr, "error: %s\n", error.c_str());
+      return 1;
+    }
+    auto j = nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_array() || j.empty()) {
+      std::fprintf(stderr, "error: --prompt-tokens-file '%s' must hold a non-empty JSON array of "
+                   "token ids\n", o.prompt_tokens_file.c_str());
+      return 1;
+    }
+    for (const auto& v : j) {
+      if (!v.is_number_integer()) {
+        std::fprintf(stderr, "error: --prompt-tokens-file '%s' holds a non-integer entry\n",
+                     o.prompt_tokens_file.c_str());
+        return 1;
+      }
+      const int64_t id = v.get<int64_t>();
+      if (id < 0 || id > INT32_MAX) {
+        std::fprintf(stderr, "error: --prompt-tokens-file holds token id %lld, outside any vocabulary\n",
+                     static_cast<long long>(id));
+        return 1;
+      }
+      token_ids.push_back(static_cast<int32_t>(id));
+    }
+  }
+  if (prompt_text.empty() && token_ids.empty()) {
+    std::fprintf(stderr, "error: no prompt: pass --prompt TEXT, --prompt-file FILE or --prompt-tokens-file FILE\n");
+    return 2;
+  }
+
+  EngineOptions eo;
+  eo.model_path = o.model;
+  eo.threads = o.threads;
+  eo.context_size = o.ctx_size;
+  ProgressBar load_bar("loading", "layers", !o.quiet);
+  auto engine_or = Engine::Load(eo, [&](int64_t d, int64_t t) { load_bar.Update(d, t); });
+  load_bar.Finish();
+  if (!engine_or.ok()) {
+    std::fprintf(stderr, "error: %s\n", engine_or.status().message().c_str());
+    return 1;
+  }
+  Engine& engine = **engine_or;
+  if (!o.quiet) {
+    std::fprintf(stderr, "model: %s | %d threads | context %d\n",
+                 engine.model_description().c_str(), engine.threads(), engine.context_size());
+  }
+
+  std::string text = prompt_text;
+  if (o.chat) {
+    std::vector<ChatMessage> messages;
+    if (!o.system.empty()) messages.push_back({"system", o.system});
+    messages.push_back({"user", prompt_text});
+    text = engine.FormatChat(messages);
+  }
+  std::vector<int32_t> ids =
+      token_ids.empty() ? engine.Tokenize(text, /*add_bos=*/true) : token_ids;
+  for (int32_t id : ids) {
+    if (id < 0 || id >= engine.vocab_size()) {
+      std::fprintf(stderr, "error: token id %d is outside the vocabulary [0, %d)\n", id,
+                   engine.vocab_size());
+      return 1;
+    }
+  }
+
+  SamplingParams sp;
+  sp.max_tokens = o.max_tokens;
+  sp.temperature = o.temperature;
+  sp.top_k = o.top_k;
+  sp.top_p = o.top_p;
+  sp.seed = o.seed;
+  sp.stop_at_end_of_turn = !o.ignore_eos;
+  ProgressBar prefill_bar("prefill", "tokens", !o.quiet && ids.size() > 1024);
+  bool first = true;
+  auto result = engine.Generate(
+      ids, sp,
+      [&](std::string_view piece) {
+        if (first) prefill_bar.Finish();
+        first = false;
+        std::fwrite(piece.data(), 1, piece.size(), stdout);
+        std::fflush(stdout);
+      },
+      [&](int64_t d, int64_t t) { prefill_bar.Update(d, t); });
+  prefill_bar.Finish();
+  std::fputc('\n', stdout);
+  if (!result.ok()) {
+    std::fprintf(stderr, "error: %s\n", result.status().message().c_str());
+    return 1;
+  }
+  const GenerationStats& s = result->stats;
+  std::fprintf(stderr,
+               "\nprompt %d tokens | TTFT %.3f s | prefill %.1f tok/s | decode %.1f tok/s "
+               "(%d tokens, %s) | peak RSS %.0f MiB\n",
+               s.prompt_tokens, s.ttft_s, s.prefill_tok_s, s.decode_tok_s, s.generated_tokens,
+               result->finish_reason.c_str(), PeakRssMiB());
+  if (!o.json_out.empty()) {
+    nlohmann::json j = {{"model", o.model},
+                        {"prompt_tokens", s.prompt_tokens},
+                        {"generated_tokens", s.generated_tokens},
+                        {"tokens", result->tokens},
+                        {"text", result->text},
+                        {"finish_reason", result->finish_reason},
+                        {"ttft_s", s.ttft_s},
+                        {"prefill_tok_s", s.prefill_tok_s},
+                        {"decode_tok_s", s.decode_tok_s},
+                        {"threads", engine.threads()},
+                        {"peak_rss_mib", PeakRssMiB()}};
+    std::ofstream out(o.json_out);
+    if (!out) {
+      std::fprintf(stderr, "error: cannot write --json file '%s'\n", o.json_out.c_str());
+      return 1;
+    }
+    out << j.dump(2) << "\n";
+  }
+  return 0;
+}
+
+}  // namespace uniprefill::cli

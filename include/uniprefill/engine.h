@@ -1,0 +1,93 @@
+// The public C++ API of the uniprefill engine: load a model file, tokenize, generate.
+//
+// This header is what applications (the command line, later the HTTP server) build on; it exposes
+// no tensors, kernels or CUDA types. One Engine holds one model and serves one generation at a time
+// in this version (batching arrives with the serving engine).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+
+namespace uniprefill {
+
+struct EngineOptions {
+  std::string model_path;
+  int threads = 0;        // <= 0: every core
+  int context_size = 0;   // <= 0: the model's own context length
+};
+
+struct SamplingParams {
+  int max_tokens = 128;
+  float temperature = 0.0f;  // 0: greedy
+  int top_k = 40;
+  float top_p = 0.95f;
+  uint64_t seed = 0;
+  bool stop_at_end_of_turn = true;  // stop at EOS / <end_of_turn>
+};
+
+struct ChatMessage {
+  std::string role;  // "system", "user" or "assistant"
+  std::string content;
+};
+
+struct GenerationStats {
+  int prompt_tokens = 0;
+  int generated_tokens = 0;
+  double ttft_s = 0;        // prompt in -> first token out (prefill + first sample)
+  double prefill_tok_s = 0;
+  double decode_s = 0;      // generation after the first token
+  double decode_tok_s = 0;  // (generated - 1) / decode_s
+};
+
+struct GenerationResult {
+  std::vector<int32_t> tokens;  // generated ids
+  std::string text;
+  std::string finish_reason;    // "stop" (end of turn) or "length"
+  GenerationStats stats;
+};
+
+// (done, total) progress of a long step (loading, prefill).
+using ProgressCallback = std::function<void(int64_t done, int64_t total)>;
+// Receives each generated token's text as soon as it is sampled.
+using TextCallback = std::function<void(std::string_view piece)>;
+
+class Engine {
+ public:
+  static Result<std::unique_ptr<Engine>> Load(const EngineOptions& options,
+                                              const ProgressCallback& progress = nullptr);
+  ~Engine();
+
+  // Token ids of text (special tokens such as <start_of_turn> are recognised).
+  std::vector<int32_t> Tokenize(std::string_view text, bool add_bos) const;
+  std::string Detokenize(std::span<const int32_t> ids) const;
+  // The model's chat format for these messages, ending with the assistant's turn opening.
+  std::string FormatChat(const std::vector<ChatMessage>& messages) const;
+
+  // Prefills the prompt and generates. OutOfRange if prompt + max_tokens exceed the context.
+  Result<GenerationResult> Generate(std::span<const int32_t> prompt, const SamplingParams& params,
+                                    const TextCallback& on_text = nullptr,
+                                    const ProgressCallback& prefill_progress = nullptr);
+
+  // The last token's logits after prefilling `prompt` (tests and evaluation).
+  Result<std::vector<float>> PrefillLogits(std::span<const int32_t> prompt);
+
+  int context_size() const;
+  int vocab_size() const;
+  int threads() const;
+  std::string model_name() const;
+  std::string model_description() const;  // one line: architecture, layers, sizes
+
+ private:
+  struct Impl;
+  explicit Engine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace uniprefill

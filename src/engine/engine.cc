@@ -1,0 +1,149 @@
+// Engine: the public API's implementation: a model, its tokenizer, a CPU context and one cache.
+#include "uniprefill/engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+
+#include "core/device_context.h"
+#include "engine/sampler.h"
+#include "io/gguf.h"
+#include "model/model.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/spm_tokenizer.h"
+
+namespace uniprefill {
+
+struct Engine::Impl {
+  std::unique_ptr<DeviceContext> ctx;
+  std::unique_ptr<tokenizer::SpmTokenizer> tokenizer;
+  std::unique_ptr<Model> model;
+  int context_size = 0;
+};
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Engine::~Engine() = default;
+
+Result<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options,
+                                             const ProgressCallback& progress) {
+  auto impl = std::make_unique<Impl>();
+  impl->ctx = DeviceContext::Cpu(options.threads);
+  UP_ASSIGN_OR_RETURN(std::unique_ptr<gguf::GgufFile> file,
+                      gguf::GgufFile::Open(options.model_path));
+  UP_ASSIGN_OR_RETURN(tokenizer::SpmTokenizer tok, tokenizer::SpmTokenizer::FromGguf(*file));
+  impl->tokenizer = std::make_unique<tokenizer::SpmTokenizer>(std::move(tok));
+  LoadOptions lo;
+  lo.progress = progress;
+  UP_ASSIGN_OR_RETURN(impl->model, LoadModel(std::move(file), *impl->ctx, lo));
+  const ModelConfig& cfg = impl->model->config();
+  if (impl->tokenizer->vocab_size() != cfg.vocab_size) {
+    return DataLoss("the tokenizer has " + std::to_string(impl->tokenizer->vocab_size()) +
+                    " tokens but the model's embedding has " + std::to_string(cfg.vocab_size));
+  }
+  impl->context_size = options.context_size > 0 ? options.context_size : cfg.context_length;
+  if (impl->context_size > cfg.context_length) {
+    return InvalidArgument("context size " + std::to_string(impl->context_size) +
+                           " exceeds the model's trained context of " +
+                           std::to_string(cfg.context_length) + " tokens");
+  }
+  return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+}
+
+std::vector<int32_t> Engine::Tokenize(std::string_view text, bool add_bos) const {
+  return impl_->tokenizer->Encode(text, add_bos, /*parse_special=*/true);
+}
+
+std::string Engine::Detokenize(std::span<const int32_t> ids) const {
+  return impl_->tokenizer->Decode(ids);
+}
+
+std::string Engine::FormatChat(const std::vector<ChatMessage>& messages) const {
+  std::vector<tokenizer::ChatMessage> msgs;
+  for (const auto& m : messages) msgs.push_back({m.role, m.content});
+  return tokenizer::ApplyChatTemplate(msgs, /*add_generation_prompt=*/true);
+}
+
+Result<std::vector<float>> Engine::PrefillLogits(std::span<const int32_t> prompt) {
+  if (prompt.empty()) return InvalidArgument("the prompt is empty");
+  if (static_cast<int>(prompt.size()) > impl_->context_size) {
+    return OutOfRange("the prompt has " + std::to_string(prompt.size()) +
+                      " tokens but the context holds " + std::to_string(impl_->context_size));
+  }
+  KvCache cache = impl_->model->NewCache(static_cast<int>(prompt.size()));
+  std::vector<float> logits(impl_->model->config().vocab_size);
+  UP_RETURN_IF_ERROR(impl_->model->Forward(*impl_->ctx, prompt, cache, logits.data()));
+  return logits;
+}
+
+Result<GenerationResult> Engine::Generate(std::span<const int32_t> prompt,
+                                          const SamplingParams& params,
+                                          const TextCallback& on_text,
+                                          const ProgressCallback& prefill_progress) {
+  using Clock = std::chrono::steady_clock;
+  if (prompt.empty()) return InvalidArgument("the prompt is empty");
+  if (params.max_tokens < 1) {
+    return InvalidArgument("max_tokens must be at least 1 (got " +
+                           std::to_string(params.max_tokens) + ")");
+  }
+  const int64_t needed = static_cast<int64_t>(prompt.size()) + params.max_tokens;
+  if (static_cast<int64_t>(prompt.size()) >= impl_->context_size) {
+    return OutOfRange("the prompt has " + std::to_string(prompt.size()) +
+                      " tokens but the context holds " + std::to_string(impl_->context_size) +
+                      "; shorten the prompt or raise --ctx-size (model maximum " +
+                      std::to_string(impl_->model->config().context_length) + ")");
+  }
+  const int cache_tokens = static_cast<int>(std::min<int64_t>(needed, impl_->context_size));
+  KvCache cache = impl_->model->NewCache(cache_tokens);
+  Model& model = *impl_->model;
+  std::vector<float> logits(model.config().vocab_size);
+  tokenizer::StreamDecoder stream(*impl_->tokenizer);
+  Sampler sampler(SamplerConfig{params.temperature, params.top_k, params.top_p, params.seed});
+
+  GenerationResult result;
+  result.stats.prompt_tokens = static_cast<int>(prompt.size());
+  const auto t0 = Clock::now();
+  UP_RETURN_IF_ERROR(model.Forward(*impl_->ctx, prompt, cache, logits.data(), prefill_progress));
+  int32_t next = sampler.Sample(logits);
+  const auto t_first = Clock::now();
+  result.stats.ttft_s = std::chrono::duration<double>(t_first - t0).count();
+  result.stats.prefill_tok_s = prompt.size() / result.stats.ttft_s;
+  result.finish_reason = "length";
+  for (;;) {
+    const bool end = params.stop_at_end_of_turn && impl_->tokenizer->IsEndOfGeneration(next);
+    if (end) {
+      result.finish_reason = "stop";
+      break;
+    }
+    result.tokens.push_back(next);
+    const std::string piece = stream.Push(next);
+    result.text += piece;
+    if (on_text && !piece.empty()) on_text(piece);
+    if (static_cast<int>(result.tokens.size()) >= params.max_tokens) break;
+    if (cache.length() >= cache.max_tokens()) break;  // context full: finish as "length"
+    const int32_t step[1] = {next};
+    UP_RETURN_IF_ERROR(model.Forward(*impl_->ctx, step, cache, logits.data()));
+    next = sampler.Sample(logits);
+  }
+  const std::string rest = stream.Finish();
+  result.text += rest;
+  if (on_text && !rest.empty()) on_text(rest);
+  const auto t_end = Clock::now();
+  result.stats.generated_tokens = static_cast<int>(result.tokens.size());
+  result.stats.decode_s = std::chrono::duration<double>(t_end - t_first).count();
+  const int decoded = std::max(0, result.stats.generated_tokens - 1);
+  result.stats.decode_tok_s = decoded > 0 ? decoded / result.stats.decode_s : 0;
+  return result;
+}
+
+int Engine::context_size() const { return impl_->context_size; }
+int Engine::vocab_size() const { return impl_->model->config().vocab_size; }
+int Engine::threads() const { return impl_->ctx->threads(); }
+std::string Engine::model_name() const { return impl_->model->config().name; }
+std::string Engine::model_description() const {
+  const ModelConfig& c = impl_->model->config();
+  return c.name + " (" + c.architecture + ", " + std::to_string(c.n_layers) + " layers, hidden " +
+         std::to_string(c.hidden) + ", " + std::to_string(c.n_heads) + "/" +
+         std::to_string(c.n_kv_heads) + " heads, vocab " + std::to_string(c.vocab_size) + ")";
+}
+
+}  // namespace uniprefill

@@ -1,0 +1,38 @@
+// ModelConfig: the architecture hyper-parameters a forward needs, read from a model file's
+// metadata and validated once, so layer code never re-reads metadata.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace uniprefill {
+
+enum class LayerKind { kFullAttention, kSlidingAttention };
+
+struct ModelConfig {
+  std::string architecture;  // e.g. "gemma3"
+  std::string name;          // general.name, for display
+  int n_layers = 0;
+  int hidden = 0;
+  int ffn_hidden = 0;
+  int n_heads = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+  int vocab_size = 0;
+  int context_length = 0;
+  int sliding_window = 0;    // W: key k visible to query q when q - W < k <= q
+  float rms_eps = 1e-6f;
+  double rope_theta_global = 10000.0;
+  double rope_theta_local = 10000.0;
+  float rope_scale_global = 1.0f;  // linear rope scaling on full layers (positions / factor)
+  float embedding_scale = 1.0f;
+  float attention_scale = 1.0f;
+  bool tied_embeddings = true;
+  std::vector<LayerKind> layer_kinds;
+
+  int q_dim() const { return n_heads * head_dim; }
+  int kv_dim() const { return n_kv_heads * head_dim; }
+};
+
+}  // namespace uniprefill

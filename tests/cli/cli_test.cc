@@ -1,0 +1,179 @@
+// The `uniprefill` binary as a user runs it: a tiny model end to end, and bad input of every kind
+// giving one clear `error:` line and a non-zero exit, never a crash.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "testing/tiny_gemma3.h"
+
+namespace uniprefill {
+namespace {
+
+struct CliResult {
+  int exit_code = -1;
+  bool crashed = false;
+  std::string out, err;
+};
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string CliPath() {
+  const char* env = std::getenv("UP_CLI");
+  return env ? env : std::string(UP_BINARY_DIR) + "/uniprefill";
+}
+
+CliResult RunCli(const std::string& args) {
+  const std::string out = ::testing::TempDir() + "cli_out.txt";
+  const std::string err = ::testing::TempDir() + "cli_err.txt";
+  const std::string cmd = CliPath() + " " + args + " >" + out + " 2>" + err + " </dev/null";
+  const int status = std::system(cmd.c_str());
+  CliResult r;
+  r.crashed = WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) >= 128);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = ReadAll(out);
+  r.err = ReadAll(err);
+  return r;
+}
+
+int CountErrorLines(const std::string& err) {
+  int n = 0;
+  std::istringstream in(err);
+  for (std::string line; std::getline(in, line);) n += line.rfind("error:", 0) == 0;
+  return n;
+}
+
+// One `error:` line mentioning `needle`, a non-zero exit and no crash.
+void ExpectCleanError(const std::string& args, const std::string& needle) {
+  SCOPED_TRACE("uniprefill " + args);
+  CliResult r = RunCli(args);
+  EXPECT_FALSE(r.crashed) << r.err;
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_EQ(CountErrorLines(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find(needle), std::string::npos) << "stderr was: " << r.err;
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    tiny_ = new std::string(testing::WriteTempFile("cli_tiny.gguf", testing::BuildTinyGemma3()));
+  }
+  static void TearDownTestSuite() { delete tiny_; }
+  static std::string Tiny() { return *tiny_; }
+  static std::string* tiny_;
+};
+std::string* CliTest::tiny_ = nullptr;
+
+TEST_F(CliTest, HelpDocumentsEveryRunFlag) {
+  CliResult r = RunCli("run --help");
+  EXPECT_EQ(r.exit_code, 0);
+  for (const char* flag : {"--model", "--prompt", "--prompt-file", "--chat", "--max-tokens",
+                           "--temperature", "--seed", "--threads", "--ctx-size", "--top-k",
+                           "--top-p"}) {
+    EXPECT_NE(r.out.find(flag), std::string::npos) << flag;
+  }
+  EXPECT_EQ(RunCli("--help").exit_code, 0);
+}
+
+TEST_F(CliTest, RunsATinyModelAndPrintsTimings) {
+  CliResult r = RunCli("run --model " + Tiny() + " --prompt 'the theme' --max-tokens 5 "
+                       "--ignore-eos --threads 2 --json " + ::testing::TempDir() + "r.json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("TTFT"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("prefill"), std::string::npos);
+  EXPECT_NE(r.err.find("decode"), std::string::npos);
+  const std::string json = ReadAll(::testing::TempDir() + "r.json");
+  EXPECT_NE(json.find("\"generated_tokens\": 5"), std::string::npos) << json;
+}
+
+TEST_F(CliTest, SameSeedSameSampledText) {
+  const std::string args = "run --model " + Tiny() +
+                           " --prompt 'the' --max-tokens 8 --ignore-eos --temperature 1.5 "
+                           "--seed 11 -q";
+  CliResult a = RunCli(args), b = RunCli(args);
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  EXPECT_EQ(a.out, b.out);
+}
+
+TEST_F(CliTest, MissingModelFile) {
+  ExpectCleanError("run --model /nonexistent/model.gguf --prompt hi", "/nonexistent/model.gguf");
+}
+
+TEST_F(CliTest, NotAGgufFile) {
+  const std::string path = testing::WriteTempFile("not_gguf.gguf", {'h', 'e', 'l', 'l', 'o', '\n',
+                                                                     'w', 'o', 'r', 'l', 'd', '!'});
+  ExpectCleanError("run --model " + path + " --prompt hi", "not a GGUF file");
+}
+
+TEST_F(CliTest, TruncatedGguf) {
+  std::vector<uint8_t> bytes = testing::BuildTinyGemma3();
+  for (size_t keep : {size_t(3), size_t(40), size_t(5000), bytes.size() / 2, bytes.size() - 1}) {
+    std::vector<uint8_t> cut(bytes.begin(), bytes.begin() + keep);
+    const std::string path = testing::WriteTempFile("truncated.gguf", cut);
+    ExpectCleanError("run --model " + path + " --prompt hi", "GGUF");
+  }
+}
+
+TEST_F(CliTest, UnsupportedArchitecture) {
+  testing::TinyGemma3Options o;
+  o.architecture = "rwkv7";
+  const std::string path = testing::WriteTempFile("arch.gguf", testing::BuildTinyGemma3(o));
+  ExpectCleanError("run --model " + path + " --prompt hi", "architecture 'rwkv7'");
+}
+
+TEST_F(CliTest, UnsupportedQuantType) {
+  testing::TinyGemma3Options o;
+  o.q2k_attn_q = true;
+  const std::string path = testing::WriteTempFile("q2k.gguf", testing::BuildTinyGemma3(o));
+  ExpectCleanError("run --model " + path + " --prompt hi", "Q2_K");
+}
+
+TEST_F(CliTest, PromptLongerThanContext) {
+  ExpectCleanError("run --model " + Tiny() + " --ctx-size 16 --prompt '" + std::string(100, 'x') +
+                       "'",
+                   "context");
+}
+
+TEST_F(CliTest, ContextLargerThanModel) {
+  ExpectCleanError("run --model " + Tiny() + " --ctx-size 100000 --prompt hi", "context");
+}
+
+TEST_F(CliTest, BadFlagValues) {
+  const std::string m = "run --model " + Tiny() + " --prompt hi ";
+  ExpectCleanError(m + "--max-tokens 0", "--max-tokens");
+  ExpectCleanError(m + "--max-tokens abc", "--max-tokens");
+  ExpectCleanError(m + "--temperature -1", "--temperature");
+  ExpectCleanError(m + "--top-p 1.5", "--top-p");
+  ExpectCleanError(m + "--threads -3", "--threads");
+  ExpectCleanError(m + "--no-such-flag", "no-such-flag");
+  ExpectCleanError("run --model " + Tiny() + " --prompt-file /nonexistent/prompt.txt",
+                   "/nonexistent/prompt.txt");
+  ExpectCleanError("run --model " + Tiny(), "no prompt");
+  ExpectCleanError("frobnicate", "frobnicate");
+}
+
+TEST_F(CliTest, BadPromptTokensFile) {
+  const std::string bad = ::testing::TempDir() + "bad_ids.json";
+  std::ofstream(bad) << "[1, 2, \"x\"]";
+  ExpectCleanError("run --model " + Tiny() + " --prompt-tokens-file " + bad, "non-integer");
+  std::ofstream(bad) << "[2, 5000]";
+  ExpectCleanError("run --model " + Tiny() + " --prompt-tokens-file " + bad, "5000");
+  std::ofstream(bad) << "{not json";
+  ExpectCleanError("run --model " + Tiny() + " --prompt-tokens-file " + bad, "JSON array");
+}
+
+TEST_F(CliTest, InfoOnMissingFile) {
+  ExpectCleanError("info --model /nonexistent/x.gguf", "/nonexistent/x.gguf");
+}
+
+}  // namespace
+}  // namespace uniprefill
