@@ -86,10 +86,26 @@ for model in "$ROOT/models/gemma-3-270m-q4_k_m.gguf" /tmp/gemma.gguf; do
     break
   fi
 done
+# A dictionary of GGUF tokens helps mutations hit the magic, versions, the alignment key and type ids.
+cat > "$BUILD/gguf.dict" <<'DICT'
+"GGUF"
+"\x03\x00\x00\x00"
+"\x02\x00\x00\x00"
+"general.alignment"
+"general.architecture"
+"tokenizer.ggml.tokens"
+"\x11\x00\x00\x00\x00\x00\x00\x00general.alignment\x04\x00\x00\x00"
+"\x09\x00\x00\x00"
+"\x08\x00\x00\x00"
+"\x0c\x00\x00\x00"
+"\x0e\x00\x00\x00"
+"\xff\xff\xff\xff\xff\xff\xff\xff"
+"\x00\x00\x00\x00\x00\x00\x00\x10"
+DICT
 echo "corpus: $(ls "$CORPUS" | wc -l) files; fuzzing for ${SECONDS_TO_RUN}s on ${JOBS} job(s)"
 
 ARGS=(-max_total_time="$SECONDS_TO_RUN" -max_len=65536 -timeout=10 -rss_limit_mb=2048
-      -print_final_stats=1 -artifact_prefix="$ARTIFACTS/")
+      -print_final_stats=1 -dict="$BUILD/gguf.dict" -artifact_prefix="$ARTIFACTS/")
 start=$(date +%s)
 pids=()
 for ((j = 0; j < JOBS; ++j)); do

@@ -232,6 +232,7 @@ Status Dequantize(DType type, const void* src, float* dst, int64_t n) {
                            " is not a non-negative multiple of the block size " +
                            std::to_string(info->block_elems));
   }
+  if (n == 0) return OkStatus();  // src may be null
   const uint8_t* p = static_cast<const uint8_t*>(src);
   switch (type) {
     case DType::kF32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); return OkStatus();
