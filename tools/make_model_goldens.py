@@ -10,6 +10,8 @@ needle-in-a-haystack documents) this tokenizes the text with llama.cpp (BOS adde
 and writes prompt{i}.json with the token ids, both results and their agreement.
 
 Usage: .venv/bin/python tools/make_model_goldens.py [--model PATH] [--prompts 1,2,3,4] [--out DIR]
+Each reference's result is cached under --cache (checked against the token ids), so the slow 16K prompt
+can run as two parallel processes (--only llama, --only fp32) and a plain run then writes the goldens.
 """
 import argparse
 import json
