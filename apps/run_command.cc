@@ -77,6 +77,9 @@ void AddRunCommand(CLI::App& app, RunOptions& o) {
   run->add_option("-c,--ctx-size", o.ctx_size, "Context length (0 = the model's)")
       ->check(CLI::Range(0, 1 << 24))->capture_default_str();
   run->add_flag("--ignore-eos", o.ignore_eos, "Keep generating past end-of-turn tokens");
+  run->add_flag("--f32-decode", o.f32_decode,
+                "Decode with f32 activations in every matmul (exact; default quantises the one "
+                "activation row to int16 for ~2x faster integer kernels)");
   run->add_flag("-q,--quiet", o.quiet, "No progress bars");
   run->add_option("--json", o.json_out, "Also write the result and timings as JSON to this file");
 }
@@ -127,6 +130,7 @@ int RunCommand(const RunOptions& o) {
   eo.model_path = o.model;
   eo.threads = o.threads;
   eo.context_size = o.ctx_size;
+  eo.f32_decode = o.f32_decode;
   ProgressBar load_bar("loading", "layers", !o.quiet);
   auto engine_or = Engine::Load(eo, [&](int64_t d, int64_t t) { load_bar.Update(d, t); });
   load_bar.Finish();

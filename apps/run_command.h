@@ -21,6 +21,7 @@ struct RunOptions {
   int threads = 0;
   int ctx_size = 0;
   bool ignore_eos = false;
+  bool f32_decode = false;
   bool quiet = false;        // no progress bars, no streaming echo of the prompt stats
   std::string json_out;      // write timings and output as JSON here
 };

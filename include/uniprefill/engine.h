@@ -21,6 +21,8 @@ struct EngineOptions {
   std::string model_path;
   int threads = 0;        // <= 0: every core
   int context_size = 0;   // <= 0: the model's own context length
+  // Decode matmuls in f32 throughout instead of on int16-quantised activations (exact, slower).
+  bool f32_decode = false;
 };
 
 struct SamplingParams {

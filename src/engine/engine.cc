@@ -34,6 +34,7 @@ Result<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options,
   impl->tokenizer = std::make_unique<tokenizer::SpmTokenizer>(std::move(tok));
   LoadOptions lo;
   lo.progress = progress;
+  lo.f32_decode = options.f32_decode;
   UP_ASSIGN_OR_RETURN(impl->model, LoadModel(std::move(file), *impl->ctx, lo));
   const ModelConfig& cfg = impl->model->config();
   if (impl->tokenizer->vocab_size() != cfg.vocab_size) {

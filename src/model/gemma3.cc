@@ -72,6 +72,7 @@ Status Gemma3Model::Load(DeviceContext& ctx, const LoadOptions& options) {
   UP_RETURN_IF_ERROR(LoadVector(*out_norm, &output_norm_));
   cfg_.tied_embeddings = output == nullptr;
   UP_ASSIGN_OR_RETURN(head_, LoadLinear(ctx, {output ? output : embd}, /*make_f32_copy=*/false));
+  head_.int16_decode_activations = !options.f32_decode;
 
   layers_.resize(cfg_.n_layers);
   for (int i = 0; i < cfg_.n_layers; ++i) {
@@ -103,8 +104,9 @@ Status Gemma3Model::Load(DeviceContext& ctx, const LoadOptions& options) {
     UP_ASSIGN_OR_RETURN(L.o, LoadLinear(ctx, {wo}, f32));
     UP_ASSIGN_OR_RETURN(L.gate_up, LoadLinear(ctx, {wg, wu}, f32));
     UP_ASSIGN_OR_RETURN(L.down, LoadLinear(ctx, {wd}, f32));
-    for (const ops::LinearWeight* w : {&L.q, &L.k, &L.v, &L.o, &L.gate_up, &L.down}) {
+    for (ops::LinearWeight* w : {&L.q, &L.k, &L.v, &L.o, &L.gate_up, &L.down}) {
       resident_bytes_ += w->f32.size();
+      w->int16_decode_activations = !options.f32_decode;
     }
     const bool global = L.kind == LayerKind::kFullAttention;
     L.rope_inv_freq = ops::RopeInvFreq(global ? cfg_.rope_theta_global : cfg_.rope_theta_local, D);

@@ -2,7 +2,9 @@
 // tools/make_model_goldens.py: an fp32 numpy forward on the same dequantised weights, and llama.cpp.
 // Per prompt (23, 483, 4177 and 16346 tokens): first-token logits close to fp32 with identical
 // top-5, the 32-token greedy continuation identical to fp32's, and the first token equal to
-// llama.cpp's. The figures are printed for docs/goldens.md.
+// llama.cpp's. Run in the default mode (decode matmuls on int16-quantised activations) on every
+// prompt, and in the exact f32 mode (--f32-decode) on the first three with tighter bounds. The
+// figures are printed for docs/goldens.md.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -31,10 +33,16 @@ std::vector<int32_t> TopK(const std::vector<float>& logits, int k) {
   return ids;
 }
 
-class Gemma3GoldenTest : public ::testing::TestWithParam<int> {};
+struct GoldenCase {
+  int prompt;
+  bool f32_decode;
+};
+
+class Gemma3GoldenTest : public ::testing::TestWithParam<GoldenCase> {};
 
 TEST_P(Gemma3GoldenTest, MatchesFp32ReferenceAndLlamaCpp) {
-  const std::string json_path = kGoldens + "prompt" + std::to_string(GetParam()) + ".json";
+  const GoldenCase gc = GetParam();
+  const std::string json_path = kGoldens + "prompt" + std::to_string(gc.prompt) + ".json";
   if (!std::filesystem::exists(kModel)) GTEST_SKIP() << "model missing: run scripts/setup.sh";
   if (!std::filesystem::exists(json_path)) GTEST_SKIP() << "golden missing: " << json_path;
   const nlohmann::json g = nlohmann::json::parse(std::ifstream(json_path));
@@ -52,7 +60,9 @@ TEST_P(Gemma3GoldenTest, MatchesFp32ReferenceAndLlamaCpp) {
   }
 
   auto ctx = DeviceContext::Cpu(0);
-  auto model_or = LoadModel(kModel, *ctx, LoadOptions{});
+  LoadOptions options;
+  options.f32_decode = gc.f32_decode;
+  auto model_or = LoadModel(kModel, *ctx, options);
   ASSERT_TRUE(model_or.ok()) << model_or.status().message();
   Model& model = **model_or;
   ASSERT_EQ(ref.size(), static_cast<size_t>(model.config().vocab_size));
@@ -68,8 +78,10 @@ TEST_P(Gemma3GoldenTest, MatchesFp32ReferenceAndLlamaCpp) {
   }
   const float max_rel = max_abs / ref_max;  // relative to the largest |logit|
   EXPECT_EQ(TopK(logits, 5), TopK(ref, 5));
-  EXPECT_LT(max_abs, 2e-3f);
-  EXPECT_LT(max_rel, 1e-4f);
+  // f32 everywhere: only summation order differs from the reference (~5e-5 measured). int16
+  // activations in the head add ~3e-3 (llama.cpp's int8 activations: ~0.9).
+  EXPECT_LT(max_abs, gc.f32_decode ? 2e-3f : 1e-2f);
+  EXPECT_LT(max_rel, gc.f32_decode ? 1e-4f : 5e-4f);
 
   std::vector<int32_t> greedy;
   for (size_t step = 0; step < fp32_greedy.size(); ++step) {
@@ -87,16 +99,22 @@ TEST_P(Gemma3GoldenTest, MatchesFp32ReferenceAndLlamaCpp) {
   }
   size_t agree_fp32 = 0;
   while (agree_fp32 < greedy.size() && greedy[agree_fp32] == fp32_greedy[agree_fp32]) ++agree_fp32;
-  std::printf("golden prompt%d: %zu tokens | first-token logits vs fp32: max abs %.3g, max rel %.3g"
+  std::printf("golden prompt%d (%s): %zu tokens | first-token logits vs fp32: max abs %.3g, max rel %.3g"
               " | greedy prefix agreement: fp32 %zu/%zu, llama.cpp %zu/%zu\n",
-              GetParam(), ids.size(), max_abs, max_rel, agree_fp32, greedy.size(), agree_llama,
+              gc.prompt, gc.f32_decode ? "f32 decode" : "int16 decode", ids.size(), max_abs, max_rel, agree_fp32, greedy.size(), agree_llama,
               greedy.size());
   RecordProperty("max_abs_err", std::to_string(max_abs));
   RecordProperty("greedy_agree_llama_cpp", static_cast<int>(agree_llama));
 }
 
-INSTANTIATE_TEST_SUITE_P(Prompts, Gemma3GoldenTest, ::testing::Values(1, 2, 3, 4),
-                         [](const auto& p) { return "prompt" + std::to_string(p.param); });
+INSTANTIATE_TEST_SUITE_P(
+    Prompts, Gemma3GoldenTest,
+    ::testing::Values(GoldenCase{1, false}, GoldenCase{2, false}, GoldenCase{3, false},
+                      GoldenCase{4, false}, GoldenCase{1, true}, GoldenCase{2, true},
+                      GoldenCase{3, true}),
+    [](const auto& p) {
+      return "prompt" + std::to_string(p.param.prompt) + (p.param.f32_decode ? "_f32" : "");
+    });
 
 }  // namespace
 }  // namespace uniprefill

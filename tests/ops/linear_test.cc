@@ -30,6 +30,7 @@ struct Case {
   int64_t in;
   int64_t t;
   bool with_f32;
+  bool int16 = false;  // single-row products on int16-quantised activations
 };
 
 // Runs one case on ctx and compares to the reference; x and out rows are strided.
@@ -37,6 +38,7 @@ void RunCase(DeviceContext& ctx, const Case& c, std::mt19937& rng) {
   std::vector<std::vector<uint8_t>> storage;
   LinearWeight w;
   w.in_features = c.in;
+  w.int16_decode_activations = c.int16;
   for (size_t i = 0; i < c.part_types.size(); ++i) {
     storage.push_back(RandomWeights(rng, c.part_types[i], c.part_rows[i], c.in));
     w.parts.push_back(TensorView::Contiguous(storage.back().data(), c.part_types[i],
@@ -63,7 +65,8 @@ void RunCase(DeviceContext& ctx, const Case& c, std::mt19937& rng) {
   reference::Linear(view(ref, c.t, w.out_features, out_stride), view(x, c.t, c.in, x_stride), w);
   std::string types;
   for (DType t : c.part_types) types += std::string(DTypeName(t)) + " ";
-  EXPECT_LT(NormalisedError(out, ref), 2e-5)
+  // int16 activations round each x to max|x| / 65534: ~1e-5 of the output scale, bounded here.
+  EXPECT_LT(NormalisedError(out, ref), c.int16 ? 1e-4 : 2e-5)
       << "types " << types << "in " << c.in << " T " << c.t << " f32 " << c.with_f32
       << " threads " << ctx.threads();
 }
@@ -108,6 +111,18 @@ TEST_P(LinearTest, FloatTypesHandleOddInnerSizes) {
       for (int64_t t : {1, 2, 5, 9}) RunCase(*ctx_, {{type}, {13}, in, t, false}, rng);
     }
   }
+}
+
+TEST_P(LinearTest, Int16DecodeActivationsStayCloseToReference) {
+  std::mt19937 rng(99);
+  for (DType t : kAllTypes) {
+    for (int64_t in : {256, 512, 2048}) {  // multiples of the K-quant block
+      for (int64_t tt : {1, 2}) RunCase(*ctx_, Case{{t}, {67}, in, tt, false, true}, rng);
+    }
+  }
+  // Mixed parts: the int16 kernel for some, the f32 kernels for the others, one quantised row.
+  RunCase(*ctx_, Case{{DType::kQ5_0, DType::kQ6_K, DType::kQ8_0}, {33, 17, 40}, 512, 1, false, true},
+          rng);
 }
 
 INSTANTIATE_TEST_SUITE_P(Threads, LinearTest, ::testing::Values(1, 2));

@@ -12,6 +12,7 @@
 #include "io/dequant.h"
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cpu/cpu_quant_dot.h"
+#include "ops/cpu/cpu_quant_dot_i16.h"
 
 namespace uniprefill::ops::cpu {
 namespace {
@@ -23,6 +24,7 @@ struct PartPlan {
   int64_t row_bytes;
   DType dtype;
   QuantDotFn fused;  // nullptr: dequantise a row, then the F32 kernel
+  QuantDotI16Fn fused_i16;  // single-row kernel on int16 activations, or nullptr
 };
 
 std::vector<PartPlan> PlanParts(const LinearWeight& w) {
@@ -31,7 +33,8 @@ std::vector<PartPlan> PlanParts(const LinearWeight& w) {
   for (const TensorView& p : w.parts) {
     assert(p.dim(1) == w.in_features);
     plan.push_back({col, p.dim(0), static_cast<const uint8_t*>(p.data),
-                    DTypeBytes(p.dtype, p.stride[0]), p.dtype, FusedQuantDot(p.dtype)});
+                    DTypeBytes(p.dtype, p.stride[0]), p.dtype, FusedQuantDot(p.dtype),
+                    w.int16_decode_activations ? FusedQuantDotI16(p.dtype) : nullptr});
     col += p.dim(0);
   }
   assert(col == w.out_features);
@@ -44,6 +47,15 @@ void MatVec(DeviceContext& ctx, TensorView out, TensorView x, const LinearWeight
   const int nx = static_cast<int>(x.dim(0));
   const int64_t in = w.in_features;
   const QuantDotFn f32_dot = FusedQuantDot(DType::kF32);
+  // One activation row: quantise it to int16 once for the parts that have an int16 kernel.
+  std::vector<int16_t> xq;
+  float x_scale = 0.0f;
+  const bool any_i16 = std::any_of(plan.begin(), plan.end(),
+                                   [](const PartPlan& p) { return p.fused_i16 != nullptr; });
+  if (nx == 1 && any_i16) {
+    xq.resize(in);
+    QuantizeRowI16(x.as<float>(), in, xq.data(), &x_scale);
+  }
   ctx.pool().ParallelFor(w.out_features, 16, [&](int64_t begin, int64_t end, int) {
     std::vector<float> scratch;  // one dequantised row for types without a fused kernel
     for (const PartPlan& p : plan) {
@@ -51,7 +63,9 @@ void MatVec(DeviceContext& ctx, TensorView out, TensorView x, const LinearWeight
       for (int64_t o = lo; o < hi; ++o) {
         const uint8_t* row = p.data + (o - p.row_begin) * p.row_bytes;
         float* dst = out.as<float>() + o;
-        if (p.fused != nullptr) {
+        if (!xq.empty() && p.fused_i16 != nullptr) {
+          *dst = x_scale * p.fused_i16(row, xq.data(), in);
+        } else if (p.fused != nullptr) {
           p.fused(row, x.as<float>(), x.stride[0], nx, in, dst, out.stride[0]);
         } else {
           scratch.resize(in);

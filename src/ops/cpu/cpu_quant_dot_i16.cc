@@ -1,0 +1,104 @@
+#include "ops/cpu/cpu_quant_dot_i16.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace uniprefill::ops::cpu {
+namespace {
+
+#define UP_INLINE inline __attribute__((always_inline))
+
+UP_INLINE float HalfAt(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+UP_INLINE float HSum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// 32 signed int8 weights (lo = elements 0..15, hi = 16..31) times 32 int16 activations: 8 int32
+// partial sums. No overflow: |w| <= 128, |xq| <= 32767, 4 products per lane.
+UP_INLINE __m256i Dot32(__m128i lo, __m128i hi, const int16_t* xq) {
+  const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq));
+  const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 16));
+  return _mm256_add_epi32(_mm256_madd_epi16(_mm256_cvtepi8_epi16(lo), x0),
+                          _mm256_madd_epi16(_mm256_cvtepi8_epi16(hi), x1));
+}
+
+// Byte j of the result is 0xFF when bit j of x is set (32 bits -> 32 bytes).
+UP_INLINE __m256i BytesFromBits(uint32_t x) {
+  const __m256i shuf = _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101,
+                                          0x0202020202020202, 0x0303030303030303);
+  __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(x)), shuf);
+  bytes = _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+  return _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1));
+}
+
+// Q8_0 block: fp16 d, int8 q[32].
+UP_INLINE __m256i BlockQ8_0(const uint8_t* b, const int16_t* xq) {
+  return Dot32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2)),
+               _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 18)), xq);
+}
+
+// Q5_0 block: fp16 d, u32 qh, qs[16]; q = (nibble | bit << 4) - 16.
+UP_INLINE __m256i BlockQ5_0(const uint8_t* b, const int16_t* xq) {
+  const __m128i m4 = _mm_set1_epi8(0x0F), sixteen = _mm_set1_epi8(16);
+  uint32_t qh;
+  std::memcpy(&qh, b + 2, 4);
+  const __m256i hb = _mm256_and_si256(BytesFromBits(qh), _mm256_set1_epi8(0x10));
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 6));
+  const __m128i lo =
+      _mm_sub_epi8(_mm_or_si128(_mm_and_si128(v, m4), _mm256_castsi256_si128(hb)), sixteen);
+  const __m128i hi = _mm_sub_epi8(
+      _mm_or_si128(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm256_extracti128_si256(hb, 1)),
+      sixteen);
+  return Dot32(lo, hi, xq);
+}
+
+// Two blocks per iteration into two accumulators so the FMA latency overlaps.
+template <int kBlockBytes, __m256i (*Block)(const uint8_t*, const int16_t*)>
+float DotBlocks(const void* w, const int16_t* xq, int64_t n) {
+  const uint8_t* b = static_cast<const uint8_t*>(w);
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64, b += 2 * kBlockBytes) {
+    const __m256i p0 = Block(b, xq + i);
+    const __m256i p1 = Block(b + kBlockBytes, xq + i + 32);
+    acc0 = _mm256_fmadd_ps(_mm256_set1_ps(HalfAt(b)), _mm256_cvtepi32_ps(p0), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_set1_ps(HalfAt(b + kBlockBytes)), _mm256_cvtepi32_ps(p1), acc1);
+  }
+  if (i < n) {
+    acc0 = _mm256_fmadd_ps(_mm256_set1_ps(HalfAt(b)), _mm256_cvtepi32_ps(Block(b, xq + i)), acc0);
+  }
+  return HSum(_mm256_add_ps(acc0, acc1));
+}
+
+}  // namespace
+
+void QuantizeRowI16(const float* x, int64_t n, int16_t* xq, float* scale) {
+  float amax = 0.0f;
+  for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+  *scale = amax / 32767.0f;
+  const float inv = amax > 0.0f ? 32767.0f / amax : 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    xq[i] = static_cast<int16_t>(std::lrintf(std::clamp(x[i] * inv, -32767.0f, 32767.0f)));
+  }
+}
+
+QuantDotI16Fn FusedQuantDotI16(DType type) {
+  switch (type) {
+    case DType::kQ8_0: return &DotBlocks<34, BlockQ8_0>;
+    case DType::kQ5_0: return &DotBlocks<22, BlockQ5_0>;
+    default: return nullptr;
+  }
+}
+
+}  // namespace uniprefill::ops::cpu
