@@ -33,8 +33,8 @@ std::string CliPath() {
 }
 
 CliResult RunCli(const std::string& args) {
-  const std::string out = ::testing::TempDir() + "cli_out.txt";
-  const std::string err = ::testing::TempDir() + "cli_err.txt";
+  const std::string out = testing::TempPath("cli_out.txt");
+  const std::string err = testing::TempPath("cli_err.txt");
   const std::string cmd = CliPath() + " " + args + " >" + out + " 2>" + err + " </dev/null";
   const int status = std::system(cmd.c_str());
   CliResult r;
@@ -86,12 +86,12 @@ TEST_F(CliTest, HelpDocumentsEveryRunFlag) {
 
 TEST_F(CliTest, RunsATinyModelAndPrintsTimings) {
   CliResult r = RunCli("run --model " + Tiny() + " --prompt 'the theme' --max-tokens 5 "
-                       "--ignore-eos --threads 2 --json " + ::testing::TempDir() + "r.json");
+                       "--ignore-eos --threads 2 --json " + testing::TempPath("r.json"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("TTFT"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("prefill"), std::string::npos);
   EXPECT_NE(r.err.find("decode"), std::string::npos);
-  const std::string json = ReadAll(::testing::TempDir() + "r.json");
+  const std::string json = ReadAll(testing::TempPath("r.json"));
   EXPECT_NE(json.find("\"generated_tokens\": 5"), std::string::npos) << json;
 }
 
@@ -162,7 +162,7 @@ TEST_F(CliTest, BadFlagValues) {
 }
 
 TEST_F(CliTest, BadPromptTokensFile) {
-  const std::string bad = ::testing::TempDir() + "bad_ids.json";
+  const std::string bad = testing::TempPath("bad_ids.json");
   std::ofstream(bad) << "[1, 2, \"x\"]";
   ExpectCleanError("run --model " + Tiny() + " --prompt-tokens-file " + bad, "non-integer");
   std::ofstream(bad) << "[2, 5000]";

@@ -38,6 +38,10 @@ struct GoldenCase {
   bool f32_decode;
 };
 
+void PrintTo(const GoldenCase& c, std::ostream* os) {
+  *os << "prompt" << c.prompt << (c.f32_decode ? " f32 decode" : " int16 decode");
+}
+
 class Gemma3GoldenTest : public ::testing::TestWithParam<GoldenCase> {};
 
 TEST_P(Gemma3GoldenTest, MatchesFp32ReferenceAndLlamaCpp) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -143,8 +144,14 @@ inline std::vector<uint8_t> BuildTinyGemma3(const TinyGemma3Options& o = {}) {
   return b.Build();
 }
 
+// A path in the test temp dir unique to this process: CTest runs tests as parallel processes, and
+// rewriting a file another process has mmap'd would crash it (SIGBUS).
+inline std::string TempPath(const std::string& name) {
+  return ::testing::TempDir() + "up_" + std::to_string(getpid()) + "_" + name;
+}
+
 inline std::string WriteTempFile(const std::string& name, const std::vector<uint8_t>& bytes) {
-  const std::string path = ::testing::TempDir() + name;
+  const std::string path = TempPath(name);
   FILE* f = std::fopen(path.c_str(), "wb");
   std::fwrite(bytes.data(), 1, bytes.size(), f);
   std::fclose(f);
