@@ -3,7 +3,31 @@
 
 #include <immintrin.h>
 
+#include <cstdint>
+#include <cstring>
+
+// Forces inlining of small SIMD helpers in hot loops (GCC otherwise keeps some out of line).
+#ifndef UP_INLINE
+#define UP_INLINE inline __attribute__((always_inline))
+#endif
+
 namespace uniprefill::ops::cpu {
+
+// The fp16 value stored (little-endian, possibly unaligned) at p, as f32.
+UP_INLINE float HalfAt(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+// Byte j of the result is 0xFF when bit j of x is set (32 bits -> 32 bytes).
+UP_INLINE __m256i BytesFromBits(uint32_t x) {
+  const __m256i shuf = _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101,
+                                          0x0202020202020202, 0x0303030303030303);
+  __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(x)), shuf);
+  bytes = _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+  return _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1));
+}
 
 // Cephes expf, ~1 ulp on [-87.3, 88]: x = n ln2 + r, |r| <= ln2 / 2, exp(r) by a degree-7
 // polynomial, times 2^n. Inputs are clamped to that range (exp(-inf) gives ~1e-38, not 0).

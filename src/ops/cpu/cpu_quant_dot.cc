@@ -4,6 +4,8 @@
 
 #include <cstring>
 
+#include "ops/cpu/cpu_math.h"
+
 // Every kernel decodes 8 weights at a time into a __m256 of f32 (scale, and for K-quants the min,
 // folded in with one FMA: w = q * (d * sc) - dmin * m) and FMAs it into every activation row, so
 // weights are decoded once however many rows there are. The integer -> float conversions dominate
@@ -11,21 +13,6 @@
 
 namespace uniprefill::ops::cpu {
 namespace {
-
-#define UP_INLINE inline __attribute__((always_inline))
-
-UP_INLINE float Half(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return _cvtsh_ss(h);
-}
-
-UP_INLINE float HSum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
 
 // Low 8 signed bytes of v -> 8 floats.
 UP_INLINE __m256 I8ToF32(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)); }
@@ -42,15 +29,6 @@ UP_INLINE void I8x32ToF32(__m256i v, __m256 f[4]) {
   f[1] = I8ToF32(_mm_srli_si128(lo, 8));
   f[2] = I8ToF32(hi);
   f[3] = I8ToF32(_mm_srli_si128(hi, 8));
-}
-
-// Byte j of the result is 0xFF when bit j of x is set (32 bits -> 32 bytes).
-UP_INLINE __m256i BytesFromBits(uint32_t x) {
-  const __m256i shuf = _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101,
-                                          0x0202020202020202, 0x0303030303030303);
-  __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(x)), shuf);
-  bytes = _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
-  return _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1));
 }
 
 // Accumulators for NX activation rows. With few rows each row gets several independent FMA chains
@@ -120,7 +98,7 @@ struct Rows {
     for (int r = 0; r < NX; ++r) {
       __m256 s = acc[r][0];
       for (int a = 1; a < kAcc; ++a) s = _mm256_add_ps(s, acc[r][a]);
-      out[r * os] = HSum(s) + tail[r];
+      out[r * os] = HorizontalSum(s) + tail[r];
     }
   }
 };
@@ -131,7 +109,7 @@ struct KernelQ8_0 {
     const uint8_t* b = static_cast<const uint8_t*>(w);
     Rows<NX> rows(x, xs);
     for (int64_t i = 0; i < n; i += 32, b += 34) {
-      const __m256 d = _mm256_set1_ps(Half(b));
+      const __m256 d = _mm256_set1_ps(HalfAt(b));
       const __m256 f[4] = {LoadI8(b + 2), LoadI8(b + 10), LoadI8(b + 18), LoadI8(b + 26)};
       rows.Fma4Scaled(f, i, d);
     }
@@ -146,7 +124,7 @@ struct KernelQ4_0 {
     const __m128i m4 = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
     Rows<NX> rows(x, xs);
     for (int64_t i = 0; i < n; i += 32, b += 18) {
-      const __m256 d = _mm256_set1_ps(Half(b));
+      const __m256 d = _mm256_set1_ps(HalfAt(b));
       const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2));
       const __m128i lo = _mm_sub_epi8(_mm_and_si128(v, m4), eight);
       const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(v, 4), m4), eight);
@@ -165,7 +143,7 @@ struct KernelQ5_0 {
     const __m128i m4 = _mm_set1_epi8(0x0F), sixteen = _mm_set1_epi8(16);
     Rows<NX> rows(x, xs);
     for (int64_t i = 0; i < n; i += 32, b += 22) {
-      const __m256 d = _mm256_set1_ps(Half(b));
+      const __m256 d = _mm256_set1_ps(HalfAt(b));
       uint32_t qh;
       std::memcpy(&qh, b + 2, 4);
       const __m256i hb = _mm256_and_si256(BytesFromBits(qh), _mm256_set1_epi8(0x10));
@@ -211,7 +189,7 @@ struct KernelQ4_K {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     Rows<NX> rows(x, xs);
     for (int64_t i = 0; i < n; i += 256, b += 144) {
-      const float d = Half(b), dmin = Half(b + 2);
+      const float d = HalfAt(b), dmin = HalfAt(b + 2);
       const uint8_t* scales = b + 4;
       const uint8_t* qs = b + 16;
       for (int j = 0; j < 4; ++j) {
@@ -235,7 +213,7 @@ struct KernelQ5_K {
     const __m256i m4 = _mm256_set1_epi8(0x0F), h16 = _mm256_set1_epi8(0x10);
     Rows<NX> rows(x, xs);
     for (int64_t i = 0; i < n; i += 256, b += 176) {
-      const float d = Half(b), dmin = Half(b + 2);
+      const float d = HalfAt(b), dmin = HalfAt(b + 2);
       const uint8_t* scales = b + 4;
       const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 16));
       const uint8_t* qs = b + 48;
@@ -266,7 +244,7 @@ struct KernelQ6_K {
                   k32 = _mm256_set1_epi8(32);
     Rows<NX> rows(x, xs);
     for (int64_t i = 0; i < n; i += 256, b += 210) {
-      const float d = Half(b + 208);
+      const float d = HalfAt(b + 208);
       for (int h = 0; h < 2; ++h) {
         const uint8_t* ql = b + 64 * h;
         const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192 + 8 * h);

@@ -6,23 +6,10 @@
 #include <cmath>
 #include <cstring>
 
+#include "ops/cpu/cpu_math.h"
+
 namespace uniprefill::ops::cpu {
 namespace {
-
-#define UP_INLINE inline __attribute__((always_inline))
-
-UP_INLINE float HalfAt(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return _cvtsh_ss(h);
-}
-
-UP_INLINE float HSum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
 
 // 32 signed int8 weights (lo = elements 0..15, hi = 16..31) times 32 int16 activations: 8 int32
 // partial sums. No overflow: |w| <= 128, |xq| <= 32767, 4 products per lane.
@@ -31,15 +18,6 @@ UP_INLINE __m256i Dot32(__m128i lo, __m128i hi, const int16_t* xq) {
   const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 16));
   return _mm256_add_epi32(_mm256_madd_epi16(_mm256_cvtepi8_epi16(lo), x0),
                           _mm256_madd_epi16(_mm256_cvtepi8_epi16(hi), x1));
-}
-
-// Byte j of the result is 0xFF when bit j of x is set (32 bits -> 32 bytes).
-UP_INLINE __m256i BytesFromBits(uint32_t x) {
-  const __m256i shuf = _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101,
-                                          0x0202020202020202, 0x0303030303030303);
-  __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(x)), shuf);
-  bytes = _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
-  return _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1));
 }
 
 // Q8_0 block: fp16 d, int8 q[32].
@@ -78,7 +56,7 @@ float DotBlocks(const void* w, const int16_t* xq, int64_t n) {
   if (i < n) {
     acc0 = _mm256_fmadd_ps(_mm256_set1_ps(HalfAt(b)), _mm256_cvtepi32_ps(Block(b, xq + i)), acc0);
   }
-  return HSum(_mm256_add_ps(acc0, acc1));
+  return HorizontalSum(_mm256_add_ps(acc0, acc1));
 }
 
 }  // namespace
