@@ -84,46 +84,76 @@ void AddRunCommand(CLI::App& app, RunOptions& o) {
   run->add_option("--json", o.json_out, "Also write the result and timings as JSON to this file");
 }
 
+namespace {
+
+// Parses a JSON array of token ids; an error message otherwise.
+bool ParseTokenIds(const std::string& path, std::vector<int32_t>* ids, std::string* error) {
+  std::string json_text;
+  if (!ReadFile(path, &json_text, error)) return false;
+  auto j = nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_array() || j.empty()) {
+    *error = "--prompt-tokens-file '" + path + "' must hold a non-empty JSON array of token ids";
+    return false;
+  }
+  for (const auto& v : j) {
+    if (!v.is_number_integer()) {
+      *error = "--prompt-tokens-file '" + path + "' holds a non-integer entry";
+      return false;
+    }
+    const int64_t id = v.get<int64_t>();
+    if (id < 0 || id > INT32_MAX) {
+      *error = "--prompt-tokens-file holds token id " + std::to_string(id) +
+               ", outside any vocabulary";
+      return false;
+    }
+    ids->push_back(static_cast<int32_t>(id));
+  }
+  return true;
+}
+
+// The prompt as text (--prompt, --prompt-file) or token ids (--prompt-tokens-file).
+bool ReadPrompt(const RunOptions& o, std::string* text, std::vector<int32_t>* ids,
+                std::string* error) {
+  *text = o.prompt;
+  if (!o.prompt_file.empty() && !ReadFile(o.prompt_file, text, error)) return false;
+  if (!o.prompt_tokens_file.empty() && !ParseTokenIds(o.prompt_tokens_file, ids, error)) {
+    return false;
+  }
+  if (text->empty() && ids->empty()) {
+    *error = "no prompt: pass --prompt TEXT, --prompt-file FILE or --prompt-tokens-file FILE";
+    return false;
+  }
+  return true;
+}
+
+// The result and timings as JSON (benchmarks read this).
+bool WriteResultJson(const RunOptions& o, const GenerationResult& r, int threads) {
+  const GenerationStats& s = r.stats;
+  const nlohmann::json j = {{"model", o.model},
+                            {"prompt_tokens", s.prompt_tokens},
+                            {"generated_tokens", s.generated_tokens},
+                            {"tokens", r.tokens},
+                            {"text", r.text},
+                            {"finish_reason", r.finish_reason},
+                            {"ttft_s", s.ttft_s},
+                            {"prefill_tok_s", s.prefill_tok_s},
+                            {"decode_tok_s", s.decode_tok_s},
+                            {"threads", threads},
+                            {"peak_rss_mib", PeakRssMiB()}};
+  std::ofstream out(o.json_out);
+  if (!out) return false;
+  out << j.dump(2) << "\n";
+  return static_cast<bool>(out);
+}
+
+}  // namespace
+
 int RunCommand(const RunOptions& o) {
-  std::string prompt_text = o.prompt;
-  if (!o.prompt_file.empty()) {
-    std::string error;
-    if (!ReadFile(o.prompt_file, &prompt_text, &error)) {
-      std::fprintf(stderr, "error: %s\n", error.c_str());
-      return 1;
-    }
-  }
+  std::string prompt_text, error;
   std::vector<int32_t> token_ids;
-  if (!o.prompt_tokens_file.empty()) {
-    std::string error, json_text;
-    if (!ReadFile(o.prompt_tokens_file, &json_text, &error)) {
-      std::fprintf(stderr, "error: %s\n", error.c_str());
-      return 1;
-    }
-    auto j = nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
-    if (!j.is_array() || j.empty()) {
-      std::fprintf(stderr, "error: --prompt-tokens-file '%s' must hold a non-empty JSON array of "
-                   "token ids\n", o.prompt_tokens_file.c_str());
-      return 1;
-    }
-    for (const auto& v : j) {
-      if (!v.is_number_integer()) {
-        std::fprintf(stderr, "error: --prompt-tokens-file '%s' holds a non-integer entry\n",
-                     o.prompt_tokens_file.c_str());
-        return 1;
-      }
-      const int64_t id = v.get<int64_t>();
-      if (id < 0 || id > INT32_MAX) {
-        std::fprintf(stderr, "error: --prompt-tokens-file holds token id %lld, outside any vocabulary\n",
-                     static_cast<long long>(id));
-        return 1;
-      }
-      token_ids.push_back(static_cast<int32_t>(id));
-    }
-  }
-  if (prompt_text.empty() && token_ids.empty()) {
-    std::fprintf(stderr, "error: no prompt: pass --prompt TEXT, --prompt-file FILE or --prompt-tokens-file FILE\n");
-    return 2;
+  if (!ReadPrompt(o, &prompt_text, &token_ids, &error)) {
+    std::fprintf(stderr, "error: %s\n", error.c_str());
+    return 1;
   }
 
   EngineOptions eo;
@@ -151,15 +181,9 @@ int RunCommand(const RunOptions& o) {
     messages.push_back({"user", prompt_text});
     text = engine.FormatChat(messages);
   }
-  std::vector<int32_t> ids =
+  // Out-of-vocabulary ids from --prompt-tokens-file are rejected by the model with the id named.
+  const std::vector<int32_t> ids =
       token_ids.empty() ? engine.Tokenize(text, /*add_bos=*/true) : token_ids;
-  for (int32_t id : ids) {
-    if (id < 0 || id >= engine.vocab_size()) {
-      std::fprintf(stderr, "error: token id %d is outside the vocabulary [0, %d)\n", id,
-                   engine.vocab_size());
-      return 1;
-    }
-  }
 
   SamplingParams sp;
   sp.max_tokens = o.max_tokens;
@@ -191,24 +215,9 @@ int RunCommand(const RunOptions& o) {
                "(%d tokens, %s) | peak RSS %.0f MiB\n",
                s.prompt_tokens, s.ttft_s, s.prefill_tok_s, s.decode_tok_s, s.generated_tokens,
                result->finish_reason.c_str(), PeakRssMiB());
-  if (!o.json_out.empty()) {
-    nlohmann::json j = {{"model", o.model},
-                        {"prompt_tokens", s.prompt_tokens},
-                        {"generated_tokens", s.generated_tokens},
-                        {"tokens", result->tokens},
-                        {"text", result->text},
-                        {"finish_reason", result->finish_reason},
-                        {"ttft_s", s.ttft_s},
-                        {"prefill_tok_s", s.prefill_tok_s},
-                        {"decode_tok_s", s.decode_tok_s},
-                        {"threads", engine.threads()},
-                        {"peak_rss_mib", PeakRssMiB()}};
-    std::ofstream out(o.json_out);
-    if (!out) {
-      std::fprintf(stderr, "error: cannot write --json file '%s'\n", o.json_out.c_str());
-      return 1;
-    }
-    out << j.dump(2) << "\n";
+  if (!o.json_out.empty() && !WriteResultJson(o, *result, engine.threads())) {
+    std::fprintf(stderr, "error: cannot write --json file '%s'\n", o.json_out.c_str());
+    return 1;
   }
   return 0;
 }

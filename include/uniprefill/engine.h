@@ -77,9 +77,6 @@ class Engine {
                                     const TextCallback& on_text = nullptr,
                                     const ProgressCallback& prefill_progress = nullptr);
 
-  // The last token's logits after prefilling `prompt` (tests and evaluation).
-  Result<std::vector<float>> PrefillLogits(std::span<const int32_t> prompt);
-
   int context_size() const;
   int vocab_size() const;
   int threads() const;

@@ -64,18 +64,6 @@ std::string Engine::FormatChat(const std::vector<ChatMessage>& messages) const {
   return tokenizer::ApplyChatTemplate(msgs, /*add_generation_prompt=*/true);
 }
 
-Result<std::vector<float>> Engine::PrefillLogits(std::span<const int32_t> prompt) {
-  if (prompt.empty()) return InvalidArgument("the prompt is empty");
-  if (static_cast<int>(prompt.size()) > impl_->context_size) {
-    return OutOfRange("the prompt has " + std::to_string(prompt.size()) +
-                      " tokens but the context holds " + std::to_string(impl_->context_size));
-  }
-  KvCache cache = impl_->model->NewCache(static_cast<int>(prompt.size()));
-  std::vector<float> logits(impl_->model->config().vocab_size);
-  UP_RETURN_IF_ERROR(impl_->model->Forward(*impl_->ctx, prompt, cache, logits.data()));
-  return logits;
-}
-
 Result<GenerationResult> Engine::Generate(std::span<const int32_t> prompt,
                                           const SamplingParams& params,
                                           const TextCallback& on_text,
