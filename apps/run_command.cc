@@ -82,6 +82,7 @@ void AddRunCommand(CLI::App& app, RunOptions& o) {
                 "activation row to int16 for ~2x faster integer kernels)");
   run->add_flag("-q,--quiet", o.quiet, "No progress bars");
   run->add_option("--json", o.json_out, "Also write the result and timings as JSON to this file");
+  AddUniPrefillFlags(*run, o.uniprefill);
 }
 
 namespace {
@@ -126,6 +127,14 @@ bool ReadPrompt(const RunOptions& o, std::string* text, std::vector<int32_t>* id
   return true;
 }
 
+nlohmann::json KeptJson(const GenerationResult& r) {
+  nlohmann::json kept = nlohmann::json::array();
+  for (const KeptTokensInfo& k : r.kept) {
+    kept.push_back({{"request", 0}, {"layer", k.layer}, {"kept", k.kept}, {"alive", k.alive}});
+  }
+  return kept;
+}
+
 // The result and timings as JSON (benchmarks read this).
 bool WriteResultJson(const RunOptions& o, const GenerationResult& r, int threads) {
   const GenerationStats& s = r.stats;
@@ -139,6 +148,7 @@ bool WriteResultJson(const RunOptions& o, const GenerationResult& r, int threads
                             {"prefill_tok_s", s.prefill_tok_s},
                             {"decode_tok_s", s.decode_tok_s},
                             {"threads", threads},
+                            {"uniprefill", KeptJson(r)},
                             {"peak_rss_mib", PeakRssMiB()}};
   std::ofstream out(o.json_out);
   if (!out) return false;
@@ -161,6 +171,10 @@ int RunCommand(const RunOptions& o) {
   eo.threads = o.threads;
   eo.context_size = o.ctx_size;
   eo.f32_decode = o.f32_decode;
+  if (!ToUniPrefillOptions(o.uniprefill, &eo.uniprefill, &error)) {
+    std::fprintf(stderr, "error: %s\n", error.c_str());
+    return 1;
+  }
   ProgressBar load_bar("loading", "layers", !o.quiet);
   auto engine_or = Engine::Load(eo, [&](int64_t d, int64_t t) { load_bar.Update(d, t); });
   load_bar.Finish();
@@ -172,6 +186,7 @@ int RunCommand(const RunOptions& o) {
   if (!o.quiet) {
     std::fprintf(stderr, "model: %s | %d threads | context %d\n",
                  engine.model_description().c_str(), engine.threads(), engine.context_size());
+    std::fprintf(stderr, "uniprefill: %s\n", engine.uniprefill_description().c_str());
   }
 
   std::string text = prompt_text;
@@ -208,6 +223,10 @@ int RunCommand(const RunOptions& o) {
   if (!result.ok()) {
     std::fprintf(stderr, "error: %s\n", result.status().message().c_str());
     return 1;
+  }
+  for (const KeptTokensInfo& k : result->kept) {
+    std::fprintf(stderr, "uniprefill: request 0 layer %d kept %d/%d tokens\n", k.layer, k.kept,
+                 k.alive);
   }
   const GenerationStats& s = result->stats;
   std::fprintf(stderr,

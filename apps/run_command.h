@@ -4,6 +4,8 @@
 #include <CLI/CLI.hpp>
 #include <string>
 
+#include "uniprefill_flags.h"
+
 namespace uniprefill::cli {
 
 struct RunOptions {
@@ -24,6 +26,7 @@ struct RunOptions {
   bool f32_decode = false;
   bool quiet = false;        // no progress bars, no streaming echo of the prompt stats
   std::string json_out;      // write timings and output as JSON here
+  UniPrefillFlags uniprefill;
 };
 
 void AddRunCommand(CLI::App& app, RunOptions& options);

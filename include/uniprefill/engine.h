@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -17,12 +18,26 @@
 
 namespace uniprefill {
 
+// UniPrefill settings; an unset field takes the model's default (see docs/uniprefill.md).
+struct UniPrefillOptions {
+  bool enabled = true;
+  std::optional<std::vector<int>> drop_layers;  // full-attention layer indices, ascending
+  std::optional<std::string> mode;               // "top-p" or "fixed-ratio"
+  std::optional<float> top_p;                    // p of the top-p mode
+  std::optional<float> keep_ratio;               // fraction of blocks in the fixed-ratio mode
+  std::optional<int> block_size;                 // G
+  std::optional<int> sink;                       // S
+  std::optional<int> last_n;                     // n
+  std::optional<std::string> window;             // sliding windows after a drop: "alive" or "position"
+};
+
 struct EngineOptions {
   std::string model_path;
   int threads = 0;        // <= 0: every core
   int context_size = 0;   // <= 0: the model's own context length
   // Decode matmuls in f32 throughout instead of on int16-quantised activations (exact, slower).
   bool f32_decode = false;
+  UniPrefillOptions uniprefill;
 };
 
 struct SamplingParams {
@@ -48,11 +63,19 @@ struct GenerationStats {
   double decode_tok_s = 0;  // (generated - 1) / decode_s
 };
 
+// What one UniPrefill drop layer kept of a prefill.
+struct KeptTokensInfo {
+  int layer = 0;
+  int kept = 0;
+  int alive = 0;
+};
+
 struct GenerationResult {
   std::vector<int32_t> tokens;  // generated ids
   std::string text;
   std::string finish_reason;    // "stop" (end of turn) or "length"
   GenerationStats stats;
+  std::vector<KeptTokensInfo> kept;  // per drop layer that selected (empty: dense or short prompt)
 };
 
 // (done, total) progress of a long step (loading, prefill).
@@ -82,6 +105,7 @@ class Engine {
   int threads() const;
   std::string model_name() const;
   std::string model_description() const;  // one line: architecture, layers, sizes
+  std::string uniprefill_description() const;  // one line: on/off, drop layers, mode, G/S/n
 
  private:
   struct Impl;

@@ -9,6 +9,7 @@
 #include "engine/sampler.h"
 #include "io/gguf.h"
 #include "model/model.h"
+#include "sparsity/uniprefill_config.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/spm_tokenizer.h"
 
@@ -18,8 +19,50 @@ struct Engine::Impl {
   std::unique_ptr<DeviceContext> ctx;
   std::unique_ptr<tokenizer::SpmTokenizer> tokenizer;
   std::unique_ptr<Model> model;
+  UniPrefillConfig uniprefill;
   int context_size = 0;
 };
+
+namespace {
+
+// The model's defaults with the user's overrides applied, validated against the model.
+Result<UniPrefillConfig> ResolveUniPrefill(const UniPrefillOptions& o, const ModelConfig& model) {
+  UniPrefillConfig c = DefaultUniPrefillConfig(model);
+  c.enabled = o.enabled;
+  if (o.drop_layers) {
+    c.drop_layers = *o.drop_layers;
+    c.origin = "command line";
+  }
+  if (o.mode) {
+    if (*o.mode == "top-p") {
+      c.selection.mode = sparsity::SelectionMode::kTopP;
+    } else if (*o.mode == "fixed-ratio") {
+      c.selection.mode = sparsity::SelectionMode::kFixedRatio;
+    } else {
+      return InvalidArgument("unknown UniPrefill mode '" + *o.mode +
+                             "' (expected top-p or fixed-ratio)");
+    }
+  }
+  if (o.window) {
+    if (*o.window == "alive") {
+      c.window_mode = WindowMode::kAliveIndex;
+    } else if (*o.window == "position") {
+      c.window_mode = WindowMode::kPosition;
+    } else {
+      return InvalidArgument("unknown sliding-window mode '" + *o.window +
+                             "' (expected alive or position)");
+    }
+  }
+  if (o.top_p) c.selection.top_p = *o.top_p;
+  if (o.keep_ratio) c.selection.keep_ratio = *o.keep_ratio;
+  if (o.block_size) c.selection.block_size = *o.block_size;
+  if (o.sink) c.selection.sink = *o.sink;
+  if (o.last_n) c.selection.last_n = *o.last_n;
+  UP_RETURN_IF_ERROR(ValidateUniPrefillConfig(c, model));
+  return c;
+}
+
+}  // namespace
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() = default;
@@ -41,6 +84,7 @@ Result<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options,
     return DataLoss("the tokenizer has " + std::to_string(impl->tokenizer->vocab_size()) +
                     " tokens but the model's embedding has " + std::to_string(cfg.vocab_size));
   }
+  UP_ASSIGN_OR_RETURN(impl->uniprefill, ResolveUniPrefill(options.uniprefill, cfg));
   impl->context_size = options.context_size > 0 ? options.context_size : cfg.context_length;
   if (impl->context_size > cfg.context_length) {
     return InvalidArgument("context size " + std::to_string(impl->context_size) +
@@ -82,8 +126,10 @@ Result<GenerationResult> Engine::Generate(std::span<const int32_t> prompt,
                       std::to_string(impl_->model->config().context_length) + ")");
   }
   const int cache_tokens = static_cast<int>(std::min<int64_t>(needed, impl_->context_size));
-  KvCache cache = impl_->model->NewCache(cache_tokens);
   Model& model = *impl_->model;
+  const UniPrefillConfig& up = impl_->uniprefill;
+  std::unique_ptr<SequenceCache> cache =
+      model.NewCache(cache_tokens, up.active_drop_layers());
   std::vector<float> logits(model.config().vocab_size);
   tokenizer::StreamDecoder stream(*impl_->tokenizer);
   Sampler sampler(SamplerConfig{params.temperature, params.top_k, params.top_p, params.seed});
@@ -91,7 +137,11 @@ Result<GenerationResult> Engine::Generate(std::span<const int32_t> prompt,
   GenerationResult result;
   result.stats.prompt_tokens = static_cast<int>(prompt.size());
   const auto t0 = Clock::now();
-  UP_RETURN_IF_ERROR(model.Forward(*impl_->ctx, prompt, cache, logits.data(), prefill_progress));
+  std::vector<KeptTokens> kept;
+  SequenceStep step{cache.get(), prompt, logits.data(), &kept};
+  UP_RETURN_IF_ERROR(model.ForwardBatch(*impl_->ctx, std::span<const SequenceStep>(&step, 1), up,
+                                        prefill_progress));
+  for (const KeptTokens& k : kept) result.kept.push_back({k.layer, k.kept, k.alive});
   int32_t next = sampler.Sample(logits);
   const auto t_first = Clock::now();
   result.stats.ttft_s = std::chrono::duration<double>(t_first - t0).count();
@@ -108,9 +158,11 @@ Result<GenerationResult> Engine::Generate(std::span<const int32_t> prompt,
     result.text += piece;
     if (on_text && !piece.empty()) on_text(piece);
     if (static_cast<int>(result.tokens.size()) >= params.max_tokens) break;
-    if (cache.length() >= cache.max_tokens()) break;  // context full: finish as "length"
-    const int32_t step[1] = {next};
-    UP_RETURN_IF_ERROR(model.Forward(*impl_->ctx, step, cache, logits.data()));
+    if (cache->length() >= cache->max_tokens()) break;  // context full: finish as "length"
+    const int32_t one[1] = {next};
+    SequenceStep decode{cache.get(), one, logits.data(), nullptr};
+    UP_RETURN_IF_ERROR(
+        model.ForwardBatch(*impl_->ctx, std::span<const SequenceStep>(&decode, 1), up));
     next = sampler.Sample(logits);
   }
   const std::string rest = stream.Finish();
@@ -128,6 +180,18 @@ int Engine::context_size() const { return impl_->context_size; }
 int Engine::vocab_size() const { return impl_->model->config().vocab_size; }
 int Engine::threads() const { return impl_->ctx->threads(); }
 std::string Engine::model_name() const { return impl_->model->config().name; }
+std::string Engine::uniprefill_description() const {
+  const UniPrefillConfig& c = impl_->uniprefill;
+  if (!c.enabled) return "off (dense prefill)";
+  const sparsity::SelectionParams& p = c.selection;
+  std::string mode = p.mode == sparsity::SelectionMode::kTopP
+                         ? "top-p " + std::to_string(p.top_p).substr(0, 5)
+                         : "fixed-ratio " + std::to_string(p.keep_ratio).substr(0, 4);
+  return "on, drop layers " + LayerListToString(c.drop_layers) + ", " + mode + ", G " +
+         std::to_string(p.block_size) + ", S " + std::to_string(p.sink) + ", n " +
+         std::to_string(p.last_n) + " (" + c.origin + ")";
+}
+
 std::string Engine::model_description() const {
   const ModelConfig& c = impl_->model->config();
   return c.name + " (" + c.architecture + ", " + std::to_string(c.n_layers) + " layers, hidden " +

@@ -1,228 +1,186 @@
+// Gemma 3 (sliding-window / full-attention hybrid): its weights and its layer.
 #include "model/gemma3.h"
 
-#include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <string>
 #include <vector>
 
-#include "model/linear_loader.h"
-#include "model/weight_table.h"
+#include "model/blocks/attention_block.h"
+#include "model/blocks/feed_forward.h"
+#include "model/weight_source.h"
 #include "ops/ops.h"
 
 namespace uniprefill {
 namespace {
 
-constexpr int kMaxChunk = 512;  // prefill tokens per pass: bounds activation memory
-
 struct Gemma3Layer {
-  std::vector<float> attn_norm, q_norm, k_norm, post_attn_norm, ffn_norm, post_ffn_norm;
-  ops::LinearWeight q, k, v, o, gate_up, down;
-  std::vector<float> rope_inv_freq;
-  LayerKind kind = LayerKind::kSlidingAttention;
+  std::vector<float> attn_norm, post_attn_norm, ffn_norm, post_ffn_norm;  // f32 [hidden], as applied
+  AttentionWeights attn;
+  GatedFfnWeights ffn;
 };
 
 class Gemma3Model final : public Model {
  public:
-  Gemma3Model(std::unique_ptr<gguf::GgufFile> file, ModelConfig cfg)
-      : file_(std::move(file)), cfg_(std::move(cfg)) {}
+  explicit Gemma3Model(ModelConfig cfg) : cfg_(std::move(cfg)) {}
 
-  Status Load(DeviceContext& ctx, const LoadOptions& options);
+  // names: the source's tensor naming; norm_offset: 0 for GGUF (the +1 is baked in), 1 for HF.
+  Status Load(DeviceContext& ctx, const WeightSource& src, const Gemma3TensorNames& names,
+              float norm_offset, const LoadOptions& options);
+  void KeepAlive(std::shared_ptr<void> owner) { owner_ = std::move(owner); }
 
   const ModelConfig& config() const override { return cfg_; }
-  int max_chunk() const override { return kMaxChunk; }
-  KvCache NewCache(int max_tokens) const override {
-    std::vector<LayerCacheSpec> specs;
-    for (LayerKind kind : cfg_.layer_kinds) {
-      specs.push_back({cfg_.kv_dim(), kind == LayerKind::kSlidingAttention ? cfg_.sliding_window : 0});
-    }
-    return KvCache(std::move(specs), max_tokens, kMaxChunk);
-  }
-  Status Forward(DeviceContext& ctx, std::span<const int32_t> tokens, KvCache& cache, float* logits,
-                 const ProgressFn& progress) override;
   size_t resident_weight_bytes() const override { return resident_bytes_; }
 
- private:
-  Status ForwardChunk(DeviceContext& ctx, std::span<const int32_t> tokens, KvCache& cache,
-                      float* logits);
-  void AttentionBlock(DeviceContext& ctx, const Gemma3Layer& L, int layer, TensorView x, int T,
-                      KvCache& cache, const int32_t* pos);
-  void FeedForwardBlock(DeviceContext& ctx, const Gemma3Layer& L, TensorView x, int T);
+ protected:
+  void Embed(DeviceContext& ctx, const int32_t* ids, TensorView x) override {
+    ops::Embedding(ctx, x, token_embd_, ids, cfg_.embedding_scale);
+  }
+  Status RunLayer(DeviceContext& ctx, int i, PackedBatch& batch, const DropLayer* drop,
+                  WindowMode window_mode) override;
+  void Head(DeviceContext& ctx, TensorView x, TensorView logits) override {
+    ops::RmsNorm(ctx, x, x, output_norm_.data(), cfg_.rms_eps);
+    ops::Linear(ctx, logits, x, head_);
+  }
 
-  std::unique_ptr<gguf::GgufFile> file_;
+ private:
   ModelConfig cfg_;
-  TensorView token_embd_;  // [vocab, hidden], as stored (Q8_0 in the default model)
-  ops::LinearWeight head_;  // tied: the same tensor, read in place
+  std::shared_ptr<void> owner_;  // the mapped file(s) the weights point into
+  TensorView token_embd_;        // [vocab, hidden], as stored
+  ops::LinearWeight head_;       // tied: the same tensor, read in place
   std::vector<float> output_norm_;
   std::vector<Gemma3Layer> layers_;
   size_t resident_bytes_ = 0;
 };
 
-Status Gemma3Model::Load(DeviceContext& ctx, const LoadOptions& options) {
+Status Gemma3Model::Load(DeviceContext& ctx, const WeightSource& src, const Gemma3TensorNames& n,
+                         float norm_offset, const LoadOptions& options) {
   const int64_t H = cfg_.hidden, Q = cfg_.q_dim(), KV = cfg_.kv_dim(), F = cfg_.ffn_hidden;
-  const int64_t D = cfg_.head_dim;
-  auto get = [&](const std::string& name, std::vector<int64_t> shape,
-                 bool required = true) -> Result<const gguf::TensorInfo*> {
-    return LookupWeight(*file_, WeightSpec{name, std::move(shape), required});
-  };
-  UP_ASSIGN_OR_RETURN(const gguf::TensorInfo* embd, get("token_embd.weight", {cfg_.vocab_size, H}));
-  UP_ASSIGN_OR_RETURN(const gguf::TensorInfo* out_norm, get("output_norm.weight", {H}));
-  UP_ASSIGN_OR_RETURN(const gguf::TensorInfo* output, get("output.weight", {cfg_.vocab_size, H}, false));
-  token_embd_ = embd->View();
-  UP_RETURN_IF_ERROR(LoadVector(*out_norm, &output_norm_));
-  cfg_.tied_embeddings = output == nullptr;
-  UP_ASSIGN_OR_RETURN(head_, LoadLinear(ctx, {output ? output : embd}, /*make_f32_copy=*/false));
+  const int64_t D = cfg_.head_dim, V = cfg_.vocab_size;
+  UP_ASSIGN_OR_RETURN(token_embd_, src.Get(n.embedding, {V, H}));
+  UP_ASSIGN_OR_RETURN(output_norm_, LoadVector(src, n.output_norm, H, norm_offset));
+  cfg_.tied_embeddings = !src.Has(n.output);
+  UP_ASSIGN_OR_RETURN(head_, LoadLinear(ctx, src, {cfg_.tied_embeddings ? n.embedding : n.output},
+                                        {{V, H}}, /*make_f32_copy=*/false));
   head_.int16_decode_activations = !options.f32_decode;
 
   layers_.resize(cfg_.n_layers);
+  const bool f32 = options.f32_prefill_weights;
   for (int i = 0; i < cfg_.n_layers; ++i) {
     Gemma3Layer& L = layers_[i];
-    const std::string p = "blk." + std::to_string(i) + ".";
-    L.kind = cfg_.layer_kinds[i];
-    const bool f32 = options.f32_prefill_weights;
-    std::pair<const char*, std::vector<float>*> norms[] = {
-        {"attn_norm", &L.attn_norm}, {"post_attention_norm", &L.post_attn_norm},
-        {"ffn_norm", &L.ffn_norm}, {"post_ffw_norm", &L.post_ffn_norm}};
-    for (auto& [name, dst] : norms) {
-      UP_ASSIGN_OR_RETURN(const gguf::TensorInfo* t, get(p + name + ".weight", {H}));
-      UP_RETURN_IF_ERROR(LoadVector(*t, dst));
-    }
-    UP_ASSIGN_OR_RETURN(const gguf::TensorInfo* qn, get(p + "attn_q_norm.weight", {D}));
-    UP_ASSIGN_OR_RETURN(const gguf::TensorInfo* kn, get(p + "attn_k_norm.weight", {D}));
-    UP_RETURN_IF_ERROR(LoadVector(*qn, &L.q_norm));
-    UP_RETURN_IF_ERROR(LoadVector(*kn, &L.k_norm));
-    UP_ASSIGN_OR_RETURN(const gguf::TensorInfo* wq, get(p + "attn_q.weight", {Q, H}));
-    UP_ASSIGN_OR_RETURN(const gguf::TensorInfo* wk, get(p + "attn_k.weight", {KV, H}));
-    UP_ASSIGN_OR_RETURN(const gguf::TensorInfo* wv, get(p + "attn_v.weight", {KV, H}));
-    UP_ASSIGN_OR_RETURN(const gguf::TensorInfo* wo, get(p + "attn_output.weight", {H, Q}));
-    UP_ASSIGN_OR_RETURN(const gguf::TensorInfo* wg, get(p + "ffn_gate.weight", {F, H}));
-    UP_ASSIGN_OR_RETURN(const gguf::TensorInfo* wu, get(p + "ffn_up.weight", {F, H}));
-    UP_ASSIGN_OR_RETURN(const gguf::TensorInfo* wd, get(p + "ffn_down.weight", {H, F}));
-    UP_ASSIGN_OR_RETURN(L.q, LoadLinear(ctx, {wq}, f32));
-    UP_ASSIGN_OR_RETURN(L.k, LoadLinear(ctx, {wk}, f32));
-    UP_ASSIGN_OR_RETURN(L.v, LoadLinear(ctx, {wv}, f32));
-    UP_ASSIGN_OR_RETURN(L.o, LoadLinear(ctx, {wo}, f32));
-    UP_ASSIGN_OR_RETURN(L.gate_up, LoadLinear(ctx, {wg, wu}, f32));
-    UP_ASSIGN_OR_RETURN(L.down, LoadLinear(ctx, {wd}, f32));
-    for (ops::LinearWeight* w : {&L.q, &L.k, &L.v, &L.o, &L.gate_up, &L.down}) {
+    auto name = [&](const std::string& pattern) { return n.Layer(pattern, i); };
+    UP_ASSIGN_OR_RETURN(L.attn_norm, LoadVector(src, name(n.attn_norm), H, norm_offset));
+    UP_ASSIGN_OR_RETURN(L.post_attn_norm, LoadVector(src, name(n.post_attn_norm), H, norm_offset));
+    UP_ASSIGN_OR_RETURN(L.ffn_norm, LoadVector(src, name(n.ffn_norm), H, norm_offset));
+    UP_ASSIGN_OR_RETURN(L.post_ffn_norm, LoadVector(src, name(n.post_ffn_norm), H, norm_offset));
+    AttentionWeights& a = L.attn;
+    UP_ASSIGN_OR_RETURN(a.q_norm, LoadVector(src, name(n.q_norm), D, norm_offset));
+    UP_ASSIGN_OR_RETURN(a.k_norm, LoadVector(src, name(n.k_norm), D, norm_offset));
+    UP_ASSIGN_OR_RETURN(a.q, LoadLinear(ctx, src, {name(n.q)}, {{Q, H}}, f32));
+    UP_ASSIGN_OR_RETURN(a.k, LoadLinear(ctx, src, {name(n.k)}, {{KV, H}}, f32));
+    UP_ASSIGN_OR_RETURN(a.v, LoadLinear(ctx, src, {name(n.v)}, {{KV, H}}, f32));
+    UP_ASSIGN_OR_RETURN(a.o, LoadLinear(ctx, src, {name(n.o)}, {{H, Q}}, f32));
+    UP_ASSIGN_OR_RETURN(L.ffn.gate_up, LoadLinear(ctx, src, {name(n.gate), name(n.up)},
+                                                  {{F, H}, {F, H}}, f32));
+    UP_ASSIGN_OR_RETURN(L.ffn.down, LoadLinear(ctx, src, {name(n.down)}, {{H, F}}, f32));
+    L.ffn.activation = ops::Activation::kGeluTanh;
+    for (ops::LinearWeight* w : {&a.q, &a.k, &a.v, &a.o, &L.ffn.gate_up, &L.ffn.down}) {
       resident_bytes_ += w->f32.size();
       w->int16_decode_activations = !options.f32_decode;
     }
-    const bool global = L.kind == LayerKind::kFullAttention;
-    L.rope_inv_freq = ops::RopeInvFreq(global ? cfg_.rope_theta_global : cfg_.rope_theta_local, D);
+    const bool global = cfg_.layer_kinds[i] == LayerKind::kFullAttention;
+    a.rope_inv_freq = ops::RopeInvFreq(global ? cfg_.rope_theta_global : cfg_.rope_theta_local, D);
     if (global && cfg_.rope_scale_global != 1.0f) {
-      for (float& f : L.rope_inv_freq) f /= cfg_.rope_scale_global;
+      for (float& f : a.rope_inv_freq) f /= cfg_.rope_scale_global;
     }
+    a.rot_dims = static_cast<int>(D);
+    a.rope_style = ops::RopeStyle::kNeox;
+    a.n_heads = cfg_.n_heads;
+    a.n_kv_heads = cfg_.n_kv_heads;
+    a.head_dim = cfg_.head_dim;
+    a.scale = cfg_.attention_scale;
+    a.norm_eps = cfg_.rms_eps;
+    a.window = global ? 0 : cfg_.sliding_window;
     if (options.progress) options.progress(i + 1, cfg_.n_layers);
   }
   return OkStatus();
 }
 
-void Gemma3Model::AttentionBlock(DeviceContext& ctx, const Gemma3Layer& L, int layer,
-                                 TensorView x, int T, KvCache& cache, const int32_t* pos) {
-  const int Hq = cfg_.n_heads, Hkv = cfg_.n_kv_heads, D = cfg_.head_dim;
-  Buffer h_buf(sizeof(float) * T * cfg_.hidden), q_buf(sizeof(float) * T * cfg_.q_dim()),
-      attn_buf(sizeof(float) * T * cfg_.q_dim());
-  TensorView h = h_buf.View(DType::kF32, {T, cfg_.hidden});         // f32 [T, hidden]
-  TensorView q = q_buf.View(DType::kF32, {T, cfg_.q_dim()});        // f32 [T, Hq * D]
-  TensorView k = cache.NewKeys(layer, T);                           // f32 [T, Hkv * D]
-  TensorView v = cache.NewValues(layer, T);                         // f32 [T, Hkv * D]
-  ops::RmsNorm(ctx, h, x, L.attn_norm.data(), cfg_.rms_eps);
-  ops::Linear(ctx, q, h, L.q);
-  ops::Linear(ctx, k, h, L.k);
-  ops::Linear(ctx, v, h, L.v);
-  // Per-head q/k norms: view rows as heads.
-  ops::RmsNorm(ctx, q_buf.View(DType::kF32, {int64_t(T) * Hq, D}),
-               q_buf.View(DType::kF32, {int64_t(T) * Hq, D}), L.q_norm.data(), cfg_.rms_eps);
-  TensorView k_heads = TensorView::Contiguous(k.data, DType::kF32, {int64_t(T) * Hkv, D});
-  ops::RmsNorm(ctx, k_heads, k_heads, L.k_norm.data(), cfg_.rms_eps);
-  TensorView q3 = q_buf.View(DType::kF32, {T, Hq, D});
-  TensorView k3 = TensorView::Contiguous(k.data, DType::kF32, {T, Hkv, D});
-  ops::Rope(ctx, q3, pos, L.rope_inv_freq.data(), D, ops::RopeStyle::kNeox);
-  ops::Rope(ctx, k3, pos, L.rope_inv_freq.data(), D, ops::RopeStyle::kNeox);
-
-  const int n_keys = cache.Count(layer) + T;
-  TensorView keys = TensorView::Contiguous(cache.Keys(layer).data, DType::kF32, {n_keys, Hkv, D});
-  TensorView vals = TensorView::Contiguous(cache.Values(layer).data, DType::kF32, {n_keys, Hkv, D});
-  TensorView attn3 = attn_buf.View(DType::kF32, {T, Hq, D});
-  ops::AttentionParams ap;
-  ap.scale = cfg_.attention_scale;
-  ap.window = L.kind == LayerKind::kSlidingAttention ? cfg_.sliding_window : 0;
-  ops::Attention(ctx, attn3, q3, keys, vals, pos, cache.Positions(layer), ap);
-
-  ops::Linear(ctx, h, attn_buf.View(DType::kF32, {T, cfg_.q_dim()}), L.o);
-  ops::RmsNorm(ctx, h, h, L.post_attn_norm.data(), cfg_.rms_eps);
-  ops::Add(ctx, x, x, h);
-}
-
-void Gemma3Model::FeedForwardBlock(DeviceContext& ctx, const Gemma3Layer& L, TensorView x, int T) {
-  const int64_t F = cfg_.ffn_hidden;
-  Buffer h_buf(sizeof(float) * T * cfg_.hidden), gu_buf(sizeof(float) * T * 2 * F),
-      act_buf(sizeof(float) * T * F);
-  TensorView h = h_buf.View(DType::kF32, {T, cfg_.hidden});  // f32 [T, hidden]
-  TensorView gu = gu_buf.View(DType::kF32, {T, 2 * F});      // f32 [T, 2F]: gate | up
-  TensorView act = act_buf.View(DType::kF32, {T, F});        // f32 [T, F]
-  ops::RmsNorm(ctx, h, x, L.ffn_norm.data(), cfg_.rms_eps);
-  ops::Linear(ctx, gu, h, L.gate_up);
-  TensorView gate = gu, up = gu;
-  gate.shape[1] = F;
-  up.shape[1] = F;
-  up.data = gu.as<float>() + F;
-  ops::GatedActivation(ctx, act, gate, up, ops::Activation::kGeluTanh);
-  ops::Linear(ctx, h, act, L.down);
-  ops::RmsNorm(ctx, h, h, L.post_ffn_norm.data(), cfg_.rms_eps);
-  ops::Add(ctx, x, x, h);
-}
-
-Status Gemma3Model::ForwardChunk(DeviceContext& ctx, std::span<const int32_t> tokens,
-                                 KvCache& cache, float* logits) {
-  const int T = static_cast<int>(tokens.size());
-  for (int32_t id : tokens) {
-    if (id < 0 || id >= cfg_.vocab_size) {
-      return InvalidArgument("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
-                             std::to_string(cfg_.vocab_size) + ")");
-    }
+Status Gemma3Model::RunLayer(DeviceContext& ctx, int i, PackedBatch& batch, const DropLayer* drop,
+                             WindowMode window_mode) {
+  const Gemma3Layer& L = layers_[i];
+  const int64_t H = cfg_.hidden;
+  // Attention: x += post_norm(attn(norm(x))); at a drop layer the batch shrinks inside.
+  {
+    Buffer h_buf(sizeof(float) * batch.rows() * H);
+    TensorView h = h_buf.View(DType::kF32, {batch.rows(), H});  // f32 [rows, hidden]
+    ops::RmsNorm(ctx, h, batch.x(), L.attn_norm.data(), cfg_.rms_eps);
+    Buffer a_buf;
+    UP_RETURN_IF_ERROR(AttentionForward(ctx, L.attn, i, batch, h, drop, window_mode, &a_buf));
+    TensorView a = a_buf.View(DType::kF32, {batch.rows(), H});  // f32 [rows', hidden]
+    ops::RmsNorm(ctx, a, a, L.post_attn_norm.data(), cfg_.rms_eps);
+    ops::Add(ctx, batch.x(), batch.x(), a);
   }
-  UP_RETURN_IF_ERROR(cache.BeginAppend(T));
-  std::vector<int32_t> pos(T);
-  for (int t = 0; t < T; ++t) pos[t] = cache.length() + t;
-
-  Buffer x_buf(sizeof(float) * T * cfg_.hidden);
-  TensorView x = x_buf.View(DType::kF32, {T, cfg_.hidden});  // f32 [T, hidden]: the residual
-  ops::Embedding(ctx, x, token_embd_, tokens.data(), cfg_.embedding_scale);
-  for (int i = 0; i < cfg_.n_layers; ++i) {
-    AttentionBlock(ctx, layers_[i], i, x, T, cache, pos.data());
-    FeedForwardBlock(ctx, layers_[i], x, T);
-  }
-  cache.EndAppend(T);
-  if (logits) {
-    TensorView last = x.Slice0(T - 1, 1);  // f32 [1, hidden]
-    ops::RmsNorm(ctx, last, last, output_norm_.data(), cfg_.rms_eps);
-    ops::Linear(ctx, TensorView::Contiguous(logits, DType::kF32, {1, cfg_.vocab_size}), last, head_);
-  }
-  return OkStatus();
-}
-
-Status Gemma3Model::Forward(DeviceContext& ctx, std::span<const int32_t> tokens, KvCache& cache,
-                            float* logits, const ProgressFn& progress) {
-  if (tokens.empty()) return InvalidArgument("Forward needs at least one token");
-  if (cache.length() + static_cast<int64_t>(tokens.size()) > cache.max_tokens()) {
-    return OutOfRange("the input has " + std::to_string(cache.length() + tokens.size()) +
-                      " tokens but the context holds " + std::to_string(cache.max_tokens()) +
-                      "; shorten the prompt or raise --ctx-size (the model supports up to " +
-                      std::to_string(cfg_.context_length) + ")");
-  }
-  const size_t n = tokens.size();
-  for (size_t b = 0; b < n; b += kMaxChunk) {
-    const size_t len = std::min<size_t>(kMaxChunk, n - b);
-    const bool last = b + len == n;
-    UP_RETURN_IF_ERROR(ForwardChunk(ctx, tokens.subspan(b, len), cache, last ? logits : nullptr));
-    if (progress) progress(static_cast<int64_t>(b + len), static_cast<int64_t>(n));
-  }
+  // Feed-forward: x += post_norm(ffn(norm(x))).
+  Buffer h_buf(sizeof(float) * batch.rows() * H), f_buf(sizeof(float) * batch.rows() * H);
+  TensorView h = h_buf.View(DType::kF32, {batch.rows(), H});
+  TensorView f = f_buf.View(DType::kF32, {batch.rows(), H});
+  ops::RmsNorm(ctx, h, batch.x(), L.ffn_norm.data(), cfg_.rms_eps);
+  GatedFfnForward(ctx, L.ffn, h, f);
+  ops::RmsNorm(ctx, f, f, L.post_ffn_norm.data(), cfg_.rms_eps);
+  ops::Add(ctx, batch.x(), batch.x(), f);
   return OkStatus();
 }
 
 }  // namespace
+
+std::string Gemma3TensorNames::Layer(const std::string& pattern, int i) const {
+  std::string s = pattern;
+  const size_t at = s.find("{}");
+  if (at != std::string::npos) s.replace(at, 2, std::to_string(i));
+  return s;
+}
+
+Gemma3TensorNames Gemma3TensorNames::Gguf() {
+  Gemma3TensorNames n;
+  n.embedding = "token_embd.weight";
+  n.output_norm = "output_norm.weight";
+  n.output = "output.weight";
+  n.attn_norm = "blk.{}.attn_norm.weight";
+  n.post_attn_norm = "blk.{}.post_attention_norm.weight";
+  n.ffn_norm = "blk.{}.ffn_norm.weight";
+  n.post_ffn_norm = "blk.{}.post_ffw_norm.weight";
+  n.q_norm = "blk.{}.attn_q_norm.weight";
+  n.k_norm = "blk.{}.attn_k_norm.weight";
+  n.q = "blk.{}.attn_q.weight";
+  n.k = "blk.{}.attn_k.weight";
+  n.v = "blk.{}.attn_v.weight";
+  n.o = "blk.{}.attn_output.weight";
+  n.gate = "blk.{}.ffn_gate.weight";
+  n.up = "blk.{}.ffn_up.weight";
+  n.down = "blk.{}.ffn_down.weight";
+  return n;
+}
+
+Gemma3TensorNames Gemma3TensorNames::HuggingFace() {
+  Gemma3TensorNames n;
+  n.embedding = "model.embed_tokens.weight";
+  n.output_norm = "model.norm.weight";
+  n.output = "lm_head.weight";
+  n.attn_norm = "model.layers.{}.input_layernorm.weight";
+  n.post_attn_norm = "model.layers.{}.post_attention_layernorm.weight";
+  n.ffn_norm = "model.layers.{}.pre_feedforward_layernorm.weight";
+  n.post_ffn_norm = "model.layers.{}.post_feedforward_layernorm.weight";
+  n.q_norm = "model.layers.{}.self_attn.q_norm.weight";
+  n.k_norm = "model.layers.{}.self_attn.k_norm.weight";
+  n.q = "model.layers.{}.self_attn.q_proj.weight";
+  n.k = "model.layers.{}.self_attn.k_proj.weight";
+  n.v = "model.layers.{}.self_attn.v_proj.weight";
+  n.o = "model.layers.{}.self_attn.o_proj.weight";
+  n.gate = "model.layers.{}.mlp.gate_proj.weight";
+  n.up = "model.layers.{}.mlp.up_proj.weight";
+  n.down = "model.layers.{}.mlp.down_proj.weight";
+  return n;
+}
 
 Result<ModelConfig> Gemma3ConfigFromGguf(const gguf::GgufFile& f) {
   ModelConfig c;
@@ -288,8 +246,21 @@ Result<ModelConfig> Gemma3ConfigFromGguf(const gguf::GgufFile& f) {
 Result<std::unique_ptr<Model>> LoadGemma3(std::unique_ptr<gguf::GgufFile> file, DeviceContext& ctx,
                                           const LoadOptions& options) {
   UP_ASSIGN_OR_RETURN(ModelConfig cfg, Gemma3ConfigFromGguf(*file));
-  auto model = std::make_unique<Gemma3Model>(std::move(file), std::move(cfg));
-  UP_RETURN_IF_ERROR(model->Load(ctx, options));
+  auto model = std::make_unique<Gemma3Model>(std::move(cfg));
+  std::shared_ptr<gguf::GgufFile> owner(std::move(file));
+  UP_RETURN_IF_ERROR(model->Load(ctx, *GgufWeightSource(*owner), Gemma3TensorNames::Gguf(),
+                                 /*norm_offset=*/0.0f, options));
+  model->KeepAlive(owner);
+  return std::unique_ptr<Model>(std::move(model));
+}
+
+Result<std::unique_ptr<Model>> LoadGemma3(const ModelConfig& config, std::shared_ptr<void> owner,
+                                          const WeightSource& src, DeviceContext& ctx,
+                                          const LoadOptions& options) {
+  auto model = std::make_unique<Gemma3Model>(config);
+  UP_RETURN_IF_ERROR(model->Load(ctx, src, Gemma3TensorNames::HuggingFace(), /*norm_offset=*/1.0f,
+                                 options));
+  model->KeepAlive(std::move(owner));
   return std::unique_ptr<Model>(std::move(model));
 }
 

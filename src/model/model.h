@@ -1,9 +1,13 @@
-// Model: a loaded architecture that turns token ids into next-token logits, one sequence at a time
-// (batched forwards over several requests arrive with the UniPrefill issue).
+// Model: a loaded architecture that turns packed batches of token ids into next-token logits.
 //
-// Invariants: Forward appends exactly tokens.size() entries to the cache; logits are f32 [vocab]
-// for the last token. A model holds its weights (mmap'd file plus any dequantised copies) and no
-// per-sequence state: that lives in the KvCache, so one model serves many sequences.
+// One ForwardBatch runs several requests together (prefills of any length and single-token decodes,
+// DESIGN.md section 2), layer by layer over all their rows, with UniPrefill drops at the configured
+// layers. Architectures implement three hooks (embed, one layer, head); the batch bookkeeping, the
+// segment walk and the logits gathering live here, once.
+//
+// Invariants: ForwardBatch appends each request's tokens to its cache; logits are f32 [vocab] of each
+// request's last token. A model holds its weights and no per-request state (that lives in the
+// SequenceCache), so one model serves many requests.
 #pragma once
 
 #include <cstdint>
@@ -11,12 +15,15 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "core/device_context.h"
 #include "core/status.h"
 #include "io/gguf.h"
-#include "kv/kv_cache.h"
+#include "kv/sequence_cache.h"
 #include "model/model_config.h"
+#include "model/packed_batch.h"
+#include "sparsity/uniprefill_config.h"
 
 namespace uniprefill {
 
@@ -27,16 +34,32 @@ class Model {
  public:
   virtual ~Model() = default;
   virtual const ModelConfig& config() const = 0;
-  // A cache sized for this model; max_chunk bounds tokens per Forward call.
-  virtual KvCache NewCache(int max_tokens) const = 0;
-  // The largest number of tokens one Forward call processes at once (longer inputs are split).
-  virtual int max_chunk() const = 0;
-  // Runs tokens through the model at positions cache.length().., appending them to the cache, and
-  // writes the last token's logits f32 [vocab] into `logits`.
-  virtual Status Forward(DeviceContext& ctx, std::span<const int32_t> tokens, KvCache& cache,
-                         float* logits, const ProgressFn& progress = nullptr) = 0;
   // Bytes of weights held in memory beyond the mapped file (dequantised copies).
   virtual size_t resident_weight_bytes() const = 0;
+
+  // A cache for one request of at most max_tokens tokens, with one segment per drop layer + 1.
+  std::unique_ptr<SequenceCache> NewCache(int max_tokens, const std::vector<int>& drop_layers) const;
+  std::unique_ptr<SequenceCache> NewCache(int max_tokens) const { return NewCache(max_tokens, {}); }
+
+  // Runs every request's new tokens through the model (progress: layers done of all layers).
+  // Every cache must have been made for uniprefill.active_drop_layers().
+  Status ForwardBatch(DeviceContext& ctx, std::span<const SequenceStep> steps,
+                      const UniPrefillConfig& uniprefill, const ProgressFn& progress = nullptr);
+
+  // One request, dense (no drop layers).
+  Status Forward(DeviceContext& ctx, std::span<const int32_t> tokens, SequenceCache& cache,
+                 float* logits, const ProgressFn& progress = nullptr);
+
+ protected:
+  // x f32 [rows, hidden] = embeddings of ids [rows].
+  virtual void Embed(DeviceContext& ctx, const int32_t* ids, TensorView x) = 0;
+  // Layer i over the batch (its residual batch.x()). `drop` is set at drop layers; the layer then
+  // hands it to its attention block, which compacts the batch.
+  virtual Status RunLayer(DeviceContext& ctx, int i, PackedBatch& batch, const DropLayer* drop,
+                          WindowMode window_mode) = 0;
+  // logits f32 [R, vocab] of the final hidden rows x f32 [R, hidden] (final norm + lm head; x may be
+  // overwritten).
+  virtual void Head(DeviceContext& ctx, TensorView x, TensorView logits) = 0;
 };
 
 struct LoadOptions {
@@ -49,11 +72,12 @@ struct LoadOptions {
   ProgressFn progress;
 };
 
-// Opens a GGUF model file and builds the model for its architecture. Errors name the file and what
-// is wrong (missing, not GGUF, truncated, unsupported architecture or quantisation, bad shapes).
+// Opens a model: a GGUF file, or a Hugging Face checkpoint directory (config.json + safetensors).
+// Errors name the file and what is wrong (missing, not a model, truncated, unsupported
+// architecture or quantisation, bad shapes).
 Result<std::unique_ptr<Model>> LoadModel(const std::string& path, DeviceContext& ctx,
                                          const LoadOptions& options);
-// The same from an already opened file (the engine also builds its tokenizer from it).
+// The same from an already opened GGUF file (the engine also builds its tokenizer from it).
 Result<std::unique_ptr<Model>> LoadModel(std::unique_ptr<gguf::GgufFile> file, DeviceContext& ctx,
                                          const LoadOptions& options);
 

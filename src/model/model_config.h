@@ -8,7 +8,7 @@
 
 namespace uniprefill {
 
-enum class LayerKind { kFullAttention, kSlidingAttention };
+enum class LayerKind { kFullAttention, kSlidingAttention, kLinearAttention };
 
 struct ModelConfig {
   std::string architecture;  // e.g. "gemma3"
@@ -30,9 +30,15 @@ struct ModelConfig {
   float attention_scale = 1.0f;
   bool tied_embeddings = true;
   std::vector<LayerKind> layer_kinds;
+  // Linear-attention (Gated DeltaNet) layers, where layer_kinds has any.
+  int linear_k_heads = 0, linear_v_heads = 0, linear_k_dim = 0, linear_v_dim = 0;
+  int linear_conv_kernel = 0;
 
   int q_dim() const { return n_heads * head_dim; }
   int kv_dim() const { return n_kv_heads * head_dim; }
+  int linear_conv_dim() const {
+    return 2 * linear_k_heads * linear_k_dim + linear_v_heads * linear_v_dim;
+  }
 };
 
 }  // namespace uniprefill

@@ -58,4 +58,15 @@ void Attention(DeviceContext& ctx, TensorView out, TensorView q, TensorView k, T
   cpu::Attention(ctx, out, q, k, v, q_pos, k_pos, params);
 }
 
+void AttentionImportance(DeviceContext& ctx, float* importance, TensorView q, TensorView k,
+                         const int32_t* q_pos, const int32_t* k_pos, float scale) {
+  assert(ctx.device() == Device::kCpu);
+  cpu::AttentionImportance(ctx, importance, q, k, q_pos, k_pos, scale);
+}
+
+void GatherRows(DeviceContext& ctx, TensorView out, TensorView x, const int32_t* rows) {
+  assert(ctx.device() == Device::kCpu);
+  cpu::GatherRows(ctx, out, x, rows);
+}
+
 }  // namespace uniprefill::ops

@@ -71,9 +71,9 @@ TEST_P(Gemma3GoldenTest, MatchesFp32ReferenceAndLlamaCpp) {
   Model& model = **model_or;
   ASSERT_EQ(ref.size(), static_cast<size_t>(model.config().vocab_size));
 
-  KvCache cache = model.NewCache(static_cast<int>(ids.size() + fp32_greedy.size() + 1));
+  auto cache = model.NewCache(static_cast<int>(ids.size() + fp32_greedy.size() + 1));
   std::vector<float> logits(model.config().vocab_size);
-  ASSERT_TRUE(model.Forward(*ctx, ids, cache, logits.data()).ok());
+  ASSERT_TRUE(model.Forward(*ctx, ids, *cache, logits.data()).ok());
 
   float max_abs = 0, ref_max = 0;
   for (size_t i = 0; i < ref.size(); ++i) {
@@ -93,7 +93,7 @@ TEST_P(Gemma3GoldenTest, MatchesFp32ReferenceAndLlamaCpp) {
     greedy.push_back(next);
     if (step + 1 == fp32_greedy.size()) break;
     const int32_t one[1] = {next};
-    ASSERT_TRUE(model.Forward(*ctx, one, cache, logits.data()).ok());
+    ASSERT_TRUE(model.Forward(*ctx, one, *cache, logits.data()).ok());
   }
   EXPECT_EQ(greedy, fp32_greedy);
   EXPECT_EQ(greedy.front(), llama_greedy.front());

@@ -63,23 +63,23 @@ TEST(Gemma3TinyTest, ChunkedPrefillEqualsTokenByTokenDecode) {
   Model& m = **model;
   const std::vector<int32_t> ids = RandomTokens(1100, 7);
   std::vector<float> whole(m.config().vocab_size), stepwise(m.config().vocab_size);
-  KvCache c1 = m.NewCache(2048);
-  ASSERT_TRUE(m.Forward(*ctx, ids, c1, whole.data()).ok());
-  KvCache c2 = m.NewCache(2048);
+  auto c1 = m.NewCache(2048);
+  ASSERT_TRUE(m.Forward(*ctx, ids, *c1, whole.data()).ok());
+  auto c2 = m.NewCache(2048);
   for (size_t i = 0; i < ids.size(); ++i) {
-    ASSERT_TRUE(m.Forward(*ctx, std::span(ids).subspan(i, 1), c2, stepwise.data()).ok());
+    ASSERT_TRUE(m.Forward(*ctx, std::span(ids).subspan(i, 1), *c2, stepwise.data()).ok());
   }
   float scale = 0;
   for (float x : whole) scale = std::max(scale, std::fabs(x));
   EXPECT_LT(MaxAbsDiff(whole, stepwise), 1e-3f * scale);
-  EXPECT_EQ(c1.length(), 1100);
-  EXPECT_EQ(c2.length(), 1100);
+  EXPECT_EQ(c1->length(), 1100);
+  EXPECT_EQ(c2->length(), 1100);
 
   auto quant_only = LoadTiny(*ctx, {}, /*f32_weights=*/false);
   ASSERT_TRUE(quant_only.ok());
   std::vector<float> fused(m.config().vocab_size);
-  KvCache c3 = (*quant_only)->NewCache(2048);
-  ASSERT_TRUE((*quant_only)->Forward(*ctx, ids, c3, fused.data()).ok());
+  auto c3 = (*quant_only)->NewCache(2048);
+  ASSERT_TRUE((*quant_only)->Forward(*ctx, ids, *c3, fused.data()).ok());
   EXPECT_LT(MaxAbsDiff(whole, fused), 1e-3f * scale);
 }
 
@@ -90,9 +90,9 @@ TEST(Gemma3TinyTest, ThreadCountDoesNotChangeResults) {
   ASSERT_TRUE(model.ok());
   const std::vector<int32_t> ids = RandomTokens(300, 3);
   std::vector<float> a((*model)->config().vocab_size), b(a.size());
-  KvCache c1 = (*model)->NewCache(512), c2 = (*model)->NewCache(512);
-  ASSERT_TRUE((*model)->Forward(*ctx1, ids, c1, a.data()).ok());
-  ASSERT_TRUE((*model)->Forward(*ctx2, ids, c2, b.data()).ok());
+  auto c1 = (*model)->NewCache(512); auto c2 = (*model)->NewCache(512);
+  ASSERT_TRUE((*model)->Forward(*ctx1, ids, *c1, a.data()).ok());
+  ASSERT_TRUE((*model)->Forward(*ctx2, ids, *c2, b.data()).ok());
   EXPECT_LT(MaxAbsDiff(a, b), 1e-4f);
 }
 
@@ -100,21 +100,21 @@ TEST(Gemma3TinyTest, PromptLongerThanContextIsOutOfRange) {
   auto ctx = DeviceContext::Cpu(1);
   auto model = LoadTiny(*ctx, {});
   ASSERT_TRUE(model.ok());
-  KvCache cache = (*model)->NewCache(64);
+  auto cache = (*model)->NewCache(64);
   std::vector<float> logits((*model)->config().vocab_size);
-  Status st = (*model)->Forward(*ctx, RandomTokens(65, 1), cache, logits.data());
+  Status st = (*model)->Forward(*ctx, RandomTokens(65, 1), *cache, logits.data());
   EXPECT_EQ(st.code(), ErrorCode::kOutOfRange);
-  EXPECT_EQ(cache.length(), 0);
+  EXPECT_EQ(cache->length(), 0);
 }
 
 TEST(Gemma3TinyTest, OutOfVocabularyTokenIsRejected) {
   auto ctx = DeviceContext::Cpu(1);
   auto model = LoadTiny(*ctx, {});
   ASSERT_TRUE(model.ok());
-  KvCache cache = (*model)->NewCache(64);
+  auto cache = (*model)->NewCache(64);
   std::vector<float> logits((*model)->config().vocab_size);
   std::vector<int32_t> ids = {2, 5, 999};
-  Status st = (*model)->Forward(*ctx, ids, cache, logits.data());
+  Status st = (*model)->Forward(*ctx, ids, *cache, logits.data());
   EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument);
   EXPECT_NE(st.message().find("999"), std::string::npos);
 }
@@ -136,9 +136,11 @@ TEST(Gemma3TinyTest, WrongShapeNamesTensorExpectedAndFound) {
   o.wrong_ffn_shape = true;
   auto model = LoadTiny(*ctx, o);
   ASSERT_FALSE(model.ok());
-  EXPECT_EQ(model.status().message(),
-            "tensor 'blk.1.ffn_up.weight' has shape [768, 256], expected [512, 256] from the "
-            "model's metadata");
+  EXPECT_EQ(model.status().message().rfind(
+                "tensor 'blk.1.ffn_up.weight' has shape [768, 256], expected [512, 256] from the "
+                "model's metadata",
+                0),
+            0u);
 }
 
 TEST(Gemma3TinyTest, MissingTensorIsNamed) {

@@ -26,4 +26,8 @@ void Add(DeviceContext& ctx, TensorView out, TensorView a, TensorView b);
 void Attention(DeviceContext& ctx, TensorView out, TensorView q, TensorView k, TensorView v,
                const int32_t* q_pos, const int32_t* k_pos, const AttentionParams& params);
 
+void AttentionImportance(DeviceContext& ctx, float* importance, TensorView q, TensorView k,
+                         const int32_t* q_pos, const int32_t* k_pos, float scale);
+void GatherRows(DeviceContext& ctx, TensorView out, TensorView x, const int32_t* rows);
+
 }  // namespace uniprefill::ops::cpu

@@ -1,0 +1,62 @@
+#include "uniprefill_flags.h"
+
+#include "sparsity/uniprefill_config.h"
+
+namespace uniprefill::cli {
+
+void AddUniPrefillFlags(CLI::App& cmd, UniPrefillFlags& f) {
+  const std::string group = "UniPrefill";
+  cmd.add_option("--uniprefill", f.enabled, "Token dropping in prefill: on or off")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str()
+      ->group(group);
+  f.drop_layers_opt = cmd.add_option("--drop-layers", f.drop_layers,
+                                     "Full-attention layers that select tokens, e.g. 7,11,15 "
+                                     "(default: the model's)")
+                          ->group(group);
+  f.top_p_opt = cmd.add_option("--uniprefill-p", f.top_p,
+                               "Keep blocks holding this share of attention (top-p mode)")
+                    ->group(group);
+  cmd.add_option("--uniprefill-mode", f.mode, "Selection: top-p or fixed-ratio")
+      ->check(CLI::IsMember({"top-p", "fixed-ratio"}))
+      ->group(group);
+  f.keep_ratio_opt = cmd.add_option("--keep-ratio", f.keep_ratio,
+                                    "Fraction of blocks kept per drop layer (fixed-ratio mode)")
+                         ->group(group);
+  f.block_size_opt =
+      cmd.add_option("--block-size", f.block_size, "Tokens per scored block (G)")->group(group);
+  f.sink_opt = cmd.add_option("--sink", f.sink, "First tokens always kept (S)")->group(group);
+  f.last_n_opt = cmd.add_option("--last-n", f.last_n,
+                                "Observation window: last tokens that score, always kept (n)")
+                     ->group(group);
+  cmd.add_option("--window-mode", f.window,
+                 "Sliding windows after a drop count alive tokens (alive, the reference) or "
+                 "positions (position)")
+      ->check(CLI::IsMember({"alive", "position"}))
+      ->group(group);
+}
+
+bool ToUniPrefillOptions(const UniPrefillFlags& f, UniPrefillOptions* out, std::string* error) {
+  out->enabled = f.enabled != "off";
+  if (f.drop_layers_opt && f.drop_layers_opt->count()) {
+    auto layers = ParseLayerList(f.drop_layers);
+    if (!layers.ok()) {
+      *error = "--drop-layers: " + layers.status().message();
+      return false;
+    }
+    out->drop_layers = *layers;
+  }
+  if (!f.mode.empty()) out->mode = f.mode;
+  if (!f.window.empty()) out->window = f.window == "alive" ? "alive" : "position";
+  if (f.top_p_opt && f.top_p_opt->count()) out->top_p = f.top_p;
+  if (f.keep_ratio_opt && f.keep_ratio_opt->count()) {
+    out->keep_ratio = f.keep_ratio;
+    if (!out->mode) out->mode = "fixed-ratio";  // a keep ratio only means something there
+  }
+  if (f.block_size_opt && f.block_size_opt->count()) out->block_size = f.block_size;
+  if (f.sink_opt && f.sink_opt->count()) out->sink = f.sink;
+  if (f.last_n_opt && f.last_n_opt->count()) out->last_n = f.last_n;
+  return true;
+}
+
+}  // namespace uniprefill::cli

@@ -1,0 +1,30 @@
+// The UniPrefill flags shared by every command that runs a model (run, and later serve, bench,
+// eval): --uniprefill on|off, --drop-layers, --uniprefill-p, --uniprefill-mode, --keep-ratio,
+// --block-size, --sink, --last-n, --window-mode. Unset flags keep the model's defaults.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+
+#include "uniprefill/engine.h"
+
+namespace uniprefill::cli {
+
+struct UniPrefillFlags {
+  std::string enabled = "on";
+  std::string drop_layers;
+  float top_p = 0;
+  std::string mode;
+  float keep_ratio = 0;
+  int block_size = 0, sink = 0, last_n = 0;
+  std::string window;
+  // Which options the user gave (CLI11 options, set by AddUniPrefillFlags).
+  CLI::Option *drop_layers_opt = nullptr, *top_p_opt = nullptr, *keep_ratio_opt = nullptr,
+              *block_size_opt = nullptr, *sink_opt = nullptr, *last_n_opt = nullptr;
+};
+
+void AddUniPrefillFlags(CLI::App& cmd, UniPrefillFlags& flags);
+// The engine options the flags ask for; false with *error set on a malformed value.
+bool ToUniPrefillOptions(const UniPrefillFlags& flags, UniPrefillOptions* out, std::string* error);
+
+}  // namespace uniprefill::cli

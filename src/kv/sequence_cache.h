@@ -1,0 +1,130 @@
+// SequenceCache: everything one request keeps between forwards: per attention layer the keys and
+// values of the tokens alive in that layer's segment, per linear-attention layer its recurrent and
+// conv state, and per segment the number of tokens it holds.
+//
+// Segments (DESIGN.md section 2): the drop layers d_1 < d_2 < ... cut the stack; segment 0 is layers
+// 0..d_1, segment s is d_s + 1 .. d_{s+1}. Every layer of a segment sees the same token set, so a
+// token appended to a segment gets the same *alive index* (its rank in that segment) in each of its
+// layers. Later segments hold fewer tokens after a UniPrefill drop; decode appends to every segment.
+//
+// Each KV entry carries its original position (RoPE used it; kept tokens keep positions) and its
+// alive index (causal order and the sliding window are by alive index, as the reference's paged
+// cache of compacted tokens behaves). Sliding-window layers keep only the W - 1 newest entries
+// (plus the tokens being appended), so their memory is O(W + step).
+//
+// Model code sees the cache only through this interface and KvLayerView, a list of chunks:
+// ContiguousSequenceCache returns one chunk per layer; the paged allocator of the serving issue
+// returns one chunk per block behind the same calls.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/buffer.h"
+#include "core/status.h"
+#include "core/tensor.h"
+#include "kv/linear_state.h"
+
+namespace uniprefill {
+
+// Sizes of a linear-attention (Gated DeltaNet) layer's per-request state.
+struct LinearStateShape {
+  int conv_dim = 0, conv_kernel = 0, n_v_heads = 0, d_k = 0, d_v = 0;
+};
+
+enum class CacheLayerKind { kFullAttention, kSlidingAttention, kLinearAttention };
+
+struct CacheLayerSpec {
+  CacheLayerKind kind = CacheLayerKind::kFullAttention;
+  int kv_dim = 0;   // n_kv_heads * head_dim (attention layers)
+  int window = 0;   // W for sliding layers
+  LinearStateShape linear;  // linear-attention layers
+};
+
+struct CacheLayout {
+  std::vector<CacheLayerSpec> layers;
+  std::vector<int> segment_of_layer;  // [n_layers], non-decreasing from 0
+  int n_segments = 1;
+  // Builds segment_of_layer from ascending drop layers (empty: one segment).
+  static CacheLayout WithDropLayers(std::vector<CacheLayerSpec> layers,
+                                    const std::vector<int>& drop_layers);
+};
+
+// A contiguous run of cached entries of one layer.
+struct KvChunk {
+  const float* k = nullptr;       // f32 [count, kv_dim]
+  const float* v = nullptr;       // f32 [count, kv_dim]
+  const int32_t* pos = nullptr;   // [count] original positions, ascending
+  const int32_t* index = nullptr; // [count] alive indices in the layer's segment, ascending
+  int count = 0;
+};
+
+struct KvLayerView {
+  std::vector<KvChunk> chunks;  // in order; total = count()
+  int kv_dim = 0;
+  int count() const;
+};
+
+// Where a step's new entries go: f32 [n, kv_dim] views to fill.
+struct KvAppendSlot {
+  TensorView k, v;
+};
+
+class SequenceCache {
+ public:
+  virtual ~SequenceCache() = default;
+  virtual const CacheLayout& layout() const = 0;
+  // Tokens fed so far: the position of the next token.
+  virtual int length() const = 0;
+  virtual int max_tokens() const = 0;
+  // Tokens held by segment s (its next alive index).
+  virtual int segment_length(int segment) const = 0;
+
+  // Makes room for n new entries of attention layer `layer` with the given positions and alive
+  // indices (ascending, after every entry held) and returns where to write their keys and values.
+  // The entries count as held from now on.
+  virtual Result<KvAppendSlot> AppendKv(int layer, int n, const int32_t* pos,
+                                        const int32_t* index) = 0;
+  virtual KvLayerView Layer(int layer) const = 0;
+  virtual LinearAttentionState* Linear(int layer) = 0;
+
+  // Ends a forward: every segment s grew by added[s] tokens and the sequence by `tokens` positions.
+  virtual void Commit(int tokens, const std::vector<int>& added) = 0;
+  virtual size_t bytes() const = 0;
+};
+
+// Each attention layer in one growable buffer (full layers) or a bounded one (sliding layers).
+class ContiguousSequenceCache final : public SequenceCache {
+ public:
+  ContiguousSequenceCache(CacheLayout layout, int max_tokens);
+
+  const CacheLayout& layout() const override { return layout_; }
+  int length() const override { return length_; }
+  int max_tokens() const override { return max_tokens_; }
+  int segment_length(int segment) const override { return segment_len_[segment]; }
+  Result<KvAppendSlot> AppendKv(int layer, int n, const int32_t* pos,
+                                const int32_t* index) override;
+  KvLayerView Layer(int layer) const override;
+  LinearAttentionState* Linear(int layer) override { return linear_[layer].get(); }
+  void Commit(int tokens, const std::vector<int>& added) override;
+  size_t bytes() const override;
+
+ private:
+  struct LayerStore {
+    Buffer k, v;                 // f32 [capacity, kv_dim]
+    std::vector<int32_t> pos, index;
+    int capacity = 0;
+    int count = 0;
+  };
+  Status Reserve(int layer, int needed);
+
+  CacheLayout layout_;
+  int max_tokens_;
+  int length_ = 0;
+  std::vector<int> segment_len_;
+  std::vector<LayerStore> kv_;
+  std::vector<std::unique_ptr<LinearAttentionState>> linear_;
+};
+
+}  // namespace uniprefill

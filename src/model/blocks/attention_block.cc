@@ -1,0 +1,206 @@
+#include "model/blocks/attention_block.h"
+
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "sparsity/token_selection.h"
+
+namespace uniprefill {
+namespace {
+
+// A layer's cached keys/values of one request as contiguous views: the single chunk in place, or
+// the chunks gathered into `scratch` (paged caches).
+struct ContiguousKv {
+  TensorView k, v;                 // f32 [N, Hkv, D]
+  const int32_t* pos = nullptr;    // [N]
+  const int32_t* index = nullptr;  // [N]
+  int n = 0;
+  Buffer scratch;
+  std::vector<int32_t> pos_copy, index_copy;
+};
+
+void ViewKv(const KvLayerView& view, int n_kv_heads, int head_dim, ContiguousKv* out) {
+  const int n = view.count();
+  out->n = n;
+  if (view.chunks.size() == 1) {
+    const KvChunk& c = view.chunks[0];
+    out->k = TensorView::Contiguous(const_cast<float*>(c.k), DType::kF32, {n, n_kv_heads, head_dim});
+    out->v = TensorView::Contiguous(const_cast<float*>(c.v), DType::kF32, {n, n_kv_heads, head_dim});
+    out->pos = c.pos;
+    out->index = c.index;
+    return;
+  }
+  const size_t row = static_cast<size_t>(view.kv_dim);
+  out->scratch = Buffer(sizeof(float) * row * 2 * std::max(n, 1));
+  float* k = out->scratch.as<float>();
+  float* v = k + row * n;
+  size_t at = 0;
+  for (const KvChunk& c : view.chunks) {
+    std::memcpy(k + at * row, c.k, sizeof(float) * row * c.count);
+    std::memcpy(v + at * row, c.v, sizeof(float) * row * c.count);
+    out->pos_copy.insert(out->pos_copy.end(), c.pos, c.pos + c.count);
+    out->index_copy.insert(out->index_copy.end(), c.index, c.index + c.count);
+    at += c.count;
+  }
+  out->k = TensorView::Contiguous(k, DType::kF32, {n, n_kv_heads, head_dim});
+  out->v = TensorView::Contiguous(v, DType::kF32, {n, n_kv_heads, head_dim});
+  out->pos = out->pos_copy.data();
+  out->index = out->index_copy.data();
+}
+
+// UniPrefill selection for request r (rows [begin, end) of q): kept rows relative to begin, or an
+// empty list when the request passes through.
+Result<std::vector<int32_t>> SelectRows(DeviceContext& ctx, const AttentionWeights& w,
+                                        const PackedBatch& batch, int r, TensorView q,
+                                        const ContiguousKv& kv, const DropLayer& drop) {
+  const PackedBatch::Seq& s = batch.seq(r);
+  const sparsity::SelectionParams& p = drop.config->selection;
+  const int n_alive = s.rows();
+  if (n_alive <= p.sink + p.last_n) return std::vector<int32_t>();
+  // The request's alive rows of this step are its newest n_alive cache entries.
+  const int first_new = kv.n - n_alive;
+  if (first_new < 0) return Internal("UniPrefill: the cache holds fewer entries than alive rows");
+  const int n_obs = std::min(p.last_n, n_alive);
+  TensorView q_obs = q.Slice0(s.end - n_obs, n_obs);  // f32 [n_obs, Hq, D]
+  std::vector<float> importance(kv.n, 0.0f);
+  ops::AttentionImportance(ctx, importance.data(), q_obs, kv.k, batch.indices() + s.end - n_obs,
+                           kv.index, w.scale);
+  std::vector<float> candidates(importance.begin() + first_new, importance.end());
+  std::vector<int32_t> keep = sparsity::SelectTokens(candidates, p);
+  if (drop.steps[r].kept) {
+    drop.steps[r].kept->push_back({drop.layer, static_cast<int>(keep.size()), n_alive});
+  }
+  if (static_cast<int>(keep.size()) == n_alive) return std::vector<int32_t>();
+  return keep;
+}
+
+}  // namespace
+
+Status AttentionForward(DeviceContext& ctx, const AttentionWeights& w, int layer,
+                        PackedBatch& batch, TensorView h, const DropLayer* drop,
+                        WindowMode window_mode, Buffer* out) {
+  const int T = batch.rows();
+  const int Hq = w.n_heads, Hkv = w.n_kv_heads, D = w.head_dim;
+  const int64_t qd = int64_t(Hq) * D, kvd = int64_t(Hkv) * D;
+  const int64_t hidden = h.dim(1);
+
+  // Projections. q f32 [T, Hq, D]; gate f32 [T, Hq * D] when gated; k, v f32 [T, Hkv * D].
+  Buffer q_buf(sizeof(float) * T * qd), gate_buf, k_buf(sizeof(float) * T * kvd),
+      v_buf(sizeof(float) * T * kvd);
+  TensorView q = q_buf.View(DType::kF32, {T, Hq, D});
+  if (w.gated_output) {
+    Buffer qg(sizeof(float) * T * qd * 2);
+    ops::Linear(ctx, qg.View(DType::kF32, {T, 2 * qd}), h, w.q);
+    gate_buf = Buffer(sizeof(float) * T * qd);
+    const float* src = qg.as<float>();
+    float* qo = q_buf.as<float>();
+    float* go = gate_buf.as<float>();
+    for (int64_t t = 0; t < T; ++t) {
+      for (int hh = 0; hh < Hq; ++hh) {
+        const float* s = src + (t * Hq + hh) * 2 * D;
+        std::memcpy(qo + (t * Hq + hh) * D, s, sizeof(float) * D);
+        std::memcpy(go + (t * Hq + hh) * D, s + D, sizeof(float) * D);
+      }
+    }
+  } else {
+    ops::Linear(ctx, q_buf.View(DType::kF32, {T, qd}), h, w.q);
+  }
+  TensorView k2 = k_buf.View(DType::kF32, {T, kvd}), v2 = v_buf.View(DType::kF32, {T, kvd});
+  ops::Linear(ctx, k2, h, w.k);
+  ops::Linear(ctx, v2, h, w.v);
+  if (!w.q_norm.empty()) {
+    TensorView qh = q_buf.View(DType::kF32, {int64_t(T) * Hq, D});
+    ops::RmsNorm(ctx, qh, qh, w.q_norm.data(), w.norm_eps);
+  }
+  if (!w.k_norm.empty()) {
+    TensorView kh = k_buf.View(DType::kF32, {int64_t(T) * Hkv, D});
+    ops::RmsNorm(ctx, kh, kh, w.k_norm.data(), w.norm_eps);
+  }
+  TensorView k3 = k_buf.View(DType::kF32, {T, Hkv, D});
+  ops::Rope(ctx, q, batch.positions(), w.rope_inv_freq.data(), w.rot_dims, w.rope_style);
+  ops::Rope(ctx, k3, batch.positions(), w.rope_inv_freq.data(), w.rot_dims, w.rope_style);
+
+  // Cache this step's keys and values, per request.
+  for (int r = 0; r < batch.n_seqs(); ++r) {
+    const PackedBatch::Seq& s = batch.seq(r);
+    UP_ASSIGN_OR_RETURN(KvAppendSlot slot,
+                        s.cache->AppendKv(layer, s.rows(), batch.positions() + s.begin,
+                                          batch.indices() + s.begin));
+    std::memcpy(slot.k.data, k2.row<float>(s.begin), sizeof(float) * kvd * s.rows());
+    std::memcpy(slot.v.data, v2.row<float>(s.begin), sizeof(float) * kvd * s.rows());
+  }
+
+  // The query rows that get an output, with their masking coordinate in this layer's segment.
+  std::vector<int32_t> q_mask(batch.indices(), batch.indices() + T);
+  if (window_mode == WindowMode::kPosition && w.window > 0) {
+    q_mask.assign(batch.positions(), batch.positions() + T);
+  }
+  Buffer q_kept_buf, gate_kept_buf;
+  if (drop != nullptr) {
+    std::vector<std::vector<int32_t>> keep(batch.n_seqs());
+    std::vector<int32_t> rows;  // absolute rows kept
+    bool any = false;
+    for (int r = 0; r < batch.n_seqs(); ++r) {
+      ContiguousKv kv;
+      ViewKv(batch.seq(r).cache->Layer(layer), Hkv, D, &kv);
+      UP_ASSIGN_OR_RETURN(keep[r], SelectRows(ctx, w, batch, r, q, kv, *drop));
+      const PackedBatch::Seq& s = batch.seq(r);
+      if (keep[r].empty()) {
+        for (int i = s.begin; i < s.end; ++i) rows.push_back(i);
+      } else {
+        any = true;
+        for (int32_t i : keep[r]) rows.push_back(s.begin + i);
+      }
+    }
+    if (any) {
+      const int64_t kept = static_cast<int64_t>(rows.size());
+      q_kept_buf = Buffer(sizeof(float) * kept * qd);
+      ops::GatherRows(ctx, q_kept_buf.View(DType::kF32, {kept, qd}),
+                      q_buf.View(DType::kF32, {T, qd}), rows.data());
+      q_buf = std::move(q_kept_buf);
+      if (w.gated_output) {
+        gate_kept_buf = Buffer(sizeof(float) * kept * qd);
+        ops::GatherRows(ctx, gate_kept_buf.View(DType::kF32, {kept, qd}),
+                        gate_buf.View(DType::kF32, {T, qd}), rows.data());
+        gate_buf = std::move(gate_kept_buf);
+      }
+      std::vector<int32_t> mask(rows.size());
+      for (size_t i = 0; i < rows.size(); ++i) mask[i] = q_mask[rows[i]];
+      q_mask = std::move(mask);
+    }
+    batch.NextSegment(ctx, keep);
+  }
+
+  // Attention per request over its cached keys. attn f32 [T', Hq, D].
+  const int Tk = batch.rows();
+  q = q_buf.View(DType::kF32, {Tk, Hq, D});
+  Buffer attn_buf(sizeof(float) * Tk * qd);
+  TensorView attn = attn_buf.View(DType::kF32, {Tk, Hq, D});
+  ops::AttentionParams ap;
+  ap.scale = w.scale;
+  ap.window = w.window;
+  for (int r = 0; r < batch.n_seqs(); ++r) {
+    const PackedBatch::Seq& s = batch.seq(r);
+    ContiguousKv kv;
+    ViewKv(s.cache->Layer(layer), Hkv, D, &kv);
+    const int32_t* k_mask =
+        (window_mode == WindowMode::kPosition && w.window > 0) ? kv.pos : kv.index;
+    ops::Attention(ctx, attn.Slice0(s.begin, s.rows()), q.Slice0(s.begin, s.rows()), kv.k, kv.v,
+                   q_mask.data() + s.begin, k_mask, ap);
+  }
+  if (w.gated_output) {
+    float* a = attn_buf.as<float>();
+    const float* g = gate_buf.as<float>();
+    const int64_t total = int64_t(Tk) * qd;
+    ctx.pool().ParallelFor(total, 4096, [&](int64_t b, int64_t e, int) {
+      for (int64_t i = b; i < e; ++i) a[i] *= 1.0f / (1.0f + std::exp(-g[i]));
+    });
+  }
+  *out = Buffer(sizeof(float) * Tk * hidden);
+  ops::Linear(ctx, out->View(DType::kF32, {Tk, hidden}), attn_buf.View(DType::kF32, {Tk, qd}),
+              w.o);
+  return OkStatus();
+}
+
+}  // namespace uniprefill

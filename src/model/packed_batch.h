@@ -1,0 +1,91 @@
+// PackedBatch: the rows of one forward over several requests, packed together (DESIGN.md section 2).
+//
+// Request r owns rows [seq(r).begin, seq(r).end) (cu_seqlens); each row carries its original
+// position (for RoPE) and its alive index in the current segment (causal order and sliding
+// windows). A prefill request brings many rows, a decode request one. The residual stream x lives
+// here because a UniPrefill drop compacts it together with positions and indices: NextSegment keeps
+// chosen rows of each request (in order) and renumbers them for the next segment, whose cache
+// already holds segment_length(s + 1) entries of that request.
+//
+// Invariant: every row of a request is alive in every layer of the current segment; a request's
+// last row (its newest token, whose logits are wanted) is never dropped.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/buffer.h"
+#include "core/device_context.h"
+#include "core/status.h"
+#include "core/tensor.h"
+#include "kv/sequence_cache.h"
+#include "sparsity/uniprefill_config.h"
+
+namespace uniprefill {
+
+// What a drop layer kept for one request.
+struct KeptTokens {
+  int layer = 0;
+  int kept = 0;
+  int alive = 0;
+};
+
+// One request's part of a forward.
+struct SequenceStep {
+  SequenceCache* cache = nullptr;
+  std::span<const int32_t> tokens;       // new tokens (prefill: many; decode: one)
+  float* logits = nullptr;               // f32 [vocab]: the last token's logits, or nullptr
+  std::vector<KeptTokens>* kept = nullptr;  // UniPrefill selections are appended here, or nullptr
+};
+
+// Set at a drop layer: the selection parameters and where to record what was kept.
+struct DropLayer {
+  int layer = 0;
+  const UniPrefillConfig* config = nullptr;
+  std::span<const SequenceStep> steps;  // steps[r].kept receives request r's record
+};
+
+class PackedBatch {
+ public:
+  struct Seq {
+    int begin = 0, end = 0;  // rows
+    SequenceCache* cache = nullptr;
+    int new_tokens = 0;      // tokens this step brought (prefill length, or 1)
+    int rows() const { return end - begin; }
+  };
+
+  // Checks the steps (tokens inside the vocabulary, room in each cache, caches with `n_segments`
+  // segments) and lays out the rows: positions continue each cache, indices continue segment 0.
+  static Result<PackedBatch> Build(std::span<const SequenceStep> steps, int vocab, int hidden,
+                                   int n_segments);
+
+  int rows() const { return static_cast<int>(pos_.size()); }
+  int n_seqs() const { return static_cast<int>(seqs_.size()); }
+  const Seq& seq(int r) const { return seqs_[r]; }
+  int segment() const { return segment_; }
+  const int32_t* positions() const { return pos_.data(); }
+  const int32_t* indices() const { return index_.data(); }
+  const std::vector<int32_t>& token_ids() const { return tokens_; }  // [rows] at build time
+  // f32 [rows, hidden]: the residual stream.
+  TensorView x() const { return x_.View(DType::kF32, {rows(), hidden_}); }
+
+  // Closes the current segment. keep[r] lists request r's kept rows, relative to seq(r).begin and
+  // ascending; an empty list keeps every row (decodes, short prefills, no drop). Gathers x, the
+  // positions and the rows' next-segment indices.
+  void NextSegment(DeviceContext& ctx, const std::vector<std::vector<int32_t>>& keep);
+
+  // Records in every cache how many tokens each segment gained; call once the forward is done.
+  void Commit();
+
+ private:
+  std::vector<Seq> seqs_;
+  std::vector<int32_t> tokens_, pos_, index_;
+  std::vector<std::vector<int>> added_;  // [request][segment] rows appended
+  Buffer x_;
+  int hidden_ = 0;
+  int segment_ = 0;
+  int n_segments_ = 1;
+};
+
+}  // namespace uniprefill

@@ -1,0 +1,112 @@
+#include "sparsity/uniprefill_config.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+namespace uniprefill {
+
+namespace {
+
+bool HasSlidingLayers(const ModelConfig& m) {
+  return std::find(m.layer_kinds.begin(), m.layer_kinds.end(), LayerKind::kSlidingAttention) !=
+         m.layer_kinds.end();
+}
+
+std::vector<int> RuleDropLayers(const ModelConfig& m) {
+  const int L = m.n_layers;
+  const double first = L / 4.0 - 1.0, last = 0.85 * L, gap = L / 8.0;
+  std::vector<int> out;
+  for (int i = 0; i < L; ++i) {
+    if (m.layer_kinds[i] != LayerKind::kFullAttention) continue;
+    if (i < first || i >= last) continue;
+    if (!out.empty() && i - out.back() < gap) continue;
+    out.push_back(i);
+  }
+  return out;
+}
+
+}  // namespace
+
+UniPrefillConfig DefaultUniPrefillConfig(const ModelConfig& m) {
+  UniPrefillConfig c;
+  const std::string& a = m.architecture;
+  if (a == "llama" && m.n_layers == 32 && m.hidden == 4096) {
+    c.drop_layers = {7, 11, 15, 19, 23, 27};
+    c.selection.top_p = 0.99f;
+    c.origin = "reference default for Llama-3.1-8B";
+  } else if (a == "gemma3" && m.n_layers == 48 && m.hidden == 3840) {
+    c.drop_layers = {29, 35, 41};
+    c.selection.top_p = 0.975f;
+    c.origin = "reference default for Gemma-3-12B";
+  } else if (a == "qwen3_next" && m.n_layers == 48 && m.hidden == 2048) {
+    for (int i = 7; i <= 43; i += 4) c.drop_layers.push_back(i);
+    c.selection.top_p = 0.99f;
+    c.origin = "reference default for Qwen3-Next-80B";
+  } else {
+    c.drop_layers = RuleDropLayers(m);
+    c.selection.top_p = HasSlidingLayers(m) ? 0.975f : 0.99f;
+    c.origin = "default rule (docs/uniprefill.md)";
+  }
+  return c;
+}
+
+Status ValidateUniPrefillConfig(const UniPrefillConfig& c, const ModelConfig& m) {
+  UP_RETURN_IF_ERROR(sparsity::ValidateSelectionParams(c.selection));
+  for (size_t i = 0; i < c.drop_layers.size(); ++i) {
+    const int l = c.drop_layers[i];
+    if (l < 0 || l >= m.n_layers) {
+      return InvalidArgument("drop layer " + std::to_string(l) + " is outside the model's " +
+                             std::to_string(m.n_layers) + " layers (0.." +
+                             std::to_string(m.n_layers - 1) + ")");
+    }
+    if (i > 0 && l <= c.drop_layers[i - 1]) {
+      return InvalidArgument("drop layers must be ascending and unique (got " +
+                             LayerListToString(c.drop_layers) + ")");
+    }
+    if (m.layer_kinds[l] != LayerKind::kFullAttention) {
+      std::string full;
+      for (int j = 0; j < m.n_layers; ++j) {
+        if (m.layer_kinds[j] == LayerKind::kFullAttention) full += (full.empty() ? "" : ",") + std::to_string(j);
+      }
+      return InvalidArgument("drop layer " + std::to_string(l) +
+                             " is not a full-attention layer; this model's full-attention layers "
+                             "are " + full);
+    }
+  }
+  return OkStatus();
+}
+
+Result<std::vector<int>> ParseLayerList(const std::string& text) {
+  std::vector<int> out;
+  size_t start = 0;
+  if (text.empty()) return out;
+  while (start <= text.size()) {
+    const size_t comma = text.find(',', start);
+    const std::string item = text.substr(start, comma == std::string::npos ? std::string::npos
+                                                                           : comma - start);
+    size_t used = 0;
+    int value = 0;
+    try {
+      value = std::stoi(item, &used);
+    } catch (...) {
+      used = 0;
+    }
+    if (item.empty() || used != item.size()) {
+      return InvalidArgument("'" + item + "' in layer list '" + text +
+                             "' is not a layer number (expected e.g. 7,11,15)");
+    }
+    out.push_back(value);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+std::string LayerListToString(const std::vector<int>& layers) {
+  std::string s;
+  for (int l : layers) s += (s.empty() ? "" : ",") + std::to_string(l);
+  return s.empty() ? "none" : s;
+}
+
+}  // namespace uniprefill
