@@ -28,6 +28,8 @@ struct TinyGemma3Options {
   bool wrong_ffn_shape = false;  // blk.1.ffn_up gets [ffn + 256, hidden]
   bool drop_output_norm = false;
   uint32_t seed = 1;
+  int layers = 6;   // full attention at every 6th layer (5, 11, ...)
+  int window = 8;
 };
 
 inline std::vector<uint8_t> F32Bytes(const std::vector<float>& v) {
@@ -58,7 +60,8 @@ inline std::vector<uint8_t> BuildTinyGemma3(const TinyGemma3Options& o = {}) {
   using gguf::testing::GgufBuilder;
   using gguf::testing::Val;
   namespace t = gguf::testing;
-  const uint64_t H = 256, F = 512, Hq = 2, Hkv = 1, D = 128, L = 6, V = 262;
+  const uint64_t H = 256, F = 512, Hq = 2, Hkv = 1, D = 128, V = 262;
+  const uint64_t L = static_cast<uint64_t>(o.layers);
   std::mt19937 rng(o.seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   auto randn = [&](size_t n, float scale) {
@@ -85,7 +88,7 @@ inline std::vector<uint8_t> BuildTinyGemma3(const TinyGemma3Options& o = {}) {
   b.Kv(a + ".attention.key_length", Val::U32(D));
   b.Kv(a + ".attention.value_length", Val::U32(D));
   b.Kv(a + ".attention.layer_norm_rms_epsilon", Val::F32(1e-6f));
-  b.Kv(a + ".attention.sliding_window", Val::U32(8));
+  b.Kv(a + ".attention.sliding_window", Val::U32(o.window));
   b.Kv(a + ".rope.freq_base", Val::F32(1e6f));
   // Vocabulary: <pad> <eos> <bos> <unk>, 256 byte tokens, two words.
   std::vector<Val> tokens, scores, types;
