@@ -1,6 +1,8 @@
 // Gemma 3 (sliding-window / full-attention hybrid): its weights and its layer.
 #include "model/gemma3.h"
 
+#include <nlohmann/json.hpp>
+
 #include <cmath>
 #include <string>
 #include <vector>
@@ -239,6 +241,81 @@ Result<ModelConfig> Gemma3ConfigFromGguf(const gguf::GgufFile& f) {
   for (int i = 0; i < c.n_layers; ++i) {
     c.layer_kinds.push_back((i + 1) % 6 == 0 ? LayerKind::kFullAttention
                                              : LayerKind::kSlidingAttention);
+  }
+  return c;
+}
+
+Result<ModelConfig> Gemma3ConfigFromHf(const HfConfig& hf) {
+  ModelConfig c;
+  c.architecture = "gemma3";
+  c.name = "gemma3 (" + hf.Where() + ")";
+  UP_ASSIGN_OR_RETURN(int64_t layers, hf.GetInt("num_hidden_layers"));
+  UP_ASSIGN_OR_RETURN(int64_t hidden, hf.GetInt("hidden_size"));
+  UP_ASSIGN_OR_RETURN(int64_t ffn, hf.GetInt("intermediate_size"));
+  UP_ASSIGN_OR_RETURN(int64_t heads, hf.GetInt("num_attention_heads"));
+  UP_ASSIGN_OR_RETURN(int64_t kv_heads, hf.GetIntOr("num_key_value_heads", heads));
+  UP_ASSIGN_OR_RETURN(int64_t head_dim, hf.GetIntOr("head_dim", 256));
+  UP_ASSIGN_OR_RETURN(int64_t vocab, hf.GetIntOr("vocab_size", 262208));
+  UP_ASSIGN_OR_RETURN(int64_t ctx_len, hf.GetIntOr("max_position_embeddings", 131072));
+  UP_ASSIGN_OR_RETURN(int64_t window, hf.GetIntOr("sliding_window", 4096));
+  UP_ASSIGN_OR_RETURN(double eps, hf.GetFloatOr("rms_norm_eps", 1e-6));
+  UP_ASSIGN_OR_RETURN(double theta, hf.GetFloatOr("rope_theta", 1e6));
+  UP_ASSIGN_OR_RETURN(double local, hf.GetFloatOr("rope_local_base_freq", 1e4));
+  UP_ASSIGN_OR_RETURN(double qpas, hf.GetFloatOr("query_pre_attn_scalar", double(head_dim)));
+  for (const char* cap : {"attn_logit_softcapping", "final_logit_softcapping"}) {
+    if (hf.Has(cap) && !hf.json().at(cap).is_null()) {
+      return Unimplemented(hf.Where() + ": " + cap + " is set; Gemma 3 has none and this engine "
+                           "does not implement it");
+    }
+  }
+  c.n_layers = static_cast<int>(layers);
+  c.hidden = static_cast<int>(hidden);
+  c.ffn_hidden = static_cast<int>(ffn);
+  c.n_heads = static_cast<int>(heads);
+  c.n_kv_heads = static_cast<int>(kv_heads);
+  c.head_dim = static_cast<int>(head_dim);
+  c.vocab_size = static_cast<int>(vocab);
+  c.context_length = static_cast<int>(ctx_len);
+  c.sliding_window = static_cast<int>(window);
+  c.rms_eps = static_cast<float>(eps);
+  c.rope_theta_global = theta;
+  c.rope_theta_local = local;
+  c.embedding_scale = std::sqrt(static_cast<float>(c.hidden));
+  c.attention_scale = static_cast<float>(1.0 / std::sqrt(qpas));
+  if (c.n_layers < 1 || c.n_heads < 1 || c.n_kv_heads < 1 || c.n_heads % c.n_kv_heads != 0 ||
+      c.head_dim % 2 != 0) {
+    return InvalidArgument(hf.Where() + ": unsupported gemma3 shape");
+  }
+  if (hf.Has("rope_scaling") && !hf.json().at("rope_scaling").is_null()) {
+    UP_ASSIGN_OR_RETURN(HfConfig rs, hf.Sub("rope_scaling"));
+    UP_ASSIGN_OR_RETURN(std::string type, rs.GetStringOr("rope_type", "linear"));
+    if (type != "linear") {
+      return Unimplemented(hf.Where() + ": gemma3 rope scaling '" + type + "' (only linear)");
+    }
+    UP_ASSIGN_OR_RETURN(double factor, rs.GetFloat("factor"));
+    c.rope_scale_global = static_cast<float>(factor);
+  }
+  if (hf.Has("layer_types")) {
+    UP_ASSIGN_OR_RETURN(std::vector<std::string> types, hf.GetStringList("layer_types"));
+    if (static_cast<int>(types.size()) != c.n_layers) {
+      return InvalidArgument(hf.Where() + ": layer_types has " + std::to_string(types.size()) +
+                             " entries for " + std::to_string(c.n_layers) + " layers");
+    }
+    for (const std::string& t : types) {
+      if (t == "full_attention") {
+        c.layer_kinds.push_back(LayerKind::kFullAttention);
+      } else if (t == "sliding_attention") {
+        c.layer_kinds.push_back(LayerKind::kSlidingAttention);
+      } else {
+        return InvalidArgument(hf.Where() + ": unknown layer type '" + t + "'");
+      }
+    }
+  } else {
+    UP_ASSIGN_OR_RETURN(int64_t pattern, hf.GetIntOr("sliding_window_pattern", 6));
+    for (int i = 0; i < c.n_layers; ++i) {
+      c.layer_kinds.push_back((i + 1) % pattern == 0 ? LayerKind::kFullAttention
+                                                     : LayerKind::kSlidingAttention);
+    }
   }
   return c;
 }

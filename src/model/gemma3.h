@@ -14,6 +14,7 @@
 
 #include "core/status.h"
 #include "io/gguf.h"
+#include "io/hf_config.h"
 #include "model/model.h"
 #include "model/weight_source.h"
 
@@ -30,6 +31,8 @@ struct Gemma3TensorNames {
 };
 
 Result<ModelConfig> Gemma3ConfigFromGguf(const gguf::GgufFile& file);
+// From config.json (the text part for multimodal checkpoints).
+Result<ModelConfig> Gemma3ConfigFromHf(const HfConfig& config);
 
 Result<std::unique_ptr<Model>> LoadGemma3(std::unique_ptr<gguf::GgufFile> file, DeviceContext& ctx,
                                           const LoadOptions& options);

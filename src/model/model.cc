@@ -4,7 +4,10 @@
 #include <cstring>
 
 #include "io/gguf.h"
+#include "io/hf_config.h"
 #include "model/gemma3.h"
+#include "model/hf_checkpoint.h"
+#include "model/llama.h"
 #include "ops/ops.h"
 
 namespace uniprefill {
@@ -89,6 +92,7 @@ Status Model::Forward(DeviceContext& ctx, std::span<const int32_t> tokens, Seque
 
 Result<std::unique_ptr<Model>> LoadModel(const std::string& path, DeviceContext& ctx,
                                          const LoadOptions& options) {
+  if (IsHfCheckpointDir(path)) return LoadHfModel(path, ctx, options);
   UP_ASSIGN_OR_RETURN(std::unique_ptr<gguf::GgufFile> file, gguf::GgufFile::Open(path));
   return LoadModel(std::move(file), ctx, options);
 }
@@ -101,8 +105,10 @@ Result<std::unique_ptr<Model>> LoadModel(std::unique_ptr<gguf::GgufFile> file, D
     return DataLoss("model file " + path + " has no general.architecture key; is it a GGUF model?");
   }
   if (*arch == "gemma3") return LoadGemma3(std::move(file), ctx, options);
+  if (*arch == "llama") return LoadLlama(std::move(file), ctx, options);
   return Unimplemented("model file " + path + " has architecture '" + *arch +
-                       "', which this engine does not support yet (supported: gemma3)");
+                       "', which this engine does not support yet (GGUF: gemma3, llama; "
+                       "Hugging Face checkpoints: llama, gemma3_text, qwen3_next)");
 }
 
 }  // namespace uniprefill

@@ -1,0 +1,286 @@
+// Llama 3.x: its configuration, tensor names and layer.
+#include "model/llama.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "model/blocks/attention_block.h"
+#include "model/blocks/feed_forward.h"
+#include "ops/ops.h"
+
+namespace uniprefill {
+namespace {
+
+struct LlamaTensorNames {
+  std::string embedding, output_norm, output, attn_norm, ffn_norm, q, k, v, o, gate, up, down;
+  std::string Layer(const std::string& pattern, int i) const {
+    std::string s = pattern;
+    s.replace(s.find("{}"), 2, std::to_string(i));
+    return s;
+  }
+};
+
+LlamaTensorNames GgufNames() {
+  return {"token_embd.weight", "output_norm.weight", "output.weight",
+          "blk.{}.attn_norm.weight", "blk.{}.ffn_norm.weight", "blk.{}.attn_q.weight",
+          "blk.{}.attn_k.weight", "blk.{}.attn_v.weight", "blk.{}.attn_output.weight",
+          "blk.{}.ffn_gate.weight", "blk.{}.ffn_up.weight", "blk.{}.ffn_down.weight"};
+}
+
+LlamaTensorNames HfNames() {
+  return {"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight",
+          "model.layers.{}.input_layernorm.weight", "model.layers.{}.post_attention_layernorm.weight",
+          "model.layers.{}.self_attn.q_proj.weight", "model.layers.{}.self_attn.k_proj.weight",
+          "model.layers.{}.self_attn.v_proj.weight", "model.layers.{}.self_attn.o_proj.weight",
+          "model.layers.{}.mlp.gate_proj.weight", "model.layers.{}.mlp.up_proj.weight",
+          "model.layers.{}.mlp.down_proj.weight"};
+}
+
+struct LlamaLayer {
+  std::vector<float> attn_norm, ffn_norm;  // f32 [hidden]
+  AttentionWeights attn;
+  GatedFfnWeights ffn;
+};
+
+class LlamaModel final : public Model {
+ public:
+  LlamaModel(ModelConfig cfg, std::vector<float> inv_freq, ops::RopeStyle style)
+      : cfg_(std::move(cfg)), inv_freq_(std::move(inv_freq)), rope_style_(style) {}
+
+  Status Load(DeviceContext& ctx, const WeightSource& src, const LlamaTensorNames& n,
+              const LoadOptions& options) {
+    const int64_t H = cfg_.hidden, Q = cfg_.q_dim(), KV = cfg_.kv_dim(), F = cfg_.ffn_hidden;
+    const int64_t V = cfg_.vocab_size;
+    UP_ASSIGN_OR_RETURN(token_embd_, src.Get(n.embedding, {V, H}));
+    UP_ASSIGN_OR_RETURN(output_norm_, LoadVector(src, n.output_norm, H));
+    cfg_.tied_embeddings = !src.Has(n.output);
+    UP_ASSIGN_OR_RETURN(head_, LoadLinear(ctx, src, {cfg_.tied_embeddings ? n.embedding : n.output},
+                                          {{V, H}}, /*make_f32_copy=*/false));
+    head_.int16_decode_activations = !options.f32_decode;
+    const bool f32 = options.f32_prefill_weights;
+    layers_.resize(cfg_.n_layers);
+    for (int i = 0; i < cfg_.n_layers; ++i) {
+      LlamaLayer& L = layers_[i];
+      auto name = [&](const std::string& p) { return n.Layer(p, i); };
+      UP_ASSIGN_OR_RETURN(L.attn_norm, LoadVector(src, name(n.attn_norm), H));
+      UP_ASSIGN_OR_RETURN(L.ffn_norm, LoadVector(src, name(n.ffn_norm), H));
+      AttentionWeights& a = L.attn;
+      UP_ASSIGN_OR_RETURN(a.q, LoadLinear(ctx, src, {name(n.q)}, {{Q, H}}, f32));
+      UP_ASSIGN_OR_RETURN(a.k, LoadLinear(ctx, src, {name(n.k)}, {{KV, H}}, f32));
+      UP_ASSIGN_OR_RETURN(a.v, LoadLinear(ctx, src, {name(n.v)}, {{KV, H}}, f32));
+      UP_ASSIGN_OR_RETURN(a.o, LoadLinear(ctx, src, {name(n.o)}, {{H, Q}}, f32));
+      UP_ASSIGN_OR_RETURN(L.ffn.gate_up, LoadLinear(ctx, src, {name(n.gate), name(n.up)},
+                                                    {{F, H}, {F, H}}, f32));
+      UP_ASSIGN_OR_RETURN(L.ffn.down, LoadLinear(ctx, src, {name(n.down)}, {{H, F}}, f32));
+      L.ffn.activation = ops::Activation::kSilu;
+      for (ops::LinearWeight* w : {&a.q, &a.k, &a.v, &a.o, &L.ffn.gate_up, &L.ffn.down}) {
+        resident_bytes_ += w->f32.size();
+        w->int16_decode_activations = !options.f32_decode;
+      }
+      a.rope_inv_freq = inv_freq_;
+      a.rot_dims = cfg_.head_dim;
+      a.rope_style = rope_style_;
+      a.n_heads = cfg_.n_heads;
+      a.n_kv_heads = cfg_.n_kv_heads;
+      a.head_dim = cfg_.head_dim;
+      a.scale = cfg_.attention_scale;
+      a.norm_eps = cfg_.rms_eps;
+      if (options.progress) options.progress(i + 1, cfg_.n_layers);
+    }
+    return OkStatus();
+  }
+  void KeepAlive(std::shared_ptr<void> owner) { owner_ = std::move(owner); }
+
+  const ModelConfig& config() const override { return cfg_; }
+  size_t resident_weight_bytes() const override { return resident_bytes_; }
+
+ protected:
+  void Embed(DeviceContext& ctx, const int32_t* ids, TensorView x) override {
+    ops::Embedding(ctx, x, token_embd_, ids, 1.0f);
+  }
+  Status RunLayer(DeviceContext& ctx, int i, PackedBatch& batch, const DropLayer* drop,
+                  WindowMode window_mode) override {
+    const LlamaLayer& L = layers_[i];
+    const int64_t H = cfg_.hidden;
+    {
+      Buffer h_buf(sizeof(float) * batch.rows() * H);
+      TensorView h = h_buf.View(DType::kF32, {batch.rows(), H});  // f32 [rows, hidden]
+      ops::RmsNorm(ctx, h, batch.x(), L.attn_norm.data(), cfg_.rms_eps);
+      Buffer a_buf;
+      UP_RETURN_IF_ERROR(AttentionForward(ctx, L.attn, i, batch, h, drop, window_mode, &a_buf));
+      ops::Add(ctx, batch.x(), batch.x(), a_buf.View(DType::kF32, {batch.rows(), H}));
+    }
+    Buffer h_buf(sizeof(float) * batch.rows() * H), f_buf(sizeof(float) * batch.rows() * H);
+    TensorView h = h_buf.View(DType::kF32, {batch.rows(), H});
+    TensorView f = f_buf.View(DType::kF32, {batch.rows(), H});
+    ops::RmsNorm(ctx, h, batch.x(), L.ffn_norm.data(), cfg_.rms_eps);
+    GatedFfnForward(ctx, L.ffn, h, f);
+    ops::Add(ctx, batch.x(), batch.x(), f);
+    return OkStatus();
+  }
+  void Head(DeviceContext& ctx, TensorView x, TensorView logits) override {
+    ops::RmsNorm(ctx, x, x, output_norm_.data(), cfg_.rms_eps);
+    ops::Linear(ctx, logits, x, head_);
+  }
+
+ private:
+  ModelConfig cfg_;
+  std::vector<float> inv_freq_;
+  ops::RopeStyle rope_style_;
+  std::shared_ptr<void> owner_;
+  TensorView token_embd_;
+  ops::LinearWeight head_;
+  std::vector<float> output_norm_;
+  std::vector<LlamaLayer> layers_;
+  size_t resident_bytes_ = 0;
+};
+
+Status CheckShape(const ModelConfig& c, const std::string& where) {
+  if (c.n_layers < 1 || c.hidden < 1 || c.n_heads < 1 || c.n_kv_heads < 1 ||
+      c.n_heads % c.n_kv_heads != 0 || c.head_dim < 2 || c.head_dim % 2 != 0 ||
+      c.ffn_hidden < 1 || c.vocab_size < 1) {
+    return InvalidArgument(where + ": unsupported llama shape (layers " +
+                           std::to_string(c.n_layers) + ", hidden " + std::to_string(c.hidden) +
+                           ", heads " + std::to_string(c.n_heads) + "/" +
+                           std::to_string(c.n_kv_heads) + ", head_dim " +
+                           std::to_string(c.head_dim) + ")");
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+std::vector<float> Llama3RopeInvFreq(double theta, int dims, double factor, double low_freq_factor,
+                                     double high_freq_factor, double original_max_positions) {
+  std::vector<float> inv = ops::RopeInvFreq(theta, dims);
+  const double low_wavelen = original_max_positions / low_freq_factor;
+  const double high_wavelen = original_max_positions / high_freq_factor;
+  for (float& f : inv) {
+    const double wavelen = 2.0 * M_PI / f;
+    if (wavelen < high_wavelen) continue;
+    if (wavelen > low_wavelen) {
+      f = static_cast<float>(f / factor);
+    } else {
+      const double s = (original_max_positions / wavelen - low_freq_factor) /
+                       (high_freq_factor - low_freq_factor);
+      f = static_cast<float>((1.0 - s) * f / factor + s * f);
+    }
+  }
+  return inv;
+}
+
+Result<std::unique_ptr<Model>> LoadLlama(std::unique_ptr<gguf::GgufFile> file, DeviceContext& ctx,
+                                         const LoadOptions& options) {
+  const gguf::GgufFile& f = *file;
+  ModelConfig c;
+  c.architecture = "llama";
+  auto name = f.GetString("general.name");
+  c.name = name.ok() ? *name : "llama";
+  auto need = [&](const char* key, int* out) -> Status {
+    auto v = f.GetInt(std::string("llama.") + key);
+    if (!v.ok()) return DataLoss("model metadata: " + v.status().message());
+    if (*v < 1 || *v > (1 << 24)) return DataLoss(std::string("model metadata: llama.") + key + " out of range");
+    *out = static_cast<int>(*v);
+    return OkStatus();
+  };
+  UP_RETURN_IF_ERROR(need("block_count", &c.n_layers));
+  UP_RETURN_IF_ERROR(need("embedding_length", &c.hidden));
+  UP_RETURN_IF_ERROR(need("feed_forward_length", &c.ffn_hidden));
+  UP_RETURN_IF_ERROR(need("attention.head_count", &c.n_heads));
+  UP_RETURN_IF_ERROR(need("attention.head_count_kv", &c.n_kv_heads));
+  UP_RETURN_IF_ERROR(need("context_length", &c.context_length));
+  c.head_dim = c.hidden / c.n_heads;
+  auto key_len = f.GetInt("llama.attention.key_length");
+  if (key_len.ok()) c.head_dim = static_cast<int>(*key_len);
+  auto eps = f.GetFloat("llama.attention.layer_norm_rms_epsilon");
+  c.rms_eps = eps.ok() ? static_cast<float>(*eps) : 1e-5f;
+  auto theta = f.GetFloat("llama.rope.freq_base");
+  c.rope_theta_global = theta.ok() ? *theta : 10000.0;
+  const gguf::TensorInfo* embd = f.FindTensor("token_embd.weight");
+  if (!embd || embd->dims.size() != 2) {
+    return NotFound("model file " + f.path() + " lacks a 2-D token_embd.weight");
+  }
+  c.vocab_size = static_cast<int>(embd->dims[1]);
+  c.attention_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  c.layer_kinds.assign(c.n_layers, LayerKind::kFullAttention);
+  UP_RETURN_IF_ERROR(CheckShape(c, f.path()));
+  std::vector<float> inv = ops::RopeInvFreq(c.rope_theta_global, c.head_dim);
+  // llama.cpp stores the llama3 scaling as per-frequency divisors in rope_freqs.weight.
+  if (const gguf::TensorInfo* rf = f.FindTensor("rope_freqs.weight")) {
+    if (rf->numel() != c.head_dim / 2 || rf->type != DType::kF32) {
+      return DataLoss("rope_freqs.weight in " + f.path() + " should be f32 [" +
+                      std::to_string(c.head_dim / 2) + "]");
+    }
+    const float* div = reinterpret_cast<const float*>(rf->data);
+    for (int i = 0; i < c.head_dim / 2; ++i) inv[i] /= div[i];
+  }
+  auto model = std::make_unique<LlamaModel>(c, std::move(inv), ops::RopeStyle::kAdjacent);
+  std::shared_ptr<gguf::GgufFile> owner(std::move(file));
+  UP_RETURN_IF_ERROR(model->Load(ctx, *GgufWeightSource(*owner), GgufNames(), options));
+  model->KeepAlive(owner);
+  return std::unique_ptr<Model>(std::move(model));
+}
+
+Result<std::unique_ptr<Model>> LoadLlama(const HfConfig& hf, std::shared_ptr<void> owner,
+                                         const WeightSource& src, DeviceContext& ctx,
+                                         const LoadOptions& options) {
+  ModelConfig c;
+  c.architecture = "llama";
+  c.name = "llama (" + src.path() + ")";
+  UP_ASSIGN_OR_RETURN(int64_t layers, hf.GetInt("num_hidden_layers"));
+  UP_ASSIGN_OR_RETURN(int64_t hidden, hf.GetInt("hidden_size"));
+  UP_ASSIGN_OR_RETURN(int64_t ffn, hf.GetInt("intermediate_size"));
+  UP_ASSIGN_OR_RETURN(int64_t heads, hf.GetInt("num_attention_heads"));
+  UP_ASSIGN_OR_RETURN(int64_t kv_heads, hf.GetIntOr("num_key_value_heads", heads));
+  UP_ASSIGN_OR_RETURN(int64_t vocab, hf.GetInt("vocab_size"));
+  UP_ASSIGN_OR_RETURN(int64_t ctx_len, hf.GetIntOr("max_position_embeddings", 8192));
+  UP_ASSIGN_OR_RETURN(int64_t head_dim, hf.GetIntOr("head_dim", heads ? hidden / heads : 0));
+  UP_ASSIGN_OR_RETURN(double eps, hf.GetFloatOr("rms_norm_eps", 1e-5));
+  UP_ASSIGN_OR_RETURN(double theta, hf.GetFloatOr("rope_theta", 10000.0));
+  UP_ASSIGN_OR_RETURN(bool tied, hf.GetBoolOr("tie_word_embeddings", false));
+  c.n_layers = static_cast<int>(layers);
+  c.hidden = static_cast<int>(hidden);
+  c.ffn_hidden = static_cast<int>(ffn);
+  c.n_heads = static_cast<int>(heads);
+  c.n_kv_heads = static_cast<int>(kv_heads);
+  c.head_dim = static_cast<int>(head_dim);
+  c.vocab_size = static_cast<int>(vocab);
+  c.context_length = static_cast<int>(ctx_len);
+  c.rms_eps = static_cast<float>(eps);
+  c.rope_theta_global = theta;
+  c.attention_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  c.layer_kinds.assign(c.n_layers, LayerKind::kFullAttention);
+  UP_RETURN_IF_ERROR(CheckShape(c, hf.Where()));
+  std::vector<float> inv = ops::RopeInvFreq(theta, c.head_dim);
+  if (hf.Has("rope_scaling") && !hf.json().at("rope_scaling").is_null()) {
+    UP_ASSIGN_OR_RETURN(HfConfig rs, hf.Sub("rope_scaling"));
+    UP_ASSIGN_OR_RETURN(std::string type, rs.GetStringOr("rope_type", ""));
+    if (type.empty()) {
+      UP_ASSIGN_OR_RETURN(type, rs.GetStringOr("type", "default"));
+    }
+    if (type == "llama3") {
+      UP_ASSIGN_OR_RETURN(double factor, rs.GetFloat("factor"));
+      UP_ASSIGN_OR_RETURN(double lo, rs.GetFloatOr("low_freq_factor", 1.0));
+      UP_ASSIGN_OR_RETURN(double hi, rs.GetFloatOr("high_freq_factor", 4.0));
+      UP_ASSIGN_OR_RETURN(double orig, rs.GetFloatOr("original_max_position_embeddings", 8192));
+      inv = Llama3RopeInvFreq(theta, c.head_dim, factor, lo, hi, orig);
+    } else if (type == "linear") {
+      UP_ASSIGN_OR_RETURN(double factor, rs.GetFloat("factor"));
+      for (float& f : inv) f = static_cast<float>(f / factor);
+    } else if (type != "default") {
+      return Unimplemented(hf.Where() + ": rope_scaling type '" + type +
+                           "' is not supported (llama3, linear)");
+    }
+  }
+  auto model = std::make_unique<LlamaModel>(c, std::move(inv), ops::RopeStyle::kNeox);
+  LlamaTensorNames names = HfNames();
+  if (tied) names.output = "(tied)";
+  UP_RETURN_IF_ERROR(model->Load(ctx, src, names, options));
+  model->KeepAlive(std::move(owner));
+  return std::unique_ptr<Model>(std::move(model));
+}
+
+}  // namespace uniprefill
