@@ -3,6 +3,7 @@
 #include "io/hf_config.h"
 #include "model/gemma3.h"
 #include "model/llama.h"
+#include "model/qwen3_next.h"
 
 namespace uniprefill {
 namespace {
@@ -45,6 +46,7 @@ Result<std::unique_ptr<Model>> LoadHfModel(const std::string& dir, DeviceContext
   std::shared_ptr<safetensors::Checkpoint> owner(std::move(ck));
   auto src = SafetensorsWeightSource(*owner);
   if (type == "llama") return LoadLlama(root, owner, *src, ctx, options);
+  if (type == "qwen3_next") return LoadQwen3Next(root, owner, *src, ctx, options);
   if (type == "gemma3_text" || type == "gemma3") {
     UP_ASSIGN_OR_RETURN(HfConfig text, root.TextConfig());
     UP_ASSIGN_OR_RETURN(ModelConfig cfg, Gemma3ConfigFromHf(text));

@@ -76,7 +76,7 @@ TEST_P(HfGoldenTest, LogitsAndGreedyTokensMatchTransformers) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, HfGoldenTest, ::testing::Values("llama", "llama-gguf", "gemma3"));
+INSTANTIATE_TEST_SUITE_P(Families, HfGoldenTest, ::testing::Values("llama", "llama-gguf", "gemma3", "qwen3_next"));
 
 TEST(HfGemma3Test, SafetensorsEqualsGgufWithTheSameWeights) {
   auto ctx = DeviceContext::Cpu(2);
