@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
+#include "bench_prefill_command.h"
 #include "info_command.h"
 #include "run_command.h"
 
@@ -16,10 +17,12 @@ int main(int argc, char** argv) {
   uniprefill::cli::AddRunCommand(app, run);
   uniprefill::cli::InfoOptions info;
   uniprefill::cli::AddInfoCommand(app, info);
+  uniprefill::cli::BenchPrefillOptions bench;
+  uniprefill::cli::AddBenchPrefillCommand(app, bench);
   bool known = false;
   for (const CLI::App* sub : app.get_subcommands({})) known |= argc > 1 && sub->get_name() == argv[1];
   if (argc > 1 && argv[1][0] != '-' && !known) {
-    std::fprintf(stderr, "error: unknown command '%s' (commands: run, info; see 'uniprefill --help')\n",
+    std::fprintf(stderr, "error: unknown command '%s' (commands: run, info, bench-prefill; see 'uniprefill --help')\n",
                  argv[1]);
     return 2;
   }
@@ -38,5 +41,6 @@ int main(int argc, char** argv) {
   }
   if (app.got_subcommand("run")) return uniprefill::cli::RunCommand(run);
   if (app.got_subcommand("info")) return uniprefill::cli::InfoCommand(info);
+  if (app.got_subcommand("bench-prefill")) return uniprefill::cli::BenchPrefillCommand(bench);
   return 2;
 }

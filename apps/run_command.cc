@@ -196,6 +196,11 @@ int RunCommand(const RunOptions& o) {
     messages.push_back({"user", prompt_text});
     text = engine.FormatChat(messages);
   }
+  if (token_ids.empty() && !engine.can_tokenize()) {
+    std::fprintf(stderr, "error: model '%s' comes without a tokenizer (no tokenizer.json); pass the "
+                 "prompt as token ids with --prompt-tokens-file\n", o.model.c_str());
+    return 1;
+  }
   // Out-of-vocabulary ids from --prompt-tokens-file are rejected by the model with the id named.
   const std::vector<int32_t> ids =
       token_ids.empty() ? engine.Tokenize(text, /*add_bos=*/true) : token_ids;
@@ -207,7 +212,7 @@ int RunCommand(const RunOptions& o) {
   sp.top_p = o.top_p;
   sp.seed = o.seed;
   sp.stop_at_end_of_turn = !o.ignore_eos;
-  ProgressBar prefill_bar("prefill", "tokens", !o.quiet && ids.size() > 1024);
+  ProgressBar prefill_bar("prefill", "layers", !o.quiet && ids.size() > 1024);
   bool first = true;
   auto result = engine.Generate(
       ids, sp,

@@ -47,6 +47,7 @@ struct SamplingParams {
   float top_p = 0.95f;
   uint64_t seed = 0;
   bool stop_at_end_of_turn = true;  // stop at EOS / <end_of_turn>
+  bool uniprefill = true;  // false: this request's prefill stays dense (same cache layout)
 };
 
 struct ChatMessage {
@@ -61,6 +62,8 @@ struct GenerationStats {
   double prefill_tok_s = 0;
   double decode_s = 0;      // generation after the first token
   double decode_tok_s = 0;  // (generated - 1) / decode_s
+  // UniPrefill's own work inside the prefill (scoring, selection, compaction).
+  double uniprefill_scoring_s = 0, uniprefill_selection_s = 0, uniprefill_compaction_s = 0;
 };
 
 // What one UniPrefill drop layer kept of a prefill.
@@ -89,6 +92,9 @@ class Engine {
                                               const ProgressCallback& progress = nullptr);
   ~Engine();
 
+  // False when the model came without a tokenizer (a checkpoint folder lacking tokenizer.json):
+  // prompts must then be token ids.
+  bool can_tokenize() const;
   // Token ids of text (special tokens such as <start_of_turn> are recognised).
   std::vector<int32_t> Tokenize(std::string_view text, bool add_bos) const;
   std::string Detokenize(std::span<const int32_t> ids) const;

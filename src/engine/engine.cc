@@ -11,13 +11,18 @@
 #include "model/model.h"
 #include "sparsity/uniprefill_config.h"
 #include "tokenizer/chat_template.h"
+#include "io/hf_config.h"
+#include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/spm_tokenizer.h"
+#include "tokenizer/tokenizer.h"
+
+#include <filesystem>
 
 namespace uniprefill {
 
 struct Engine::Impl {
   std::unique_ptr<DeviceContext> ctx;
-  std::unique_ptr<tokenizer::SpmTokenizer> tokenizer;
+  std::unique_ptr<tokenizer::TextTokenizer> tokenizer;
   std::unique_ptr<Model> model;
   UniPrefillConfig uniprefill;
   int context_size = 0;
@@ -71,14 +76,38 @@ Result<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options,
                                              const ProgressCallback& progress) {
   auto impl = std::make_unique<Impl>();
   impl->ctx = DeviceContext::Cpu(options.threads);
-  UP_ASSIGN_OR_RETURN(std::unique_ptr<gguf::GgufFile> file,
-                      gguf::GgufFile::Open(options.model_path));
-  UP_ASSIGN_OR_RETURN(tokenizer::SpmTokenizer tok, tokenizer::SpmTokenizer::FromGguf(*file));
-  impl->tokenizer = std::make_unique<tokenizer::SpmTokenizer>(std::move(tok));
   LoadOptions lo;
   lo.progress = progress;
   lo.f32_decode = options.f32_decode;
-  UP_ASSIGN_OR_RETURN(impl->model, LoadModel(std::move(file), *impl->ctx, lo));
+  if (IsHfCheckpointDir(options.model_path)) {
+    // A Hugging Face folder: config.json + safetensors, and tokenizer.json when it ships one.
+    UP_ASSIGN_OR_RETURN(impl->model, LoadModel(options.model_path, *impl->ctx, lo));
+    const std::string tj = options.model_path + "/tokenizer.json";
+    if (std::filesystem::exists(tj)) {
+      UP_ASSIGN_OR_RETURN(tokenizer::BpeTokenizer bpe, tokenizer::BpeTokenizer::FromJsonFile(tj));
+      impl->tokenizer =
+          std::make_unique<tokenizer::TokenizerAdapter<tokenizer::BpeTokenizer>>(std::move(bpe));
+    } else {
+      UP_ASSIGN_OR_RETURN(HfConfig hf, HfConfig::Load(options.model_path + "/config.json"));
+      UP_ASSIGN_OR_RETURN(int64_t eos, hf.GetIntOr("eos_token_id", -1));
+      impl->tokenizer = tokenizer::IdsOnlyTokenizer(impl->model->config().vocab_size,
+                                                    static_cast<int32_t>(eos));
+    }
+  } else {
+    UP_ASSIGN_OR_RETURN(std::unique_ptr<gguf::GgufFile> file,
+                        gguf::GgufFile::Open(options.model_path));
+    auto kind = file->GetString("tokenizer.ggml.model");
+    if (kind.ok() && *kind == "llama") {
+      UP_ASSIGN_OR_RETURN(tokenizer::SpmTokenizer tok, tokenizer::SpmTokenizer::FromGguf(*file));
+      impl->tokenizer =
+          std::make_unique<tokenizer::TokenizerAdapter<tokenizer::SpmTokenizer>>(std::move(tok));
+    }
+    UP_ASSIGN_OR_RETURN(impl->model, LoadModel(std::move(file), *impl->ctx, lo));
+    if (!impl->tokenizer) {
+      // GGUF byte-level BPE vocabularies (gpt2 kind) are not read yet: token ids only.
+      impl->tokenizer = tokenizer::IdsOnlyTokenizer(impl->model->config().vocab_size, -1);
+    }
+  }
   const ModelConfig& cfg = impl->model->config();
   if (impl->tokenizer->vocab_size() != cfg.vocab_size) {
     return DataLoss("the tokenizer has " + std::to_string(impl->tokenizer->vocab_size()) +
@@ -93,6 +122,8 @@ Result<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options,
   }
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
+
+bool Engine::can_tokenize() const { return impl_->tokenizer->can_encode(); }
 
 std::vector<int32_t> Engine::Tokenize(std::string_view text, bool add_bos) const {
   return impl_->tokenizer->Encode(text, add_bos, /*parse_special=*/true);
@@ -131,16 +162,22 @@ Result<GenerationResult> Engine::Generate(std::span<const int32_t> prompt,
   std::unique_ptr<SequenceCache> cache =
       model.NewCache(cache_tokens, up.active_drop_layers());
   std::vector<float> logits(model.config().vocab_size);
-  tokenizer::StreamDecoder stream(*impl_->tokenizer);
+  const tokenizer::TextTokenizer& tok = *impl_->tokenizer;
+  tokenizer::StreamDecoder stream(
+      [&tok](int32_t id, bool special) { return tok.TokenToPiece(id, special); });
   Sampler sampler(SamplerConfig{params.temperature, params.top_k, params.top_p, params.seed});
 
   GenerationResult result;
   result.stats.prompt_tokens = static_cast<int>(prompt.size());
   const auto t0 = Clock::now();
   std::vector<KeptTokens> kept;
-  SequenceStep step{cache.get(), prompt, logits.data(), &kept};
+  SequenceStep step{cache.get(), prompt, logits.data(), &kept, params.uniprefill};
+  ForwardStats fstats;
   UP_RETURN_IF_ERROR(model.ForwardBatch(*impl_->ctx, std::span<const SequenceStep>(&step, 1), up,
-                                        prefill_progress));
+                                        prefill_progress, &fstats));
+  result.stats.uniprefill_scoring_s = fstats.scoring_s;
+  result.stats.uniprefill_selection_s = fstats.selection_s;
+  result.stats.uniprefill_compaction_s = fstats.compaction_s;
   for (const KeptTokens& k : kept) result.kept.push_back({k.layer, k.kept, k.alive});
   int32_t next = sampler.Sample(logits);
   const auto t_first = Clock::now();

@@ -34,7 +34,8 @@ std::unique_ptr<SequenceCache> Model::NewCache(int max_tokens,
 }
 
 Status Model::ForwardBatch(DeviceContext& ctx, std::span<const SequenceStep> steps,
-                           const UniPrefillConfig& uniprefill, const ProgressFn& progress) {
+                           const UniPrefillConfig& uniprefill, const ProgressFn& progress,
+                           ForwardStats* stats) {
   const ModelConfig& c = config();
   const std::vector<int> drops = uniprefill.active_drop_layers();
   UP_RETURN_IF_ERROR(ValidateUniPrefillConfig(uniprefill, c));
@@ -51,6 +52,7 @@ Status Model::ForwardBatch(DeviceContext& ctx, std::span<const SequenceStep> ste
       drop.layer = i;
       drop.config = &uniprefill;
       drop.steps = steps;
+      drop.stats = stats;
       ++next_drop;
     }
     UP_RETURN_IF_ERROR(RunLayer(ctx, i, batch, is_drop ? &drop : nullptr, uniprefill.window_mode));

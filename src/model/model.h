@@ -44,7 +44,8 @@ class Model {
   // Runs every request's new tokens through the model (progress: layers done of all layers).
   // Every cache must have been made for uniprefill.active_drop_layers().
   Status ForwardBatch(DeviceContext& ctx, std::span<const SequenceStep> steps,
-                      const UniPrefillConfig& uniprefill, const ProgressFn& progress = nullptr);
+                      const UniPrefillConfig& uniprefill, const ProgressFn& progress = nullptr,
+                      ForwardStats* stats = nullptr);
 
   // One request, dense (no drop layers).
   Status Forward(DeviceContext& ctx, std::span<const int32_t> tokens, SequenceCache& cache,

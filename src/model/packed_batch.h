@@ -37,6 +37,14 @@ struct SequenceStep {
   std::span<const int32_t> tokens;       // new tokens (prefill: many; decode: one)
   float* logits = nullptr;               // f32 [vocab]: the last token's logits, or nullptr
   std::vector<KeptTokens>* kept = nullptr;  // UniPrefill selections are appended here, or nullptr
+  bool allow_drop = true;  // false: this request passes through drop layers (dense results)
+};
+
+// Where a forward spent its UniPrefill time (benchmarks report the overhead share).
+struct ForwardStats {
+  double scoring_s = 0;     // importance of the last n queries (AttentionImportance)
+  double selection_s = 0;   // block sums, sort, top-p / ratio, sink and window
+  double compaction_s = 0;  // gathering kept rows of x, q (and gate); renumbering
 };
 
 // Set at a drop layer: the selection parameters and where to record what was kept.
@@ -44,6 +52,7 @@ struct DropLayer {
   int layer = 0;
   const UniPrefillConfig* config = nullptr;
   std::span<const SequenceStep> steps;  // steps[r].kept receives request r's record
+  ForwardStats* stats = nullptr;        // optional timing
 };
 
 class PackedBatch {

@@ -302,7 +302,7 @@ std::string SpmTokenizer::Decode(std::span<const int32_t> ids, DecodeOptions opt
 }
 
 std::string StreamDecoder::Push(int32_t id) {
-  pending_ += tokenizer_->TokenToPiece(id, render_special_);
+  pending_ += piece_(id, render_special_);
   // Hold back a trailing lead byte (and its continuation bytes) whose character is not complete.
   size_t keep = 0;
   for (size_t back = 1; back <= std::min<size_t>(3, pending_.size()); ++back) {

@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -94,14 +95,19 @@ class SpmTokenizer {
 class StreamDecoder {
  public:
   explicit StreamDecoder(const SpmTokenizer& tokenizer, bool render_special = false)
-      : tokenizer_(&tokenizer), render_special_(render_special) {}
+      : piece_([&tokenizer](int32_t id, bool special) { return tokenizer.TokenToPiece(id, special); }),
+        render_special_(render_special) {}
+  // Any tokenizer, through its token-to-bytes function.
+  explicit StreamDecoder(std::function<std::string(int32_t, bool)> piece,
+                         bool render_special = false)
+      : piece_(std::move(piece)), render_special_(render_special) {}
   // The text that became complete with `id` (may be empty).
   std::string Push(int32_t id);
   // Whatever is still held back (an incomplete character at the end of generation).
   std::string Finish();
 
  private:
-  const SpmTokenizer* tokenizer_;
+  std::function<std::string(int32_t, bool)> piece_;
   bool render_special_;
   std::string pending_;
 };

@@ -177,3 +177,97 @@ TEST_F(CliTest, InfoOnMissingFile) {
 
 }  // namespace
 }  // namespace uniprefill
+
+namespace uniprefill {
+namespace {
+
+class CliUniPrefillTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    testing::TinyGemma3Options o;
+    o.layers = 12;  // full attention at 5 and 11
+    model_ = new std::string(testing::WriteTempFile("cli_tiny12.gguf", testing::BuildTinyGemma3(o)));
+    ids_ = new std::string(testing::TempPath("cli_ids.json"));
+    std::ofstream out(*ids_);
+    out << "[2";
+    for (int i = 1; i < 600; ++i) out << ", " << (4 + (i * 97) % 250);
+    out << "]";
+  }
+  static void TearDownTestSuite() {
+    delete model_;
+    delete ids_;
+  }
+  static std::string Run(const std::string& flags) {
+    return "run --model " + *model_ + " --prompt-tokens-file " + *ids_ +
+           " --max-tokens 3 --ignore-eos -q " + flags;
+  }
+  static std::string* model_;
+  static std::string* ids_;
+};
+std::string* CliUniPrefillTest::model_ = nullptr;
+std::string* CliUniPrefillTest::ids_ = nullptr;
+
+TEST_F(CliUniPrefillTest, PrintsKeptTokensPerDropLayer) {
+  const std::string json = testing::TempPath("up.json");
+  CliResult r = RunCli(Run("--drop-layers 5,11 --uniprefill-mode fixed-ratio --keep-ratio 0.5 "
+                           "--json " + json));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // 600 tokens = 10 blocks; half the blocks, plus sink and window blocks, are kept at layer 5.
+  EXPECT_NE(r.err.find("uniprefill: request 0 layer 5 kept "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("/600 tokens"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("uniprefill: request 0 layer 11 kept "), std::string::npos) << r.err;
+  const std::string j = ReadAll(json);
+  EXPECT_NE(j.find("\"layer\": 11"), std::string::npos) << j;
+}
+
+TEST_F(CliUniPrefillTest, OffMeansNoSelection) {
+  CliResult r = RunCli(Run("--uniprefill off"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.find("kept"), std::string::npos) << r.err;
+}
+
+TEST_F(CliUniPrefillTest, ModelDefaultsAreShown) {
+  CliResult r = RunCli("run --model " + *model_ + " --prompt-tokens-file " + *ids_ +
+                       " --max-tokens 1");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // 12 layers: the rule picks full-attention layers in [L/4 - 1, 0.85 L) = [2, 10.2): layer 5.
+  EXPECT_NE(r.err.find("uniprefill: on, drop layers 5, top-p 0.975"), std::string::npos) << r.err;
+}
+
+TEST_F(CliUniPrefillTest, HelpListsEveryUniPrefillFlag) {
+  CliResult r = RunCli("run --help");
+  for (const char* flag : {"--uniprefill", "--drop-layers", "--uniprefill-p", "--uniprefill-mode",
+                           "--keep-ratio", "--block-size", "--sink", "--last-n", "--window-mode"}) {
+    EXPECT_NE(r.out.find(flag), std::string::npos) << flag;
+  }
+}
+
+TEST_F(CliUniPrefillTest, BadValuesAreCleanErrors) {
+  ExpectCleanError(Run("--drop-layers 3"), "not a full-attention layer");
+  ExpectCleanError(Run("--drop-layers 5,x"), "'x'");
+  ExpectCleanError(Run("--drop-layers 99"), "outside the model");
+  ExpectCleanError(Run("--drop-layers 11,5"), "ascending");
+  ExpectCleanError(Run("--uniprefill-p 0"), "p must be in (0, 1]");
+  ExpectCleanError(Run("--uniprefill-p 1.5"), "p must be in (0, 1]");
+  ExpectCleanError(Run("--keep-ratio 0"), "keep ratio");
+  ExpectCleanError(Run("--block-size 0"), "block size");
+  ExpectCleanError(Run("--last-n 0"), "last-n");
+  ExpectCleanError(Run("--uniprefill maybe"), "--uniprefill");
+  ExpectCleanError(Run("--uniprefill-mode best"), "--uniprefill-mode");
+}
+
+TEST_F(CliUniPrefillTest, RunsHuggingFaceCheckpointsFromTokenIds) {
+  for (const char* family : {"llama", "qwen3_next", "gemma3"}) {
+    const std::string dir = std::string(UP_SOURCE_DIR) + "/tests/goldens/hf_tiny/" + family;
+    const std::string ids = testing::TempPath("hf_ids.json");
+    std::ofstream(ids) << "[1, 5, 9, 14, 20, 33, 41]";
+    CliResult r = RunCli("run --model " + dir + " --prompt-tokens-file " + ids +
+                         " --max-tokens 4 --ignore-eos --json " + testing::TempPath("hf.json"));
+    ASSERT_EQ(r.exit_code, 0) << family << ": " << r.err;
+    EXPECT_NE(ReadAll(testing::TempPath("hf.json")).find("\"generated_tokens\": 4"),
+              std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace uniprefill

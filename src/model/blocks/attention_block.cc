@@ -1,5 +1,6 @@
 #include "model/blocks/attention_block.h"
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -57,7 +58,9 @@ Result<std::vector<int32_t>> SelectRows(DeviceContext& ctx, const AttentionWeigh
   const PackedBatch::Seq& s = batch.seq(r);
   const sparsity::SelectionParams& p = drop.config->selection;
   const int n_alive = s.rows();
-  if (n_alive <= p.sink + p.last_n) return std::vector<int32_t>();
+  if (n_alive <= p.sink + p.last_n || !drop.steps[r].allow_drop) return std::vector<int32_t>();
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
   // The request's alive rows of this step are its newest n_alive cache entries.
   const int first_new = kv.n - n_alive;
   if (first_new < 0) return Internal("UniPrefill: the cache holds fewer entries than alive rows");
@@ -66,8 +69,13 @@ Result<std::vector<int32_t>> SelectRows(DeviceContext& ctx, const AttentionWeigh
   std::vector<float> importance(kv.n, 0.0f);
   ops::AttentionImportance(ctx, importance.data(), q_obs, kv.k, batch.indices() + s.end - n_obs,
                            kv.index, w.scale);
+  const auto t1 = Clock::now();
   std::vector<float> candidates(importance.begin() + first_new, importance.end());
   std::vector<int32_t> keep = sparsity::SelectTokens(candidates, p);
+  if (drop.stats) {
+    drop.stats->scoring_s += std::chrono::duration<double>(t1 - t0).count();
+    drop.stats->selection_s += std::chrono::duration<double>(Clock::now() - t1).count();
+  }
   if (drop.steps[r].kept) {
     drop.steps[r].kept->push_back({drop.layer, static_cast<int>(keep.size()), n_alive});
   }
@@ -153,6 +161,7 @@ Status AttentionForward(DeviceContext& ctx, const AttentionWeights& w, int layer
         for (int32_t i : keep[r]) rows.push_back(s.begin + i);
       }
     }
+    const auto t_compact = std::chrono::steady_clock::now();
     if (any) {
       const int64_t kept = static_cast<int64_t>(rows.size());
       q_kept_buf = Buffer(sizeof(float) * kept * qd);
@@ -170,6 +179,10 @@ Status AttentionForward(DeviceContext& ctx, const AttentionWeights& w, int layer
       q_mask = std::move(mask);
     }
     batch.NextSegment(ctx, keep);
+    if (drop->stats) {
+      drop->stats->compaction_s +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t_compact).count();
+    }
   }
 
   // Attention per request over its cached keys. attn f32 [T', Hq, D].

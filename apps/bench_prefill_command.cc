@@ -1,0 +1,144 @@
+#include "bench_prefill_command.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "run_command.h"
+#include "sparsity/uniprefill_config.h"
+#include "uniprefill/engine.h"
+
+namespace uniprefill::cli {
+namespace {
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+}  // namespace
+
+void AddBenchPrefillCommand(CLI::App& app, BenchPrefillOptions& o) {
+  CLI::App* cmd = app.add_subcommand(
+      "bench-prefill", "Dense vs UniPrefill time-to-first-token at several prompt lengths");
+  o.model = DefaultModelPath();
+  cmd->add_option("-m,--model", o.model, "Model (GGUF file or HF checkpoint folder)")
+      ->capture_default_str();
+  cmd->add_option("-f,--prompt-file", o.prompt_file,
+                  "Long text; each length uses its first tokens")
+      ->required();
+  cmd->add_option("--lengths", o.lengths, "Prompt lengths in tokens")->capture_default_str();
+  cmd->add_option("--repeats", o.repeats, "Runs per (length, mode); medians are reported")
+      ->check(CLI::Range(1, 100))
+      ->capture_default_str();
+  cmd->add_option("-t,--threads", o.threads, "CPU threads (0 = every core)");
+  cmd->add_option("--json", o.json_out, "Write the results as JSON here");
+  AddUniPrefillFlags(*cmd, o.uniprefill);
+}
+
+int BenchPrefillCommand(const BenchPrefillOptions& o) {
+  std::string error;
+  auto lengths = ParseLayerList(o.lengths);  // a comma-separated int list
+  if (!lengths.ok() || lengths->empty()) {
+    std::fprintf(stderr, "error: --lengths '%s' is not a list of token counts\n", o.lengths.c_str());
+    return 1;
+  }
+  std::ifstream in(o.prompt_file);
+  if (!in) {
+    std::fprintf(stderr, "error: cannot read --prompt-file '%s'\n", o.prompt_file.c_str());
+    return 1;
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  EngineOptions eo;
+  eo.model_path = o.model;
+  eo.threads = o.threads;
+  if (!ToUniPrefillOptions(o.uniprefill, &eo.uniprefill, &error)) {
+    std::fprintf(stderr, "error: %s\n", error.c_str());
+    return 1;
+  }
+  eo.uniprefill.enabled = true;
+  auto engine_or = Engine::Load(eo);
+  if (!engine_or.ok()) {
+    std::fprintf(stderr, "error: %s\n", engine_or.status().message().c_str());
+    return 1;
+  }
+  Engine& engine = **engine_or;
+  const std::vector<int32_t> all = engine.Tokenize(text.str(), /*add_bos=*/true);
+  std::fprintf(stderr, "model: %s | %d threads\nuniprefill: %s\ntext: %zu tokens\n",
+               engine.model_description().c_str(), engine.threads(),
+               engine.uniprefill_description().c_str(), all.size());
+  nlohmann::json runs = nlohmann::json::array();
+  std::printf("%8s %12s %12s %8s %10s  %s\n", "tokens", "dense TTFT", "UniPrefill", "speedup",
+              "overhead", "kept per drop layer");
+  for (int len : *lengths) {
+    if (len < 2 || static_cast<size_t>(len) > all.size() || len >= engine.context_size()) {
+      std::fprintf(stderr, "error: length %d needs a text of at least %d tokens within the "
+                   "context (%zu tokens, context %d)\n", len, len, all.size(), engine.context_size());
+      return 1;
+    }
+    const std::vector<int32_t> ids(all.begin(), all.begin() + len);
+    std::vector<double> dense, sparse, overhead;
+    std::vector<KeptTokensInfo> kept;
+    for (int r = 0; r < o.repeats; ++r) {
+      for (bool up : {false, true}) {
+        SamplingParams sp;
+        sp.max_tokens = 1;
+        sp.uniprefill = up;
+        auto res = engine.Generate(ids, sp);
+        if (!res.ok()) {
+          std::fprintf(stderr, "error: %s\n", res.status().message().c_str());
+          return 1;
+        }
+        const GenerationStats& s = res->stats;
+        (up ? sparse : dense).push_back(s.ttft_s);
+        if (up) {
+          overhead.push_back((s.uniprefill_scoring_s + s.uniprefill_selection_s +
+                              s.uniprefill_compaction_s) / s.ttft_s);
+          kept = res->kept;
+        }
+        std::fprintf(stderr, "  %d tokens %s run %d: %.2f s\n", len, up ? "uniprefill" : "dense",
+                     r + 1, s.ttft_s);
+      }
+    }
+    const double d = Median(dense), u = Median(sparse), ov = Median(overhead);
+    std::string kept_str;
+    nlohmann::json kept_json = nlohmann::json::array();
+    for (const KeptTokensInfo& k : kept) {
+      char buf[64];
+      std::snprintf(buf, sizeof(buf), "L%d %d/%d (%.2f) ", k.layer, k.kept, k.alive,
+                    double(k.kept) / k.alive);
+      kept_str += buf;
+      kept_json.push_back({{"layer", k.layer}, {"kept", k.kept}, {"alive", k.alive}});
+    }
+    std::printf("%8d %10.2f s %10.2f s %7.2fx %9.1f%%  %s\n", len, d, u, d / u, 100 * ov,
+                kept_str.c_str());
+    std::fflush(stdout);
+    runs.push_back({{"tokens", len}, {"dense_ttft_s", dense}, {"uniprefill_ttft_s", sparse},
+                    {"dense_median_s", d}, {"uniprefill_median_s", u}, {"speedup", d / u},
+                    {"overhead_share_median", ov}, {"kept", kept_json}});
+  }
+  if (!o.json_out.empty()) {
+    nlohmann::json j = {{"model", engine.model_description()},
+                        {"uniprefill", engine.uniprefill_description()},
+                        {"threads", engine.threads()},
+                        {"hardware_threads", std::thread::hardware_concurrency()},
+                        {"prompt_file", o.prompt_file},
+                        {"repeats", o.repeats},
+                        {"runs", runs}};
+    std::ofstream out(o.json_out);
+    out << j.dump(2) << "\n";
+    if (!out) {
+      std::fprintf(stderr, "error: cannot write --json file '%s'\n", o.json_out.c_str());
+      return 1;
+    }
+  }
+  return 0;
+}
+
+}  // namespace uniprefill::cli
