@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -29,9 +30,11 @@ void AddBenchPrefillCommand(CLI::App& app, BenchPrefillOptions& o) {
   o.model = DefaultModelPath();
   cmd->add_option("-m,--model", o.model, "Model (GGUF file or HF checkpoint folder)")
       ->capture_default_str();
-  cmd->add_option("-f,--prompt-file", o.prompt_file,
-                  "Long text; each length uses its first tokens")
-      ->required();
+  auto* file = cmd->add_option("-f,--prompt-file", o.prompt_file,
+                               "Long text; each length uses its first tokens");
+  auto* random = cmd->add_flag("--random-tokens", o.random_tokens,
+                               "Random token ids instead of a text (random-weight checkpoints)");
+  file->excludes(random);
   cmd->add_option("--lengths", o.lengths, "Prompt lengths in tokens")->capture_default_str();
   cmd->add_option("--repeats", o.repeats, "Runs per (length, mode); medians are reported")
       ->check(CLI::Range(1, 100))
@@ -48,13 +51,16 @@ int BenchPrefillCommand(const BenchPrefillOptions& o) {
     std::fprintf(stderr, "error: --lengths '%s' is not a list of token counts\n", o.lengths.c_str());
     return 1;
   }
-  std::ifstream in(o.prompt_file);
-  if (!in) {
-    std::fprintf(stderr, "error: cannot read --prompt-file '%s'\n", o.prompt_file.c_str());
-    return 1;
-  }
   std::stringstream text;
-  text << in.rdbuf();
+  if (!o.random_tokens) {
+    std::ifstream in(o.prompt_file);
+    if (o.prompt_file.empty() || !in) {
+      std::fprintf(stderr, "error: cannot read --prompt-file '%s' (or pass --random-tokens)\n",
+                   o.prompt_file.c_str());
+      return 1;
+    }
+    text << in.rdbuf();
+  }
   EngineOptions eo;
   eo.model_path = o.model;
   eo.threads = o.threads;
@@ -69,7 +75,19 @@ int BenchPrefillCommand(const BenchPrefillOptions& o) {
     return 1;
   }
   Engine& engine = **engine_or;
-  const std::vector<int32_t> all = engine.Tokenize(text.str(), /*add_bos=*/true);
+  std::vector<int32_t> all;
+  if (o.random_tokens) {
+    std::mt19937 rng(7);
+    std::uniform_int_distribution<int32_t> dist(3, engine.vocab_size() - 1);
+    int max_len = 0;
+    for (int len : *lengths) max_len = std::max(max_len, len);
+    for (int i = 0; i < max_len; ++i) all.push_back(dist(rng));
+  } else if (!engine.can_tokenize()) {
+    std::fprintf(stderr, "error: the model has no tokenizer; pass --random-tokens\n");
+    return 1;
+  } else {
+    all = engine.Tokenize(text.str(), /*add_bos=*/true);
+  }
   std::fprintf(stderr, "model: %s | %d threads\nuniprefill: %s\ntext: %zu tokens\n",
                engine.model_description().c_str(), engine.threads(),
                engine.uniprefill_description().c_str(), all.size());
@@ -116,7 +134,7 @@ int BenchPrefillCommand(const BenchPrefillOptions& o) {
       kept_str += buf;
       kept_json.push_back({{"layer", k.layer}, {"kept", k.kept}, {"alive", k.alive}});
     }
-    std::printf("%8d %10.2f s %10.2f s %7.2fx %9.1f%%  %s\n", len, d, u, d / u, 100 * ov,
+    std::printf("%8d %10.2f s %10.2f s %7.2fx %9.2f%%  %s\n", len, d, u, d / u, 100 * ov,
                 kept_str.c_str());
     std::fflush(stdout);
     runs.push_back({{"tokens", len}, {"dense_ttft_s", dense}, {"uniprefill_ttft_s", sparse},

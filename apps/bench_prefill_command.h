@@ -14,6 +14,7 @@ namespace uniprefill::cli {
 struct BenchPrefillOptions {
   std::string model;
   std::string prompt_file;
+  bool random_tokens = false;  // random ids instead of a text (checkpoints without a tokenizer)
   std::string lengths = "4096,8192,16384,32768";
   int repeats = 3;
   int threads = 0;
