@@ -1,13 +1,15 @@
 // Llama, Gemma 3 and Qwen3-Next loaded from tiny Hugging Face checkpoints (random weights, written
 // by tools/make_synthetic_checkpoint.py) against transformers' float32 outputs on the same files
 // (tests/goldens/hf_tiny/<family>/golden.json, made by tools/make_hf_goldens.py; no Python here):
-// last-token logits within 1e-3 of the logit scale, and 16 greedy tokens identical (a step whose
+// last-token logits within 5e-5 of the logit scale (goldens carry 6 significant digits; measured
+// <= 1.5e-5 absolute at scale 2.5-4.2), and 16 greedy tokens identical (a step whose
 // reference top-2 margin is under 1e-3 is a near-tie and may differ).
 // Also: Gemma 3 from safetensors equals Gemma 3 from the GGUF holding the same weights.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -63,7 +65,9 @@ TEST_P(HfGoldenTest, LogitsAndGreedyTokensMatchTransformers) {
       scale = std::max(scale, std::fabs(want[i]));
       diff = std::max(diff, std::fabs(want[i] - logits[i]));
     }
-    EXPECT_LE(diff, 1e-3f * scale) << "max |logit diff| " << diff << " at scale " << scale;
+    EXPECT_LE(diff, 5e-5f * scale) << "max |logit diff| " << diff << " at scale " << scale;
+    std::printf("%s, %zu tokens: max |logit - transformers| %.2e at logit scale %.2f\n",
+                param.c_str(), ids.size(), diff, scale);
     // Greedy continuation, feeding the reference's tokens so one near-tie cannot derail the rest.
     for (size_t s = 0; s < greedy.size(); ++s) {
       const int got = Argmax(logits);
