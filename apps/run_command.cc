@@ -197,8 +197,9 @@ int RunCommand(const RunOptions& o) {
     text = engine.FormatChat(messages);
   }
   if (token_ids.empty() && !engine.can_tokenize()) {
-    std::fprintf(stderr, "error: model '%s' comes without a tokenizer (no tokenizer.json); pass the "
-                 "prompt as token ids with --prompt-tokens-file\n", o.model.c_str());
+    std::fprintf(stderr, "error: model '%s' has no tokenizer this engine can read (no "
+                 "tokenizer.json, or an unsupported GGUF vocabulary); pass the prompt as token ids "
+                 "with --prompt-tokens-file\n", o.model.c_str());
     return 1;
   }
   // Out-of-vocabulary ids from --prompt-tokens-file are rejected by the model with the id named.

@@ -13,6 +13,7 @@
 #include "tokenizer/chat_template.h"
 #include "io/hf_config.h"
 #include "tokenizer/bpe_tokenizer.h"
+#include "tokenizer/gguf_bpe.h"
 #include "tokenizer/spm_tokenizer.h"
 #include "tokenizer/tokenizer.h"
 
@@ -101,10 +102,18 @@ Result<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options,
       UP_ASSIGN_OR_RETURN(tokenizer::SpmTokenizer tok, tokenizer::SpmTokenizer::FromGguf(*file));
       impl->tokenizer =
           std::make_unique<tokenizer::TokenizerAdapter<tokenizer::SpmTokenizer>>(std::move(tok));
+    } else if (kind.ok() && *kind == "gpt2") {
+      auto bpe = tokenizer::BpeTokenizerFromGguf(*file);
+      // An unsupported pre-tokenizer leaves the model usable with token-id prompts.
+      if (!bpe.ok() && bpe.status().code() != ErrorCode::kUnimplemented) return bpe.status();
+      if (bpe.ok()) {
+        impl->tokenizer = std::make_unique<tokenizer::TokenizerAdapter<tokenizer::BpeTokenizer>>(
+            std::move(*bpe));
+      }
     }
     UP_ASSIGN_OR_RETURN(impl->model, LoadModel(std::move(file), *impl->ctx, lo));
     if (!impl->tokenizer) {
-      // GGUF byte-level BPE vocabularies (gpt2 kind) are not read yet: token ids only.
+      // A GGUF without a vocabulary this engine reads: token ids only.
       impl->tokenizer = tokenizer::IdsOnlyTokenizer(impl->model->config().vocab_size, -1);
     }
   }
