@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "bench_prefill_command.h"
+#include "eval_fidelity_command.h"
 #include "info_command.h"
 #include "run_command.h"
 
@@ -19,10 +20,14 @@ int main(int argc, char** argv) {
   uniprefill::cli::AddInfoCommand(app, info);
   uniprefill::cli::BenchPrefillOptions bench;
   uniprefill::cli::AddBenchPrefillCommand(app, bench);
+  CLI::App* eval = app.add_subcommand("eval", "Accuracy of UniPrefill against dense");
+  eval->require_subcommand(1);
+  uniprefill::cli::EvalFidelityOptions fidelity;
+  CLI::App* fidelity_cmd = uniprefill::cli::AddEvalFidelityCommand(*eval, fidelity);
   bool known = false;
   for (const CLI::App* sub : app.get_subcommands({})) known |= argc > 1 && sub->get_name() == argv[1];
   if (argc > 1 && argv[1][0] != '-' && !known) {
-    std::fprintf(stderr, "error: unknown command '%s' (commands: run, info, bench-prefill; see 'uniprefill --help')\n",
+    std::fprintf(stderr, "error: unknown command '%s' (commands: run, info, bench-prefill, eval; see 'uniprefill --help')\n",
                  argv[1]);
     return 2;
   }
@@ -42,5 +47,6 @@ int main(int argc, char** argv) {
   if (app.got_subcommand("run")) return uniprefill::cli::RunCommand(run);
   if (app.got_subcommand("info")) return uniprefill::cli::InfoCommand(info);
   if (app.got_subcommand("bench-prefill")) return uniprefill::cli::BenchPrefillCommand(bench);
+  if (fidelity_cmd->parsed()) return uniprefill::cli::EvalFidelityCommand(fidelity);
   return 2;
 }

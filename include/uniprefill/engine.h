@@ -48,6 +48,7 @@ struct SamplingParams {
   uint64_t seed = 0;
   bool stop_at_end_of_turn = true;  // stop at EOS / <end_of_turn>
   bool uniprefill = true;  // false: this request's prefill stays dense (same cache layout)
+  bool return_first_logits = false;  // fill GenerationResult::first_logits (fidelity evaluation)
 };
 
 struct ChatMessage {
@@ -79,6 +80,7 @@ struct GenerationResult {
   std::string finish_reason;    // "stop" (end of turn) or "length"
   GenerationStats stats;
   std::vector<KeptTokensInfo> kept;  // per drop layer that selected (empty: dense or short prompt)
+  std::vector<float> first_logits;   // [vocab] after the prompt, when asked for
 };
 
 // (done, total) progress of a long step (loading, prefill).

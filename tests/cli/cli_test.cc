@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -267,6 +268,60 @@ TEST_F(CliUniPrefillTest, RunsHuggingFaceCheckpointsFromTokenIds) {
     EXPECT_NE(ReadAll(testing::TempPath("hf.json")).find("\"generated_tokens\": 4"),
               std::string::npos);
   }
+}
+
+}  // namespace
+}  // namespace uniprefill
+
+namespace uniprefill {
+namespace {
+
+class CliEvalFidelityTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    testing::TinyGemma3Options o;
+    o.layers = 12;
+    model_ = new std::string(
+        testing::WriteTempFile("cli_fid_tiny12.gguf", testing::BuildTinyGemma3(o)));
+  }
+  static void TearDownTestSuite() { delete model_; }
+  static std::string* model_;
+};
+std::string* CliEvalFidelityTest::model_ = nullptr;
+
+TEST_F(CliEvalFidelityTest, POneIsIdenticalToDense) {
+  const std::string out = testing::TempPath("fid.json");
+  CliResult r = RunCli("eval fidelity --model " + *model_ +
+                       " --lengths 400 --samples 2 --greedy-tokens 6 --drop-layers 5,11 "
+                       "--uniprefill-p 1.0 -o " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(ReadAll(out));
+  EXPECT_EQ(j["prompts"].size(), 2u);
+  EXPECT_EQ(j["mean_kl"].get<double>(), 0.0);
+  EXPECT_EQ(j["mean_top1_agreement"].get<double>(), 1.0);
+  EXPECT_EQ(j["mean_greedy_prefix_agreement"].get<double>(), 1.0);
+}
+
+TEST_F(CliEvalFidelityTest, DroppingTokensIsMeasured) {
+  const std::string out = testing::TempPath("fid2.json");
+  CliResult r = RunCli("eval fidelity --model " + *model_ +
+                       " --lengths 400,600 --samples 1 --greedy-tokens 4 --drop-layers 5,11 "
+                       "--keep-ratio 0.3 -o " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(ReadAll(out));
+  ASSERT_EQ(j["prompts"].size(), 2u);
+  for (const auto& p : j["prompts"]) {
+    EXPECT_GT(p["kl"].get<double>(), 0.0);  // random weights: dropping 70% of blocks shows
+    ASSERT_EQ(p["kept"].size(), 2u);
+    EXPECT_LT(p["kept"][0]["kept"].get<int>(), p["tokens"].get<int>());
+  }
+}
+
+TEST_F(CliEvalFidelityTest, BadInputIsACleanError) {
+  ExpectCleanError("eval fidelity --model " + *model_ + " --lengths x", "--lengths");
+  ExpectCleanError("eval fidelity --model " + *model_ + " -f /nonexistent/t.txt", "/nonexistent/t.txt");
+  ExpectCleanError("eval fidelity --model " + *model_ + " --lengths 5000", "context");
+  ExpectCleanError("eval", "subcommand");
 }
 
 }  // namespace
