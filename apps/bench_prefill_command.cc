@@ -45,7 +45,6 @@ void AddBenchPrefillCommand(CLI::App& app, BenchPrefillOptions& o) {
 }
 
 int BenchPrefillCommand(const BenchPrefillOptions& o) {
-  std::string error;
   auto lengths = ParseLayerList(o.lengths);  // a comma-separated int list
   if (!lengths.ok() || lengths->empty()) {
     std::fprintf(stderr, "error: --lengths '%s' is not a list of token counts\n", o.lengths.c_str());
@@ -61,20 +60,9 @@ int BenchPrefillCommand(const BenchPrefillOptions& o) {
     }
     text << in.rdbuf();
   }
-  EngineOptions eo;
-  eo.model_path = o.model;
-  eo.threads = o.threads;
-  if (!ToUniPrefillOptions(o.uniprefill, &eo.uniprefill, &error)) {
-    std::fprintf(stderr, "error: %s\n", error.c_str());
-    return 1;
-  }
-  eo.uniprefill.enabled = true;
-  auto engine_or = Engine::Load(eo);
-  if (!engine_or.ok()) {
-    std::fprintf(stderr, "error: %s\n", engine_or.status().message().c_str());
-    return 1;
-  }
-  Engine& engine = **engine_or;
+  std::unique_ptr<Engine> loaded = LoadComparisonEngine(o.model, o.threads, o.uniprefill);
+  if (!loaded) return 1;
+  Engine& engine = *loaded;
   std::vector<int32_t> all;
   if (o.random_tokens) {
     std::mt19937 rng(7);

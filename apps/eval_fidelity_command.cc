@@ -93,7 +93,6 @@ CLI::App* AddEvalFidelityCommand(CLI::App& eval, EvalFidelityOptions& o) {
 }
 
 int EvalFidelityCommand(const EvalFidelityOptions& o) {
-  std::string error;
   auto lengths = ParseLayerList(o.lengths);
   if (!lengths.ok() || lengths->empty()) {
     std::fprintf(stderr, "error: --lengths '%s' is not a list of token counts\n", o.lengths.c_str());
@@ -110,20 +109,9 @@ int EvalFidelityCommand(const EvalFidelityOptions& o) {
     ss << in.rdbuf();
     texts.push_back(ss.str());
   }
-  EngineOptions eo;
-  eo.model_path = o.model;
-  eo.threads = o.threads;
-  if (!ToUniPrefillOptions(o.uniprefill, &eo.uniprefill, &error)) {
-    std::fprintf(stderr, "error: %s\n", error.c_str());
-    return 1;
-  }
-  eo.uniprefill.enabled = true;
-  auto engine_or = Engine::Load(eo);
-  if (!engine_or.ok()) {
-    std::fprintf(stderr, "error: %s\n", engine_or.status().message().c_str());
-    return 1;
-  }
-  Engine& engine = **engine_or;
+  std::unique_ptr<Engine> loaded = LoadComparisonEngine(o.model, o.threads, o.uniprefill);
+  if (!loaded) return 1;
+  Engine& engine = *loaded;
   if (!engine.can_tokenize()) {
     std::fprintf(stderr, "error: the model has no tokenizer this engine can read\n");
     return 1;

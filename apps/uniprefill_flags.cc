@@ -1,5 +1,7 @@
 #include "uniprefill_flags.h"
 
+#include <cstdio>
+
 #include "sparsity/uniprefill_config.h"
 
 namespace uniprefill::cli {
@@ -57,6 +59,25 @@ bool ToUniPrefillOptions(const UniPrefillFlags& f, UniPrefillOptions* out, std::
   if (f.sink_opt && f.sink_opt->count()) out->sink = f.sink;
   if (f.last_n_opt && f.last_n_opt->count()) out->last_n = f.last_n;
   return true;
+}
+
+std::unique_ptr<Engine> LoadComparisonEngine(const std::string& model, int threads,
+                                             const UniPrefillFlags& flags) {
+  EngineOptions eo;
+  eo.model_path = model;
+  eo.threads = threads;
+  std::string error;
+  if (!ToUniPrefillOptions(flags, &eo.uniprefill, &error)) {
+    std::fprintf(stderr, "error: %s\n", error.c_str());
+    return nullptr;
+  }
+  eo.uniprefill.enabled = true;
+  auto engine = Engine::Load(eo);
+  if (!engine.ok()) {
+    std::fprintf(stderr, "error: %s\n", engine.status().message().c_str());
+    return nullptr;
+  }
+  return std::move(*engine);
 }
 
 }  // namespace uniprefill::cli

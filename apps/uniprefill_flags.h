@@ -4,6 +4,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <memory>
 #include <string>
 
 #include "uniprefill/engine.h"
@@ -26,5 +27,11 @@ struct UniPrefillFlags {
 void AddUniPrefillFlags(CLI::App& cmd, UniPrefillFlags& flags);
 // The engine options the flags ask for; false with *error set on a malformed value.
 bool ToUniPrefillOptions(const UniPrefillFlags& flags, UniPrefillOptions* out, std::string* error);
+
+// For commands that compare dense with UniPrefill per request (bench-prefill, eval): loads the
+// model with UniPrefill enabled and the flags applied; on failure prints one `error:` line and
+// returns nullptr.
+std::unique_ptr<Engine> LoadComparisonEngine(const std::string& model, int threads,
+                                             const UniPrefillFlags& flags);
 
 }  // namespace uniprefill::cli
