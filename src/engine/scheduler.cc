@@ -1,0 +1,293 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+#include <string>
+#include <unordered_set>
+
+namespace uniprefill {
+namespace {
+
+std::string Str(int64_t v) { return std::to_string(v); }
+
+// Keeps block-count arithmetic (pages * layers * segments) far from int overflow.
+constexpr int64_t kMaxRequestTokens = int64_t{1} << 30;
+
+}  // namespace
+
+const char* RequestStateName(RequestState state) {
+  switch (state) {
+    case RequestState::kWaiting: return "waiting";
+    case RequestState::kRunning: return "running";
+    case RequestState::kPreempted: return "preempted";
+    case RequestState::kFinished: return "finished";
+  }
+  return "unknown";
+}
+
+const char* FinishReasonName(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kAborted: return "aborted";
+  }
+  return "unknown";
+}
+
+int StepPlan::num_tokens() const {
+  int n = 0;
+  for (const ScheduledRequest& r : requests) n += r.num_tokens;
+  return n;
+}
+
+Scheduler::Scheduler(SchedulerConfig config, KvBlockManager kv)
+    : config_(config), kv_(std::move(kv)) {}
+
+Result<RequestId> Scheduler::Submit(const RequestSpec& spec) {
+  if (spec.prompt_tokens < 1) {
+    return InvalidArgument("a request needs a prompt of at least 1 token, got " +
+                           Str(spec.prompt_tokens));
+  }
+  if (spec.max_tokens < 1) {
+    return InvalidArgument("max_tokens must be >= 1, got " + Str(spec.max_tokens));
+  }
+  // The most the cache ever holds for it: the last sampled token is never fed back.
+  const int64_t worst = int64_t{spec.prompt_tokens} + spec.max_tokens - 1;
+  if (worst > kMaxRequestTokens) {
+    return OutOfRange("prompt " + Str(spec.prompt_tokens) + " + max_tokens " +
+                      Str(spec.max_tokens) + " exceeds " + Str(kMaxRequestTokens) + " tokens");
+  }
+  const int need = kv_.DenseBlocksFor(static_cast<int>(worst));
+  if (need > kv_.num_blocks() || kv_.free_state_slots() + kv_.num_requests() == 0) {
+    return ResourceExhausted(
+        "a request of " + Str(spec.prompt_tokens) + " prompt tokens and max_tokens " +
+        Str(spec.max_tokens) + " needs up to " + Str(need) + " KV blocks (" + Str(worst) +
+        " tokens in each of " + Str(kv_.n_segments()) + " segments) but the whole cache holds " +
+        Str(kv_.num_blocks()) + "; raise --kv-cache-memory or shorten the request");
+  }
+  RequestInfo info;
+  info.id = next_id_++;
+  info.prompt_tokens = spec.prompt_tokens;
+  info.max_tokens = spec.max_tokens;
+  info.uniprefill = spec.uniprefill;
+  requests_.emplace(info.id, info);
+  waiting_.push_back(info.id);
+  return info.id;
+}
+
+Status Scheduler::Abort(RequestId id) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return NotFound("request " + Str(id) + " is unknown or finished");
+  RequestInfo& r = it->second;
+  if (r.abort_requested) return OkStatus();
+  r.abort_requested = true;
+  if (open_step_) {
+    for (const ScheduledRequest& s : open_step_->requests) {
+      if (s.id == id) return OkStatus();  // finished by OnStepDone
+    }
+  }
+  waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), id), waiting_.end());
+  Finish(id, FinishReason::kAborted, aborted_);
+  return OkStatus();
+}
+
+Result<StepPlan> Scheduler::Schedule() {
+  if (open_step_) {
+    return InvalidArgument("Schedule() called while step " + Str(stats_.steps) +
+                           " is open; call OnStepDone() first");
+  }
+  StepPlan plan;
+  ScheduleDecodes(plan);
+  if (plan.preempted.empty()) AdmitWaiting(plan);
+  open_step_ = plan;
+  return plan;
+}
+
+void Scheduler::ScheduleDecodes(StepPlan& plan) {
+  size_t i = 0;
+  while (i < running_.size()) {
+    const RequestId id = running_[i];
+    bool preempted_self = false;
+    while (!kv_.CanAppendDecode(id)) {
+      const RequestId victim = running_.back();
+      Preempt(victim, plan);
+      if (victim == id) {
+        preempted_self = true;
+        break;
+      }
+    }
+    if (preempted_self) break;  // it was the newest: nothing after it is left
+    // CanAppendDecode held, so this cannot fail.
+    if (!kv_.AppendDecode(id).ok()) break;
+    plan.requests.push_back({id, 1, false, false});
+    ++stats_.decode_tokens;
+    ++i;
+  }
+}
+
+void Scheduler::AdmitWaiting(StepPlan& plan) {
+  int budget_left = config_.max_batched_tokens - plan.num_tokens();
+  bool any_prefill = false;
+  while (!waiting_.empty()) {
+    RequestInfo& r = requests_.at(waiting_.front());
+    const int n = PrefillTokens(r);
+    if (any_prefill && n > budget_left) break;
+    const std::vector<int> dense(kv_.n_segments(), n);
+    if (!kv_.CanAllocate(dense) || !kv_.Allocate(r.id, dense).ok()) break;
+    waiting_.pop_front();
+    running_.push_back(r.id);
+    r.state = RequestState::kRunning;
+    plan.requests.push_back({r.id, n, true, r.uniprefill});
+    stats_.prefill_tokens += n;
+    budget_left -= n;
+    any_prefill = true;
+  }
+}
+
+void Scheduler::Preempt(RequestId id, StepPlan& plan) {
+  RequestInfo& r = requests_.at(id);
+  (void)kv_.Free(id);
+  running_.erase(std::find(running_.begin(), running_.end(), id));
+  r.state = RequestState::kPreempted;
+  ++r.preemptions;
+  waiting_.push_front(id);
+  plan.preempted.push_back(id);
+  ++stats_.preemptions;
+}
+
+void Scheduler::Finish(RequestId id, FinishReason reason, std::vector<FinishedRequest>& out) {
+  auto it = requests_.find(id);
+  if (kv_.Contains(id)) (void)kv_.Free(id);
+  auto run = std::find(running_.begin(), running_.end(), id);
+  if (run != running_.end()) running_.erase(run);
+  out.push_back({id, reason, it->second.generated});
+  requests_.erase(it);
+  ++stats_.finished;
+}
+
+Status Scheduler::ValidateResults(std::span<const RequestStepResult> results) const {
+  std::unordered_map<RequestId, const ScheduledRequest*> planned;
+  for (const ScheduledRequest& s : open_step_->requests) planned[s.id] = &s;
+  std::unordered_set<RequestId> seen;
+  for (const RequestStepResult& res : results) {
+    const std::string who = "step result for request " + Str(res.id);
+    auto it = planned.find(res.id);
+    if (it == planned.end()) return InvalidArgument(who + ": not scheduled in this step");
+    if (!seen.insert(res.id).second) return InvalidArgument(who + ": given twice");
+    const std::vector<int>& t = res.segment_tokens;
+    if (t.empty()) continue;
+    const ScheduledRequest& s = *it->second;
+    if (!s.is_prefill) return InvalidArgument(who + ": a decode has no segment_tokens");
+    if (static_cast<int>(t.size()) != kv_.n_segments()) {
+      return InvalidArgument(who + ": " + Str(t.size()) + " segment counts for " +
+                             Str(kv_.n_segments()) + " segments");
+    }
+    if (t[0] != s.num_tokens) {
+      return InvalidArgument(who + ": segment 0 holds " + Str(t[0]) + " tokens, the prefill had " +
+                             Str(s.num_tokens));
+    }
+    for (size_t i = 1; i < t.size(); ++i) {
+      if (t[i] > t[i - 1] || t[i] < 1) {
+        return InvalidArgument(who + ": segment " + Str(i) + " holds " + Str(t[i]) +
+                               " tokens; kept counts must be >= 1 and non-increasing");
+      }
+    }
+  }
+  return OkStatus();
+}
+
+Result<std::vector<FinishedRequest>> Scheduler::OnStepDone(
+    std::span<const RequestStepResult> results) {
+  if (!open_step_) return InvalidArgument("OnStepDone() without an open step; call Schedule()");
+  UP_RETURN_IF_ERROR(ValidateResults(results));
+  std::unordered_map<RequestId, const RequestStepResult*> by_id;
+  for (const RequestStepResult& res : results) by_id[res.id] = &res;
+
+  std::vector<FinishedRequest> finished = std::move(aborted_);
+  aborted_.clear();
+  for (const ScheduledRequest& s : open_step_->requests) {
+    RequestInfo& r = requests_.at(s.id);
+    auto found = by_id.find(s.id);
+    const RequestStepResult* res = found == by_id.end() ? nullptr : found->second;
+    if (s.is_prefill) {
+      const bool kept = res && !res->segment_tokens.empty();
+      const std::vector<int> tokens =
+          kept ? res->segment_tokens : std::vector<int>(kv_.n_segments(), s.num_tokens);
+      (void)kv_.CommitPrefill(s.id, tokens);  // validated above: within the reservation
+    } else {
+      (void)kv_.ReleaseWindow(s.id);
+    }
+    ++r.generated;
+    if (r.abort_requested) {
+      Finish(s.id, FinishReason::kAborted, finished);
+    } else if (res && res->stop) {
+      Finish(s.id, FinishReason::kStop, finished);
+    } else if (r.generated >= r.max_tokens) {
+      Finish(s.id, FinishReason::kLength, finished);
+    }
+  }
+  open_step_.reset();
+  ++stats_.steps;
+  return finished;
+}
+
+bool Scheduler::has_unfinished() const { return !requests_.empty() || !aborted_.empty(); }
+
+const RequestInfo* Scheduler::Find(RequestId id) const {
+  auto it = requests_.find(id);
+  return it == requests_.end() ? nullptr : &it->second;
+}
+
+Status Scheduler::CheckInvariants() const {
+  std::unordered_set<RequestId> seen;
+  for (RequestId id : waiting_) {
+    const RequestInfo* r = Find(id);
+    if (!r || !seen.insert(id).second) {
+      return Internal("waiting request " + Str(id) + " unknown or queued twice");
+    }
+    if (r->state != RequestState::kWaiting && r->state != RequestState::kPreempted) {
+      return Internal("waiting request " + Str(id) + " is " + RequestStateName(r->state));
+    }
+    if (kv_.Contains(id)) return Internal("waiting request " + Str(id) + " holds KV blocks");
+  }
+  std::unordered_map<RequestId, int> prefill_tokens;
+  if (open_step_) {
+    for (const ScheduledRequest& s : open_step_->requests) {
+      if (s.is_prefill) prefill_tokens[s.id] = s.num_tokens;
+    }
+  }
+  for (RequestId id : running_) {
+    const RequestInfo* r = Find(id);
+    if (!r || !seen.insert(id).second) {
+      return Internal("running request " + Str(id) + " unknown or listed twice");
+    }
+    if (r->state != RequestState::kRunning) {
+      return Internal("running request " + Str(id) + " is " + RequestStateName(r->state));
+    }
+    if (!kv_.Contains(id)) return Internal("running request " + Str(id) + " holds no KV blocks");
+    // Between steps the cache holds every token fed so far: all but the last sampled one.
+    auto p = prefill_tokens.find(id);
+    const int expect = p != prefill_tokens.end() ? p->second
+                       : r->prompt_tokens + r->generated - (open_step_ ? 0 : 1);
+    if (kv_.segment_tokens(id, 0) != expect) {
+      return Internal("running request " + Str(id) + " holds " + Str(kv_.segment_tokens(id, 0)) +
+                      " tokens in segment 0, expected " + Str(expect));
+    }
+    for (int s = 1; s < kv_.n_segments(); ++s) {
+      if (kv_.segment_tokens(id, s) > kv_.segment_tokens(id, s - 1)) {
+        return Internal("running request " + Str(id) + " holds more tokens in segment " + Str(s) +
+                        " than in segment " + Str(s - 1));
+      }
+    }
+  }
+  if (seen.size() != requests_.size()) {
+    return Internal(Str(requests_.size()) + " unfinished requests but " + Str(seen.size()) +
+                    " queued or running");
+  }
+  if (kv_.num_requests() != num_running()) {
+    return Internal("KV holds " + Str(kv_.num_requests()) + " requests, " + Str(num_running()) +
+                    " are running");
+  }
+  return kv_.CheckInvariants();
+}
+
+}  // namespace uniprefill

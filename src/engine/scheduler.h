@@ -1,0 +1,166 @@
+// Scheduler: decides, step by step, which requests run and with how many tokens, under one token
+// budget per step (--max-batched-tokens) and the paged KV memory (KvBlockManager). Plain data in
+// (request sizes, per-step results), plain data out (StepPlan): it is tested without a model.
+//
+// Policy, in the order Schedule() applies it:
+// 1. Every running request decodes one token, oldest admission first. When one cannot get a KV
+//    block, the most recently admitted running request is preempted (its blocks are freed and it
+//    goes back to the front of the waiting queue), possibly the request itself; repeat until it
+//    fits. A preempted request is later recomputed: its prompt plus the tokens it generated become
+//    one prefill (the engine feeds those token ids).
+// 2. Unless this step preempted (memory is short: admitting now would only thrash), waiting
+//    requests are admitted first-come-first-served while the token budget and KV memory allow. A
+//    prefill runs whole in one step (UniPrefill's selection needs the prompt's last queries; dense
+//    prefills are not chunked either, to keep one rule). Admission reserves the dense worst case
+//    (the whole prefill in every segment); OnStepDone shrinks it to the kept counts. The first
+//    prefill of a step is admitted even when it does not fit the remaining budget: that is how a
+//    prompt longer than the budget runs (the only prefill of its step, next to the running
+//    decodes) instead of waiting forever. The queue is strict FCFS: a head that does not fit stops
+//    admission (no overtaking, so long prompts do not starve).
+// A step's tokens therefore stay within the budget unless it holds at most one prefill.
+//
+// Lifecycle: Submit -> waiting -> (Schedule admits) running -> (OnStepDone) finished, with
+// running -> preempted (waiting again) on memory pressure. Every submitted request is reported
+// finished exactly once, in the list OnStepDone returns. Submit rejects a request that could not
+// run even alone: prompt + max_tokens - 1 tokens in every segment must fit the whole KV pool, which
+// then guarantees progress (a lone running request always finds its blocks).
+//
+// Protocol: Schedule() opens a step, OnStepDone() closes it; between them the block tables in kv()
+// are the ones the step must write to and read from. Not for: sampling, token ids, streaming, or
+// tensor memory; priorities and chunked prefill are later issues.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "core/status.h"
+#include "kv/kv_block_manager.h"
+
+namespace uniprefill {
+
+struct SchedulerConfig {
+  int max_batched_tokens = 8192;  // --max-batched-tokens: tokens of all requests in one step
+};
+
+enum class RequestState { kWaiting, kRunning, kPreempted, kFinished };
+enum class FinishReason { kStop, kLength, kAborted };
+
+const char* RequestStateName(RequestState state);
+const char* FinishReasonName(FinishReason reason);
+
+// What a request asks for: sizes only (the engine keeps the token ids).
+struct RequestSpec {
+  int prompt_tokens = 0;
+  int max_tokens = 1;     // tokens to generate, >= 1
+  bool uniprefill = true;  // whether its prefill may drop tokens
+};
+
+struct RequestInfo {
+  RequestId id = 0;
+  int prompt_tokens = 0;
+  int generated = 0;  // tokens sampled so far (each step of a request samples one)
+  int max_tokens = 1;
+  bool uniprefill = true;
+  RequestState state = RequestState::kWaiting;  // kPreempted: waiting to be recomputed
+  int preemptions = 0;
+  bool abort_requested = false;
+};
+
+// One request's part of a step.
+struct ScheduledRequest {
+  RequestId id = 0;
+  int num_tokens = 0;   // prefill: prompt + generated (a recompute); decode: 1
+  bool is_prefill = false;
+  bool uniprefill = false;  // a prefill that may drop tokens (false for decodes)
+  bool operator==(const ScheduledRequest&) const = default;
+};
+
+struct StepPlan {
+  std::vector<ScheduledRequest> requests;  // decodes (admission order), then prefills (FCFS)
+  std::vector<RequestId> preempted;        // lost their KV this step; recomputed later
+  int num_tokens() const;
+  bool empty() const { return requests.empty() && preempted.empty(); }
+  bool operator==(const StepPlan&) const = default;
+};
+
+// What the step produced for one scheduled request. Requests without an entry count as dense
+// (nothing dropped) and not stopped.
+struct RequestStepResult {
+  RequestId id = 0;
+  // Prefills only: tokens each segment holds after the forward (segment 0 = the prefill length,
+  // then UniPrefill's kept counts, non-increasing, >= 1). Empty: dense.
+  std::vector<int> segment_tokens;
+  bool stop = false;  // the sampled token ends the request (EOS, stop string)
+};
+
+struct FinishedRequest {
+  RequestId id = 0;
+  FinishReason reason = FinishReason::kStop;
+  int generated = 0;
+  bool operator==(const FinishedRequest&) const = default;
+};
+
+struct SchedulerStats {
+  int64_t steps = 0;
+  int64_t prefill_tokens = 0;  // recomputed tokens included
+  int64_t decode_tokens = 0;
+  int64_t preemptions = 0;
+  int64_t finished = 0;
+};
+
+class Scheduler {
+ public:
+  Scheduler(SchedulerConfig config, KvBlockManager kv);
+
+  // Queues a request; its id is returned (0, 1, 2, ... in submission order). InvalidArgument for
+  // empty prompts or max_tokens < 1; ResourceExhausted when it could never fit the KV memory.
+  Result<RequestId> Submit(const RequestSpec& spec);
+  // Ends a request early. Its blocks are freed now, or when the step it is part of is done; either
+  // way the next OnStepDone reports it (kAborted). NotFound for unknown or finished ids.
+  Status Abort(RequestId id);
+
+  // Opens a step (see the header comment). InvalidArgument while a step is open.
+  Result<StepPlan> Schedule();
+  // Closes the open step: every scheduled request sampled one token. Validates all results first
+  // (ids in the plan, no duplicates, kept counts within the reservation); on error nothing changes.
+  Result<std::vector<FinishedRequest>> OnStepDone(std::span<const RequestStepResult> results);
+
+  bool has_unfinished() const;
+  bool step_open() const { return open_step_.has_value(); }
+  int num_waiting() const { return static_cast<int>(waiting_.size()); }
+  int num_running() const { return static_cast<int>(running_.size()); }
+  // Unfinished requests only (finished ones are forgotten once reported); nullptr otherwise.
+  const RequestInfo* Find(RequestId id) const;
+  const std::deque<RequestId>& waiting() const { return waiting_; }
+  const std::vector<RequestId>& running() const { return running_; }  // admission order
+  const KvBlockManager& kv() const { return kv_; }
+  const SchedulerConfig& config() const { return config_; }
+  const SchedulerStats& stats() const { return stats_; }
+
+  // Queues and KV bookkeeping agree (tests and debug builds).
+  Status CheckInvariants() const;
+
+ private:
+  int PrefillTokens(const RequestInfo& r) const { return r.prompt_tokens + r.generated; }
+  void ScheduleDecodes(StepPlan& plan);
+  void AdmitWaiting(StepPlan& plan);
+  void Preempt(RequestId id, StepPlan& plan);
+  void Finish(RequestId id, FinishReason reason, std::vector<FinishedRequest>& out);
+  Status ValidateResults(std::span<const RequestStepResult> results) const;
+
+  SchedulerConfig config_;
+  KvBlockManager kv_;
+  std::unordered_map<RequestId, RequestInfo> requests_;  // unfinished requests
+  std::deque<RequestId> waiting_;   // FCFS; preempted requests go back to the front
+  std::vector<RequestId> running_;  // admission order (newest last: the preemption victim)
+  std::optional<StepPlan> open_step_;
+  std::vector<FinishedRequest> aborted_;  // finished outside a step, reported by OnStepDone
+  RequestId next_id_ = 0;
+  SchedulerStats stats_;
+};
+
+}  // namespace uniprefill

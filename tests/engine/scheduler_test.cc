@@ -1,0 +1,438 @@
+#include "engine/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <ostream>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace uniprefill {
+
+// Readable failures: "P0x30u D1" style plans.
+void PrintTo(const ScheduledRequest& r, std::ostream* os) {
+  *os << (r.is_prefill ? "P" : "D") << r.id;
+  if (r.is_prefill) *os << "x" << r.num_tokens << (r.uniprefill ? "u" : "");
+}
+void PrintTo(const StepPlan& p, std::ostream* os) {
+  *os << "{";
+  for (const ScheduledRequest& r : p.requests) {
+    PrintTo(r, os);
+    *os << " ";
+  }
+  *os << "| preempted";
+  for (RequestId id : p.preempted) *os << " " << id;
+  *os << "}";
+}
+void PrintTo(const FinishedRequest& f, std::ostream* os) {
+  *os << f.id << ":" << FinishReasonName(f.reason) << "@" << f.generated;
+}
+
+namespace {
+
+ScheduledRequest P(RequestId id, int n, bool uniprefill = true) {
+  return {id, n, true, uniprefill};
+}
+ScheduledRequest D(RequestId id) { return {id, 1, false, false}; }
+StepPlan Plan(std::vector<ScheduledRequest> requests, std::vector<RequestId> preempted = {}) {
+  return StepPlan{std::move(requests), std::move(preempted)};
+}
+FinishedRequest Length(RequestId id, int generated) {
+  return {id, FinishReason::kLength, generated};
+}
+
+KvCacheSpec Spec(std::vector<KvSegmentSpec> segments) {
+  KvCacheSpec spec;
+  spec.segments = std::move(segments);
+  spec.layer_token_bytes = 64;
+  return spec;
+}
+
+// One full-attention layer per segment.
+Scheduler Make(int budget, int segments, int num_blocks, int block_tokens, int slots = 8) {
+  KvCacheSpec spec = Spec(std::vector<KvSegmentSpec>(segments, KvSegmentSpec{1, 0, 0}));
+  return Scheduler(SchedulerConfig{budget},
+                   KvBlockManager(spec, KvPoolSize{num_blocks, block_tokens, slots}));
+}
+
+std::vector<int> Vec(std::span<const int> s) { return {s.begin(), s.end()}; }
+
+void SubmitAll(Scheduler& s, const std::vector<RequestSpec>& specs) {
+  for (size_t i = 0; i < specs.size(); ++i) {
+    Result<RequestId> id = s.Submit(specs[i]);
+    ASSERT_TRUE(id.ok()) << id.status().message();
+    ASSERT_EQ(*id, static_cast<RequestId>(i));
+  }
+}
+
+// One row of a scheduling table: the plan Schedule() must return, what the step produced, and
+// which requests OnStepDone() must report finished.
+struct Step {
+  StepPlan plan;
+  std::vector<RequestStepResult> results = {};
+  std::vector<FinishedRequest> finished = {};
+};
+
+void RunSteps(Scheduler& s, const std::vector<Step>& steps) {
+  for (size_t i = 0; i < steps.size(); ++i) {
+    SCOPED_TRACE("step " + std::to_string(i));
+    Result<StepPlan> plan = s.Schedule();
+    ASSERT_TRUE(plan.ok()) << plan.status().message();
+    EXPECT_EQ(*plan, steps[i].plan);
+    const Status during = s.CheckInvariants();
+    ASSERT_TRUE(during.ok()) << during.message();
+    Result<std::vector<FinishedRequest>> done = s.OnStepDone(steps[i].results);
+    ASSERT_TRUE(done.ok()) << done.status().message();
+    EXPECT_EQ(*done, steps[i].finished);
+    const Status after = s.CheckInvariants();
+    ASSERT_TRUE(after.ok()) << after.message();
+  }
+}
+
+TEST(SchedulerTest, DecodesFirstThenPrefillsFirstComeFirstServedWithinTheBudget) {
+  Scheduler s = Make(/*budget=*/100, 1, 1000, 16);
+  SubmitAll(s, {{30, 3}, {40, 2}, {50, 2}, {10, 1}});
+  RunSteps(s, {
+      // C (50) does not fit the 30 left; D (10) would, but does not overtake C.
+      {Plan({P(0, 30), P(1, 40)})},
+      {Plan({D(0), D(1), P(2, 50), P(3, 10)}), {}, {Length(1, 2), Length(3, 1)}},
+      {Plan({D(0), D(2)}), {}, {Length(0, 3), Length(2, 2)}},
+  });
+  EXPECT_FALSE(s.has_unfinished());
+  EXPECT_EQ(s.kv().Usage().used_blocks, 0);
+}
+
+TEST(SchedulerTest, PromptLongerThanTheBudgetRunsAsTheOnlyPrefillOfItsStep) {
+  struct Case {
+    const char* name;
+    std::vector<RequestSpec> requests;
+    std::vector<Step> steps;
+  };
+  const std::vector<Case> cases = {
+      {"nothing running",
+       {{200, 2}, {10, 1}},
+       {{Plan({P(0, 200)})}, {Plan({D(0), P(1, 10)}), {}, {Length(0, 2), Length(1, 1)}}}},
+      {"next to running decodes",
+       {{20, 3}, {100, 1}, {5, 1}},
+       {{Plan({P(0, 20)})},  // 100 > 44 left: waits for the next step
+        {Plan({D(0), P(1, 100)}), {}, {Length(1, 1)}},  // first prefill of the step: runs, C waits
+        {Plan({D(0), P(2, 5)}), {}, {Length(0, 3), Length(2, 1)}}}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Scheduler s = Make(/*budget=*/64, 1, 1000, 16);
+    SubmitAll(s, c.requests);
+    RunSteps(s, c.steps);
+    EXPECT_FALSE(s.has_unfinished());
+  }
+}
+
+TEST(SchedulerTest, RequestWaitsForMemoryThenGetsTheFreedBlocks) {
+  // 6 blocks of 4 tokens. A takes 4 blocks, then a 5th for its decode; B needs 3 and waits.
+  Scheduler s = Make(1000, 1, 6, 4);
+  SubmitAll(s, {{16, 2}, {12, 1}});
+  RunSteps(s, {
+      {Plan({P(0, 16)})},
+      {Plan({D(0)}), {}, {Length(0, 2)}},
+  });
+  EXPECT_EQ(s.num_waiting(), 1);
+  RunSteps(s, {{Plan({P(1, 12)}), {}, {Length(1, 1)}}});
+  EXPECT_EQ(s.kv().Usage().used_blocks, 0);
+}
+
+TEST(SchedulerTest, NewestRunningRequestIsPreemptedAndRecomputed) {
+  // 4 blocks of 4 tokens; A and B each grow to 9 tokens (3 blocks): they cannot both finish.
+  Scheduler s = Make(1000, 1, 4, 4);
+  SubmitAll(s, {{4, 6}, {4, 6}});
+  RunSteps(s, {
+      {Plan({P(0, 4), P(1, 4)})},        // A [0], B [1]
+      {Plan({D(0), D(1)})},              // 5 tokens each: A [0 2], B [1 3]
+      {Plan({D(0), D(1)})},
+      {Plan({D(0), D(1)})},
+      {Plan({D(0), D(1)})},              // 8 tokens each, 5 generated
+      {Plan({D(0)}, {1}), {}, {Length(0, 6)}},  // A needs a block: B preempted, A takes block 1
+  });
+  const RequestInfo* b = s.Find(1);
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(b->state, RequestState::kPreempted);
+  EXPECT_EQ(b->preemptions, 1);
+  EXPECT_EQ(b->generated, 5);
+  // B is recomputed from its prompt and its 5 generated tokens, in A's freed blocks.
+  Result<StepPlan> recompute = s.Schedule();
+  ASSERT_TRUE(recompute.ok());
+  EXPECT_EQ(*recompute, Plan({P(1, 9)}));
+  EXPECT_EQ(Vec(s.kv().FullTable(1, 0)), (std::vector<int>{0, 2, 1}));
+  Result<std::vector<FinishedRequest>> done = s.OnStepDone({});
+  ASSERT_TRUE(done.ok());
+  EXPECT_EQ(*done, (std::vector<FinishedRequest>{Length(1, 6)}));
+  EXPECT_EQ(s.stats().preemptions, 1);
+}
+
+TEST(SchedulerTest, PreemptedRequestsReturnInAdmissionOrder) {
+  // 3 blocks of 4 tokens. A needs a second block: C (newest) goes; then B needs one and is itself
+  // the newest left, so it goes too. The waiting queue is B, C again; nothing is admitted then.
+  Scheduler s = Make(1000, 1, 3, 4);
+  SubmitAll(s, {{4, 5}, {4, 2}, {4, 2}});
+  RunSteps(s, {
+      {Plan({P(0, 4), P(1, 4), P(2, 4)})},
+      {Plan({D(0)}, {2, 1})},
+  });
+  EXPECT_EQ(std::vector<RequestId>(s.waiting().begin(), s.waiting().end()),
+            (std::vector<RequestId>{1, 2}));
+  RunSteps(s, {
+      {Plan({D(0)})},  // B's recompute (5 tokens, 2 blocks) does not fit the 1 free block
+      {Plan({D(0)})},
+      {Plan({D(0)}), {}, {Length(0, 5)}},
+      {Plan({P(1, 5)}), {}, {Length(1, 2)}},  // C (2 blocks) does not fit next to B
+      {Plan({P(2, 5)}), {}, {Length(2, 2)}},
+  });
+  EXPECT_EQ(s.kv().Usage().used_blocks, 0);
+}
+
+TEST(SchedulerTest, UniPrefillKeptTokensMakeRoomForTheNextRequest) {
+  // Two segments, 13 blocks of 4 tokens. A (15 tokens) reserves 4 + 4 blocks dense; B needs 8 too.
+  // Kept 3 in segment 1, A holds 4 + 1 and its decode fits: B is admitted one step later. Dense,
+  // A keeps 8 blocks and B waits until A is done.
+  struct Case {
+    const char* name;
+    std::vector<int> kept;
+    std::vector<Step> steps;
+  };
+  const std::vector<Case> cases = {
+      {"uniprefill",
+       {15, 3},
+       {{Plan({P(0, 15)}), {{0, {15, 3}, false}}},
+        {Plan({D(0), P(1, 15)}), {}, {Length(0, 2)}},
+        {Plan({D(1)}), {}, {Length(1, 2)}}}},
+      {"dense",
+       {},
+       {{Plan({P(0, 15)})},
+        {Plan({D(0)}), {}, {Length(0, 2)}},
+        {Plan({P(1, 15)})},
+        {Plan({D(1)}), {}, {Length(1, 2)}}}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Scheduler s = Make(1000, 2, 13, 4);
+    SubmitAll(s, {{15, 2}, {15, 2}});
+    RunSteps(s, c.steps);
+    EXPECT_FALSE(s.has_unfinished());
+  }
+}
+
+TEST(SchedulerTest, KeptCountsShrinkTheRequestsBlockTables) {
+  Scheduler s = Make(1000, 3, 200, 16);
+  SubmitAll(s, {{1000, 4}});
+  ASSERT_TRUE(s.Schedule().ok());
+  EXPECT_EQ(s.kv().BlocksHeld(0), 3 * 63);  // reserved dense
+  const std::vector<RequestStepResult> results = {{0, {1000, 600, 400}, false}};
+  ASSERT_TRUE(s.OnStepDone(results).ok());
+  EXPECT_EQ(Vec(s.kv().FullTable(0, 1)).size(), 38u);
+  EXPECT_EQ(Vec(s.kv().FullTable(0, 2)).size(), 25u);
+  EXPECT_EQ(s.kv().Usage().saved_bytes, int64_t{63} * 16 * 64);
+  ASSERT_TRUE(s.CheckInvariants().ok());
+}
+
+TEST(SchedulerTest, SequenceSlotsCapTheRunningRequests) {
+  Scheduler s = Make(1000, 1, 100, 4, /*slots=*/2);
+  SubmitAll(s, {{4, 2}, {4, 2}, {4, 1}});
+  RunSteps(s, {
+      {Plan({P(0, 4), P(1, 4)})},
+      {Plan({D(0), D(1)}), {}, {Length(0, 2), Length(1, 2)}},
+      {Plan({P(2, 4)}), {}, {Length(2, 1)}},
+  });
+}
+
+TEST(SchedulerTest, StopResultFinishesARequestEarly) {
+  Scheduler s = Make(1000, 1, 100, 4);
+  SubmitAll(s, {{8, 10}});
+  RunSteps(s, {
+      {Plan({P(0, 8)})},
+      {Plan({D(0)}), {{0, {}, true}}, {{0, FinishReason::kStop, 2}}},
+  });
+  EXPECT_FALSE(s.has_unfinished());
+}
+
+TEST(SchedulerTest, SubmitRejectsRequestsThatCouldNeverFit) {
+  struct Case {
+    RequestSpec spec;
+    ErrorCode code;  // kOk: accepted
+  };
+  // 8 blocks of 4 tokens over two segments: at most 16 tokens ever in the cache (the last sampled
+  // token is never fed back).
+  const std::vector<Case> cases = {
+      {{20, 1}, ErrorCode::kResourceExhausted},  // the prompt alone
+      {{10, 8}, ErrorCode::kResourceExhausted},  // 17 tokens with its decodes
+      {{10, 7}, ErrorCode::kOk},                 // exactly 16
+      {{0, 4}, ErrorCode::kInvalidArgument},
+      {{4, 0}, ErrorCode::kInvalidArgument},
+  };
+  Scheduler s = Make(1000, 2, 8, 4);  // two segments: 16 tokens take all 8 blocks
+  RequestId next = 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::to_string(c.spec.prompt_tokens) + "+" + std::to_string(c.spec.max_tokens));
+    Result<RequestId> id = s.Submit(c.spec);
+    EXPECT_EQ(id.status().code(), c.code) << id.status().message();
+    if (id.ok()) {
+      EXPECT_EQ(*id, next++);
+    }
+  }
+  Result<RequestId> big = s.Submit({20, 1});
+  EXPECT_NE(big.status().message().find("--kv-cache-memory"), std::string::npos);
+  EXPECT_EQ(s.num_waiting(), 1);
+}
+
+TEST(SchedulerTest, AbortedRequestsAreReportedByTheNextStep) {
+  Scheduler s = Make(1000, 1, 100, 4);
+  SubmitAll(s, {{8, 5}, {8, 5}, {8, 5}});
+  ASSERT_TRUE(s.Schedule().ok());  // all three prefill
+  ASSERT_TRUE(s.Abort(1).ok());    // in flight: finished when the step is done
+  EXPECT_TRUE(s.kv().Contains(1));
+  ASSERT_TRUE(s.Abort(1).ok());    // asking twice is harmless
+  Result<std::vector<FinishedRequest>> done = s.OnStepDone({});
+  ASSERT_TRUE(done.ok());
+  EXPECT_EQ(*done, (std::vector<FinishedRequest>{{1, FinishReason::kAborted, 1}}));
+  EXPECT_FALSE(s.kv().Contains(1));
+
+  ASSERT_TRUE(s.Abort(2).ok());  // between steps: blocks freed at once
+  EXPECT_FALSE(s.kv().Contains(2));
+  EXPECT_EQ(s.Abort(1).code(), ErrorCode::kNotFound);  // already finished
+  EXPECT_EQ(s.Abort(42).code(), ErrorCode::kNotFound);
+  RunSteps(s, {{Plan({D(0)}), {}, {{2, FinishReason::kAborted, 1}}}});
+}
+
+TEST(SchedulerTest, ProtocolErrorsChangeNothing) {
+  Scheduler s = Make(1000, 2, 100, 4);
+  SubmitAll(s, {{8, 3}});
+  EXPECT_EQ(s.OnStepDone({}).status().code(), ErrorCode::kInvalidArgument);  // no open step
+  ASSERT_TRUE(s.Schedule().ok());
+  EXPECT_EQ(s.Schedule().status().code(), ErrorCode::kInvalidArgument);  // step still open
+  const std::vector<std::vector<RequestStepResult>> bad = {
+      {{7, {}, false}},                     // not scheduled
+      {{0, {}, false}, {0, {}, false}},     // twice
+      {{0, {8}, false}},                    // one count for two segments
+      {{0, {7, 7}, false}},                 // segment 0 must be the whole prefill
+      {{0, {8, 9}, false}},                 // later segments cannot grow
+      {{0, {8, 0}, false}},                 // the last token is always kept
+  };
+  for (const auto& results : bad) {
+    EXPECT_EQ(s.OnStepDone(results).status().code(), ErrorCode::kInvalidArgument);
+    EXPECT_TRUE(s.step_open());
+    EXPECT_EQ(s.kv().segment_tokens(0, 1), 8);
+  }
+  const std::vector<RequestStepResult> good = {{0, {8, 4}, false}};
+  ASSERT_TRUE(s.OnStepDone(good).ok());
+  EXPECT_EQ(s.kv().segment_tokens(0, 1), 4);
+  Result<StepPlan> decode = s.Schedule();
+  ASSERT_TRUE(decode.ok());
+  const std::vector<RequestStepResult> decode_with_counts = {{0, {9, 5}, false}};
+  EXPECT_EQ(s.OnStepDone(decode_with_counts).status().code(), ErrorCode::kInvalidArgument);
+}
+
+// Hundreds of requests with random sizes, kept ratios, stops and aborts, arriving over time, in a
+// cache small enough to force waiting and preemption. Checks every step: invariants, plan shape,
+// the budget rule; at the end: each request finished exactly once, and no block leaked.
+TEST(SchedulerTest, RandomizedSimulationFinishesEveryRequestOnceWithoutLeaks) {
+  for (uint64_t seed : {1u, 2u, 3u}) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937_64 rng(seed);
+    auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+    auto chance = [&](double p) { return std::uniform_real_distribution<double>(0, 1)(rng) < p; };
+
+    KvCacheSpec spec = Spec({{2, 1, 24}, {1, 1, 24}, {1, 0, 0}});
+    spec.linear_layers = 1;
+    spec.linear_state_bytes = 100;
+    const int budget = 256;
+    Scheduler s(SchedulerConfig{budget}, KvBlockManager(spec, KvPoolSize{300, 8, 16}));
+
+    const int n_requests = 300;
+    std::map<RequestId, RequestSpec> submitted;
+    std::map<RequestId, int> finished_count;
+    int rejected = 0, submitted_count = 0;
+    int64_t max_saved = 0;
+    for (int step = 0; step < 100000; ++step) {
+      // Arrivals: a few per step, sometimes one that can never fit.
+      for (int a = uniform(0, 3); a > 0 && submitted_count < n_requests; --a, ++submitted_count) {
+        RequestSpec r{uniform(1, 200), uniform(1, 120), chance(0.7)};
+        if (chance(0.02)) r.prompt_tokens = 5000;
+        Result<RequestId> id = s.Submit(r);
+        if (!id.ok()) {
+          EXPECT_EQ(id.status().code(), ErrorCode::kResourceExhausted);
+          ++rejected;
+          continue;
+        }
+        submitted[*id] = r;
+      }
+      if (!s.has_unfinished()) {
+        if (submitted_count == n_requests) break;
+        continue;
+      }
+      Result<StepPlan> plan = s.Schedule();
+      ASSERT_TRUE(plan.ok()) << plan.status().message();
+      ASSERT_FALSE(plan->empty()) << "no progress at step " << step;
+      ASSERT_TRUE(s.CheckInvariants().ok()) << s.CheckInvariants().message();
+      // Plan shape: decodes then prefills, each request once; the budget holds unless the step has
+      // at most one prefill.
+      std::set<RequestId> in_plan;
+      int prefills = 0;
+      bool seen_prefill = false;
+      for (const ScheduledRequest& r : plan->requests) {
+        ASSERT_TRUE(in_plan.insert(r.id).second);
+        ASSERT_FALSE(!r.is_prefill && seen_prefill) << "a decode after a prefill";
+        seen_prefill = seen_prefill || r.is_prefill;
+        prefills += r.is_prefill;
+        if (r.is_prefill) {
+          const RequestInfo* info = s.Find(r.id);
+          ASSERT_EQ(r.num_tokens, info->prompt_tokens + info->generated);
+        }
+      }
+      ASSERT_TRUE(plan->num_tokens() <= budget || prefills <= 1);
+      for (RequestId id : plan->preempted) ASSERT_EQ(in_plan.count(id), 0u);
+
+      std::vector<RequestStepResult> results;
+      for (const ScheduledRequest& r : plan->requests) {
+        RequestStepResult res{r.id, {}, chance(0.03)};
+        if (r.is_prefill && r.uniprefill && r.num_tokens > 32) {
+          const int k1 = std::max(1, r.num_tokens * uniform(20, 100) / 100);
+          const int k2 = std::max(1, k1 * uniform(20, 100) / 100);
+          res.segment_tokens = {r.num_tokens, k1, k2};
+        }
+        results.push_back(res);
+      }
+      if (chance(0.02) && !plan->requests.empty()) {
+        const int pick = uniform(0, static_cast<int>(plan->requests.size()) - 1);
+        ASSERT_TRUE(s.Abort(plan->requests[pick].id).ok());
+      }
+      if (chance(0.02) && s.num_waiting() > 0) {
+        ASSERT_TRUE(s.Abort(s.waiting().back()).ok());
+      }
+
+      Result<std::vector<FinishedRequest>> done = s.OnStepDone(results);
+      ASSERT_TRUE(done.ok()) << done.status().message();
+      for (const FinishedRequest& f : *done) {
+        ++finished_count[f.id];
+        ASSERT_TRUE(submitted.count(f.id));
+        if (f.reason == FinishReason::kLength) {
+          ASSERT_EQ(f.generated, submitted[f.id].max_tokens);
+        }
+        ASSERT_LE(f.generated, submitted[f.id].max_tokens);
+      }
+      ASSERT_TRUE(s.CheckInvariants().ok()) << s.CheckInvariants().message();
+      max_saved = std::max(max_saved, s.kv().Usage().saved_bytes);
+    }
+    EXPECT_FALSE(s.has_unfinished());
+    EXPECT_EQ(submitted_count, n_requests);
+    EXPECT_GT(rejected, 0);
+    ASSERT_EQ(finished_count.size(), submitted.size());
+    for (const auto& [id, count] : finished_count) EXPECT_EQ(count, 1) << "request " << id;
+    EXPECT_EQ(s.kv().Usage().used_blocks, 0);
+    EXPECT_EQ(s.kv().free_state_slots(), 16);
+    EXPECT_GT(s.stats().preemptions, 0);  // the cache was small enough to matter
+    EXPECT_GT(max_saved, 0);
+  }
+}
+
+}  // namespace
+}  // namespace uniprefill
