@@ -8,6 +8,8 @@
 #include <random>
 #include <sstream>
 
+#include "eval/haystacks.h"
+#include "output_files.h"
 #include "run_command.h"
 #include "sparsity/uniprefill_config.h"
 #include "uniprefill/engine.h"
@@ -38,37 +40,6 @@ int Argmax(const std::vector<float>& v) {
 }
 
 }  // namespace
-
-std::string GenerateReportText(uint64_t seed, int words) {
-  static constexpr const char* kSubjects[] = {
-      "The harbour authority", "The city council", "The river survey team", "The museum board",
-      "The rail operator", "The weather office", "The university library", "The hospital trust"};
-  static constexpr const char* kVerbs[] = {"reported", "noted", "recorded", "announced",
-                                           "confirmed", "estimated", "observed", "published"};
-  static constexpr const char* kObjects[] = {
-      "a rise in visitors during the spring festival", "repairs to the northern footbridge",
-      "a new timetable for the coastal line", "record rainfall in the eastern valleys",
-      "the restoration of three medieval manuscripts", "lower catches of herring than last year",
-      "an extension of the evening opening hours", "the planting of two hundred oak trees"};
-  static constexpr const char* kTails[] = {
-      "Officials expect the trend to continue.", "Further details will follow next month.",
-      "Residents were invited to comment.", "The figures were checked twice.",
-      "The work is funded by a local grant.", "A second review is planned for the autumn."};
-  std::mt19937_64 rng(seed);
-  auto pick = [&](const auto& arr) { return arr[rng() % std::size(arr)]; };
-  std::string out = "Annual report of the town of Westmere.\n";
-  int count = 0, section = 1;
-  while (count < words) {
-    std::string para = "Section " + std::to_string(section++) + ". ";
-    for (int s = 0; s < 3; ++s) {
-      para += std::string(pick(kSubjects)) + " " + pick(kVerbs) + " " + pick(kObjects) + ". " +
-              pick(kTails) + " ";
-    }
-    count += static_cast<int>(std::count(para.begin(), para.end(), ' '));
-    out += para + "\n";
-  }
-  return out;
-}
 
 CLI::App* AddEvalFidelityCommand(CLI::App& eval, EvalFidelityOptions& o) {
   CLI::App* cmd = eval.add_subcommand(
@@ -109,6 +80,7 @@ int EvalFidelityCommand(const EvalFidelityOptions& o) {
     ss << in.rdbuf();
     texts.push_back(ss.str());
   }
+  if (!CheckOutputWritable(o.output, "--output")) return 1;
   std::unique_ptr<Engine> loaded = LoadComparisonEngine(o.model, o.threads, o.uniprefill);
   if (!loaded) return 1;
   Engine& engine = *loaded;
@@ -128,7 +100,7 @@ int EvalFidelityCommand(const EvalFidelityOptions& o) {
     for (int s = 0; s < count; ++s) {
       // Built-in prompts: enough words for the length (~1.3 tokens per word), cut to tokens.
       const std::string text =
-          texts.empty() ? GenerateReportText(o.seed * 1000003 + s, len) : texts[s];
+          texts.empty() ? eval::GenerateReportText(o.seed * 1000003 + s, len) : texts[s];
       std::vector<int32_t> ids = engine.Tokenize(text, /*add_bos=*/true);
       if (static_cast<int>(ids.size()) < len) {
         std::fprintf(stderr, "error: prompt %d has %zu tokens, fewer than --lengths %d\n", s,

@@ -27,7 +27,4 @@ struct EvalFidelityOptions {
 CLI::App* AddEvalFidelityCommand(CLI::App& eval, EvalFidelityOptions& options);
 int EvalFidelityCommand(const EvalFidelityOptions& options);
 
-// Seeded report-style English of about `words` words (the built-in prompt generator).
-std::string GenerateReportText(uint64_t seed, int words);
-
 }  // namespace uniprefill::cli

@@ -3,7 +3,9 @@
 #include <cstdio>
 
 #include "bench_prefill_command.h"
+#include "calibrate_command.h"
 #include "eval_fidelity_command.h"
+#include "eval_ruler_command.h"
 #include "info_command.h"
 #include "run_command.h"
 
@@ -24,10 +26,14 @@ int main(int argc, char** argv) {
   eval->require_subcommand(1);
   uniprefill::cli::EvalFidelityOptions fidelity;
   CLI::App* fidelity_cmd = uniprefill::cli::AddEvalFidelityCommand(*eval, fidelity);
+  uniprefill::cli::EvalRulerOptions ruler;
+  CLI::App* ruler_cmd = uniprefill::cli::AddEvalRulerCommand(*eval, ruler);
+  uniprefill::cli::CalibrateOptions calibrate;
+  uniprefill::cli::AddCalibrateCommand(app, calibrate);
   bool known = false;
   for (const CLI::App* sub : app.get_subcommands({})) known |= argc > 1 && sub->get_name() == argv[1];
   if (argc > 1 && argv[1][0] != '-' && !known) {
-    std::fprintf(stderr, "error: unknown command '%s' (commands: run, info, bench-prefill, eval; see 'uniprefill --help')\n",
+    std::fprintf(stderr, "error: unknown command '%s' (commands: run, info, bench-prefill, eval, calibrate; see 'uniprefill --help')\n",
                  argv[1]);
     return 2;
   }
@@ -48,5 +54,7 @@ int main(int argc, char** argv) {
   if (app.got_subcommand("info")) return uniprefill::cli::InfoCommand(info);
   if (app.got_subcommand("bench-prefill")) return uniprefill::cli::BenchPrefillCommand(bench);
   if (fidelity_cmd->parsed()) return uniprefill::cli::EvalFidelityCommand(fidelity);
+  if (ruler_cmd->parsed()) return uniprefill::cli::EvalRulerCommand(ruler);
+  if (app.got_subcommand("calibrate")) return uniprefill::cli::CalibrateCommand(calibrate);
   return 2;
 }

@@ -152,7 +152,7 @@ bool WriteResultJson(const RunOptions& o, const GenerationResult& r, int threads
                             {"peak_rss_mib", PeakRssMiB()}};
   std::ofstream out(o.json_out);
   if (!out) return false;
-  out << j.dump(2) << "\n";
+  out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   return static_cast<bool>(out);
 }
 

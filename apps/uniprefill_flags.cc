@@ -2,15 +2,20 @@
 
 #include <cstdio>
 
+#include "engine/uniprefill_options_json.h"
 #include "sparsity/uniprefill_config.h"
 
 namespace uniprefill::cli {
 
 void AddUniPrefillFlags(CLI::App& cmd, UniPrefillFlags& f) {
   const std::string group = "UniPrefill";
-  cmd.add_option("--uniprefill", f.enabled, "Token dropping in prefill: on or off")
-      ->check(CLI::IsMember({"on", "off"}))
-      ->capture_default_str()
+  f.enabled_opt = cmd.add_option("--uniprefill", f.enabled, "Token dropping in prefill: on or off")
+                      ->check(CLI::IsMember({"on", "off"}))
+                      ->capture_default_str()
+                      ->group(group);
+  cmd.add_option("--uniprefill-config", f.config_file,
+                 "JSON file of UniPrefill settings (as `uniprefill calibrate` writes); flags given "
+                 "beside it override its fields")
       ->group(group);
   f.drop_layers_opt = cmd.add_option("--drop-layers", f.drop_layers,
                                      "Full-attention layers that select tokens, e.g. 7,11,15 "
@@ -39,7 +44,17 @@ void AddUniPrefillFlags(CLI::App& cmd, UniPrefillFlags& f) {
 }
 
 bool ToUniPrefillOptions(const UniPrefillFlags& f, UniPrefillOptions* out, std::string* error) {
-  out->enabled = f.enabled != "off";
+  if (!f.config_file.empty()) {
+    auto file = LoadUniPrefillOptionsFile(f.config_file);
+    if (!file.ok()) {
+      *error = file.status().message();
+      return false;
+    }
+    *out = *file;
+    if (f.enabled_opt && f.enabled_opt->count()) out->enabled = f.enabled != "off";
+  } else {
+    out->enabled = f.enabled != "off";
+  }
   if (f.drop_layers_opt && f.drop_layers_opt->count()) {
     auto layers = ParseLayerList(f.drop_layers);
     if (!layers.ok()) {

@@ -1,6 +1,7 @@
 // The UniPrefill flags shared by every command that runs a model (run, and later serve, bench,
 // eval): --uniprefill on|off, --drop-layers, --uniprefill-p, --uniprefill-mode, --keep-ratio,
-// --block-size, --sink, --last-n, --window-mode. Unset flags keep the model's defaults.
+// --block-size, --sink, --last-n, --window-mode, --uniprefill-config FILE. Unset flags keep the
+// config file's values, and those the model's defaults.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -12,6 +13,7 @@
 namespace uniprefill::cli {
 
 struct UniPrefillFlags {
+  std::string config_file;  // --uniprefill-config: JSON options (uniprefill calibrate writes one)
   std::string enabled = "on";
   std::string drop_layers;
   float top_p = 0;
@@ -20,7 +22,7 @@ struct UniPrefillFlags {
   int block_size = 0, sink = 0, last_n = 0;
   std::string window;
   // Which options the user gave (CLI11 options, set by AddUniPrefillFlags).
-  CLI::Option *drop_layers_opt = nullptr, *top_p_opt = nullptr, *keep_ratio_opt = nullptr,
+  CLI::Option *enabled_opt = nullptr, *drop_layers_opt = nullptr, *top_p_opt = nullptr, *keep_ratio_opt = nullptr,
               *block_size_opt = nullptr, *sink_opt = nullptr, *last_n_opt = nullptr;
 };
 

@@ -29,6 +29,7 @@ struct UniPrefillOptions {
   std::optional<int> sink;                       // S
   std::optional<int> last_n;                     // n
   std::optional<std::string> window;             // sliding windows after a drop: "alive" or "position"
+  std::string source = "command line";  // where the set fields came from (shown in descriptions)
 };
 
 struct EngineOptions {
@@ -49,6 +50,9 @@ struct SamplingParams {
   bool stop_at_end_of_turn = true;  // stop at EOS / <end_of_turn>
   bool uniprefill = true;  // false: this request's prefill stays dense (same cache layout)
   bool return_first_logits = false;  // fill GenerationResult::first_logits (fidelity evaluation)
+  // This request's UniPrefill settings: set fields override the engine's (calibration sweeps,
+  // per-request API fields). Invalid values make Generate return InvalidArgument.
+  std::optional<UniPrefillOptions> uniprefill_options;
 };
 
 struct ChatMessage {
@@ -100,6 +104,8 @@ class Engine {
   // Token ids of text (special tokens such as <start_of_turn> are recognised).
   std::vector<int32_t> Tokenize(std::string_view text, bool add_bos) const;
   std::string Detokenize(std::span<const int32_t> ids) const;
+  // True when the engine has a built-in chat template for this model (Gemma today).
+  bool has_chat_template() const;
   // The model's chat format for these messages, ending with the assistant's turn opening.
   std::string FormatChat(const std::vector<ChatMessage>& messages) const;
 
@@ -114,6 +120,13 @@ class Engine {
   std::string model_name() const;
   std::string model_description() const;  // one line: architecture, layers, sizes
   std::string uniprefill_description() const;  // one line: on/off, drop layers, mode, G/S/n
+  // The engine's UniPrefill settings as options (every field set; source "engine").
+  UniPrefillOptions uniprefill_options() const;
+  // Full-attention layer indices: the layers that can select tokens (drop layers).
+  std::vector<int> full_attention_layers() const;
+  int num_layers() const;
+  // The same line for the engine's settings with `options` applied (InvalidArgument if invalid).
+  Result<std::string> DescribeUniPrefillOptions(const UniPrefillOptions& options) const;
 
  private:
   struct Impl;

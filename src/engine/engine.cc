@@ -31,14 +31,15 @@ struct Engine::Impl {
 
 namespace {
 
-// The model's defaults with the user's overrides applied, validated against the model.
-Result<UniPrefillConfig> ResolveUniPrefill(const UniPrefillOptions& o, const ModelConfig& model) {
-  UniPrefillConfig c = DefaultUniPrefillConfig(model);
+// `base` with the set fields of `o` applied, validated against the model.
+Result<UniPrefillConfig> ApplyUniPrefillOptions(UniPrefillConfig c, const UniPrefillOptions& o,
+                                                const ModelConfig& model) {
   c.enabled = o.enabled;
-  if (o.drop_layers) {
-    c.drop_layers = *o.drop_layers;
-    c.origin = "command line";
+  if (o.drop_layers || o.mode || o.top_p || o.keep_ratio || o.block_size || o.sink || o.last_n ||
+      o.window) {
+    c.origin = o.source;
   }
+  if (o.drop_layers) c.drop_layers = *o.drop_layers;
   if (o.mode) {
     if (*o.mode == "top-p") {
       c.selection.mode = sparsity::SelectionMode::kTopP;
@@ -66,6 +67,17 @@ Result<UniPrefillConfig> ResolveUniPrefill(const UniPrefillOptions& o, const Mod
   if (o.last_n) c.selection.last_n = *o.last_n;
   UP_RETURN_IF_ERROR(ValidateUniPrefillConfig(c, model));
   return c;
+}
+
+std::string DescribeUniPrefill(const UniPrefillConfig& c) {
+  if (!c.enabled) return "off (dense prefill)";
+  const sparsity::SelectionParams& p = c.selection;
+  std::string mode = p.mode == sparsity::SelectionMode::kTopP
+                         ? "top-p " + std::to_string(p.top_p).substr(0, 5)
+                         : "fixed-ratio " + std::to_string(p.keep_ratio).substr(0, 4);
+  return "on, drop layers " + LayerListToString(c.drop_layers) + ", " + mode + ", G " +
+         std::to_string(p.block_size) + ", S " + std::to_string(p.sink) + ", n " +
+         std::to_string(p.last_n) + " (" + c.origin + ")";
 }
 
 }  // namespace
@@ -122,7 +134,8 @@ Result<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options,
     return DataLoss("the tokenizer has " + std::to_string(impl->tokenizer->vocab_size()) +
                     " tokens but the model's embedding has " + std::to_string(cfg.vocab_size));
   }
-  UP_ASSIGN_OR_RETURN(impl->uniprefill, ResolveUniPrefill(options.uniprefill, cfg));
+  UP_ASSIGN_OR_RETURN(impl->uniprefill, ApplyUniPrefillOptions(DefaultUniPrefillConfig(cfg),
+                                                               options.uniprefill, cfg));
   impl->context_size = options.context_size > 0 ? options.context_size : cfg.context_length;
   if (impl->context_size > cfg.context_length) {
     return InvalidArgument("context size " + std::to_string(impl->context_size) +
@@ -140,6 +153,10 @@ std::vector<int32_t> Engine::Tokenize(std::string_view text, bool add_bos) const
 
 std::string Engine::Detokenize(std::span<const int32_t> ids) const {
   return impl_->tokenizer->Decode(ids);
+}
+
+bool Engine::has_chat_template() const {
+  return tokenizer::DetectChatTemplate("", impl_->model->config().architecture).ok();
 }
 
 std::string Engine::FormatChat(const std::vector<ChatMessage>& messages) const {
@@ -167,7 +184,10 @@ Result<GenerationResult> Engine::Generate(std::span<const int32_t> prompt,
   }
   const int cache_tokens = static_cast<int>(std::min<int64_t>(needed, impl_->context_size));
   Model& model = *impl_->model;
-  const UniPrefillConfig& up = impl_->uniprefill;
+  UniPrefillConfig up = impl_->uniprefill;
+  if (params.uniprefill_options) {
+    UP_ASSIGN_OR_RETURN(up, ApplyUniPrefillOptions(up, *params.uniprefill_options, model.config()));
+  }
   std::unique_ptr<SequenceCache> cache =
       model.NewCache(cache_tokens, up.active_drop_layers());
   std::vector<float> logits(model.config().vocab_size);
@@ -227,16 +247,43 @@ int Engine::context_size() const { return impl_->context_size; }
 int Engine::vocab_size() const { return impl_->model->config().vocab_size; }
 int Engine::threads() const { return impl_->ctx->threads(); }
 std::string Engine::model_name() const { return impl_->model->config().name; }
-std::string Engine::uniprefill_description() const {
+UniPrefillOptions Engine::uniprefill_options() const {
   const UniPrefillConfig& c = impl_->uniprefill;
-  if (!c.enabled) return "off (dense prefill)";
-  const sparsity::SelectionParams& p = c.selection;
-  std::string mode = p.mode == sparsity::SelectionMode::kTopP
-                         ? "top-p " + std::to_string(p.top_p).substr(0, 5)
-                         : "fixed-ratio " + std::to_string(p.keep_ratio).substr(0, 4);
-  return "on, drop layers " + LayerListToString(c.drop_layers) + ", " + mode + ", G " +
-         std::to_string(p.block_size) + ", S " + std::to_string(p.sink) + ", n " +
-         std::to_string(p.last_n) + " (" + c.origin + ")";
+  UniPrefillOptions o;
+  o.enabled = c.enabled;
+  o.drop_layers = c.drop_layers;
+  const bool top_p = c.selection.mode == sparsity::SelectionMode::kTopP;
+  o.mode = top_p ? "top-p" : "fixed-ratio";
+  if (top_p) {
+    o.top_p = c.selection.top_p;
+  } else {
+    o.keep_ratio = c.selection.keep_ratio;
+  }
+  o.block_size = c.selection.block_size;
+  o.sink = c.selection.sink;
+  o.last_n = c.selection.last_n;
+  o.window = c.window_mode == WindowMode::kAliveIndex ? "alive" : "position";
+  o.source = c.origin;
+  return o;
+}
+
+std::vector<int> Engine::full_attention_layers() const {
+  const ModelConfig& m = impl_->model->config();
+  std::vector<int> out;
+  for (int i = 0; i < m.n_layers; ++i) {
+    if (m.layer_kinds[i] == LayerKind::kFullAttention) out.push_back(i);
+  }
+  return out;
+}
+
+int Engine::num_layers() const { return impl_->model->config().n_layers; }
+
+std::string Engine::uniprefill_description() const { return DescribeUniPrefill(impl_->uniprefill); }
+
+Result<std::string> Engine::DescribeUniPrefillOptions(const UniPrefillOptions& options) const {
+  UP_ASSIGN_OR_RETURN(UniPrefillConfig c,
+                      ApplyUniPrefillOptions(impl_->uniprefill, options, impl_->model->config()));
+  return DescribeUniPrefill(c);
 }
 
 std::string Engine::model_description() const {

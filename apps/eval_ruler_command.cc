@@ -1,0 +1,334 @@
+#include "eval_ruler_command.h"
+
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "eval/ruler_runner.h"
+#include "eval/ruler_tasks.h"
+#include "eval/svg_chart.h"
+#include "output_files.h"
+#include "progress_bar.h"
+#include "run_command.h"
+#include "sparsity/uniprefill_config.h"
+
+namespace uniprefill::cli {
+namespace {
+
+std::string LengthLabel(int n) {
+  return n % 1024 == 0 ? std::to_string(n / 1024) + "K" : std::to_string(n);
+}
+
+std::string UtcNow() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+// One (task, length) with both settings.
+struct CellPair {
+  eval::RulerCell dense, uniprefill;
+  double speedup() const {
+    return uniprefill.prefill_s > 0 ? dense.prefill_s / uniprefill.prefill_s : 0;
+  }
+};
+
+// The acceptance rule: mean over tasks within 1 point of dense, and within 3 points on
+// every task where dense scores above 20.
+struct BarVerdict {
+  double mean_dense = 0, mean_uniprefill = 0, worst_task_drop = 0;
+  std::string worst_task;
+  bool ok = true;
+};
+
+BarVerdict CheckBar(const std::vector<const CellPair*>& cells) {
+  BarVerdict v;
+  for (const CellPair* c : cells) {
+    v.mean_dense += c->dense.accuracy / cells.size();
+    v.mean_uniprefill += c->uniprefill.accuracy / cells.size();
+    const double drop = c->dense.accuracy - c->uniprefill.accuracy;
+    if (c->dense.accuracy > 20 && drop > v.worst_task_drop) {
+      v.worst_task_drop = drop;
+      v.worst_task = c->dense.task;
+    }
+  }
+  v.ok = v.mean_dense - v.mean_uniprefill <= 1.0 && v.worst_task_drop <= 3.0;
+  return v;
+}
+
+bool WritePlot(const std::string& path, const std::vector<CellPair>& pairs,
+               const std::vector<std::string>& tasks, const std::vector<int>& lengths,
+               const std::string& title) {
+  std::vector<eval::ChartPanel> panels;
+  auto panel_for = [&](const std::string& name, auto select) {
+    eval::ChartPanel p;
+    p.title = name;
+    eval::ChartSeries d, u;
+    d.name = "dense";
+    u.name = "UniPrefill";
+    u.dashed = true;
+    for (int len : lengths) {
+      std::vector<const CellPair*> cells = select(len);
+      if (cells.empty()) continue;
+      double dense = 0, up = 0, keep = 0, ds = 0, us = 0;
+      for (const CellPair* c : cells) {
+        dense += c->dense.accuracy / cells.size();
+        up += c->uniprefill.accuracy / cells.size();
+        keep += c->uniprefill.keep_ratio / cells.size();
+        ds += c->dense.prefill_s;
+        us += c->uniprefill.prefill_s;
+      }
+      d.x.push_back(len);
+      d.y.push_back(dense);
+      u.x.push_back(len);
+      u.y.push_back(up);
+      char label[64];
+      std::snprintf(label, sizeof label, "keep %.2f, %.2fx", keep, us > 0 ? ds / us : 0.0);
+      u.point_labels.push_back(label);
+    }
+    p.series = {d, u};
+    panels.push_back(p);
+  };
+  panel_for("average over tasks", [&](int len) {
+    std::vector<const CellPair*> v;
+    for (const CellPair& c : pairs) {
+      if (c.dense.length == len) v.push_back(&c);
+    }
+    return v;
+  });
+  for (const std::string& task : tasks) {
+    panel_for(task, [&](int len) {
+      std::vector<const CellPair*> v;
+      for (const CellPair& c : pairs) {
+        if (c.dense.length == len && c.dense.task == task) v.push_back(&c);
+      }
+      return v;
+    });
+  }
+  eval::ChartOptions o;
+  o.title = title;
+  o.x_label = "context length (tokens)";
+  o.y_label = "accuracy (%)";
+  o.log2_x = true;
+  o.y_min = 0;
+  o.y_max = 100;
+  Status st = eval::WriteSvgChart(path, panels, o);
+  if (!st.ok()) std::fprintf(stderr, "error: %s\n", st.message().c_str());
+  return st.ok();
+}
+
+}  // namespace
+
+bool ParseRulerTaskList(const std::string& text, std::vector<std::string>* tasks,
+                        std::string* error) {
+  tasks->clear();
+  if (text == "all") {
+    for (const eval::RulerTaskInfo& t : eval::RulerTasks()) tasks->push_back(t.name);
+    return true;
+  }
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    auto task = eval::FindRulerTask(item);
+    if (!task.ok()) {
+      *error = "--tasks: " + task.status().message();
+      return false;
+    }
+    tasks->push_back(item);
+  }
+  if (tasks->empty()) {
+    *error = "--tasks is empty (give 'all' or a comma list of task names)";
+    return false;
+  }
+  return true;
+}
+
+CLI::App* AddEvalRulerCommand(CLI::App& eval, EvalRulerOptions& o) {
+  CLI::App* cmd = eval.add_subcommand(
+      "ruler", "RULER-style long-context tasks: dense vs UniPrefill accuracy, keep ratio, speed");
+  o.model = DefaultModelPath();
+  cmd->add_option("-m,--model", o.model, "Model (GGUF file or HF checkpoint folder)")
+      ->capture_default_str();
+  std::string names;
+  for (const eval::RulerTaskInfo& t : eval::RulerTasks())
+    names += (names.empty() ? "" : ",") + t.name;
+  cmd->add_option("--tasks", o.tasks, "'all' or a comma list of: " + names)->capture_default_str();
+  cmd->add_option("--lengths", o.lengths, "Context lengths in tokens (prompt + answer budget)")
+      ->capture_default_str();
+  cmd->add_option("--samples", o.samples, "Samples per task and length")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
+  cmd->add_option("--seed", o.seed, "Seed of the generated tasks")->capture_default_str();
+  cmd->add_option("--chat", o.chat, "Wrap prompts in the chat template: auto, on or off")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
+  cmd->add_option("-t,--threads", o.threads, "CPU threads (0 = every core)");
+  cmd->add_option("-o,--output", o.output, "Write results (per cell and per sample) as JSON");
+  cmd->add_option("--plot", o.plot, "Write an SVG plot of accuracy vs context length");
+  AddUniPrefillFlags(*cmd, o.uniprefill);
+  return cmd;
+}
+
+int EvalRulerCommand(const EvalRulerOptions& o) {
+  std::vector<std::string> tasks;
+  std::string error;
+  if (!ParseRulerTaskList(o.tasks, &tasks, &error)) {
+    std::fprintf(stderr, "error: %s\n", error.c_str());
+    return 1;
+  }
+  auto lengths = ParseLayerList(o.lengths);
+  if (!lengths.ok() || lengths->empty()) {
+    std::fprintf(stderr, "error: --lengths '%s' is not a list of token counts\n",
+                 o.lengths.c_str());
+    return 1;
+  }
+  if (!CheckOutputWritable(o.output, "--output") || !CheckOutputWritable(o.plot, "--plot")) {
+    return 1;
+  }
+  std::unique_ptr<Engine> loaded = LoadComparisonEngine(o.model, o.threads, o.uniprefill);
+  if (!loaded) return 1;
+  Engine& engine = *loaded;
+  std::fprintf(stderr, "model: %s\nuniprefill: %s\n", engine.model_description().c_str(),
+               engine.uniprefill_description().c_str());
+  const eval::ChatMode chat = o.chat == "on"    ? eval::ChatMode::kOn
+                              : o.chat == "off" ? eval::ChatMode::kOff
+                                                : eval::ChatMode::kAuto;
+  const int64_t total = static_cast<int64_t>(tasks.size() * lengths->size()) * o.samples;
+  ProgressBar build_bar("building prompts", "samples", true);
+  int64_t built = 0;
+  auto cases = eval::BuildRulerCases(engine, tasks, *lengths, o.samples, o.seed, chat,
+                                     [&] { build_bar.Update(++built, total); });
+  build_bar.Finish();
+  if (!cases.ok()) {
+    std::fprintf(stderr, "error: %s\n", cases.status().message().c_str());
+    return 1;
+  }
+  std::vector<eval::RulerOutcome> dense, up;
+  ProgressBar bar("ruler", "samples (dense + UniPrefill)", true);
+  for (size_t i = 0; i < cases->size(); ++i) {
+    for (bool with : {false, true}) {
+      auto r = eval::RunRulerCase(engine, (*cases)[i], with);
+      if (!r.ok()) {
+        std::fprintf(stderr, "error: %s\n", r.status().message().c_str());
+        return 1;
+      }
+      (with ? up : dense).push_back(std::move(*r));
+    }
+    bar.Update(static_cast<int64_t>(i + 1), static_cast<int64_t>(cases->size()));
+  }
+  bar.Finish();
+
+  const std::vector<eval::RulerCell> dense_cells = eval::AggregateRuler(*cases, dense);
+  const std::vector<eval::RulerCell> up_cells = eval::AggregateRuler(*cases, up);
+  std::vector<CellPair> pairs;
+  for (size_t i = 0; i < dense_cells.size(); ++i) pairs.push_back({dense_cells[i], up_cells[i]});
+
+  std::printf("%-16s %7s %7s %9s %11s %7s %6s %10s %10s %8s\n", "task", "length", "samples",
+              "dense %", "UniPrefill %", "delta", "keep", "dense s", "UniP s", "speedup");
+  for (const CellPair& c : pairs) {
+    std::printf("%-16s %7s %7d %9.1f %11.1f %+7.1f %6.3f %10.2f %10.2f %7.2fx\n",
+                c.dense.task.c_str(), LengthLabel(c.dense.length).c_str(), c.dense.samples,
+                c.dense.accuracy, c.uniprefill.accuracy, c.uniprefill.accuracy - c.dense.accuracy,
+                c.uniprefill.keep_ratio, c.dense.prefill_s, c.uniprefill.prefill_s, c.speedup());
+  }
+  nlohmann::json per_length = nlohmann::json::array();
+  bool all_ok = true;
+  for (int len : *lengths) {
+    std::vector<const CellPair*> cells;
+    for (const CellPair& c : pairs) {
+      if (c.dense.length == len) cells.push_back(&c);
+    }
+    const BarVerdict v = CheckBar(cells);
+    double ds = 0, us = 0, keep = 0;
+    for (const CellPair* c : cells) {
+      ds += c->dense.prefill_s;
+      us += c->uniprefill.prefill_s;
+      keep += c->uniprefill.keep_ratio / cells.size();
+    }
+    all_ok &= v.ok;
+    std::printf("%-16s %7s %7s %9.1f %11.1f %+7.1f %6.3f %10s %10s %7.2fx  %s\n", "average",
+                LengthLabel(len).c_str(), "", v.mean_dense, v.mean_uniprefill,
+                v.mean_uniprefill - v.mean_dense, keep, "", "", us > 0 ? ds / us : 0.0,
+                v.ok ? "within bar" : ("OUTSIDE bar (worst: " + v.worst_task + ")").c_str());
+    per_length.push_back({{"length", len},
+                          {"dense_accuracy", v.mean_dense},
+                          {"uniprefill_accuracy", v.mean_uniprefill},
+                          {"keep_ratio", keep},
+                          {"prefill_speedup", us > 0 ? ds / us : 0.0},
+                          {"worst_task_drop", v.worst_task_drop},
+                          {"worst_task", v.worst_task},
+                          {"within_bar", v.ok}});
+  }
+  std::printf("bar (mean within 1 point of dense; within 3 on tasks where dense > 20): %s\n",
+              all_ok ? "met at every length" : "NOT met");
+
+  if (!o.output.empty()) {
+    nlohmann::json cells = nlohmann::json::array();
+    for (const CellPair& c : pairs) {
+      cells.push_back(
+          {{"task", c.dense.task},
+           {"length", c.dense.length},
+           {"samples", c.dense.samples},
+           {"dense", {{"accuracy", c.dense.accuracy}, {"prefill_s", c.dense.prefill_s}}},
+           {"uniprefill",
+            {{"accuracy", c.uniprefill.accuracy},
+             {"prefill_s", c.uniprefill.prefill_s},
+             {"keep_ratio", c.uniprefill.keep_ratio}}},
+           {"prefill_speedup", c.speedup()}});
+    }
+    nlohmann::json samples = nlohmann::json::array();
+    for (size_t i = 0; i < cases->size(); ++i) {
+      const eval::RulerCase& c = (*cases)[i];
+      nlohmann::json kept = nlohmann::json::array();
+      for (const KeptTokensInfo& k : up[i].kept) {
+        kept.push_back({{"layer", k.layer}, {"kept", k.kept}, {"alive", k.alive}});
+      }
+      samples.push_back({{"task", c.sample.task},
+                         {"length", c.sample.target_tokens},
+                         {"index", c.sample_index},
+                         {"prompt_tokens", c.ids.size()},
+                         {"references", c.sample.references},
+                         {"dense",
+                          {{"score", dense[i].score},
+                           {"prefill_s", dense[i].prefill_s},
+                           {"prediction", dense[i].prediction}}},
+                         {"uniprefill",
+                          {{"score", up[i].score},
+                           {"prefill_s", up[i].prefill_s},
+                           {"keep_ratio", up[i].keep_ratio},
+                           {"kept", kept},
+                           {"prediction", up[i].prediction}}}});
+    }
+    nlohmann::json j = {{"command", "eval ruler"},
+                        {"date", UtcNow()},
+                        {"model", engine.model_description()},
+                        {"uniprefill", engine.uniprefill_description()},
+                        {"threads", engine.threads()},
+                        {"seed", o.seed},
+                        {"samples_per_cell", o.samples},
+                        {"tasks", tasks},
+                        {"lengths", *lengths},
+                        {"per_length", per_length},
+                        {"cells", cells},
+                        {"samples", samples}};
+    std::ofstream out(o.output);
+    out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    if (!out) {
+      std::fprintf(stderr, "error: cannot write --output '%s'\n", o.output.c_str());
+      return 1;
+    }
+  }
+  if (!o.plot.empty() && !WritePlot(o.plot, pairs, tasks, *lengths,
+                                    "RULER: dense vs UniPrefill, " + engine.model_name() + " (" +
+                                        std::to_string(o.samples) + " samples per point)")) {
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace uniprefill::cli

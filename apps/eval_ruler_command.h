@@ -1,0 +1,35 @@
+// `uniprefill eval ruler`: RULER-style long-context tasks generated in C++ (no external data), run
+// dense and with UniPrefill in one invocation on the same prompts, scored with RULER's metrics.
+// Prints a table per (task, length), writes JSON (--output) and an SVG plot (--plot) of accuracy vs
+// context length, dense and UniPrefill side by side, annotated with keep ratio and prefill speedup.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+
+#include "uniprefill_flags.h"
+
+namespace uniprefill::cli {
+
+struct EvalRulerOptions {
+  std::string model;
+  std::string tasks = "all";
+  std::string lengths = "4096,8192,16384";
+  int samples = 50;
+  uint64_t seed = 1;
+  std::string chat = "auto";
+  int threads = 0;
+  std::string output;
+  std::string plot;
+  UniPrefillFlags uniprefill;
+};
+
+CLI::App* AddEvalRulerCommand(CLI::App& eval, EvalRulerOptions& options);
+int EvalRulerCommand(const EvalRulerOptions& options);
+
+// "all" -> every task; otherwise a comma list, each a known task. Shared with calibrate.
+bool ParseRulerTaskList(const std::string& text, std::vector<std::string>* tasks,
+                        std::string* error);
+
+}  // namespace uniprefill::cli
