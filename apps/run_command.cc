@@ -2,14 +2,17 @@
 
 #include <sys/resource.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "engine/stop_matcher.h"
 #include "progress_bar.h"
 #include "uniprefill/engine.h"
 
@@ -41,6 +44,27 @@ bool ReadFile(const std::string& path, std::string* out, std::string* error) {
   return true;
 }
 
+std::string FormatFloat(float v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", v);
+  return buf;
+}
+
+// A float in [lo, hi], or (lo, hi] when lo_open; unlike CLI::Range it also rejects NaN. The ranges
+// are the engine's (ValidateSamplerConfig), so a bad value fails here with the flag named.
+CLI::Validator FloatIn(float lo, float hi, bool lo_open = false) {
+  const std::string range = (lo_open ? "(" : "[") + FormatFloat(lo) + ", " + FormatFloat(hi) +
+                            (std::isinf(hi) ? ")" : "]");
+  return CLI::Validator(
+      [=](std::string& input) -> std::string {
+        float v = 0;
+        const bool ok = CLI::detail::lexical_cast(input, v) && (lo_open ? v > lo : v >= lo) &&
+                        v <= hi && std::isfinite(v);
+        return ok ? std::string() : "Value " + input + " not in " + range;
+      },
+      "FLOAT in " + range);
+}
+
 }  // namespace
 
 std::string DefaultModelPath() {
@@ -66,12 +90,38 @@ void AddRunCommand(CLI::App& app, RunOptions& o) {
   run->add_option("-n,--max-tokens", o.max_tokens, "Most tokens to generate")
       ->check(CLI::Range(1, 1 << 20))->capture_default_str();
   run->add_option("--temperature", o.temperature, "Sampling temperature; 0 = greedy")
-      ->check(CLI::Range(0.0f, 100.0f))->capture_default_str();
+      ->check(FloatIn(0.0f, 2.0f))->capture_default_str();
   run->add_option("--top-k", o.top_k, "Sample among the k most likely tokens (0 = all)")
       ->check(CLI::Range(0, 1 << 30))->capture_default_str();
   run->add_option("--top-p", o.top_p, "Nucleus sampling mass (1 = off)")
-      ->check(CLI::Range(0.0f, 1.0f))->capture_default_str();
+      ->check(FloatIn(0.0f, 1.0f, /*lo_open=*/true))->capture_default_str();
+  run->add_option("--min-p", o.min_p,
+                  "Drop tokens less likely than min-p times the most likely one (0 = off)")
+      ->check(FloatIn(0.0f, 1.0f))->capture_default_str();
   run->add_option("--seed", o.seed, "Random seed for sampling")->capture_default_str();
+  run->add_option("--repeat-penalty", o.repeat_penalty,
+                  "Penalise tokens of the last --repeat-last-n tokens (prompt and output): "
+                  "logit / r if positive, logit * r otherwise (1 = off)")
+      ->check(FloatIn(0.0f, std::numeric_limits<float>::infinity(), /*lo_open=*/true))
+      ->capture_default_str();
+  run->add_option("--repeat-last-n", o.repeat_last_n,
+                  "Tokens --repeat-penalty looks back over (0 = none, -1 = all)")
+      ->check(CLI::Range(-1, 1 << 30))->capture_default_str();
+  run->add_option("--presence-penalty", o.presence_penalty,
+                  "Subtract from the logit of every token already generated (OpenAI; 0 = off)")
+      ->check(FloatIn(-2.0f, 2.0f))->capture_default_str();
+  run->add_option("--frequency-penalty", o.frequency_penalty,
+                  "Subtract per earlier occurrence in the generated text (OpenAI; 0 = off)")
+      ->check(FloatIn(-2.0f, 2.0f))->capture_default_str();
+  run->add_option("--stop", o.stop,
+                  "Stop before this string (repeatable, at most " +
+                      std::to_string(kMaxStopStrings) +
+                      "; the string is not printed). In bash, $'\\n' is a newline")
+      ->allow_extra_args(false);
+  run->add_option("--stop-token-id", o.stop_token_ids,
+                  "Stop when this token id is sampled (repeatable; the token is not printed)")
+      ->check(CLI::Range(0, std::numeric_limits<int32_t>::max()))
+      ->allow_extra_args(false);
   run->add_option("-t,--threads", o.threads, "CPU threads (0 = every core)")
       ->check(CLI::Range(0, 4096))->capture_default_str();
   run->add_option("-c,--ctx-size", o.ctx_size, "Context length (0 = the model's)")
@@ -127,6 +177,52 @@ bool ReadPrompt(const RunOptions& o, std::string* text, std::vector<int32_t>* id
   return true;
 }
 
+bool CheckStopStrings(const std::vector<std::string>& stops, std::string* error) {
+  if (std::ssize(stops) > kMaxStopStrings) {
+    *error = "--stop may be given at most " + std::to_string(kMaxStopStrings) + " times (got " +
+             std::to_string(stops.size()) + ")";
+    return false;
+  }
+  for (const std::string& s : stops) {
+    if (s.empty()) {
+      *error = "--stop '' is empty; give the text to stop at";
+      return false;
+    }
+  }
+  return true;
+}
+
+// Stop token ids must exist in the model, known only once it is loaded.
+bool CheckStopTokenIds(const std::vector<int32_t>& ids, int vocab_size, std::string* error) {
+  for (int32_t id : ids) {
+    if (id < 0 || id >= vocab_size) {
+      *error = "--stop-token-id " + std::to_string(id) + " is not a token id of this model (0 to " +
+               std::to_string(vocab_size - 1) + ")";
+      return false;
+    }
+  }
+  return true;
+}
+
+// The sampling and stop flags as the engine's request settings.
+SamplingParams ToSamplingParams(const RunOptions& o) {
+  SamplingParams sp;
+  sp.max_tokens = o.max_tokens;
+  sp.temperature = o.temperature;
+  sp.top_k = o.top_k;
+  sp.top_p = o.top_p;
+  sp.seed = o.seed;
+  sp.min_p = o.min_p;
+  sp.repetition_penalty = o.repeat_penalty;
+  sp.penalty_last_n = o.repeat_last_n;
+  sp.presence_penalty = o.presence_penalty;
+  sp.frequency_penalty = o.frequency_penalty;
+  sp.stop = o.stop;
+  sp.stop_token_ids = o.stop_token_ids;
+  sp.ignore_eos = o.ignore_eos;
+  return sp;
+}
+
 nlohmann::json KeptJson(const GenerationResult& r) {
   nlohmann::json kept = nlohmann::json::array();
   for (const KeptTokensInfo& k : r.kept) {
@@ -161,7 +257,7 @@ bool WriteResultJson(const RunOptions& o, const GenerationResult& r, int threads
 int RunCommand(const RunOptions& o) {
   std::string prompt_text, error;
   std::vector<int32_t> token_ids;
-  if (!ReadPrompt(o, &prompt_text, &token_ids, &error)) {
+  if (!CheckStopStrings(o.stop, &error) || !ReadPrompt(o, &prompt_text, &token_ids, &error)) {
     std::fprintf(stderr, "error: %s\n", error.c_str());
     return 1;
   }
@@ -183,6 +279,10 @@ int RunCommand(const RunOptions& o) {
     return 1;
   }
   Engine& engine = **engine_or;
+  if (!CheckStopTokenIds(o.stop_token_ids, engine.vocab_size(), &error)) {
+    std::fprintf(stderr, "error: %s\n", error.c_str());
+    return 1;
+  }
   if (!o.quiet) {
     std::fprintf(stderr, "model: %s | %d threads | context %d\n",
                  engine.model_description().c_str(), engine.threads(), engine.context_size());
@@ -206,13 +306,7 @@ int RunCommand(const RunOptions& o) {
   const std::vector<int32_t> ids =
       token_ids.empty() ? engine.Tokenize(text, /*add_bos=*/true) : token_ids;
 
-  SamplingParams sp;
-  sp.max_tokens = o.max_tokens;
-  sp.temperature = o.temperature;
-  sp.top_k = o.top_k;
-  sp.top_p = o.top_p;
-  sp.seed = o.seed;
-  sp.stop_at_end_of_turn = !o.ignore_eos;
+  const SamplingParams sp = ToSamplingParams(o);
   ProgressBar prefill_bar("prefill", "layers", !o.quiet && ids.size() > 1024);
   bool first = true;
   auto result = engine.Generate(

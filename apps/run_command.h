@@ -2,7 +2,9 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "uniprefill_flags.h"
 
@@ -20,6 +22,13 @@ struct RunOptions {
   int top_k = 40;
   float top_p = 0.95f;
   uint64_t seed = 0;
+  float min_p = 0.0f;
+  float repeat_penalty = 1.0f;  // llama.cpp's name for repetition_penalty
+  int repeat_last_n = 64;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  std::vector<std::string> stop;        // stop strings (repeatable flag)
+  std::vector<int32_t> stop_token_ids;  // repeatable flag
   int threads = 0;
   int ctx_size = 0;
   bool ignore_eos = false;

@@ -41,13 +41,26 @@ struct EngineOptions {
   UniPrefillOptions uniprefill;
 };
 
+// One request's sampling and stop settings (OpenAI / vLLM names in the comments). Generate checks
+// them and returns InvalidArgument naming the field; the ranges are those of
+// ValidateSamplerConfig (engine/sampler.h) and ValidateStop* (engine/stop_matcher.h).
 struct SamplingParams {
   int max_tokens = 128;
-  float temperature = 0.0f;  // 0: greedy
-  int top_k = 40;
-  float top_p = 0.95f;
+  float temperature = 0.0f;  // 0: greedy; [0, 2]
+  int top_k = 40;            // <= 0: off
+  float top_p = 0.95f;       // (0, 1]; 1: off
   uint64_t seed = 0;
-  bool stop_at_end_of_turn = true;  // stop at EOS / <end_of_turn>
+  bool stop_at_end_of_turn = true;  // stop at EOS / <end_of_turn> (unless ignore_eos)
+  float min_p = 0.0f;               // [0, 1]; 0: off
+  float repetition_penalty = 1.0f;  // > 0; 1: off (llama.cpp --repeat-penalty)
+  int penalty_last_n = 64;          // repetition window over prompt + output; 0: none, -1: all
+  float presence_penalty = 0.0f, frequency_penalty = 0.0f;  // [-2, 2], generated tokens only
+  // Stop strings (at most 4, none empty): generation ends when the text contains one; the text
+  // returned and streamed ends right before it.
+  std::vector<std::string> stop;
+  // Token ids that end generation when sampled (not part of the text, like EOS).
+  std::vector<int32_t> stop_token_ids;
+  bool ignore_eos = false;  // keep generating past EOS / end-of-turn (stop_token_ids still stop)
   bool uniprefill = true;  // false: this request's prefill stays dense (same cache layout)
   bool return_first_logits = false;  // fill GenerationResult::first_logits (fidelity evaluation)
   // This request's UniPrefill settings: set fields override the engine's (calibration sweeps,
@@ -79,9 +92,12 @@ struct KeptTokensInfo {
 };
 
 struct GenerationResult {
-  std::vector<int32_t> tokens;  // generated ids
-  std::string text;
-  std::string finish_reason;    // "stop" (end of turn) or "length"
+  // Generated ids, including the one that completed a stop string; never EOS or a stop token id.
+  std::vector<int32_t> tokens;
+  std::string text;  // exactly the concatenation of the pieces passed to on_text
+  // "stop" (EOS / end of turn, a stop token id or a stop string) or "length" (max_tokens or the
+  // context is full).
+  std::string finish_reason;
   GenerationStats stats;
   std::vector<KeptTokensInfo> kept;  // per drop layer that selected (empty: dense or short prompt)
   std::vector<float> first_logits;   // [vocab] after the prompt, when asked for

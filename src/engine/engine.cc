@@ -4,9 +4,12 @@
 #include <algorithm>
 #include <chrono>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/device_context.h"
 #include "engine/sampler.h"
+#include "engine/stop_matcher.h"
 #include "io/gguf.h"
 #include "model/model.h"
 #include "sparsity/uniprefill_config.h"
@@ -79,6 +82,65 @@ std::string DescribeUniPrefill(const UniPrefillConfig& c) {
          std::to_string(p.block_size) + ", S " + std::to_string(p.sink) + ", n " +
          std::to_string(p.last_n) + " (" + c.origin + ")";
 }
+
+SamplerConfig ToSamplerConfig(const SamplingParams& p) {
+  SamplerConfig c{p.temperature, p.top_k, p.top_p, p.seed};
+  c.min_p = p.min_p;
+  c.repetition_penalty = p.repetition_penalty;
+  c.penalty_last_n = p.penalty_last_n;
+  c.presence_penalty = p.presence_penalty;
+  c.frequency_penalty = p.frequency_penalty;
+  return c;
+}
+
+// A request's sampling and stop settings; the message names the field and the value.
+Status ValidateSamplingParams(const SamplingParams& p, int vocab_size) {
+  UP_RETURN_IF_ERROR(ValidateSamplerConfig(ToSamplerConfig(p)));
+  UP_RETURN_IF_ERROR(ValidateStopStrings(p.stop));
+  return ValidateStopTokenIds(p.stop_token_ids, vocab_size);
+}
+
+// The generated text on its way out: detokenized token by token, then held back by the stop
+// matcher while it could still become a stop string. Whatever is final goes to the result's text
+// and to the callback alike, so the two always agree.
+class TextOutput {
+ public:
+  TextOutput(const tokenizer::TextTokenizer& tok, std::vector<std::string> stops,
+             const TextCallback& on_text, std::string* text)
+      : stream_([&tok](int32_t id, bool special) { return tok.TokenToPiece(id, special); }),
+        stop_(std::move(stops)),
+        on_text_(on_text),
+        text_(text) {}
+
+  // Adds a generated token's text. True when a stop string completed (nothing follows).
+  bool Push(int32_t id) {
+    StopResult r = stop_.Push(stream_.Push(id));
+    Emit(r.emit);
+    return r.stopped;
+  }
+
+  // The generation ended: emits what was held back. True when that completed a stop string.
+  bool Finish() {
+    if (stop_.stopped()) return true;
+    StopResult r = stop_.Push(stream_.Finish());
+    Emit(r.emit);
+    if (r.stopped) return true;
+    Emit(stop_.Flush());
+    return false;
+  }
+
+ private:
+  void Emit(const std::string& piece) {
+    if (piece.empty()) return;
+    *text_ += piece;
+    if (on_text_) on_text_(piece);
+  }
+
+  tokenizer::StreamDecoder stream_;
+  StopMatcher stop_;
+  const TextCallback& on_text_;
+  std::string* text_;
+};
 
 }  // namespace
 
@@ -175,6 +237,7 @@ Result<GenerationResult> Engine::Generate(std::span<const int32_t> prompt,
     return InvalidArgument("max_tokens must be at least 1 (got " +
                            std::to_string(params.max_tokens) + ")");
   }
+  UP_RETURN_IF_ERROR(ValidateSamplingParams(params, impl_->model->config().vocab_size));
   const int64_t needed = static_cast<int64_t>(prompt.size()) + params.max_tokens;
   if (static_cast<int64_t>(prompt.size()) >= impl_->context_size) {
     return OutOfRange("the prompt has " + std::to_string(prompt.size()) +
@@ -192,11 +255,16 @@ Result<GenerationResult> Engine::Generate(std::span<const int32_t> prompt,
       model.NewCache(cache_tokens, up.active_drop_layers());
   std::vector<float> logits(model.config().vocab_size);
   const tokenizer::TextTokenizer& tok = *impl_->tokenizer;
-  tokenizer::StreamDecoder stream(
-      [&tok](int32_t id, bool special) { return tok.TokenToPiece(id, special); });
-  Sampler sampler(SamplerConfig{params.temperature, params.top_k, params.top_p, params.seed});
+  Sampler sampler(ToSamplerConfig(params));
+  sampler.SetPrompt(prompt);
+  const StopTokens stop_tokens{params.stop_token_ids};
+  const bool eos_stops = params.stop_at_end_of_turn && !params.ignore_eos;
+  auto ends_generation = [&](int32_t id) {
+    return stop_tokens.IsStopToken(id) || (eos_stops && tok.IsEndOfGeneration(id));
+  };
 
   GenerationResult result;
+  TextOutput out(tok, params.stop, on_text, &result.text);
   result.stats.prompt_tokens = static_cast<int>(prompt.size());
   const auto t0 = Clock::now();
   std::vector<KeptTokens> kept;
@@ -210,20 +278,21 @@ Result<GenerationResult> Engine::Generate(std::span<const int32_t> prompt,
   for (const KeptTokens& k : kept) result.kept.push_back({k.layer, k.kept, k.alive});
   if (params.return_first_logits) result.first_logits = logits;
   int32_t next = sampler.Sample(logits);
+  sampler.Accept(next);
   const auto t_first = Clock::now();
   result.stats.ttft_s = std::chrono::duration<double>(t_first - t0).count();
   result.stats.prefill_tok_s = prompt.size() / result.stats.ttft_s;
   result.finish_reason = "length";
   for (;;) {
-    const bool end = params.stop_at_end_of_turn && impl_->tokenizer->IsEndOfGeneration(next);
-    if (end) {
+    if (ends_generation(next)) {  // EOS, end of turn or a stop token id: not part of the output
       result.finish_reason = "stop";
       break;
     }
     result.tokens.push_back(next);
-    const std::string piece = stream.Push(next);
-    result.text += piece;
-    if (on_text && !piece.empty()) on_text(piece);
+    if (out.Push(next)) {  // a stop string completed
+      result.finish_reason = "stop";
+      break;
+    }
     if (static_cast<int>(result.tokens.size()) >= params.max_tokens) break;
     if (cache->length() >= cache->max_tokens()) break;  // context full: finish as "length"
     const int32_t one[1] = {next};
@@ -231,10 +300,10 @@ Result<GenerationResult> Engine::Generate(std::span<const int32_t> prompt,
     UP_RETURN_IF_ERROR(
         model.ForwardBatch(*impl_->ctx, std::span<const SequenceStep>(&decode, 1), up));
     next = sampler.Sample(logits);
+    sampler.Accept(next);
   }
-  const std::string rest = stream.Finish();
-  result.text += rest;
-  if (on_text && !rest.empty()) on_text(rest);
+  // A stop string can still complete in the text held back at the end (an incomplete character).
+  if (out.Finish()) result.finish_reason = "stop";
   const auto t_end = Clock::now();
   result.stats.generated_tokens = static_cast<int>(result.tokens.size());
   result.stats.decode_s = std::chrono::duration<double>(t_end - t_first).count();

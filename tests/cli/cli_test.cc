@@ -279,3 +279,72 @@ TEST_F(CliEvalFidelityTest, BadInputIsACleanError) {
 
 }  // namespace
 }  // namespace uniprefill
+
+namespace uniprefill {
+namespace {
+
+// The sampling and stop flags of `run` (the CliTest fixture above: the 6-layer tiny model).
+TEST_F(CliTest, HelpDocumentsTheSamplingAndStopFlags) {
+  CliResult r = RunCli("run --help");
+  EXPECT_EQ(r.exit_code, 0);
+  for (const char* flag : {"--min-p", "--repeat-penalty", "--repeat-last-n", "--presence-penalty",
+                           "--frequency-penalty", "--stop", "--stop-token-id", "--ignore-eos"}) {
+    EXPECT_NE(r.out.find(flag), std::string::npos) << flag;
+  }
+}
+
+TEST_F(CliTest, StopStringCutsThePrintedText) {
+  const std::string base = "run --model " + Tiny() + " --prompt 'the theme' --max-tokens 16 "
+                           "--ignore-eos -q --threads 2 ";
+  CliResult full = RunCli(base);
+  ASSERT_EQ(full.exit_code, 0) << full.err;
+  ASSERT_TRUE(full.out.ends_with("\n"));
+  const std::string text = full.out.substr(0, full.out.size() - 1);  // run adds one newline
+  ASSERT_GE(text.size(), 6u) << text;
+  // Two bytes from the middle of the output, passed through the environment so that any byte
+  // survives the shell; generation must end before their first occurrence.
+  const std::string stop = text.substr(text.size() / 2, 2);
+  ASSERT_EQ(stop.find('\0'), std::string::npos);
+  setenv("UP_TEST_STOP", stop.c_str(), 1);
+  const std::string json = testing::TempPath("stop.json");
+  CliResult cut = RunCli(base + "--stop \"never here\" --stop=\"$UP_TEST_STOP\" --json " + json);
+  unsetenv("UP_TEST_STOP");
+  ASSERT_EQ(cut.exit_code, 0) << cut.err;
+  EXPECT_EQ(cut.out, text.substr(0, text.find(stop)) + "\n");
+  const nlohmann::json j = nlohmann::json::parse(ReadAll(json));
+  EXPECT_EQ(j["finish_reason"], "stop");
+  EXPECT_LT(j["generated_tokens"].get<int>(), 16);
+}
+
+TEST_F(CliTest, StopTokenIdEndsBeforeTheToken) {
+  const std::string base = "run --model " + Tiny() + " --prompt 'the theme' --max-tokens 4 "
+                           "--ignore-eos -q --threads 2 --json ";
+  const std::string json = testing::TempPath("stop_id.json");
+  ASSERT_EQ(RunCli(base + json).exit_code, 0);
+  const int first = nlohmann::json::parse(ReadAll(json))["tokens"][0].get<int>();
+  CliResult r = RunCli(base + json + " --stop-token-id " + std::to_string(first));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(ReadAll(json));
+  EXPECT_EQ(j["finish_reason"], "stop");
+  EXPECT_EQ(j["generated_tokens"].get<int>(), 0);
+  EXPECT_EQ(r.out, "\n");
+}
+
+TEST_F(CliTest, BadSamplingAndStopFlagsAreCleanErrors) {
+  const std::string m = "run --model " + Tiny() + " --prompt hi ";
+  ExpectCleanError(m + "--min-p 2", "--min-p");
+  ExpectCleanError(m + "--min-p nan", "--min-p");
+  ExpectCleanError(m + "--temperature 3", "--temperature");
+  ExpectCleanError(m + "--top-p 0", "--top-p");
+  ExpectCleanError(m + "--repeat-penalty 0", "--repeat-penalty");
+  ExpectCleanError(m + "--repeat-last-n -2", "--repeat-last-n");
+  ExpectCleanError(m + "--presence-penalty 2.5", "--presence-penalty");
+  ExpectCleanError(m + "--frequency-penalty -3", "--frequency-penalty");
+  ExpectCleanError(m + "--stop-token-id 999999", "--stop-token-id");
+  ExpectCleanError(m + "--stop-token-id -1", "--stop-token-id");
+  ExpectCleanError(m + "--stop ''", "--stop");
+  ExpectCleanError(m + "--stop a --stop b --stop c --stop d --stop e", "--stop");
+}
+
+}  // namespace
+}  // namespace uniprefill
