@@ -40,11 +40,20 @@ TEST(UniPrefillConfigTest, ReferenceDefaults) {
 }
 
 TEST(UniPrefillConfigTest, RuleForOtherModels) {
-  // Gemma 3 270M: 18 layers, full attention at 5, 11, 17.
-  UniPrefillConfig g = DefaultUniPrefillConfig(MakeModel("gemma3", 18, 640, 6));
-  EXPECT_EQ(g.drop_layers, (std::vector<int>{5, 11}));
+  // A Gemma 3 of 18 layers but another width (full attention at 5, 11, 17): the sliding-hybrid
+  // rule starts at 0.6 L - 1 and stops before 0.9 L.
+  UniPrefillConfig g = DefaultUniPrefillConfig(MakeModel("gemma3", 18, 1024, 6));
+  EXPECT_EQ(g.drop_layers, (std::vector<int>{11}));
   EXPECT_FLOAT_EQ(g.selection.top_p, 0.975f);
+  EXPECT_EQ(g.window_mode, WindowMode::kAliveIndex);
   EXPECT_NE(g.origin.find("rule"), std::string::npos);
+  // A 12-layer sliding hybrid (full attention at 5 and 11) has no full layer in [6.2, 10.8): the
+  // nearest one that is not the last layer.
+  EXPECT_EQ(DefaultUniPrefillConfig(MakeModel("gemma3", 12, 256, 6)).drop_layers,
+            (std::vector<int>{5}));
+  // The rule reproduces the Gemma-3-12B reference set on a 48-layer Gemma of another width.
+  EXPECT_EQ(DefaultUniPrefillConfig(MakeModel("gemma3", 48, 2048, 6)).drop_layers,
+            (std::vector<int>{29, 35, 41}));
   // A 32-layer llama of another width follows the rule, which reproduces the 8B reference.
   EXPECT_EQ(DefaultUniPrefillConfig(MakeModel("llama", 32, 2048, 1)).drop_layers,
             (std::vector<int>{7, 11, 15, 19, 23, 27}));
@@ -55,6 +64,14 @@ TEST(UniPrefillConfigTest, RuleForOtherModels) {
     const ModelConfig m = MakeModel("llama", layers, 1024, layers % 3 == 0 ? 6 : 1);
     EXPECT_TRUE(ValidateUniPrefillConfig(DefaultUniPrefillConfig(m), m).ok()) << layers;
   }
+}
+
+TEST(UniPrefillConfigTest, CalibratedGemma3_270M) {
+  const UniPrefillConfig g = DefaultUniPrefillConfig(MakeModel("gemma3", 18, 640, 6));
+  EXPECT_EQ(g.drop_layers, (std::vector<int>{11}));
+  EXPECT_FLOAT_EQ(g.selection.top_p, 0.95f);
+  EXPECT_EQ(g.window_mode, WindowMode::kPosition);
+  EXPECT_NE(g.origin.find("calibrated"), std::string::npos);
 }
 
 TEST(UniPrefillConfigTest, ValidationNamesTheProblem) {
