@@ -80,7 +80,9 @@ std::string DescribeUniPrefill(const UniPrefillConfig& c) {
                          : "fixed-ratio " + std::to_string(p.keep_ratio).substr(0, 4);
   return "on, drop layers " + LayerListToString(c.drop_layers) + ", " + mode + ", G " +
          std::to_string(p.block_size) + ", S " + std::to_string(p.sink) + ", n " +
-         std::to_string(p.last_n) + " (" + c.origin + ")";
+         std::to_string(p.last_n) +
+         (c.window_mode == WindowMode::kPosition ? ", windows by position" : "") + " (" + c.origin +
+         ")";
 }
 
 SamplerConfig ToSamplerConfig(const SamplingParams& p) {
