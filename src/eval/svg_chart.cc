@@ -78,9 +78,11 @@ void Line(std::string& out, double x1, double y1, double x2, double y2, std::str
          "\" " + std::string(attrs) + "/>\n";
 }
 
-// A point marker; hollow for dashed series so they stay distinguishable in print.
+// A point marker; hollow and smaller for dashed series, so they stay distinguishable in print and a
+// solid point under a dashed one at the same value still shows as a ring.
 void Marker(std::string& out, double x, double y, const std::string& color, bool hollow) {
-  out += "<circle cx=\"" + Px(x) + "\" cy=\"" + Px(y) + "\" r=\"2.8\" fill=\"" +
+  out += "<circle cx=\"" + Px(x) + "\" cy=\"" + Px(y) + "\" r=\"" + (hollow ? "2.8" : "4.5") +
+         "\" fill=\"" +
          (hollow ? "white" : color) + "\" stroke=\"" + color + "\"/>\n";
 }
 
