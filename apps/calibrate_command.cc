@@ -224,9 +224,7 @@ int CalibrateCommand(const CalibrateOptions& o) {
                "model: %s\ncalibrating %zu settings on %zu tasks x %zu lengths x %d samples\n",
                engine.model_description().c_str(), candidates.size(), tasks.size(), lengths->size(),
                o.samples);
-  const eval::ChatMode chat = o.chat == "on"    ? eval::ChatMode::kOn
-                              : o.chat == "off" ? eval::ChatMode::kOff
-                                                : eval::ChatMode::kAuto;
+  const eval::ChatMode chat = ParseChatMode(o.chat);
   auto cases = eval::BuildRulerCases(engine, tasks, *lengths, o.samples, o.seed, chat);
   if (!cases.ok()) {
     std::fprintf(stderr, "error: %s\n", cases.status().message().c_str());
@@ -335,10 +333,7 @@ int CalibrateCommand(const CalibrateOptions& o) {
         o.max_mean_drop, o.max_task_drop);
   }
   if (!o.write_config.empty()) {
-    std::ofstream out(o.write_config);
-    out << UniPrefillOptionsToJson(recommended).dump(2) << "\n";
-    if (!out) {
-      std::fprintf(stderr, "error: cannot write --write-config '%s'\n", o.write_config.c_str());
+    if (!WriteJsonFile(o.write_config, UniPrefillOptionsToJson(recommended), "--write-config")) {
       return 1;
     }
     std::printf("wrote %s (use it with --uniprefill-config %s)\n", o.write_config.c_str(),
@@ -368,12 +363,7 @@ int CalibrateCommand(const CalibrateOptions& o) {
                         {"dense_task_accuracy", dense_task},
                         {"settings", settings},
                         {"recommended", UniPrefillOptionsToJson(recommended)}};
-    std::ofstream out(o.output);
-    out << j.dump(2) << "\n";
-    if (!out) {
-      std::fprintf(stderr, "error: cannot write --output '%s'\n", o.output.c_str());
-      return 1;
-    }
+    if (!WriteJsonFile(o.output, j, "--output")) return 1;
   }
   return 0;
 }

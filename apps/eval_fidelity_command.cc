@@ -163,12 +163,7 @@ int EvalFidelityCommand(const EvalFidelityOptions& o) {
                         {"mean_top1_agreement", sum_top1 / n},
                         {"mean_kl", sum_kl / n},
                         {"mean_greedy_prefix_agreement", sum_greedy / n}};
-    std::ofstream out(o.output);
-    out << j.dump(2) << "\n";
-    if (!out) {
-      std::fprintf(stderr, "error: cannot write --output '%s'\n", o.output.c_str());
-      return 1;
-    }
+    if (!WriteJsonFile(o.output, j, "--output")) return 1;
   }
   return 0;
 }

@@ -148,6 +148,12 @@ bool ParseRulerTaskList(const std::string& text, std::vector<std::string>* tasks
   return true;
 }
 
+eval::ChatMode ParseChatMode(const std::string& text) {
+  if (text == "on") return eval::ChatMode::kOn;
+  if (text == "off") return eval::ChatMode::kOff;
+  return eval::ChatMode::kAuto;
+}
+
 CLI::App* AddEvalRulerCommand(CLI::App& eval, EvalRulerOptions& o) {
   CLI::App* cmd = eval.add_subcommand(
       "ruler", "RULER-style long-context tasks: dense vs UniPrefill accuracy, keep ratio, speed");
@@ -195,9 +201,7 @@ int EvalRulerCommand(const EvalRulerOptions& o) {
   Engine& engine = *loaded;
   std::fprintf(stderr, "model: %s\nuniprefill: %s\n", engine.model_description().c_str(),
                engine.uniprefill_description().c_str());
-  const eval::ChatMode chat = o.chat == "on"    ? eval::ChatMode::kOn
-                              : o.chat == "off" ? eval::ChatMode::kOff
-                                                : eval::ChatMode::kAuto;
+  const eval::ChatMode chat = ParseChatMode(o.chat);
   const int64_t total = static_cast<int64_t>(tasks.size() * lengths->size()) * o.samples;
   ProgressBar build_bar("building prompts", "samples", true);
   int64_t built = 0;
@@ -316,12 +320,7 @@ int EvalRulerCommand(const EvalRulerOptions& o) {
                         {"per_length", per_length},
                         {"cells", cells},
                         {"samples", samples}};
-    std::ofstream out(o.output);
-    out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
-    if (!out) {
-      std::fprintf(stderr, "error: cannot write --output '%s'\n", o.output.c_str());
-      return 1;
-    }
+    if (!WriteJsonFile(o.output, j, "--output")) return 1;
   }
   if (!o.plot.empty() && !WritePlot(o.plot, pairs, tasks, *lengths,
                                     "RULER: dense vs UniPrefill, " + engine.model_name() + " (" +

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 
+#include "eval/ruler_runner.h"
 #include "uniprefill_flags.h"
 
 namespace uniprefill::cli {
@@ -31,5 +32,7 @@ int EvalRulerCommand(const EvalRulerOptions& options);
 // "all" -> every task; otherwise a comma list, each a known task. Shared with calibrate.
 bool ParseRulerTaskList(const std::string& text, std::vector<std::string>* tasks,
                         std::string* error);
+// --chat auto|on|off (CLI11 has checked the value).
+eval::ChatMode ParseChatMode(const std::string& text);
 
 }  // namespace uniprefill::cli

@@ -16,4 +16,14 @@ bool CheckOutputWritable(const std::string& path, const std::string& flag) {
   return true;
 }
 
+bool WriteJsonFile(const std::string& path, const nlohmann::json& j, const std::string& flag) {
+  std::ofstream out(path);
+  out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  if (!out) {
+    std::fprintf(stderr, "error: cannot write %s '%s'\n", flag.c_str(), path.c_str());
+    return false;
+  }
+  return true;
+}
+
 }  // namespace uniprefill::cli

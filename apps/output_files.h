@@ -1,6 +1,7 @@
-// Checks, before hours of evaluation, that the files a command will write can be written.
+// The files commands write: checked before hours of evaluation, then written in one place.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 
 namespace uniprefill::cli {
@@ -8,5 +9,9 @@ namespace uniprefill::cli {
 // True when `path` is empty (no file asked for) or can be opened for writing; otherwise prints
 // one `error:` line naming `flag` and the path. Creates the file (empty) if it did not exist.
 bool CheckOutputWritable(const std::string& path, const std::string& flag);
+
+// Writes `j` indented to `path` (invalid UTF-8 in generated text becomes U+FFFD rather than an
+// exception); false after one `error:` line naming `flag` when the file cannot be written.
+bool WriteJsonFile(const std::string& path, const nlohmann::json& j, const std::string& flag);
 
 }  // namespace uniprefill::cli
