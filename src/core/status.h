@@ -20,6 +20,7 @@ enum class ErrorCode {
   kOutOfRange,       // e.g. a prompt longer than the context
   kResourceExhausted,
   kInternal,
+  kUnavailable,  // the service is shutting down or cannot take work now
 };
 
 const char* ErrorCodeName(ErrorCode code);
@@ -50,6 +51,7 @@ inline Status ResourceExhausted(std::string m) {
   return {ErrorCode::kResourceExhausted, std::move(m)};
 }
 inline Status Internal(std::string m) { return {ErrorCode::kInternal, std::move(m)}; }
+inline Status Unavailable(std::string m) { return {ErrorCode::kUnavailable, std::move(m)}; }
 
 // A value or an error. Accessing value() of an error is a programming bug (asserted).
 template <typename T>

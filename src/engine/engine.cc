@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/device_context.h"
+#include "engine/engine_impl.h"
 #include "engine/sampler.h"
 #include "engine/stop_matcher.h"
 #include "io/gguf.h"
@@ -24,127 +25,7 @@
 
 namespace uniprefill {
 
-struct Engine::Impl {
-  std::unique_ptr<DeviceContext> ctx;
-  std::unique_ptr<tokenizer::TextTokenizer> tokenizer;
-  std::unique_ptr<Model> model;
-  UniPrefillConfig uniprefill;
-  int context_size = 0;
-};
-
-namespace {
-
-// `base` with the set fields of `o` applied, validated against the model.
-Result<UniPrefillConfig> ApplyUniPrefillOptions(UniPrefillConfig c, const UniPrefillOptions& o,
-                                                const ModelConfig& model) {
-  c.enabled = o.enabled;
-  if (o.drop_layers || o.mode || o.top_p || o.keep_ratio || o.block_size || o.sink || o.last_n ||
-      o.window) {
-    c.origin = o.source;
-  }
-  if (o.drop_layers) c.drop_layers = *o.drop_layers;
-  if (o.mode) {
-    if (*o.mode == "top-p") {
-      c.selection.mode = sparsity::SelectionMode::kTopP;
-    } else if (*o.mode == "fixed-ratio") {
-      c.selection.mode = sparsity::SelectionMode::kFixedRatio;
-    } else {
-      return InvalidArgument("unknown UniPrefill mode '" + *o.mode +
-                             "' (expected top-p or fixed-ratio)");
-    }
-  }
-  if (o.window) {
-    if (*o.window == "alive") {
-      c.window_mode = WindowMode::kAliveIndex;
-    } else if (*o.window == "position") {
-      c.window_mode = WindowMode::kPosition;
-    } else {
-      return InvalidArgument("unknown sliding-window mode '" + *o.window +
-                             "' (expected alive or position)");
-    }
-  }
-  if (o.top_p) c.selection.top_p = *o.top_p;
-  if (o.keep_ratio) c.selection.keep_ratio = *o.keep_ratio;
-  if (o.block_size) c.selection.block_size = *o.block_size;
-  if (o.sink) c.selection.sink = *o.sink;
-  if (o.last_n) c.selection.last_n = *o.last_n;
-  UP_RETURN_IF_ERROR(ValidateUniPrefillConfig(c, model));
-  return c;
-}
-
-std::string DescribeUniPrefill(const UniPrefillConfig& c) {
-  if (!c.enabled) return "off (dense prefill)";
-  const sparsity::SelectionParams& p = c.selection;
-  std::string mode = p.mode == sparsity::SelectionMode::kTopP
-                         ? "top-p " + std::to_string(p.top_p).substr(0, 5)
-                         : "fixed-ratio " + std::to_string(p.keep_ratio).substr(0, 4);
-  return "on, drop layers " + LayerListToString(c.drop_layers) + ", " + mode + ", G " +
-         std::to_string(p.block_size) + ", S " + std::to_string(p.sink) + ", n " +
-         std::to_string(p.last_n) +
-         (c.window_mode == WindowMode::kPosition ? ", windows by position" : "") + " (" + c.origin +
-         ")";
-}
-
-SamplerConfig ToSamplerConfig(const SamplingParams& p) {
-  SamplerConfig c{p.temperature, p.top_k, p.top_p, p.seed};
-  c.min_p = p.min_p;
-  c.repetition_penalty = p.repetition_penalty;
-  c.penalty_last_n = p.penalty_last_n;
-  c.presence_penalty = p.presence_penalty;
-  c.frequency_penalty = p.frequency_penalty;
-  return c;
-}
-
-// A request's sampling and stop settings; the message names the field and the value.
-Status ValidateSamplingParams(const SamplingParams& p, int vocab_size) {
-  UP_RETURN_IF_ERROR(ValidateSamplerConfig(ToSamplerConfig(p)));
-  UP_RETURN_IF_ERROR(ValidateStopStrings(p.stop));
-  return ValidateStopTokenIds(p.stop_token_ids, vocab_size);
-}
-
-// The generated text on its way out: detokenized token by token, then held back by the stop
-// matcher while it could still become a stop string. Whatever is final goes to the result's text
-// and to the callback alike, so the two always agree.
-class TextOutput {
- public:
-  TextOutput(const tokenizer::TextTokenizer& tok, std::vector<std::string> stops,
-             const TextCallback& on_text, std::string* text)
-      : stream_([&tok](int32_t id, bool special) { return tok.TokenToPiece(id, special); }),
-        stop_(std::move(stops)),
-        on_text_(on_text),
-        text_(text) {}
-
-  // Adds a generated token's text. True when a stop string completed (nothing follows).
-  bool Push(int32_t id) {
-    StopResult r = stop_.Push(stream_.Push(id));
-    Emit(r.emit);
-    return r.stopped;
-  }
-
-  // The generation ended: emits what was held back. True when that completed a stop string.
-  bool Finish() {
-    if (stop_.stopped()) return true;
-    StopResult r = stop_.Push(stream_.Finish());
-    Emit(r.emit);
-    if (r.stopped) return true;
-    Emit(stop_.Flush());
-    return false;
-  }
-
- private:
-  void Emit(const std::string& piece) {
-    if (piece.empty()) return;
-    *text_ += piece;
-    if (on_text_) on_text_(piece);
-  }
-
-  tokenizer::StreamDecoder stream_;
-  StopMatcher stop_;
-  const TextCallback& on_text_;
-  std::string* text_;
-};
-
-}  // namespace
+using namespace engine_internal;  // NOLINT: this file is their other user
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() = default;

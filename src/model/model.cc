@@ -12,8 +12,7 @@
 
 namespace uniprefill {
 
-std::unique_ptr<SequenceCache> Model::NewCache(int max_tokens,
-                                               const std::vector<int>& drop_layers) const {
+CacheLayout Model::CacheLayoutFor(const std::vector<int>& drop_layers) const {
   const ModelConfig& c = config();
   std::vector<CacheLayerSpec> specs;
   for (LayerKind kind : c.layer_kinds) {
@@ -29,8 +28,12 @@ std::unique_ptr<SequenceCache> Model::NewCache(int max_tokens,
     }
     specs.push_back(s);
   }
-  return std::make_unique<ContiguousSequenceCache>(
-      CacheLayout::WithDropLayers(std::move(specs), drop_layers), max_tokens);
+  return CacheLayout::WithDropLayers(std::move(specs), drop_layers);
+}
+
+std::unique_ptr<SequenceCache> Model::NewCache(int max_tokens,
+                                               const std::vector<int>& drop_layers) const {
+  return std::make_unique<ContiguousSequenceCache>(CacheLayoutFor(drop_layers), max_tokens);
 }
 
 Status Model::ForwardBatch(DeviceContext& ctx, std::span<const SequenceStep> steps,

@@ -37,6 +37,10 @@ class Model {
   // Bytes of weights held in memory beyond the mapped file (dequantised copies).
   virtual size_t resident_weight_bytes() const = 0;
 
+  // The cache layout of this model with the given ascending drop layers (one segment per drop
+  // layer + 1): what NewCache builds, and what a paged cache (KvCacheSpec::FromLayout, KvArena,
+  // PagedSequenceCache) is sized and checked against.
+  CacheLayout CacheLayoutFor(const std::vector<int>& drop_layers) const;
   // A cache for one request of at most max_tokens tokens, with one segment per drop layer + 1.
   std::unique_ptr<SequenceCache> NewCache(int max_tokens, const std::vector<int>& drop_layers) const;
   std::unique_ptr<SequenceCache> NewCache(int max_tokens) const { return NewCache(max_tokens, {}); }

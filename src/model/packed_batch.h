@@ -38,6 +38,9 @@ struct SequenceStep {
   float* logits = nullptr;               // f32 [vocab]: the last token's logits, or nullptr
   std::vector<KeptTokens>* kept = nullptr;  // UniPrefill selections are appended here, or nullptr
   bool allow_drop = true;  // false: this request passes through drop layers (dense results)
+  // This request's selection parameters (mode, p, ratio, G, S, n) at drop layers; nullptr: the
+  // forward's config. The drop layers and window mode are the forward's (they fix the cache layout).
+  const UniPrefillConfig* selection = nullptr;
 };
 
 // Where a forward spent its UniPrefill time (benchmarks report the overhead share).

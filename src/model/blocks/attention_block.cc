@@ -56,7 +56,8 @@ Result<std::vector<int32_t>> SelectRows(DeviceContext& ctx, const AttentionWeigh
                                         const PackedBatch& batch, int r, TensorView q,
                                         const ContiguousKv& kv, const DropLayer& drop) {
   const PackedBatch::Seq& s = batch.seq(r);
-  const sparsity::SelectionParams& p = drop.config->selection;
+  const UniPrefillConfig* config = drop.steps[r].selection ? drop.steps[r].selection : drop.config;
+  const sparsity::SelectionParams& p = config->selection;
   const int n_alive = s.rows();
   if (n_alive <= p.sink + p.last_n || !drop.steps[r].allow_drop) return std::vector<int32_t>();
   using Clock = std::chrono::steady_clock;

@@ -1,0 +1,244 @@
+#include "serve_command.h"
+
+#include <atomic>
+#include <cctype>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include "progress_bar.h"
+#include "run_command.h"
+#include "server/http_server.h"
+#include "uniprefill/batch_engine.h"
+#include "uniprefill/engine.h"
+
+namespace uniprefill::cli {
+namespace {
+
+// Set by the SIGINT / SIGTERM handler, polled by ServeCommand. A signal handler can only reach
+// static storage, and a lock-free atomic is the one thing it may safely write: hence this single
+// global.
+std::atomic<int> g_stop_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free);
+
+void OnStopSignal(int sig) {
+  g_stop_signal = sig;
+  std::signal(sig, SIG_DFL);  // a second Ctrl-C ends the process at once
+}
+
+bool IsLoopback(const std::string& host) {
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+std::string FormatBytes(int64_t b) {
+  char buf[32];
+  if (b >= (int64_t{1} << 30)) {
+    std::snprintf(buf, sizeof(buf), "%.2f GiB", double(b) / double(int64_t{1} << 30));
+  } else {
+    std::snprintf(buf, sizeof(buf), "%.1f MiB", double(b) / double(1 << 20));
+  }
+  return buf;
+}
+
+// The name clients use by default: the model file's stem (gemma-3-270m-q4_k_m), or the
+// engine's own name for a path without one.
+std::string DefaultServedName(const std::string& model_path, const Engine& engine) {
+  std::filesystem::path p(model_path);
+  if (p.filename().empty()) p = p.parent_path();  // "folder/" -> "folder"
+  const std::string stem = p.stem().string();
+  return stem.empty() ? engine.model_name() : stem;
+}
+
+}  // namespace
+
+bool ParseByteSize(const std::string& text, int64_t* bytes) {
+  size_t i = 0;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) {
+    ++i;
+  }
+  if (i == 0) return false;
+  double value = 0;
+  try {
+    size_t used = 0;
+    value = std::stod(text.substr(0, i), &used);
+    if (used != i) return false;
+  } catch (...) {
+    return false;
+  }
+  std::string unit;
+  for (char c : text.substr(i)) {
+    if (c != ' ') unit += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  }
+  if (unit.size() > 1 && unit.back() == 'B') unit.pop_back();  // "GB", "GiB" -> "G", "GI"
+  if (unit.size() == 2 && unit[1] == 'I') unit.pop_back();     // "GI" -> "G"
+  double scale = 1;
+  if (unit.empty() || unit == "B") {
+    scale = 1;
+  } else if (unit == "K") {
+    scale = 1024.0;
+  } else if (unit == "M") {
+    scale = 1024.0 * 1024;
+  } else if (unit == "G") {
+    scale = 1024.0 * 1024 * 1024;
+  } else if (unit == "T") {
+    scale = 1024.0 * 1024 * 1024 * 1024;
+  } else {
+    return false;
+  }
+  const double b = value * scale;
+  if (!std::isfinite(b) || b < 1 || b > 9.0e18) return false;
+  *bytes = static_cast<int64_t>(b);
+  return true;
+}
+
+void AddServeCommand(CLI::App& app, ServeOptions& o) {
+  CLI::App* cmd =
+      app.add_subcommand("serve",
+                         "Serve the model over an OpenAI-compatible HTTP API (/v1/completions, "
+                         "/v1/chat/completions) with continuous batching");
+  o.model = DefaultModelPath();
+  cmd->add_option("-m,--model", o.model, "GGUF model file")->capture_default_str();
+  cmd->add_option("--host", o.host,
+                  "Address to listen on (127.0.0.1: this machine only; 0.0.0.0: every interface)")
+      ->capture_default_str();
+  cmd->add_option("--port", o.port, "TCP port (0: any free port)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  cmd->add_option("--api-key", o.api_key,
+                  "Require 'Authorization: Bearer KEY' on /v1/* (/health and /metrics stay open)");
+  cmd->add_option("--served-model-name", o.served_model_names,
+                  "Model name(s) clients send as \"model\" (repeatable; default: the model file's "
+                  "name without extension)")
+      ->allow_extra_args(false);
+  cmd->add_option_function<std::string>(
+         "--kv-cache-memory",
+         [&o](const std::string& v) {
+           if (!ParseByteSize(v, &o.kv_cache_memory)) {
+             throw CLI::ValidationError("--kv-cache-memory",
+                                        "'" + v + "' is not a size (e.g. 4GiB, 512M, 1073741824)");
+           }
+         },
+         "Memory for the paged KV cache: bytes or K/M/G/KiB/MiB/GiB (default 4GiB)")
+      ->group("Batching");
+  cmd->add_option("--kv-block-tokens", o.kv_block_tokens, "Tokens per KV block")
+      ->check(CLI::Range(1, 1 << 16))
+      ->capture_default_str()
+      ->group("Batching");
+  cmd->add_option("--max-num-seqs", o.max_num_seqs, "Most requests running at once")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str()
+      ->group("Batching");
+  cmd->add_option("--max-batched-tokens", o.max_batched_tokens,
+                  "Most tokens (prefill + decode) of all requests in one step")
+      ->check(CLI::Range(1, 1 << 24))
+      ->capture_default_str()
+      ->group("Batching");
+  cmd->add_option("--max-tokens-default", o.max_tokens_default,
+                  "max_tokens of chat requests that give none (capped by the context left)")
+      ->check(CLI::Range(1, 1 << 24))
+      ->capture_default_str();
+  cmd->add_option("-t,--threads", o.threads, "Compute threads (0 = every core)")
+      ->check(CLI::Range(0, 4096))
+      ->capture_default_str();
+  cmd->add_option("-c,--ctx-size", o.ctx_size, "Context length (0 = the model's)")
+      ->check(CLI::Range(0, 1 << 24))
+      ->capture_default_str();
+  cmd->add_option("--http-threads", o.http_threads,
+                  "HTTP worker threads (each open connection, streams included, holds one)")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  cmd->add_flag("--f32-decode", o.f32_decode,
+                "Decode with f32 activations in every matmul (exact, slower)");
+  cmd->add_flag("-q,--quiet", o.quiet, "No progress bar and no per-request log lines");
+  AddUniPrefillFlags(*cmd, o.uniprefill);
+}
+
+int ServeCommand(const ServeOptions& o) {
+  EngineOptions eo;
+  eo.model_path = o.model;
+  eo.threads = o.threads;
+  eo.context_size = o.ctx_size;
+  eo.f32_decode = o.f32_decode;
+  std::string error;
+  if (!ToUniPrefillOptions(o.uniprefill, &eo.uniprefill, &error)) {
+    std::fprintf(stderr, "error: %s\n", error.c_str());
+    return 1;
+  }
+  if (!IsLoopback(o.host) && o.api_key.empty()) {
+    std::fprintf(stderr,
+                 "warning: listening on %s without --api-key: anyone who can reach this address "
+                 "can use the server\n",
+                 o.host.c_str());
+  }
+
+  ProgressBar load_bar("loading", "layers", !o.quiet);
+  auto engine_or = Engine::Load(eo, [&](int64_t d, int64_t t) { load_bar.Update(d, t); });
+  load_bar.Finish();
+  if (!engine_or.ok()) {
+    std::fprintf(stderr, "error: %s\n", engine_or.status().message().c_str());
+    return 1;
+  }
+  Engine& engine = **engine_or;
+  std::fprintf(stderr, "model: %s | %d threads | context %d\n", engine.model_description().c_str(),
+               engine.threads(), engine.context_size());
+  std::fprintf(stderr, "uniprefill: %s\n", engine.uniprefill_description().c_str());
+
+  ServingOptions so;
+  so.kv_cache_memory = o.kv_cache_memory;
+  so.kv_block_tokens = o.kv_block_tokens;
+  so.max_num_seqs = o.max_num_seqs;
+  so.max_batched_tokens = o.max_batched_tokens;
+  auto batch_or = BatchEngine::Start(engine, so);
+  if (!batch_or.ok()) {
+    std::fprintf(stderr, "error: %s\n", batch_or.status().message().c_str());
+    return 1;
+  }
+  std::unique_ptr<BatchEngine> batch = std::move(*batch_or);
+
+  server::ServerConfig sc;
+  sc.host = o.host;
+  sc.port = o.port;
+  sc.api_key = o.api_key;
+  sc.served_model_names = o.served_model_names;
+  if (sc.served_model_names.empty()) {
+    sc.served_model_names.push_back(DefaultServedName(o.model, engine));
+  }
+  sc.default_max_tokens = o.max_tokens_default;
+  sc.threads = o.http_threads;
+  sc.log_requests = !o.quiet;
+  server::OpenAiServer server(*batch, sc);
+  if (Status st = server.Start(); !st.ok()) {
+    std::fprintf(stderr, "error: %s\n", st.message().c_str());
+    return 1;
+  }
+
+  const ServingMetrics m = batch->Metrics();
+  std::fprintf(stderr,
+               "kv cache: %d blocks of %d tokens, %s (--kv-cache-memory %s); up to %d requests "
+               "at once, %d tokens per step\n",
+               m.kv_blocks_total, so.kv_block_tokens,
+               FormatBytes(int64_t{m.kv_blocks_total} * m.kv_block_bytes).c_str(),
+               FormatBytes(o.kv_cache_memory).c_str(), so.max_num_seqs, so.max_batched_tokens);
+  const std::string host = o.host.find(':') != std::string::npos ? "[" + o.host + "]" : o.host;
+  std::fprintf(stderr,
+               "serving %s on http://%s:%d (OpenAI API: /v1/completions, /v1/chat/completions, "
+               "/v1/models; /health, /metrics)\n",
+               sc.served_model_names[0].c_str(), host.c_str(), server.port());
+  std::fflush(stderr);
+
+  g_stop_signal = 0;
+  std::signal(SIGINT, OnStopSignal);
+  std::signal(SIGTERM, OnStopSignal);
+  while (g_stop_signal == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::fprintf(stderr, "\nshutting down (%s): finishing connections, aborting requests\n",
+               g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM");
+  server.Stop();  // cancels what is in flight; the BatchEngine must outlive the server
+  batch.reset();
+  std::fprintf(stderr, "stopped\n");
+  return 0;
+}
+
+}  // namespace uniprefill::cli

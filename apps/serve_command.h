@@ -1,0 +1,42 @@
+// `uniprefill serve`: load a model, start the continuous-batching BatchEngine and serve the
+// OpenAI-compatible HTTP API (server/http_server.h) until SIGINT or SIGTERM.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "uniprefill_flags.h"
+
+namespace uniprefill::cli {
+
+struct ServeOptions {
+  std::string model;
+  std::string host = "127.0.0.1";  // loopback: nothing outside this machine can connect
+  int port = 8000;                 // 0: any free port (printed)
+  std::string api_key;
+  std::vector<std::string> served_model_names;  // default: the model file's stem
+  int64_t kv_cache_memory = int64_t{4} << 30;   // --kv-cache-memory, parsed from "4GiB" etc.
+  int kv_block_tokens = 16;
+  int max_num_seqs = 256;
+  int max_batched_tokens = 8192;
+  int max_tokens_default = 4096;  // chat requests without max_tokens
+  int threads = 0;                // compute threads (0 = every core)
+  int ctx_size = 0;
+  int http_threads = 64;
+  bool f32_decode = false;
+  bool quiet = false;  // no progress bar, no per-request log lines
+  UniPrefillFlags uniprefill;
+};
+
+void AddServeCommand(CLI::App& app, ServeOptions& options);
+// 0 after a clean shutdown (SIGINT / SIGTERM); 1 when the model cannot load or the port cannot
+// be bound.
+int ServeCommand(const ServeOptions& options);
+
+// "4GiB", "512M", "1.5G", "1048576" -> bytes (K/M/G/T and KiB/MiB/GiB/TiB are all powers of 1024;
+// a trailing B is optional). False on anything else or a value below 1 byte.
+bool ParseByteSize(const std::string& text, int64_t* bytes);
+
+}  // namespace uniprefill::cli

@@ -1,0 +1,134 @@
+// BatchEngine: continuous batching over one Engine's model, on its own thread.
+//
+// Requests are submitted from any thread (an HTTP handler, a benchmark); the engine thread runs
+// steps: the Scheduler (engine/scheduler.h) decides which requests run (decodes of running requests
+// plus whole prefills of admitted ones, under --max-batched-tokens and --kv-cache-memory), one
+// Model::ForwardBatch computes them together over a paged KV cache (kv/paged_sequence_cache.h),
+// and each request samples its next token. Each request's progress is reported through its
+// callback: new text (stop-string safe, the same text Engine::Generate returns), new tokens, and a
+// final update with the finish reason and usage.
+//
+// Threading: Submit, Cancel and Metrics never wait for a step (they take a short lock). Callbacks
+// run on the engine thread and must not block: copy the update into your own queue. After the final
+// update (finished == true) a request's callback is never called again and is destroyed.
+//
+// UniPrefill per request: SamplingParams::uniprefill toggles it; SamplingParams::uniprefill_options
+// may override the selection (mode, top_p, keep_ratio, block_size, sink, last_n) but not the drop
+// layers or the window mode, which fix the KV layout shared by every request (InvalidArgument).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "uniprefill/engine.h"
+
+namespace uniprefill {
+
+struct ServingOptions {
+  int64_t kv_cache_memory = int64_t{4} << 30;  // bytes for KV blocks + linear-attention state
+  int kv_block_tokens = 16;                     // alive indices per KV block
+  int max_num_seqs = 256;                       // requests running at once
+  int max_batched_tokens = 8192;                // tokens of all requests in one step
+};
+
+struct TokenLogprob {
+  int32_t id = 0;
+  float logprob = 0;  // log-softmax of the raw logits (before temperature and penalties)
+};
+
+// One sampled token; logprob and top are filled when the request asked for logprobs.
+struct SampledToken {
+  int32_t id = 0;
+  float logprob = 0;
+  std::vector<TokenLogprob> top;  // the top_logprobs most likely tokens, most likely first
+};
+
+struct RequestUsage {
+  int prompt_tokens = 0;
+  int completion_tokens = 0;  // tokens in the output (EOS and stop token ids excluded)
+  double queue_s = 0;         // submission -> first scheduled
+  double ttft_s = 0;          // submission -> first token sampled
+  double e2e_s = 0;           // submission -> finished
+  int preemptions = 0;
+  // UniPrefill: tokens alive and kept at each drop layer of the (last) prefill; empty when dense.
+  std::vector<KeptTokensInfo> kept;
+};
+
+struct RequestUpdate {
+  int64_t id = 0;
+  std::string text;                  // text final since the last update (may be empty)
+  std::vector<SampledToken> tokens;  // output tokens since the last update
+  bool finished = false;
+  // Set when finished: "stop" (EOS, end of turn, stop token id or string), "length" (max_tokens
+  // or context), "abort" (Cancel, shutdown) or "error" (then `error` says what failed).
+  std::string finish_reason;
+  std::string error;
+  RequestUsage usage;  // complete when finished; prompt_tokens and ttft_s once known
+};
+
+using UpdateCallback = std::function<void(const RequestUpdate&)>;
+
+// Prometheus-style histogram: counts[i] observations <= bounds[i]; the last count is +Inf.
+struct Histogram {
+  std::vector<double> bounds;
+  std::vector<int64_t> counts;  // bounds.size() + 1, non-cumulative
+  double sum = 0;
+  int64_t count = 0;
+  static Histogram WithBounds(std::vector<double> bounds);
+  void Observe(double value);
+};
+
+// A consistent snapshot of the engine's state and counters.
+struct ServingMetrics {
+  int waiting = 0;   // queued (preempted ones included)
+  int running = 0;   // holding KV
+  int64_t requests_submitted = 0;
+  int64_t requests_finished_stop = 0, requests_finished_length = 0, requests_aborted = 0,
+          requests_failed = 0;
+  int64_t prompt_tokens = 0;      // prefilled tokens (recomputed ones included)
+  int64_t generation_tokens = 0;  // sampled tokens
+  int64_t steps = 0;
+  int64_t mixed_steps = 0;  // steps that ran prefills and decodes together
+  int64_t preemptions = 0;
+  double generation_tokens_per_s = 0;  // over the last ~10 s
+  // KV memory (KvBlockManager::Usage): blocks used now and what dense prefills would have used.
+  int kv_blocks_total = 0, kv_blocks_used = 0;
+  int64_t kv_block_bytes = 0, kv_bytes_used = 0, kv_bytes_dense = 0, kv_bytes_saved = 0;
+  // UniPrefill: tokens alive at drop layers and kept by them, summed over prefills.
+  int64_t uniprefill_alive_tokens = 0, uniprefill_kept_tokens = 0;
+  Histogram ttft_s, inter_token_s, e2e_s;
+};
+
+class BatchEngine {
+ public:
+  // Sizes the KV pool from `options` for `engine`'s model and starts the engine thread. The engine
+  // must outlive the BatchEngine and must not run Generate meanwhile.
+  static Result<std::unique_ptr<BatchEngine>> Start(Engine& engine, const ServingOptions& options);
+  // Aborts every unfinished request (final update "abort") and joins the thread.
+  ~BatchEngine();
+
+  // Checks the request now (prompt not empty, ids inside the vocabulary, sampling parameters,
+  // prompt + max_tokens within the context and the KV pool) and queues it. Errors:
+  // InvalidArgument (bad parameters), OutOfRange (too long for the context or the KV memory),
+  // Unavailable (shutting down). On success the callback will receive updates, the last final.
+  Result<int64_t> Submit(std::vector<int32_t> prompt, const SamplingParams& params,
+                         UpdateCallback on_update);
+  // Ends a request early (a client went away): its KV is freed at the next step and its final
+  // update says "abort". Unknown or finished ids are ignored.
+  void Cancel(int64_t id);
+
+  ServingMetrics Metrics() const;
+  const ServingOptions& options() const;
+  Engine& engine() const;
+
+ private:
+  struct Impl;
+  explicit BatchEngine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace uniprefill

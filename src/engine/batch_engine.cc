@@ -1,0 +1,533 @@
+// BatchEngine: the engine thread's step loop (schedule -> one batched forward -> sample -> report)
+// over a paged KV cache. See uniprefill/batch_engine.h for the contract.
+#include "uniprefill/batch_engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+
+#include "engine/engine_impl.h"
+#include "engine/scheduler.h"
+#include "kv/kv_arena.h"
+#include "kv/kv_block_manager.h"
+#include "kv/paged_sequence_cache.h"
+
+namespace uniprefill {
+
+using namespace engine_internal;  // NOLINT: shared request helpers of Engine and BatchEngine
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// Latency buckets (seconds) for TTFT / end-to-end and for inter-token gaps.
+std::vector<double> LatencyBounds() {
+  return {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320};
+}
+std::vector<double> InterTokenBounds() {
+  return {0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1, 2.5, 5};
+}
+
+// The sampled token's logprob and the `top` most likely tokens, from raw logits f32 [vocab].
+SampledToken WithLogprobs(int32_t id, std::span<const float> logits, int top) {
+  SampledToken t;
+  t.id = id;
+  float max = logits[0];
+  for (float l : logits) max = std::max(max, l);
+  double sum = 0;
+  for (float l : logits) sum += std::exp(static_cast<double>(l - max));
+  const float log_z = max + static_cast<float>(std::log(sum));
+  t.logprob = logits[id] - log_z;
+  if (top > 0) {
+    std::vector<int32_t> ids(logits.size());
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
+    const size_t n = std::min<size_t>(top, ids.size());
+    std::partial_sort(ids.begin(), ids.begin() + n, ids.end(), [&](int32_t a, int32_t b) {
+      return logits[a] != logits[b] ? logits[a] > logits[b] : a < b;
+    });
+    for (size_t i = 0; i < n; ++i) t.top.push_back({ids[i], logits[ids[i]] - log_z});
+  }
+  return t;
+}
+
+}  // namespace
+
+Histogram Histogram::WithBounds(std::vector<double> bounds) {
+  Histogram h;
+  h.bounds = std::move(bounds);
+  h.counts.assign(h.bounds.size() + 1, 0);
+  return h;
+}
+
+void Histogram::Observe(double value) {
+  size_t i = std::lower_bound(bounds.begin(), bounds.end(), value) - bounds.begin();
+  ++counts[i];
+  sum += value;
+  ++count;
+}
+
+struct BatchEngine::Impl {
+  // A submitted request on its way to the engine thread.
+  struct Pending {
+    int64_t id = 0;
+    std::vector<int32_t> prompt;
+    SamplingParams params;
+    UniPrefillConfig selection;
+    UpdateCallback on_update;
+    Clock::time_point submitted;
+  };
+
+  // A request the engine thread is running (scheduler id -> this).
+  struct Live {
+    int64_t id = 0;
+    std::vector<int32_t> prompt;
+    SamplingParams params;
+    UniPrefillConfig selection;
+    UpdateCallback on_update;
+    Clock::time_point submitted, last_token;
+    bool scheduled = false, first_token = false;
+    Sampler sampler;
+    std::string text;      // final text not yet reported
+    std::unique_ptr<TextOutput> out;
+    std::vector<int32_t> sampled;  // every sampled token (the prefill of a recompute feeds them)
+    std::vector<SampledToken> unreported;
+    std::vector<int32_t> feed;     // this step's input ids
+    std::vector<float> logits;     // f32 [vocab]
+    std::vector<KeptTokens> kept;  // of the latest prefill
+    std::unique_ptr<SequenceCache> cache;
+    RequestUsage usage;
+    explicit Live(const SamplerConfig& c) : sampler(c) {}
+  };
+
+  Impl(Engine& e, const ServingOptions& o) : engine(e), core(*e.impl_), options(o) {}
+
+  Engine& engine;
+  Engine::Impl& core;
+  ServingOptions options;
+  CacheLayout layout;
+  std::optional<KvBlockManager> capacity;  // an empty manager: Submit's "could it ever fit" check
+  std::unique_ptr<KvArena> arena;
+  std::optional<Scheduler> scheduler;  // engine thread only
+
+  // Shared with submitting threads.
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Pending> inbox;
+  std::vector<int64_t> cancels;
+  bool stopping = false;
+  int64_t next_id = 0;
+  ServingMetrics metrics;  // under mu; refreshed by the engine thread after each step
+
+  // Engine thread only.
+  std::unordered_map<RequestId, std::unique_ptr<Live>> live;
+  std::unordered_map<int64_t, RequestId> by_public_id;
+  std::deque<std::pair<Clock::time_point, int64_t>> recent_tokens;  // (step end, tokens sampled)
+  ServingMetrics counters;  // the engine thread's running totals, copied into `metrics`
+  std::thread thread;
+
+  void Run();
+  void Admit(Pending p);
+  void RunStep();
+  void Report(Live& l, bool finished, const std::string& reason, const std::string& error);
+  void FinishAll(const std::string& reason, const std::string& error);
+  void PublishMetrics();
+};
+
+BatchEngine::BatchEngine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Result<std::unique_ptr<BatchEngine>> BatchEngine::Start(Engine& engine,
+                                                        const ServingOptions& options) {
+  if (options.max_batched_tokens < 1) {
+    return InvalidArgument("--max-batched-tokens must be at least 1 (got " +
+                           std::to_string(options.max_batched_tokens) + ")");
+  }
+  auto impl = std::make_unique<Impl>(engine, options);
+  Engine::Impl& core = *engine.impl_;
+  impl->layout = core.model->CacheLayoutFor(core.uniprefill.active_drop_layers());
+  UP_ASSIGN_OR_RETURN(KvCacheSpec spec, KvCacheSpec::FromLayout(impl->layout, sizeof(float)));
+  KvCacheConfig kv_config{options.kv_cache_memory, options.kv_block_tokens, options.max_num_seqs};
+  UP_ASSIGN_OR_RETURN(KvPoolSize size, KvBlockManager::SizePool(spec, kv_config));
+  impl->capacity.emplace(spec, size);
+  impl->arena = std::make_unique<KvArena>(impl->layout, size);
+  impl->scheduler.emplace(SchedulerConfig{options.max_batched_tokens}, KvBlockManager(spec, size));
+  ServingMetrics& m = impl->counters;
+  m.ttft_s = Histogram::WithBounds(LatencyBounds());
+  m.e2e_s = Histogram::WithBounds(LatencyBounds());
+  m.inter_token_s = Histogram::WithBounds(InterTokenBounds());
+  m.kv_blocks_total = size.num_blocks;
+  m.kv_block_bytes = impl->scheduler->kv().block_bytes();
+  impl->metrics = m;
+  Impl* raw = impl.get();
+  impl->thread = std::thread([raw] { raw->Run(); });
+  return std::unique_ptr<BatchEngine>(new BatchEngine(std::move(impl)));
+}
+
+BatchEngine::~BatchEngine() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->stopping = true;
+  }
+  impl_->cv.notify_all();
+  if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+const ServingOptions& BatchEngine::options() const { return impl_->options; }
+Engine& BatchEngine::engine() const { return impl_->engine; }
+
+ServingMetrics BatchEngine::Metrics() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  ServingMetrics m = impl_->metrics;
+  m.waiting += static_cast<int>(impl_->inbox.size());
+  return m;
+}
+
+Result<int64_t> BatchEngine::Submit(std::vector<int32_t> prompt, const SamplingParams& params,
+                                    UpdateCallback on_update) {
+  Engine::Impl& core = impl_->core;
+  const ModelConfig& mc = core.model->config();
+  if (prompt.empty()) return InvalidArgument("the prompt is empty");
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    if (prompt[i] < 0 || prompt[i] >= mc.vocab_size) {
+      return InvalidArgument("prompt token " + std::to_string(i) + " is " +
+                             std::to_string(prompt[i]) + ", outside the vocabulary [0, " +
+                             std::to_string(mc.vocab_size) + ")");
+    }
+  }
+  if (params.max_tokens < 1) {
+    return InvalidArgument("max_tokens must be at least 1 (got " +
+                           std::to_string(params.max_tokens) + ")");
+  }
+  UP_RETURN_IF_ERROR(ValidateSamplingParams(params, mc.vocab_size));
+  if (params.logprobs < -1 || params.logprobs > 20) {
+    return InvalidArgument("logprobs must be between 0 and 20 (got " +
+                           std::to_string(params.logprobs) + ")");
+  }
+  const int64_t total = static_cast<int64_t>(prompt.size()) + params.max_tokens;
+  if (total > core.context_size) {
+    return OutOfRange("this model's context holds " + std::to_string(core.context_size) +
+                      " tokens, but the prompt has " + std::to_string(prompt.size()) +
+                      " and max_tokens asks for " + std::to_string(params.max_tokens) +
+                      " more; shorten the prompt or lower max_tokens");
+  }
+  // Per-request UniPrefill: selection parameters only (the drop layers and window mode fix the
+  // KV layout every request shares).
+  UniPrefillConfig selection = core.uniprefill;
+  if (params.uniprefill_options) {
+    const UniPrefillOptions& o = *params.uniprefill_options;
+    if (o.drop_layers && *o.drop_layers != core.uniprefill.drop_layers) {
+      return InvalidArgument("uniprefill.drop_layers cannot change per request on this server "
+                             "(it serves drop layers " +
+                             LayerListToString(core.uniprefill.drop_layers) +
+                             "); restart it with --uniprefill-drop-layers");
+    }
+    UP_ASSIGN_OR_RETURN(selection, ApplyUniPrefillOptions(core.uniprefill, o, mc));
+    if (selection.window_mode != core.uniprefill.window_mode) {
+      return InvalidArgument("uniprefill.window cannot change per request on this server");
+    }
+  }
+  const int64_t worst = total - 1;
+  const int need = impl_->capacity->DenseBlocksFor(static_cast<int>(worst));
+  if (need > impl_->capacity->num_blocks()) {
+    return OutOfRange("the prompt (" + std::to_string(prompt.size()) + " tokens) plus max_tokens " +
+                      std::to_string(params.max_tokens) + " needs " + std::to_string(need) +
+                      " KV blocks but the whole KV cache holds " +
+                      std::to_string(impl_->capacity->num_blocks()) +
+                      "; raise --kv-cache-memory or send a shorter request");
+  }
+  Impl::Pending p;
+  p.prompt = std::move(prompt);
+  p.params = params;
+  p.selection = selection;
+  p.on_update = std::move(on_update);
+  p.submitted = Clock::now();
+  int64_t id;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    if (impl_->stopping) return Unavailable("the server is shutting down");
+    id = p.id = impl_->next_id++;
+    impl_->inbox.push_back(std::move(p));
+    ++impl_->metrics.requests_submitted;
+  }
+  impl_->cv.notify_all();
+  return id;
+}
+
+void BatchEngine::Cancel(int64_t id) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->cancels.push_back(id);
+  }
+  impl_->cv.notify_all();
+}
+
+void BatchEngine::Impl::Run() {
+  for (;;) {
+    std::deque<Pending> arrived;
+    std::vector<int64_t> cancelled;
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] {
+        return stopping || !inbox.empty() || !cancels.empty() || scheduler->has_unfinished();
+      });
+      if (stopping) break;
+      arrived.swap(inbox);
+      cancelled.swap(cancels);
+    }
+    for (Pending& p : arrived) Admit(std::move(p));
+    for (int64_t public_id : cancelled) {
+      auto it = by_public_id.find(public_id);
+      if (it != by_public_id.end()) (void)scheduler->Abort(it->second);
+    }
+    if (scheduler->has_unfinished()) RunStep();
+    PublishMetrics();
+  }
+  // Shutdown: every request still queued or running ends as aborted.
+  std::deque<Pending> left;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    left.swap(inbox);
+  }
+  for (Pending& p : left) {
+    RequestUpdate u;
+    u.id = p.id;
+    u.finished = true;
+    u.finish_reason = "abort";
+    u.usage.prompt_tokens = static_cast<int>(p.prompt.size());
+    if (p.on_update) p.on_update(u);
+  }
+  FinishAll("abort", "");
+}
+
+void BatchEngine::Impl::Admit(Pending p) {
+  RequestSpec spec;
+  spec.prompt_tokens = static_cast<int>(p.prompt.size());
+  spec.max_tokens = p.params.max_tokens;
+  spec.uniprefill = p.params.uniprefill && p.selection.enabled;
+  Result<RequestId> sid = scheduler->Submit(spec);
+  auto l = std::make_unique<Live>(ToSamplerConfig(p.params));
+  l->id = p.id;
+  l->usage.prompt_tokens = spec.prompt_tokens;
+  l->on_update = std::move(p.on_update);
+  if (!sid.ok()) {  // Submit checked the same limits; this is a safety net
+    ++counters.requests_failed;
+    Report(*l, true, "error", sid.status().message());
+    return;
+  }
+  l->prompt = std::move(p.prompt);
+  l->params = std::move(p.params);
+  l->selection = std::move(p.selection);
+  l->submitted = p.submitted;
+  l->sampler.SetPrompt(l->prompt);
+  l->out = std::make_unique<TextOutput>(*core.tokenizer, l->params.stop, nullptr, &l->text);
+  l->logits.resize(core.model->config().vocab_size);
+  by_public_id[l->id] = *sid;
+  live.emplace(*sid, std::move(l));
+}
+
+void BatchEngine::Impl::Report(Live& l, bool finished, const std::string& reason,
+                               const std::string& error) {
+  RequestUpdate u;
+  u.id = l.id;
+  u.text.swap(l.text);
+  u.tokens.swap(l.unreported);
+  u.finished = finished;
+  u.finish_reason = reason;
+  u.error = error;
+  u.usage = l.usage;
+  if (l.on_update && (finished || !u.text.empty() || !u.tokens.empty())) l.on_update(u);
+}
+
+void BatchEngine::Impl::FinishAll(const std::string& reason, const std::string& error) {
+  for (auto& [sid, l] : live) {
+    (void)scheduler->Abort(sid);
+    l->out->Finish();
+    l->usage.e2e_s = Seconds(Clock::now() - l->submitted);
+    Report(*l, true, reason, error);
+  }
+  live.clear();
+  by_public_id.clear();
+}
+
+void BatchEngine::Impl::RunStep() {
+  Scheduler& sched = *scheduler;
+  Result<StepPlan> plan = sched.Schedule();
+  if (!plan.ok()) {  // only when a step is already open: a bug; fail loudly but keep serving
+    FinishAll("error", "scheduler: " + plan.status().message());
+    return;
+  }
+  const Clock::time_point step_start = Clock::now();
+  for (RequestId id : plan->preempted) {
+    Live& l = *live.at(id);
+    l.cache.reset();  // its blocks went back to the pool; it is recomputed when re-admitted
+    ++l.usage.preemptions;
+    ++counters.preemptions;
+  }
+  const Engine::Impl& c = core;
+  std::vector<SequenceStep> steps;
+  std::vector<Live*> step_live;
+  bool any_prefill = false, any_decode = false;
+  for (const ScheduledRequest& sr : plan->requests) {
+    Live& l = *live.at(sr.id);
+    if (!l.scheduled) {
+      l.scheduled = true;
+      l.usage.queue_s = Seconds(step_start - l.submitted);
+    }
+    if (sr.is_prefill) {
+      any_prefill = true;
+      l.feed = l.prompt;
+      l.feed.insert(l.feed.end(), l.sampled.begin(), l.sampled.end());
+      l.cache = std::make_unique<PagedSequenceCache>(layout, c.context_size, &sched.kv(), sr.id,
+                                                     arena.get());
+      l.kept.clear();
+      counters.prompt_tokens += static_cast<int64_t>(l.feed.size());
+    } else {
+      any_decode = true;
+      l.feed.assign(1, l.sampled.back());
+    }
+    SequenceStep s;
+    s.cache = l.cache.get();
+    s.tokens = l.feed;
+    s.logits = l.logits.data();
+    s.kept = sr.is_prefill ? &l.kept : nullptr;
+    s.allow_drop = sr.uniprefill;
+    s.selection = &l.selection;
+    steps.push_back(s);
+    step_live.push_back(&l);
+  }
+  ++counters.steps;
+  if (any_prefill && any_decode) ++counters.mixed_steps;
+
+  std::vector<RequestStepResult> results;
+  if (!steps.empty()) {
+    Status st = c.model->ForwardBatch(*c.ctx, steps, c.uniprefill);
+    if (!st.ok()) {
+      // Fail this step's requests (their KV state is unknown); the others keep running.
+      for (const ScheduledRequest& sr : plan->requests) {
+        Live& l = *live.at(sr.id);
+        (void)sched.Abort(sr.id);
+        l.out->Finish();
+        ++counters.requests_failed;
+        Report(l, true, "error", "forward failed: " + st.message());
+        by_public_id.erase(l.id);
+        live.erase(sr.id);
+      }
+      (void)sched.OnStepDone({});
+      return;
+    }
+  }
+  const Clock::time_point now = Clock::now();
+  int64_t sampled_now = 0;
+  for (size_t i = 0; i < plan->requests.size(); ++i) {
+    const ScheduledRequest& sr = plan->requests[i];
+    Live& l = *step_live[i];
+    RequestStepResult r;
+    r.id = sr.id;
+    if (sr.is_prefill) {
+      for (int s = 0; s < l.cache->layout().n_segments; ++s) {
+        r.segment_tokens.push_back(l.cache->segment_length(s));
+      }
+      l.usage.kept.clear();
+      for (const KeptTokens& k : l.kept) {
+        l.usage.kept.push_back({k.layer, k.kept, k.alive});
+        counters.uniprefill_alive_tokens += k.alive;
+        counters.uniprefill_kept_tokens += k.kept;
+      }
+    }
+    const int32_t token = l.sampler.Sample(l.logits);
+    l.sampler.Accept(token);
+    l.sampled.push_back(token);
+    ++sampled_now;
+    if (!l.first_token) {
+      l.first_token = true;
+      l.usage.ttft_s = Seconds(now - l.submitted);
+      counters.ttft_s.Observe(l.usage.ttft_s);
+    } else {
+      counters.inter_token_s.Observe(Seconds(now - l.last_token));
+    }
+    l.last_token = now;
+    const bool eos_stops = l.params.stop_at_end_of_turn && !l.params.ignore_eos;
+    const bool end_token = StopTokens{l.params.stop_token_ids}.IsStopToken(token) ||
+                           (eos_stops && c.tokenizer->IsEndOfGeneration(token));
+    if (end_token) {
+      r.stop = true;
+    } else {
+      l.unreported.push_back(l.params.logprobs >= 0
+                                 ? WithLogprobs(token, l.logits, l.params.logprobs)
+                                 : SampledToken{token, 0, {}});
+      ++l.usage.completion_tokens;
+      if (l.out->Push(token)) r.stop = true;  // a stop string completed
+    }
+    results.push_back(std::move(r));
+  }
+  counters.generation_tokens += sampled_now;
+  recent_tokens.emplace_back(now, sampled_now);
+
+  Result<std::vector<FinishedRequest>> finished = sched.OnStepDone(results);
+  if (!finished.ok()) {
+    FinishAll("error", "scheduler: " + finished.status().message());
+    return;
+  }
+  std::unordered_map<RequestId, FinishReason> done;
+  for (const FinishedRequest& f : *finished) done[f.id] = f.reason;
+  // Settle the finished requests first, so the metrics a client reads after its final update
+  // already count it (and its KV is already free).
+  std::vector<std::pair<std::unique_ptr<Live>, std::string>> finals;
+  for (const auto& [sid, reason] : done) {
+    auto it = live.find(sid);
+    if (it == live.end()) continue;
+    Live& l = *it->second;
+    std::string why = reason == FinishReason::kStop     ? "stop"
+                      : reason == FinishReason::kLength ? "length"
+                                                        : "abort";
+    // Text held back for a possible stop string (or an incomplete character) ends now.
+    if (l.out->Finish() && why == "length") why = "stop";
+    l.usage.e2e_s = Seconds(now - l.submitted);
+    if (why == "abort") {
+      ++counters.requests_aborted;
+    } else {
+      counters.e2e_s.Observe(l.usage.e2e_s);
+      ++(why == "stop" ? counters.requests_finished_stop : counters.requests_finished_length);
+    }
+    by_public_id.erase(l.id);
+    finals.emplace_back(std::move(it->second), why);
+    live.erase(it);
+  }
+  PublishMetrics();
+  for (auto& [sid, l] : live) Report(*l, false, "", "");  // progress of requests still running
+  for (auto& [l, why] : finals) Report(*l, true, why, "");
+}
+
+void BatchEngine::Impl::PublishMetrics() {
+  const Scheduler& sched = *scheduler;
+  const Clock::time_point now = Clock::now();
+  while (!recent_tokens.empty() && now - recent_tokens.front().first > std::chrono::seconds(10)) {
+    recent_tokens.pop_front();
+  }
+  int64_t tokens = 0;
+  for (const auto& [t, n] : recent_tokens) tokens += n;
+  const double span =
+      recent_tokens.empty() ? 0 : std::max(1.0, Seconds(now - recent_tokens.front().first));
+  counters.generation_tokens_per_s = span > 0 ? tokens / span : 0;
+  counters.waiting = sched.num_waiting();
+  counters.running = sched.num_running();
+  const KvUsage kv = sched.kv().Usage();
+  counters.kv_blocks_used = kv.used_blocks;
+  counters.kv_bytes_used = kv.used_bytes + kv.state_bytes;
+  counters.kv_bytes_dense = kv.dense_bytes + kv.state_bytes;
+  counters.kv_bytes_saved = kv.saved_bytes;
+  std::lock_guard<std::mutex> lock(mu);
+  const int64_t submitted = metrics.requests_submitted;  // counted by Submit
+  metrics = counters;
+  metrics.requests_submitted = submitted;
+}
+
+}  // namespace uniprefill

@@ -1,0 +1,23 @@
+// ServingMetrics as Prometheus text exposition format 0.0.4 (what GET /metrics returns).
+//
+// Invariants: every sample line belongs to a family announced by a `# HELP` and a `# TYPE` line;
+// every sample carries the label model_name="<served model>"; histogram buckets are cumulative
+// (non-decreasing, the last one le="+Inf" equal to _count); label values are escaped (\\, \", \n).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "uniprefill/batch_engine.h"
+
+namespace uniprefill::server {
+
+// `http_requests_by_status`: responses sent so far per HTTP status (the server counts them).
+std::string FormatPrometheus(const ServingMetrics& metrics, const std::string& model_name,
+                             const std::map<int, int64_t>& http_requests_by_status = {});
+
+// The content type of the format: "text/plain; version=0.0.4; charset=utf-8".
+inline constexpr const char* kPrometheusContentType = "text/plain; version=0.0.4; charset=utf-8";
+
+}  // namespace uniprefill::server

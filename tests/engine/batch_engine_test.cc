@@ -1,0 +1,349 @@
+// BatchEngine on the tiny random-weight Gemma 3 (12 layers, full attention at 5 and 11, UniPrefill
+// dropping at layer 5 with small blocks so ~100-token prompts drop): requests alone and together
+// give Engine::Generate's tokens, every request of a burst larger than the KV memory completes
+// (preempted ones are recomputed), cancel frees KV, bad requests are refused before any work.
+#include "uniprefill/batch_engine.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "testing/tiny_gemma3.h"
+#include "uniprefill/engine.h"
+
+namespace uniprefill {
+namespace {
+
+// Collects one request's updates; Wait() returns once the final update arrived.
+struct Collector {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<RequestUpdate> updates;
+  bool done = false;
+
+  UpdateCallback Callback() {
+    return [this](const RequestUpdate& u) {
+      std::lock_guard<std::mutex> lock(mu);
+      updates.push_back(u);
+      if (u.finished) {
+        done = true;
+        cv.notify_all();
+      }
+    };
+  }
+  bool Wait(int seconds = 120) {
+    std::unique_lock<std::mutex> lock(mu);
+    return cv.wait_for(lock, std::chrono::seconds(seconds), [&] { return done; });
+  }
+  std::vector<int32_t> Tokens() {
+    std::lock_guard<std::mutex> lock(mu);
+    std::vector<int32_t> t;
+    for (const RequestUpdate& u : updates) {
+      for (const SampledToken& s : u.tokens) t.push_back(s.id);
+    }
+    return t;
+  }
+  std::string Text() {
+    std::lock_guard<std::mutex> lock(mu);
+    std::string t;
+    for (const RequestUpdate& u : updates) t += u.text;
+    return t;
+  }
+  RequestUpdate Final() {
+    std::lock_guard<std::mutex> lock(mu);
+    return updates.back();
+  }
+};
+
+class BatchEngineTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    testing::TinyGemma3Options tiny;
+    tiny.layers = 12;
+    EngineOptions o;
+    o.model_path = testing::WriteTempFile("batch_engine_tiny.gguf", testing::BuildTinyGemma3(tiny));
+    o.threads = 2;
+    o.f32_decode = true;  // one-row and many-row matmuls then share f32 arithmetic
+    o.uniprefill.drop_layers = std::vector<int>{5};
+    o.uniprefill.mode = "fixed-ratio";
+    o.uniprefill.keep_ratio = 0.5f;
+    o.uniprefill.block_size = 8;
+    o.uniprefill.sink = 8;
+    o.uniprefill.last_n = 8;
+    auto engine = Engine::Load(o);
+    ASSERT_TRUE(engine.ok()) << engine.status().message();
+    engine_ = engine->release();
+  }
+  static void TearDownTestSuite() {
+    delete engine_;
+    engine_ = nullptr;
+  }
+
+  static SamplingParams Greedy(int max_tokens) {
+    SamplingParams p;
+    p.max_tokens = max_tokens;
+    p.ignore_eos = true;
+    p.logprobs = 1;
+    return p;
+  }
+
+  static std::vector<int32_t> Prompt(int n, int salt) {
+    std::string text;
+    while (static_cast<int>(text.size()) < n) text += "abc def " + std::to_string(salt * 7 + text.size());
+    text.resize(n);
+    return engine_->Tokenize(text, /*add_bos=*/true);
+  }
+
+  static std::unique_ptr<BatchEngine> Start(ServingOptions o = {}) {
+    auto b = BatchEngine::Start(*engine_, o);
+    EXPECT_TRUE(b.ok()) << b.status().message();
+    return b.ok() ? std::move(*b) : nullptr;
+  }
+
+  static Engine* engine_;
+};
+Engine* BatchEngineTest::engine_ = nullptr;
+
+// Tokens equal, or they part where the reference's top-2 logprobs are within 1e-3 (a near-tie
+// that a different summation order may flip).
+void ExpectSameOrNearTie(const std::vector<int32_t>& got, const std::vector<int32_t>& want,
+                         const std::vector<SampledToken>& want_logprobs, const std::string& what) {
+  size_t i = 0;
+  while (i < got.size() && i < want.size() && got[i] == want[i]) ++i;
+  if (i == got.size() && i == want.size()) return;
+  ASSERT_LT(i, want_logprobs.size()) << what << ": lengths differ " << got.size() << " vs "
+                                     << want.size();
+  const SampledToken& t = want_logprobs[i];
+  ASSERT_GE(t.top.size(), 2u) << what;
+  EXPECT_LT(t.top[0].logprob - t.top[1].logprob, 1e-3f)
+      << what << ": tokens part at " << i << " without a near-tie";
+}
+
+TEST_F(BatchEngineTest, OneRequestEqualsEngineGenerate) {
+  auto batch = Start();
+  for (bool uniprefill : {true, false}) {
+    SCOPED_TRACE(uniprefill ? "uniprefill" : "dense");
+    const std::vector<int32_t> prompt = Prompt(120, 1);
+    SamplingParams p = Greedy(12);
+    p.uniprefill = uniprefill;
+    Result<GenerationResult> want = engine_->Generate(prompt, p);
+    ASSERT_TRUE(want.ok()) << want.status().message();
+    Collector c;
+    ASSERT_TRUE(batch->Submit(prompt, p, c.Callback()).ok());
+    ASSERT_TRUE(c.Wait());
+    EXPECT_EQ(c.Tokens(), want->tokens);
+    EXPECT_EQ(c.Text(), want->text);
+    const RequestUpdate f = c.Final();
+    EXPECT_EQ(f.finish_reason, "length");
+    EXPECT_EQ(f.usage.completion_tokens, 12);
+    EXPECT_EQ(f.usage.prompt_tokens, static_cast<int>(prompt.size()));
+    ASSERT_EQ(f.usage.kept.size(), want->kept.size());
+    if (uniprefill) {
+      ASSERT_EQ(f.usage.kept.size(), 1u);
+      EXPECT_LT(f.usage.kept[0].kept, f.usage.kept[0].alive);  // it really dropped
+      EXPECT_EQ(f.usage.kept[0].kept, want->kept[0].kept);
+    }
+  }
+  const ServingMetrics m = batch->Metrics();
+  EXPECT_EQ(m.kv_blocks_used, 0);
+  EXPECT_EQ(m.running, 0);
+}
+
+TEST_F(BatchEngineTest, ConcurrentRequestsGiveTheirAloneTokensAndShareSteps) {
+  // Reference: each request alone through the batch engine.
+  const int n = 8;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < n; ++i) prompts.push_back(Prompt(20 + 37 * i, i));
+  std::vector<std::vector<int32_t>> alone(n);
+  std::vector<std::vector<SampledToken>> alone_lp(n);
+  {
+    auto batch = Start();
+    for (int i = 0; i < n; ++i) {
+      Collector c;
+      ASSERT_TRUE(batch->Submit(prompts[i], Greedy(10), c.Callback()).ok());
+      ASSERT_TRUE(c.Wait());
+      alone[i] = c.Tokens();
+      for (const RequestUpdate& u : c.updates) {
+        alone_lp[i].insert(alone_lp[i].end(), u.tokens.begin(), u.tokens.end());
+      }
+    }
+  }
+  ServingOptions o;
+  o.max_batched_tokens = 256;  // several prefills per step, next to running decodes
+  auto batch = Start(o);
+  std::vector<Collector> c(n);
+  for (int i = 0; i < n; ++i) ASSERT_TRUE(batch->Submit(prompts[i], Greedy(10), c[i].Callback()).ok());
+  for (int i = 0; i < n; ++i) {
+    ASSERT_TRUE(c[i].Wait());
+    ExpectSameOrNearTie(c[i].Tokens(), alone[i], alone_lp[i], "request " + std::to_string(i));
+    EXPECT_EQ(c[i].Final().finish_reason, "length");
+  }
+  const ServingMetrics m = batch->Metrics();
+  EXPECT_GT(m.mixed_steps, 0) << "no step ran prefills and decodes together";
+  EXPECT_EQ(m.requests_finished_length, n);
+  EXPECT_EQ(m.kv_blocks_used, 0);
+  EXPECT_EQ(m.generation_tokens, n * 10);
+  EXPECT_EQ(m.ttft_s.count, n);
+  EXPECT_EQ(m.inter_token_s.count, n * 9);
+}
+
+TEST_F(BatchEngineTest, BurstLargerThanKvMemoryCompletesEveryRequest) {
+  // 16 requests of ~100 + 24 tokens; the pool holds about three of them.
+  ServingOptions o;
+  o.kv_block_tokens = 16;
+  testing::TinyGemma3Options tiny;
+  // K+V of one token of one layer: 2 * 128 floats = 1 KiB; 12 layers, 2 segments, sliding layers
+  // released: a 124-token request holds well under 12 * 8 blocks of 16 KiB.
+  o.kv_cache_memory = int64_t{3} * 12 * 8 * 16 * 1024;
+  o.max_batched_tokens = 512;
+  auto batch = Start(o);
+  const int n = 16;
+  std::vector<Collector> c(n);
+  for (int i = 0; i < n; ++i) {
+    ASSERT_TRUE(batch->Submit(Prompt(100, 100 + i), Greedy(24), c[i].Callback()).ok());
+  }
+  for (int i = 0; i < n; ++i) {
+    ASSERT_TRUE(c[i].Wait()) << "request " << i << " never finished";
+    EXPECT_EQ(c[i].Final().finish_reason, "length");
+    EXPECT_EQ(c[i].Tokens().size(), 24u);
+  }
+  // Some request waited for KV memory: it was first scheduled after another had finished.
+  double max_queue = 0, min_e2e = 1e9;
+  for (int i = 0; i < n; ++i) {
+    max_queue = std::max(max_queue, c[i].Final().usage.queue_s);
+    min_e2e = std::min(min_e2e, c[i].Final().usage.e2e_s);
+  }
+  const ServingMetrics m = batch->Metrics();
+  EXPECT_TRUE(max_queue > min_e2e || m.preemptions > 0)
+      << "the burst fit the KV memory: nothing waited";
+  EXPECT_EQ(m.kv_blocks_used, 0);
+  EXPECT_EQ(m.kv_bytes_used, 0);
+  EXPECT_EQ(m.requests_finished_length, n);
+}
+
+TEST_F(BatchEngineTest, CancelEndsTheRequestAndFreesItsKv) {
+  auto batch = Start();
+  Collector c;
+  SamplingParams p = Greedy(1500);
+  Result<int64_t> id = batch->Submit(Prompt(100, 3), p, c.Callback());
+  ASSERT_TRUE(id.ok());
+  // Let it produce a few tokens, then cancel.
+  for (int i = 0; i < 200 && c.Tokens().size() < 3; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  batch->Cancel(*id);
+  ASSERT_TRUE(c.Wait());
+  EXPECT_EQ(c.Final().finish_reason, "abort");
+  EXPECT_LT(c.Tokens().size(), 1500u);
+  for (int i = 0; i < 100 && batch->Metrics().kv_blocks_used != 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const ServingMetrics m = batch->Metrics();
+  EXPECT_EQ(m.kv_blocks_used, 0);
+  EXPECT_EQ(m.requests_aborted, 1);
+  batch->Cancel(*id);  // a finished id is ignored
+  batch->Cancel(12345);
+}
+
+TEST_F(BatchEngineTest, StopStringsAndLogprobsAgreeWithGenerate) {
+  auto batch = Start();
+  const std::vector<int32_t> prompt = Prompt(60, 9);
+  SamplingParams p = Greedy(20);
+  p.logprobs = 3;
+  Result<GenerationResult> full = engine_->Generate(prompt, p);
+  ASSERT_TRUE(full.ok());
+  ASSERT_GE(full->text.size(), 6u);
+  p.stop = {full->text.substr(3, 2)};
+  Result<GenerationResult> want = engine_->Generate(prompt, p);
+  ASSERT_TRUE(want.ok());
+  Collector c;
+  ASSERT_TRUE(batch->Submit(prompt, p, c.Callback()).ok());
+  ASSERT_TRUE(c.Wait());
+  EXPECT_EQ(c.Text(), want->text);
+  EXPECT_EQ(c.Final().finish_reason, "stop");
+  for (const RequestUpdate& u : c.updates) {
+    for (const SampledToken& t : u.tokens) {
+      ASSERT_EQ(t.top.size(), 3u);
+      EXPECT_EQ(t.top[0].id, t.id);  // greedy takes the most likely token
+      EXPECT_FLOAT_EQ(t.top[0].logprob, t.logprob);
+      EXPECT_LE(t.logprob, 0.0f);
+      EXPECT_GE(t.top[0].logprob, t.top[1].logprob);
+    }
+  }
+}
+
+TEST_F(BatchEngineTest, BadRequestsAreRefusedNamingTheProblem) {
+  ServingOptions o;
+  o.kv_cache_memory = 64 * 16 * 1024;  // 64 blocks
+  auto batch = Start(o);
+  auto expect_error = [&](std::vector<int32_t> prompt, SamplingParams p, ErrorCode code,
+                          const std::string& words) {
+    Result<int64_t> r = batch->Submit(std::move(prompt), p, nullptr);
+    ASSERT_FALSE(r.ok()) << words;
+    EXPECT_EQ(r.status().code(), code) << r.status().message();
+    EXPECT_NE(r.status().message().find(words), std::string::npos) << r.status().message();
+  };
+  expect_error({}, Greedy(4), ErrorCode::kInvalidArgument, "empty");
+  expect_error({1, 99999}, Greedy(4), ErrorCode::kInvalidArgument, "outside the vocabulary");
+  expect_error(Prompt(10, 1), Greedy(0), ErrorCode::kInvalidArgument, "max_tokens");
+  SamplingParams hot = Greedy(4);
+  hot.temperature = 7;
+  expect_error(Prompt(10, 1), hot, ErrorCode::kInvalidArgument, "temperature");
+  expect_error(Prompt(10, 1), Greedy(5000), ErrorCode::kOutOfRange, "context");
+  expect_error(Prompt(1000, 1), Greedy(100), ErrorCode::kOutOfRange, "--kv-cache-memory");
+  SamplingParams other_layers = Greedy(4);
+  other_layers.uniprefill_options = UniPrefillOptions{};
+  other_layers.uniprefill_options->drop_layers = std::vector<int>{11};
+  expect_error(Prompt(10, 1), other_layers, ErrorCode::kInvalidArgument, "drop_layers");
+  SamplingParams bad_ratio = Greedy(4);
+  bad_ratio.uniprefill_options = UniPrefillOptions{};
+  bad_ratio.uniprefill_options->keep_ratio = 2.0f;
+  expect_error(Prompt(10, 1), bad_ratio, ErrorCode::kInvalidArgument, "ratio");
+  // Still serving.
+  Collector c;
+  ASSERT_TRUE(batch->Submit(Prompt(10, 1), Greedy(3), c.Callback()).ok());
+  ASSERT_TRUE(c.Wait());
+  EXPECT_EQ(c.Tokens().size(), 3u);
+}
+
+TEST_F(BatchEngineTest, PerRequestSelectionOverridesTheKeepRatio) {
+  auto batch = Start();
+  const std::vector<int32_t> prompt = Prompt(200, 5);
+  auto kept_with = [&](float ratio) {
+    SamplingParams p = Greedy(2);
+    p.uniprefill_options = UniPrefillOptions{};
+    p.uniprefill_options->keep_ratio = ratio;
+    Collector c;
+    EXPECT_TRUE(batch->Submit(prompt, p, c.Callback()).ok());
+    EXPECT_TRUE(c.Wait());
+    const RequestUpdate f = c.Final();
+    return f.usage.kept.empty() ? -1 : f.usage.kept[0].kept;
+  };
+  const int half = kept_with(0.5f), quarter = kept_with(0.25f);
+  EXPECT_GT(half, quarter);
+  EXPECT_GT(quarter, 0);
+}
+
+TEST_F(BatchEngineTest, ShutdownAbortsWhatIsLeft) {
+  std::vector<Collector> c(3);
+  {
+    auto batch = Start();
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_TRUE(batch->Submit(Prompt(50, i), Greedy(1500), c[i].Callback()).ok());
+    }
+  }
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(c[i].Wait(5));
+    EXPECT_EQ(c[i].Final().finish_reason, "abort");
+  }
+}
+
+}  // namespace
+}  // namespace uniprefill

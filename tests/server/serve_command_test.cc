@@ -1,0 +1,163 @@
+// `uniprefill serve` as a user runs it: bad flags exit 2 with one error line; a real server on a
+// free port answers, and SIGINT / SIGTERM stop it cleanly (exit 0).
+#ifndef CPPHTTPLIB_OPENSSL_SUPPORT
+#define CPPHTTPLIB_OPENSSL_SUPPORT
+#endif
+#ifndef CPPHTTPLIB_ZLIB_SUPPORT
+#define CPPHTTPLIB_ZLIB_SUPPORT
+#endif
+#ifndef CPPHTTPLIB_BROTLI_SUPPORT
+#define CPPHTTPLIB_BROTLI_SUPPORT
+#endif
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <string>
+#include <thread>
+
+#include "cli/cli_runner.h"
+#include "testing/tiny_gemma3.h"
+
+namespace uniprefill {
+namespace {
+
+std::string TinyModel() {
+  static const std::string path =
+      testing::WriteTempFile("serve_cli_tiny.gguf", testing::BuildTinyGemma3());
+  return path;
+}
+
+TEST(ServeCommandTest, HelpListsTheFlags) {
+  CliResult r = RunCli("serve --help");
+  EXPECT_EQ(r.exit_code, 0);
+  for (const char* flag :
+       {"--model", "--host", "--port", "--api-key", "--served-model-name", "--kv-cache-memory",
+        "--kv-block-tokens", "--max-num-seqs", "--max-batched-tokens", "--max-tokens-default",
+        "--threads", "--ctx-size", "--http-threads", "--f32-decode", "--uniprefill"}) {
+    EXPECT_NE(r.out.find(flag), std::string::npos) << flag;
+  }
+}
+
+TEST(ServeCommandTest, BadFlagsExitTwo) {
+  for (const char* args :
+       {"serve --kv-cache-memory lots", "serve --kv-cache-memory 4XB", "serve --port 70000",
+        "serve --max-num-seqs 0", "serve --no-such-flag"}) {
+    SCOPED_TRACE(args);
+    CliResult r = RunCli(args);
+    EXPECT_FALSE(r.crashed) << r.err;
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_EQ(CountErrorLines(r.err), 1) << r.err;
+  }
+}
+
+TEST(ServeCommandTest, MissingModelIsACleanError) {
+  ExpectCleanError("serve --model /nonexistent/model.gguf --port 0", "/nonexistent/model.gguf");
+}
+
+// Starts `uniprefill serve` in the background; returns its pid and the port it printed.
+pid_t StartServer(const std::string& args, const std::string& err_path, int* port) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const std::string cmd =
+        "exec " + CliPath() + " " + args + " >/dev/null 2>" + err_path + " </dev/null";
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  const std::regex serving("serving (\\S+) on http://127\\.0\\.0\\.1:(\\d+) ");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  *port = -1;
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::smatch m;
+    const std::string err = ReadAll(err_path);
+    if (std::regex_search(err, m, serving)) {
+      *port = std::stoi(m[2]);
+      break;
+    }
+    if (waitpid(pid, nullptr, WNOHANG) == pid) break;  // exited early
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return pid;
+}
+
+int StopServer(pid_t pid, int sig) {
+  kill(pid, sig);
+  int status = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (waitpid(pid, &status, WNOHANG) != pid) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST(ServeCommandTest, ServesAndStopsCleanly) {
+  const std::string err_path = testing::TempPath("serve_err.txt");
+  int port = -1;
+  const pid_t pid = StartServer("serve --model " + TinyModel() +
+                                    " --port 0 --threads 1 --ctx-size 512 "
+                                    "--kv-cache-memory 32MiB --served-model-name tiny -q",
+                                err_path, &port);
+  ASSERT_GT(port, 0) << ReadAll(err_path);
+  const std::string log = ReadAll(err_path);
+  EXPECT_NE(log.find("kv cache:"), std::string::npos) << log;
+  EXPECT_NE(log.find("/v1/chat/completions"), std::string::npos) << log;
+
+  httplib::Client client("127.0.0.1", port);
+  client.set_read_timeout(60);
+  auto health = client.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  auto r = client.Post("/v1/completions",
+                       R"({"model": "tiny", "prompt": "the", "max_tokens": 4, "temperature": 0,
+                           "ignore_eos": true})",
+                       "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(nlohmann::json::parse(r->body)["usage"]["completion_tokens"], 4);
+
+  EXPECT_EQ(StopServer(pid, SIGINT), 0) << ReadAll(err_path);
+  EXPECT_NE(ReadAll(err_path).find("stopped"), std::string::npos);
+}
+
+TEST(ServeCommandTest, SigtermStopsToo) {
+  const std::string err_path = testing::TempPath("serve_err_term.txt");
+  int port = -1;
+  const pid_t pid =
+      StartServer("serve --model " + TinyModel() + " --port 0 --threads 1 --kv-cache-memory 16M -q",
+                  err_path, &port);
+  ASSERT_GT(port, 0) << ReadAll(err_path);
+  // The default served name is the file's stem.
+  httplib::Client client("127.0.0.1", port);
+  auto models = client.Get("/v1/models");
+  ASSERT_TRUE(models);
+  const std::string stem = std::filesystem::path(TinyModel()).stem().string();
+  EXPECT_EQ(nlohmann::json::parse(models->body)["data"][0]["id"], stem);
+  EXPECT_EQ(StopServer(pid, SIGTERM), 0) << ReadAll(err_path);
+}
+
+TEST(ServeCommandTest, PortInUse) {
+  const std::string err_path = testing::TempPath("serve_err_first.txt");
+  int port = -1;
+  const pid_t pid =
+      StartServer("serve --model " + TinyModel() + " --port 0 --threads 1 --kv-cache-memory 16M -q",
+                  err_path, &port);
+  ASSERT_GT(port, 0) << ReadAll(err_path);
+  ExpectCleanError("serve --model " + TinyModel() +
+                       " --threads 1 --kv-cache-memory 16M -q --port " + std::to_string(port),
+                   "cannot listen on 127.0.0.1:" + std::to_string(port));
+  EXPECT_EQ(StopServer(pid, SIGINT), 0);
+}
+
+}  // namespace
+}  // namespace uniprefill
