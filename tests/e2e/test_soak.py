@@ -1,0 +1,243 @@
+"""Load beyond capacity and a long soak against `uniprefill serve`.
+
+burst: a small --kv-cache-memory and 24 concurrent ~1500-token requests (32 output tokens each):
+every request succeeds, the scheduler queues (requests_waiting > 0 while polling /metrics) or
+preempts, and all KV blocks are free afterwards.
+
+soak: 2,000 requests at concurrency 64 (prompts of 10..60 token ids, max_tokens 1..8, streaming and
+not, a few streams cancelled by closing the connection): no errors, and at the end nothing running
+or waiting, no KV blocks used, and uniprefill_requests_total{finish_reason} summing to the requests
+sent. Sizes: BURST_SIZES and SOAK_SIZES below (run_e2e.py --quick / --full).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import http.client
+import json
+import os
+import random
+import socket
+import sys
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from server_harness import (CONFIG, MetricsPoller, Server, log, parse_sse,  # noqa: E402
+                            token_prompt, wait_until)
+
+BOS = 2
+
+# Burst: (requests, prompt tokens, output tokens, --kv-cache-memory). Gemma 3 270M holds 1 KiB
+# per token per attention layer (18 layers, 15 of them sliding with window 512); admission
+# reserves a prefill dense in every layer, so 128MiB (4096 blocks of 16 tokens) admits ~4
+# requests of 1000-1500 tokens at a time and queues the rest.
+BURST_SIZES = {"quick": (8, 1000, 32, "128MiB"), "default": (16, 1000, 32, "128MiB"),
+               "full": (24, 1500, 32, "128MiB")}
+# Soak: (requests, concurrency).
+SOAK_SIZES = {"quick": (300, 64), "default": (1000, 64), "full": (2000, 64)}
+
+
+def post(port: int, path: str, body: dict, timeout: float = 600) -> tuple[int, bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request("POST", path, json.dumps(body).encode(),
+                     {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
+
+
+def quiescent(srv: Server):
+    """The /metrics once nothing runs, waits or holds KV (None while something does)."""
+    m = srv.metrics()
+    if (m.get("uniprefill_requests_running") == 0 and m.get("uniprefill_requests_waiting") == 0
+            and m.get("uniprefill_kv_blocks_used") == 0):
+        return m
+    return None
+
+
+def finished_total(m) -> dict:
+    return {dict(k).get("finish_reason", "?"): v
+            for k, v in m.family("uniprefill_requests_total").items()}
+
+
+class BurstTest(unittest.TestCase):
+    def test_burst_over_kv_memory(self):
+        n, prompt_len, out_len, kv = BURST_SIZES[CONFIG.size]
+        with Server(["--kv-cache-memory", kv, "--max-num-seqs", "64"], name="burst") as srv:
+            m0 = srv.metrics()
+            blocks_total = m0.get("uniprefill_kv_blocks_total", default=-1)
+            model = json.loads(srv.get_text("/v1/models")[1])["data"][0]["id"]
+            prompts = [[BOS] + token_prompt(prompt_len - 1, seed=500 + i) for i in range(n)]
+            results = [None] * n
+
+            def one(i):
+                body = {"model": model, "prompt": prompts[i], "max_tokens": out_len,
+                        "temperature": 0, "ignore_eos": True}
+                if i % 2:  # every other request streams
+                    body.update(stream=True, stream_options={"include_usage": True})
+                status, data = post(srv.port, "/v1/completions", body)
+                results[i] = (status, data)
+
+            t0 = time.monotonic()
+            with MetricsPoller(srv, ["uniprefill_requests_waiting", "uniprefill_requests_running",
+                                     "uniprefill_kv_blocks_used",
+                                     "uniprefill_preemptions_total"]) as poller:
+                with concurrent.futures.ThreadPoolExecutor(max_workers=n) as pool:
+                    list(pool.map(one, range(n)))
+            wall = time.monotonic() - t0
+            for i, (status, data) in enumerate(results):
+                self.assertEqual(status, 200, f"request {i}: {data[:500]!r}")
+                if i % 2:
+                    events = parse_sse(data.decode())
+                    self.assertEqual(events[-1], "[DONE]")
+                    self.assertFalse(any(isinstance(e, dict) and "error" in e for e in events),
+                                     f"request {i}: error event in stream")
+                    usage = events[-2]["usage"]
+                else:
+                    usage = json.loads(data)["usage"]
+                self.assertEqual(usage["completion_tokens"], out_len, f"request {i}")
+            m = wait_until(lambda: quiescent(srv), 30, what="KV blocks freed after the burst")
+            preempt = m.get("uniprefill_preemptions_total")
+            log(f"    burst: {n} x {prompt_len}+{out_len} tokens in {wall:.1f} s; peaks: waiting "
+                f"{poller.max['uniprefill_requests_waiting']:.0f}, running "
+                f"{poller.max['uniprefill_requests_running']:.0f}, KV blocks "
+                f"{poller.max['uniprefill_kv_blocks_used']:.0f}/{blocks_total:.0f}; preemptions "
+                f"{preempt:.0f}; {poller.polls} polls")
+            self.assertGreater(poller.polls, 3)
+            self.assertTrue(poller.max["uniprefill_requests_waiting"] > 0 or preempt > 0,
+                            "the burst never queued nor preempted: KV memory was not the limit")
+            if blocks_total > 0:
+                self.assertLessEqual(poller.max["uniprefill_kv_blocks_used"], blocks_total)
+                # KV memory, not only the token budget, held requests back.
+                self.assertGreater(poller.max["uniprefill_kv_blocks_used"], blocks_total / 2)
+                self.assertLess(poller.max["uniprefill_requests_running"], n)
+            self.assertEqual(m.get("uniprefill_kv_blocks_used"), 0)
+            self.assertEqual(m.get("uniprefill_kv_bytes_used"), 0)
+            totals = finished_total(m)
+            self.assertEqual(totals.get("length", 0), n, totals)
+
+
+class SoakTest(unittest.TestCase):
+    def test_soak(self):
+        n_requests, concurrency = SOAK_SIZES[CONFIG.size]
+        cancel_every = 97  # ~1% of the requests: streams closed after their first event
+        rng = random.Random(2024)
+        plan = []
+        for i in range(n_requests):
+            cancel = i % cancel_every == 50
+            plan.append({
+                "prompt": [BOS] + token_prompt(rng.randint(10, 60) - 1, seed=10_000 + i),
+                "max_tokens": 64 if cancel else rng.randint(1, 8),
+                "stream": True if cancel else rng.random() < 0.5,
+                "cancel": cancel,
+                "ignore_eos": rng.random() < 0.8,
+            })
+        n_cancel = sum(p["cancel"] for p in plan)
+
+        with Server(["--kv-cache-memory", "512MiB", "--max-num-seqs", "64"], name="soak") as srv:
+            model = json.loads(srv.get_text("/v1/models")[1])["data"][0]["id"]
+            m0 = srv.metrics()
+            totals0 = finished_total(m0)
+            errors, resets = [], []
+            lock = threading.Lock()
+            completion_tokens = [0]
+
+            def one(i):
+                p = plan[i]
+                body = {"model": model, "prompt": p["prompt"], "max_tokens": p["max_tokens"],
+                        "temperature": 0 if i % 3 else 0.8, "seed": i,
+                        "ignore_eos": p["ignore_eos"]}
+                if p["stream"]:
+                    body["stream"] = True
+                    body["stream_options"] = {"include_usage": True}
+                try:
+                    if p["cancel"]:
+                        cancel_stream(srv.port, body)
+                        return
+                    status, data = post(srv.port, "/v1/completions", body, timeout=300)
+                    if status != 200:
+                        raise AssertionError(f"HTTP {status}: {data[:300]!r}")
+                    if p["stream"]:
+                        events = parse_sse(data.decode())
+                        if events[-1] != "[DONE]":
+                            raise AssertionError("stream not ended by [DONE]")
+                        if any("error" in e for e in events[:-1]):
+                            raise AssertionError(f"error event: {events}")
+                        usage = events[-2]["usage"]
+                    else:
+                        usage = json.loads(data)["usage"]
+                    ct = usage["completion_tokens"]
+                    if ct > p["max_tokens"] or (p["ignore_eos"] and ct != p["max_tokens"]):
+                        raise AssertionError(f"completion_tokens {ct}, max_tokens "
+                                             f"{p['max_tokens']}, ignore_eos {p['ignore_eos']}")
+                    with lock:
+                        completion_tokens[0] += ct
+                except ConnectionResetError as e:
+                    # Reset before any response byte: the request may never have reached a
+                    # handler (a full listen queue), so it is kept apart in the accounting.
+                    with lock:
+                        resets.append(f"request {i}: {type(e).__name__}: {e}")
+                except Exception as e:  # noqa: BLE001 - collected and reported below
+                    with lock:
+                        errors.append(f"request {i}: {type(e).__name__}: {e}")
+
+            t0 = time.monotonic()
+            with MetricsPoller(srv, ["uniprefill_requests_running",
+                                     "uniprefill_requests_waiting"], interval_s=0.5) as poller:
+                with concurrent.futures.ThreadPoolExecutor(max_workers=concurrency) as pool:
+                    list(pool.map(one, range(n_requests)))
+            wall = time.monotonic() - t0
+            self.assertFalse(errors, f"{len(errors)} failed requests, e.g.:\n" +
+                             "\n".join(errors[:10]))
+            m = wait_until(lambda: quiescent(srv), 30, what="an idle server after the soak")
+            totals = finished_total(m)
+            delta = {k: totals.get(k, 0) - totals0.get(k, 0) for k in set(totals) | set(totals0)}
+            log(f"    soak: {n_requests} requests ({n_cancel} cancelled, {len(resets)} reset) at "
+                f"concurrency {concurrency} in {wall:.1f} s: {n_requests / wall:.1f} req/s, "
+                f"{completion_tokens[0] / wall:.0f} output tok/s; peak running "
+                f"{poller.max['uniprefill_requests_running']:.0f}; finish reasons {delta}")
+            # Every request the server saw finished exactly once; reset connections may or may
+            # not have reached it.
+            self.assertGreaterEqual(sum(delta.values()), n_requests - len(resets),
+                                    f"uniprefill_requests_total sums to {sum(delta.values())}: "
+                                    f"{delta}")
+            self.assertLessEqual(sum(delta.values()), n_requests, delta)
+            self.assertLessEqual(delta.get("abort", 0), n_cancel, delta)
+            self.assertEqual(delta.get("error", 0), 0, delta)
+            self.assertGreaterEqual(delta.get("stop", 0) + delta.get("length", 0),
+                                    n_requests - n_cancel - len(resets), delta)
+            self.assertEqual(m.get("uniprefill_requests_running"), 0)
+            self.assertEqual(m.get("uniprefill_requests_waiting"), 0)
+            self.assertEqual(m.get("uniprefill_kv_blocks_used"), 0)
+            # Still healthy and serving.
+            status, _ = post(srv.port, "/v1/completions",
+                             {"model": model, "prompt": "Hello", "max_tokens": 2})
+            self.assertEqual(status, 200)
+            self.assertFalse(resets, f"{len(resets)} connections reset by the server (a listen "
+                             f"backlog too short for {concurrency} clients connecting at once?), "
+                             f"e.g.:\n" + "\n".join(resets[:5]))
+
+
+def cancel_stream(port: int, body: dict) -> None:
+    """Starts a streaming request, reads until the first data event, then drops the connection."""
+    data = json.dumps(body).encode()
+    with socket.create_connection(("127.0.0.1", port), timeout=300) as s:
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                  b"Content-Type: application/json\r\n"
+                  + f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+        got = b""
+        while b"data:" not in got:
+            chunk = s.recv(4096)
+            if not chunk:
+                raise AssertionError(f"connection closed before the first event: {got[:300]!r}")
+            got += chunk
+        if not got.startswith(b"HTTP/1.1 200"):
+            raise AssertionError(f"cancelled stream got {got[:200]!r}")
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
