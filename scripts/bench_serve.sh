@@ -13,12 +13,12 @@ corpus=bench/out/licenses.txt
 for f in GPL-3 GPL-2 LGPL-2.1 LGPL-2 MPL-1.1 GFDL-1.3 GFDL-1.2 MPL-2.0 GPL-1 Apache-2.0 LGPL-3 CC0-1.0 Artistic BSD; do
   if [ -f "/usr/share/common-licenses/$f" ]; then cat "/usr/share/common-licenses/$f" >> "$corpus"; fi
 done
-# 64 prompts of ~4K tokens (about 3.8 characters per token in this text), each a different window.
+# 64 prompts of ~4K tokens (about 4.6 characters per token in this text), each a different window.
 dataset=bench/out/serve_prompts_4k.jsonl
 python3 - "$corpus" "$dataset" <<'PY'
 import json, sys
 text = open(sys.argv[1], encoding="utf-8", errors="replace").read()
-chars = int(4096 * 3.8)
+chars = int(4096 * 4.6)
 with open(sys.argv[2], "w") as out:
     for i in range(64):
         start = (i * 2749) % (len(text) - chars)
