@@ -300,6 +300,7 @@ struct OpenAiServer::Impl {
   }
 
   void Completion(const httplib::Request& req, httplib::Response& res, Endpoint endpoint) {
+    if (!Authorized(req, res)) return;
     if (stopping) {
       SetError(req, res, {503, "the server is shutting down", "", "", ""});
       return;
@@ -477,21 +478,31 @@ struct OpenAiServer::Impl {
       std::lock_guard<std::mutex> lock(mu);
       log_info[&req] = LogInfo{};
     }
-    if (config.api_key.empty() || req.path.rfind("/v1/", 0) != 0) {
+    // POST bodies are read only after pre-routing: answering a POST here would leave its body
+    // in a keep-alive connection, to be parsed as the next request. POST routes check the key
+    // themselves (Completion), after httplib has read the body.
+    if (req.method == "POST" || Authorized(req, res)) {
       return httplib::Server::HandlerResponse::Unhandled;
     }
+    return httplib::Server::HandlerResponse::Handled;
+  }
+
+  // True when no key is configured, the path is not under /v1/, or the request carries the key;
+  // otherwise sets the 401 error.
+  bool Authorized(const httplib::Request& req, httplib::Response& res) {
+    if (config.api_key.empty() || req.path.rfind("/v1/", 0) != 0) return true;
     const std::string auth = req.get_header_value("Authorization");
     const std::string expected = "Bearer " + config.api_key;
     // Constant-time comparison: the key must not leak through response timing.
     unsigned char diff = auth.size() != expected.size();
     for (size_t i = 0; i < auth.size() && i < expected.size(); ++i) diff |= auth[i] ^ expected[i];
-    if (diff == 0) return httplib::Server::HandlerResponse::Unhandled;
+    if (diff == 0) return true;
     SetError(req, res,
              {401,
               auth.empty() ? "missing API key: send the header 'Authorization: Bearer <key>'"
                            : "invalid API key",
               "", "", auth.empty() ? "missing_api_key" : "invalid_api_key"});
-    return httplib::Server::HandlerResponse::Handled;
+    return false;
   }
 
   void Routes() {
