@@ -1,16 +1,5 @@
 #include "server/http_server.h"
 
-// Debian's libcpp-httplib is a compiled library built with these (pkg-config --cflags
-// cpp-httplib): the header's class layouts depend on them, so they must match the library's.
-#ifndef CPPHTTPLIB_OPENSSL_SUPPORT
-#define CPPHTTPLIB_OPENSSL_SUPPORT
-#endif
-#ifndef CPPHTTPLIB_ZLIB_SUPPORT
-#define CPPHTTPLIB_ZLIB_SUPPORT
-#endif
-#ifndef CPPHTTPLIB_BROTLI_SUPPORT
-#define CPPHTTPLIB_BROTLI_SUPPORT
-#endif
 #include <dirent.h>
 #include <httplib.h>
 #include <netdb.h>
@@ -144,6 +133,7 @@ struct OpenAiServer::Impl {
   // Requests submitted whose response is not yet complete; Stop() lets them end cleanly.
   std::atomic<int> in_flight{0};
   int bound_port = -1;
+  int listen_fd = -1;  // the listening socket (set while binding)
   int64_t created = 0;
   std::mutex mu;  // guards the two maps below
   std::map<int, int64_t> http_counts;
@@ -552,9 +542,11 @@ Status OpenAiServer::Start() {
   s.svr.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, which lets a second server share a
   // port that is in use instead of failing.
-  s.svr.set_socket_options([](socket_t sock) {
+  // The callback also records the listening socket, for the backlog below.
+  s.svr.set_socket_options([&s](socket_t sock) {
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    s.listen_fd = sock;
   });
   s.svr.set_payload_max_length(s.config.max_body_bytes);
   s.Routes();
@@ -573,6 +565,9 @@ Status OpenAiServer::Start() {
     return Unavailable("cannot listen on " + where + ": " + reason +
                        " (pick another --port or --host)");
   }
+  // Debian's httplib listens with a backlog of 5 (compiled in): clients connecting at the same
+  // instant overflow it and get reset. Linux lets a second listen() raise the backlog.
+  if (s.listen_fd >= 0) ::listen(s.listen_fd, SOMAXCONN);
   s.bound_port = port;
   s.listener = std::thread([&s] {
     s.svr.listen_after_bind();

@@ -121,6 +121,42 @@ class BurstTest(unittest.TestCase):
             self.assertEqual(totals.get("length", 0), n, totals)
 
 
+class ConnectionBurstTest(unittest.TestCase):
+    def test_clients_connect_at_once(self):
+        """Rounds of 128 clients opening their connections at the same instant (a barrier), each
+        sending one tiny request: every one must be answered, none reset. More clients than HTTP
+        worker threads (64) must wait in the server's queues, not be refused."""
+        n, rounds = 128, 3
+        with Server(["--kv-cache-memory", "256MiB", "--max-num-seqs", "64"],
+                    name="connection_burst") as srv:
+            model = json.loads(srv.get_text("/v1/models")[1])["data"][0]["id"]
+            body = {"model": model, "prompt": "Hi", "max_tokens": 1}
+            counts = {}
+            for _ in range(rounds):
+                barrier = threading.Barrier(n)
+                results = [None] * n
+
+                def one(i):
+                    barrier.wait()
+                    try:
+                        status, _ = post(srv.port, "/v1/completions", body, timeout=120)
+                        results[i] = status
+                    except (OSError, http.client.HTTPException) as e:
+                        results[i] = type(e).__name__
+
+                threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
+                for r in results:
+                    counts[r] = counts.get(r, 0) + 1
+            log(f"    {rounds} rounds of {n} simultaneous connections: {counts}")
+            self.assertEqual(counts, {200: n * rounds},
+                             "connections were reset or failed: the listen backlog overflowed "
+                             "(the server raises httplib's compiled-in 5 to SOMAXCONN)")
+
+
 class SoakTest(unittest.TestCase):
     def test_soak(self):
         n_requests, concurrency = SOAK_SIZES[CONFIG.size]

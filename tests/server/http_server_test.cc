@@ -1,17 +1,6 @@
 // OpenAiServer end to end: an in-process server on a free port over a real BatchEngine and the
 // tiny random-weight Gemma 3, spoken to with httplib's client (and raw sockets to disconnect
 // mid-request). Every error answers OpenAI-style JSON and leaves the server serving.
-// Debian's libcpp-httplib is compiled with these; the header's layouts must match (see
-// server/http_server.cc).
-#ifndef CPPHTTPLIB_OPENSSL_SUPPORT
-#define CPPHTTPLIB_OPENSSL_SUPPORT
-#endif
-#ifndef CPPHTTPLIB_ZLIB_SUPPORT
-#define CPPHTTPLIB_ZLIB_SUPPORT
-#endif
-#ifndef CPPHTTPLIB_BROTLI_SUPPORT
-#define CPPHTTPLIB_BROTLI_SUPPORT
-#endif
 #include "server/http_server.h"
 
 #include <arpa/inet.h>

@@ -1,14 +1,5 @@
 // `uniprefill serve` as a user runs it: bad flags exit 2 with one error line; a real server on a
 // free port answers, and SIGINT / SIGTERM stop it cleanly (exit 0).
-#ifndef CPPHTTPLIB_OPENSSL_SUPPORT
-#define CPPHTTPLIB_OPENSSL_SUPPORT
-#endif
-#ifndef CPPHTTPLIB_ZLIB_SUPPORT
-#define CPPHTTPLIB_ZLIB_SUPPORT
-#endif
-#ifndef CPPHTTPLIB_BROTLI_SUPPORT
-#define CPPHTTPLIB_BROTLI_SUPPORT
-#endif
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <signal.h>
