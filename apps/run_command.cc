@@ -267,18 +267,9 @@ int RunCommand(const RunOptions& o) {
   eo.threads = o.threads;
   eo.context_size = o.ctx_size;
   eo.f32_decode = o.f32_decode;
-  if (!ToUniPrefillOptions(o.uniprefill, &eo.uniprefill, &error)) {
-    std::fprintf(stderr, "error: %s\n", error.c_str());
-    return 1;
-  }
-  ProgressBar load_bar("loading", "layers", !o.quiet);
-  auto engine_or = Engine::Load(eo, [&](int64_t d, int64_t t) { load_bar.Update(d, t); });
-  load_bar.Finish();
-  if (!engine_or.ok()) {
-    std::fprintf(stderr, "error: %s\n", engine_or.status().message().c_str());
-    return 1;
-  }
-  Engine& engine = **engine_or;
+  std::unique_ptr<Engine> loaded = LoadEngineWithProgress(eo, o.uniprefill, o.quiet);
+  if (!loaded) return 1;
+  Engine& engine = *loaded;
   if (!CheckStopTokenIds(o.stop_token_ids, engine.vocab_size(), &error)) {
     std::fprintf(stderr, "error: %s\n", error.c_str());
     return 1;

@@ -9,7 +9,6 @@
 #include <filesystem>
 #include <thread>
 
-#include "progress_bar.h"
 #include "run_command.h"
 #include "server/http_server.h"
 #include "uniprefill/batch_engine.h"
@@ -162,11 +161,6 @@ int ServeCommand(const ServeOptions& o) {
   eo.threads = o.threads;
   eo.context_size = o.ctx_size;
   eo.f32_decode = o.f32_decode;
-  std::string error;
-  if (!ToUniPrefillOptions(o.uniprefill, &eo.uniprefill, &error)) {
-    std::fprintf(stderr, "error: %s\n", error.c_str());
-    return 1;
-  }
   if (!IsLoopback(o.host) && o.api_key.empty()) {
     std::fprintf(stderr,
                  "warning: listening on %s without --api-key: anyone who can reach this address "
@@ -174,14 +168,9 @@ int ServeCommand(const ServeOptions& o) {
                  o.host.c_str());
   }
 
-  ProgressBar load_bar("loading", "layers", !o.quiet);
-  auto engine_or = Engine::Load(eo, [&](int64_t d, int64_t t) { load_bar.Update(d, t); });
-  load_bar.Finish();
-  if (!engine_or.ok()) {
-    std::fprintf(stderr, "error: %s\n", engine_or.status().message().c_str());
-    return 1;
-  }
-  Engine& engine = **engine_or;
+  std::unique_ptr<Engine> loaded = LoadEngineWithProgress(eo, o.uniprefill, o.quiet);
+  if (!loaded) return 1;
+  Engine& engine = *loaded;
   std::fprintf(stderr, "model: %s | %d threads | context %d\n", engine.model_description().c_str(),
                engine.threads(), engine.context_size());
   std::fprintf(stderr, "uniprefill: %s\n", engine.uniprefill_description().c_str());

@@ -1,5 +1,7 @@
 #include "uniprefill_flags.h"
 
+#include "progress_bar.h"
+
 #include <cstdio>
 
 #include "engine/uniprefill_options_json.h"
@@ -88,6 +90,23 @@ std::unique_ptr<Engine> LoadComparisonEngine(const std::string& model, int threa
   }
   eo.uniprefill.enabled = true;
   auto engine = Engine::Load(eo);
+  if (!engine.ok()) {
+    std::fprintf(stderr, "error: %s\n", engine.status().message().c_str());
+    return nullptr;
+  }
+  return std::move(*engine);
+}
+
+std::unique_ptr<Engine> LoadEngineWithProgress(EngineOptions options, const UniPrefillFlags& flags,
+                                               bool quiet) {
+  std::string error;
+  if (!ToUniPrefillOptions(flags, &options.uniprefill, &error)) {
+    std::fprintf(stderr, "error: %s\n", error.c_str());
+    return nullptr;
+  }
+  ProgressBar load_bar("loading", "layers", !quiet);
+  auto engine = Engine::Load(options, [&](int64_t d, int64_t t) { load_bar.Update(d, t); });
+  load_bar.Finish();
   if (!engine.ok()) {
     std::fprintf(stderr, "error: %s\n", engine.status().message().c_str());
     return nullptr;

@@ -36,4 +36,10 @@ bool ToUniPrefillOptions(const UniPrefillFlags& flags, UniPrefillOptions* out, s
 std::unique_ptr<Engine> LoadComparisonEngine(const std::string& model, int threads,
                                              const UniPrefillFlags& flags);
 
+// For commands that serve one configuration (run, serve): loads the model with `options` and the
+// UniPrefill flags applied, with a progress bar unless quiet; on failure prints one `error:` line
+// and returns nullptr.
+std::unique_ptr<Engine> LoadEngineWithProgress(EngineOptions options, const UniPrefillFlags& flags,
+                                               bool quiet);
+
 }  // namespace uniprefill::cli

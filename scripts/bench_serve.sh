@@ -7,12 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh >/dev/null
-mkdir -p bench/out
-corpus=bench/out/licenses.txt
-: > "$corpus"
-for f in GPL-3 GPL-2 LGPL-2.1 LGPL-2 MPL-1.1 GFDL-1.3 GFDL-1.2 MPL-2.0 GPL-1 Apache-2.0 LGPL-3 CC0-1.0 Artistic BSD; do
-  if [ -f "/usr/share/common-licenses/$f" ]; then cat "/usr/share/common-licenses/$f" >> "$corpus"; fi
-done
+corpus=$(bash scripts/make_license_corpus.sh)
 # 64 prompts of ~4K tokens (about 4.6 characters per token in this text), each a different window.
 dataset=bench/out/serve_prompts_4k.jsonl
 python3 - "$corpus" "$dataset" <<'PY'

@@ -6,11 +6,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh >/dev/null
-mkdir -p bench/out
-corpus=bench/out/licenses.txt
-: > "$corpus"
-for f in GPL-3 GPL-2 LGPL-2.1 LGPL-2 MPL-1.1 GFDL-1.3 GFDL-1.2 MPL-2.0 GPL-1 Apache-2.0 LGPL-3 CC0-1.0 Artistic BSD; do
-  if [ -f "/usr/share/common-licenses/$f" ]; then cat "/usr/share/common-licenses/$f" >> "$corpus"; fi
-done
+corpus=$(bash scripts/make_license_corpus.sh)
 ./build/uniprefill bench-prefill -f "$corpus" --lengths "${LENGTHS:-4096,8192,16384,32768}" \
   --repeats "${REPEATS:-3}" --json "${OUT:-docs/results/uniprefill_gemma3_270m.json}" "$@"
