@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
+#include "bench_gpu_prefill_command.h"
 #include "bench_prefill_command.h"
 #include "bench_serve_command.h"
 #include "calibrate_command.h"
@@ -34,10 +35,12 @@ int main(int argc, char** argv) {
   uniprefill::cli::AddCalibrateCommand(app, calibrate);
   uniprefill::cli::ServeOptions serve;
   uniprefill::cli::AddServeCommand(app, serve);
-  CLI::App* bench_group = app.add_subcommand("bench", "Benchmarks against a running server");
+  CLI::App* bench_group = app.add_subcommand("bench", "Benchmarks: a running server, or GPU prefill");
   bench_group->require_subcommand(1);
   uniprefill::cli::BenchServeOptions bench_serve;
   CLI::App* bench_serve_cmd = uniprefill::cli::AddBenchServeCommand(*bench_group, bench_serve);
+  uniprefill::cli::BenchGpuPrefillOptions bench_gpu;
+  CLI::App* bench_gpu_cmd = uniprefill::cli::AddBenchGpuPrefillCommand(*bench_group, bench_gpu);
   bool known = false;
   for (const CLI::App* sub : app.get_subcommands({})) known |= argc > 1 && sub->get_name() == argv[1];
   if (argc > 1 && argv[1][0] != '-' && !known) {
@@ -66,5 +69,6 @@ int main(int argc, char** argv) {
   if (app.got_subcommand("calibrate")) return uniprefill::cli::CalibrateCommand(calibrate);
   if (app.got_subcommand("serve")) return uniprefill::cli::ServeCommand(serve);
   if (bench_serve_cmd->parsed()) return uniprefill::cli::BenchServeCommand(bench_serve);
+  if (bench_gpu_cmd->parsed()) return uniprefill::cli::BenchGpuPrefillCommand(bench_gpu);
   return 2;
 }

@@ -2,6 +2,12 @@
 
 #include <cblas.h>
 
+#include <cassert>
+
+#ifdef UNIPREFILL_WITH_CUDA
+#include "core/cuda/cuda_context.h"
+#endif
+
 namespace uniprefill {
 
 std::unique_ptr<DeviceContext> DeviceContext::Cpu(int n_threads) {
@@ -10,5 +16,54 @@ std::unique_ptr<DeviceContext> DeviceContext::Cpu(int n_threads) {
   openblas_set_num_threads(pool->size());
   return std::unique_ptr<DeviceContext>(new DeviceContext(Device::kCpu, std::move(pool)));
 }
+
+#ifdef UNIPREFILL_WITH_CUDA
+
+Result<std::unique_ptr<DeviceContext>> DeviceContext::Cuda(int device_index, int n_threads) {
+  UP_ASSIGN_OR_RETURN(std::unique_ptr<CudaContext> cuda, CudaContext::Create(device_index));
+  auto pool = std::make_unique<ThreadPool>(n_threads);
+  openblas_set_num_threads(pool->size());
+  auto ctx = std::unique_ptr<DeviceContext>(new DeviceContext(Device::kCuda, std::move(pool)));
+  ctx->cuda_ = std::move(cuda);
+  return ctx;
+}
+
+bool DeviceContext::CudaAvailable(std::string* why) {
+  Result<std::unique_ptr<CudaContext>> probe = CudaContext::Create(0);
+  if (!probe.ok() && why) *why = probe.status().message();
+  return probe.ok();
+}
+
+DeviceContext::~DeviceContext() = default;
+
+CudaContext& DeviceContext::cuda() const {
+  assert(cuda_ && "DeviceContext::cuda() on a CPU context");
+  return *cuda_;
+}
+
+#else  // built without CUDA
+
+Result<std::unique_ptr<DeviceContext>> DeviceContext::Cuda(int, int) {
+  return Unimplemented(
+      "this uniprefill was built without the CUDA backend; rebuild with "
+      "`bash scripts/build.sh -DUNIPREFILL_CUDA=ON` on a machine with nvcc, or use --device cpu");
+}
+
+bool DeviceContext::CudaAvailable(std::string* why) {
+  if (why) *why = "built without CUDA (configure with -DUNIPREFILL_CUDA=ON)";
+  return false;
+}
+
+// Without CUDA there is no CudaContext to hold; an empty type keeps unique_ptr<CudaContext>
+// complete (it is always null in this build).
+class CudaContext {};
+DeviceContext::~DeviceContext() = default;
+
+CudaContext& DeviceContext::cuda() const {
+  assert(false && "DeviceContext::cuda() in a build without CUDA");
+  return *cuda_;
+}
+
+#endif
 
 }  // namespace uniprefill

@@ -1,25 +1,38 @@
 // DeviceContext: everything an op needs to run on one device, passed explicitly to every op.
 //
 // The CPU context carries the thread pool (and sets OpenBLAS's thread count to match); a CUDA
-// context (a later issue) will carry its stream and cuBLAS handles here too. There are no globals:
-// two contexts can coexist (tests run ops with 1 and N threads side by side).
+// context also owns a CudaContext (stream, cuBLASLt handle, device properties; see
+// core/cuda/cuda_context.h, which only CUDA builds compile). There are no globals: two contexts
+// can coexist (tests run ops with 1 and N threads side by side, and a CPU and a GPU context).
 #pragma once
 
 #include <memory>
+#include <string>
 
+#include "core/status.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 
 namespace uniprefill {
 
+class CudaContext;  // core/cuda/cuda_context.h (CUDA builds only)
+
 class DeviceContext {
  public:
   // A CPU context with n_threads workers (<= 0: every core).
   static std::unique_ptr<DeviceContext> Cpu(int n_threads = 0);
+  // A context on CUDA device `device_index` (its host pool has n_threads workers for host-side
+  // work). Errors: built without CUDA (Unimplemented), no GPU (Unavailable), a bad index.
+  static Result<std::unique_ptr<DeviceContext>> Cuda(int device_index = 0, int n_threads = 0);
+  // Whether this build has the CUDA backend and a usable GPU; *why says what is missing.
+  static bool CudaAvailable(std::string* why = nullptr);
 
+  ~DeviceContext();
   Device device() const { return device_; }
   ThreadPool& pool() { return *pool_; }
   int threads() const { return pool_->size(); }
+  // The CUDA state; only for a context made by Cuda() (asserted).
+  CudaContext& cuda() const;
 
  private:
   DeviceContext(Device device, std::unique_ptr<ThreadPool> pool)
@@ -27,6 +40,7 @@ class DeviceContext {
 
   Device device_;
   std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<CudaContext> cuda_;
 };
 
 }  // namespace uniprefill

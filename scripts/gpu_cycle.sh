@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# One GPU cycle: build, run the CUDA tests, run the GPU benchmarks beside the PyTorch anchor, and
+# write every result as JSON under a results folder.
+#
+#   bash scripts/gpu_cycle.sh pack                # here (any machine with nvcc): build for sm_90
+#                                                 # and pack binaries + their libraries into
+#                                                 # .gpu_carry/ (git-ignored) to send along
+#   bash scripts/gpu_cycle.sh run [quick|full] OUTDIR   # on the GPU machine: tests + benchmarks
+#
+# Why pack here: the GPU machine has nvcc, cmake and ninja but not the engine's Debian libraries
+# (OpenBLAS, cpp-httplib, GoogleTest), and device time is scarce; the binaries link the CUDA
+# runtime statically and take cuBLASLt from the GPU machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mode=${1:-}
+case "$mode" in
+  pack)
+    cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DUNIPREFILL_CUDA=ON \
+      -DUNIPREFILL_NATIVE=OFF -DUNIPREFILL_BENCH=OFF >/tmp/uniprefill-gpu-cmake.log 2>&1 ||
+      { cat /tmp/uniprefill-gpu-cmake.log; exit 1; }
+    cmake --build build-gpu -j "$(nproc)" --target uniprefill uniprefill_tests
+    rm -rf .gpu_carry && mkdir -p .gpu_carry/lib .gpu_carry/anchor
+    cp build-gpu/uniprefill build-gpu/uniprefill_tests .gpu_carry/
+    # Every shared library the binaries need except glibc, the C++ runtime and CUDA's own.
+    ldd build-gpu/uniprefill build-gpu/uniprefill_tests | awk '/=> \//{print $3}' | sort -u |
+      grep -Ev '/(libc|libm|libstdc\+\+|libgcc_s|libpthread|libdl|librt|ld-linux[^/]*|libcublas[^/]*|libcudart[^/]*|libcuda)\.so' |
+      while read -r lib; do cp -L "$lib" .gpu_carry/lib/; done
+    tar -C .gpu_carry -cJf .gpu_carry/lib.tar.xz lib && rm -rf .gpu_carry/lib
+    if [ -f ../shared/bench/pytorch_anchor.py ]; then cp ../shared/bench/pytorch_anchor.py .gpu_carry/anchor/; fi
+    git rev-parse --short HEAD > .gpu_carry/commit 2>/dev/null || echo unknown > .gpu_carry/commit
+    du -sh .gpu_carry
+    ;;
+  run)
+    size=${2:-quick}
+    out=${3:-bench/results/gpu}
+    mkdir -p "$out" /tmp/uniprefill-libs
+    tar -C /tmp/uniprefill-libs -xJf .gpu_carry/lib.tar.xz
+    export LD_LIBRARY_PATH=/tmp/uniprefill-libs/lib:${LD_LIBRARY_PATH:-}
+    # cuBLASLt: the system's, else the copy inside PyTorch's wheels.
+    if ! ldconfig -p | grep -q libcublasLt.so.13; then
+      lt=$(find / -name 'libcublasLt.so.13*' -not -path '/proc/*' 2>/dev/null | head -1 || true)
+      [ -n "$lt" ] && export LD_LIBRARY_PATH=$(dirname "$lt"):$LD_LIBRARY_PATH
+    fi
+    bin=.gpu_carry
+    commit=$(cat .gpu_carry/commit)
+    nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,driver_version --format=csv | tee "$out/gpu.txt"
+    echo "== CUDA tests"
+    "$bin/uniprefill_tests" --gtest_filter='Cuda*:*Cuda*' --gtest_output="json:$out/cuda_tests.json" 2>&1 |
+      tee "$out/cuda_tests.log" | grep -E '^\[  (FAILED|PASSED|SKIPPED) |OK \]|FAILED|error' | tail -60 || true
+    echo "== GPU prefill benchmarks ($size)"
+    if [ "$size" = quick ]; then
+      "$bin/uniprefill" bench gpu-prefill --shape llama-3.1-8b --contexts 8192 --repeats 2 \
+        --time-attention --commit "$commit" --json "$out/llama8b_quick.json"
+    else
+      "$bin/uniprefill" bench gpu-prefill --shape llama-3.1-8b --contexts 8192,32768,131072 \
+        --time-attention --commit "$commit" --json "$out/llama8b_b1.json"
+      "$bin/uniprefill" bench gpu-prefill --shape llama-3.1-8b --contexts 8192,32768 \
+        --batch-sizes 4,16 --repeats 2 --commit "$commit" --json "$out/llama8b_batch.json"
+      "$bin/uniprefill" bench gpu-prefill --shape gemma-3-12b --contexts 32768,131072 \
+        --repeats 2 --commit "$commit" --json "$out/gemma3_12b.json"
+    fi
+    if [ -f .gpu_carry/anchor/pytorch_anchor.py ]; then
+      echo "== PyTorch anchor"
+      ctxs="8192"; [ "$size" = full ] && ctxs="8192 32768 131072"
+      PYTHONUNBUFFERED=1 python3 .gpu_carry/anchor/pytorch_anchor.py $ctxs | tee "$out/anchor.jsonl"
+    fi
+    ;;
+  *)
+    echo "usage: bash scripts/gpu_cycle.sh pack | run [quick|full] OUTDIR" >&2
+    exit 2
+    ;;
+esac

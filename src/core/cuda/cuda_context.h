@@ -1,0 +1,80 @@
+// CudaContext: the per-device state CUDA ops need (stream, cuBLASLt handle and workspace, device
+// properties). Owned by a DeviceContext made with DeviceContext::Cuda(); ops reach it through
+// ctx.cuda(). Every op enqueues on stream() and never synchronises unless it says so.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
+
+#include "core/cuda/device_buffer.h"
+#include "core/status.h"
+
+namespace uniprefill {
+
+// A cuBLASLt matmul set up for one problem: its descriptors and the algorithm the heuristic chose.
+// Reused for every GEMM of the same key, since cublasLtMatmulAlgoGetHeuristic costs tens of
+// microseconds per call.
+struct BlasLtMatmulPlan {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;  // c also describes d
+  cublasLtMatmulAlgo_t algo{};
+};
+// Everything a plan depends on: the column-major problem (m, n, k, leading dimensions), the
+// alignment in bytes of each pointer (the heuristic excludes algorithms that need more), and a
+// caller-defined kind (dtypes, transposes, epilogue) so different GEMM variants never collide.
+struct BlasLtMatmulKey {
+  int32_t kind = 0;
+  int64_t m = 0, n = 0, k = 0, lda = 0, ldb = 0, ldc = 0;
+  uint32_t align_a = 0, align_b = 0, align_c = 0;
+  auto Tie() const { return std::tie(kind, m, n, k, lda, ldb, ldc, align_a, align_b, align_c); }
+  bool operator<(const BlasLtMatmulKey& o) const { return Tie() < o.Tie(); }
+};
+// Destroys a plan's descriptors (each may be null).
+void DestroyBlasLtMatmulPlan(const BlasLtMatmulPlan& plan);
+
+class CudaContext {
+ public:
+  static Result<std::unique_ptr<CudaContext>> Create(int device_index);
+  ~CudaContext();
+  CudaContext(const CudaContext&) = delete;
+  CudaContext& operator=(const CudaContext&) = delete;
+
+  int device_index() const { return device_index_; }
+  cudaStream_t stream() const { return stream_; }
+  cublasLtHandle_t blas_lt() const { return blas_lt_; }
+  void* blas_workspace() const { return workspace_.data(); }
+  size_t blas_workspace_bytes() const { return workspace_.size(); }
+  const cudaDeviceProp& properties() const { return props_; }
+  int sm_count() const { return props_.multiProcessorCount; }
+  std::string Describe() const;  // e.g. "NVIDIA H200 (sm_90, 132 SMs, 139.8 GiB)"
+
+  void Synchronize() const;
+
+  // The cuBLASLt plan cache (thread-safe; cached plans stay valid until the context dies).
+  // FindMatmulPlan: the plan for key, or null. CacheMatmulPlan: takes ownership of plan and
+  // returns the cached one (an earlier plan for the same key wins: plan is then destroyed), or
+  // null when the cache is full (kMaxMatmulPlans keys), leaving plan with the caller.
+  static constexpr size_t kMaxMatmulPlans = 4096;
+  const BlasLtMatmulPlan* FindMatmulPlan(const BlasLtMatmulKey& key) const;
+  const BlasLtMatmulPlan* CacheMatmulPlan(const BlasLtMatmulKey& key, const BlasLtMatmulPlan& plan);
+
+ private:
+  CudaContext() = default;
+
+  int device_index_ = 0;
+  cudaStream_t stream_ = nullptr;
+  cublasLtHandle_t blas_lt_ = nullptr;
+  DeviceBuffer workspace_;
+  cudaDeviceProp props_{};
+  mutable std::mutex plans_mu_;
+  std::map<BlasLtMatmulKey, BlasLtMatmulPlan> plans_;  // node-based: pointers stay valid
+};
+
+}  // namespace uniprefill

@@ -1,0 +1,125 @@
+// Gemm: bf16 x bf16 -> bf16 through cuBLASLt, f32 accumulation and scale.
+// cuBLASLt is column-major, and a row-major [rows, cols] matrix with row stride ld is the
+// column-major [cols, rows] matrix with the same ld. So out = x w^T (row-major) is, column-major,
+//   C [N x M] = op(A) [N x K] * B [K x M]   with  A = w stored K x N (ld = w row stride), op T;
+//                                                 B = x stored K x M (ld = x row stride), op N;
+//                                                 C = D = out (ld = out row stride).
+// Plans (descriptors + the heuristic's algorithm) are cached per key in the CudaContext.
+#include <algorithm>
+#include <cassert>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/cuda_context.h"
+#include "ops/cuda/cuda_dense_ops.h"
+
+namespace uniprefill::ops::cuda {
+namespace {
+
+// BlasLtMatmulKey::kind of this file's one variant: bf16 in/out, f32 compute, A^T B, no epilogue.
+constexpr int32_t kKindBf16TN = 1;
+
+// Largest power of two (<= 256, cuBLASLt's default assumption) dividing the address.
+uint32_t PointerAlignment(const void* p) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  uint32_t align = 256;
+  while (align > 1 && (a % align) != 0) align >>= 1;
+  return align;
+}
+
+BlasLtMatmulPlan MakePlan(cublasLtHandle_t handle, const BlasLtMatmulKey& key,
+                          size_t workspace_bytes) {
+  BlasLtMatmulPlan plan;
+  UP_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
+  UP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a,
+                                                 sizeof(trans_a)));
+  UP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b,
+                                                 sizeof(trans_b)));
+  // Layouts describe the matrices as stored (before op): rows, cols, leading dimension.
+  UP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.a, CUDA_R_16BF, key.k, key.m, key.lda));
+  UP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.b, CUDA_R_16BF, key.k, key.n, key.ldb));
+  UP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.c, CUDA_R_16BF, key.m, key.n, key.ldc));
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  UP_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  const uint64_t max_workspace = workspace_bytes;
+  UP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_workspace, sizeof(max_workspace)));
+  const uint32_t aligns[4] = {key.align_a, key.align_b, key.align_c, key.align_c};
+  const cublasLtMatmulPreferenceAttributes_t align_attrs[4] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  for (int i = 0; i < 4; ++i) {
+    UP_CUBLAS_CHECK(
+        cublasLtMatmulPreferenceSetAttribute(pref, align_attrs[i], &aligns[i], sizeof(aligns[i])));
+  }
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  UP_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle, plan.op, plan.a, plan.b, plan.c, plan.c,
+                                                 pref, 1, &result, &found));
+  UP_CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+  if (found == 0) {
+    std::fprintf(stderr,
+                 "cuBLASLt has no bf16 algorithm for out [%lld, %lld] = x [%lld, %lld] @ w^T "
+                 "(row strides out %lld, x %lld, w %lld; pointer alignments %u/%u/%u bytes)\n",
+                 static_cast<long long>(key.n), static_cast<long long>(key.m),
+                 static_cast<long long>(key.n), static_cast<long long>(key.k),
+                 static_cast<long long>(key.ldc), static_cast<long long>(key.ldb),
+                 static_cast<long long>(key.lda), key.align_c, key.align_b, key.align_a);
+    std::abort();
+  }
+  plan.algo = result.algo;
+  return plan;
+}
+
+}  // namespace
+
+void Gemm(DeviceContext& ctx, TensorView out, TensorView x, TensorView w) {
+  // out bf16 [M, N]; x bf16 [M, K]; w bf16 [N, K].
+  const int64_t M = x.dim(0), K = x.dim(1), N = w.dim(0);
+  assert(x.dtype == DType::kBF16 && w.dtype == DType::kBF16 && out.dtype == DType::kBF16);
+  assert(w.dim(1) == K && out.dim(0) == M && out.dim(1) == N);
+  assert(x.stride[1] == 1 && w.stride[1] == 1 && out.stride[1] == 1);
+  if (M == 0) return;
+  assert(N > 0 && K > 0);
+  CudaContext& cuda = ctx.cuda();
+
+  BlasLtMatmulKey key;
+  key.kind = kKindBf16TN;
+  key.m = N;
+  key.n = M;
+  key.k = K;
+  key.lda = w.stride[0];
+  // cuBLASLt wants ld >= rows even where only one column exists (a one-row view may carry any
+  // stride).
+  key.ldb = M == 1 ? std::max<int64_t>(x.stride[0], K) : x.stride[0];
+  key.ldc = M == 1 ? std::max<int64_t>(out.stride[0], N) : out.stride[0];
+  assert(key.lda >= K && key.ldb >= K && key.ldc >= N);
+  key.align_a = PointerAlignment(w.data);
+  key.align_b = PointerAlignment(x.data);
+  key.align_c = PointerAlignment(out.data);
+
+  const BlasLtMatmulPlan* plan = cuda.FindMatmulPlan(key);
+  BlasLtMatmulPlan one_off;  // owned here only when the cache is full
+  bool owned = false;
+  if (plan == nullptr) {
+    one_off = MakePlan(cuda.blas_lt(), key, cuda.blas_workspace_bytes());
+    plan = cuda.CacheMatmulPlan(key, one_off);
+    if (plan == nullptr) {
+      plan = &one_off;
+      owned = true;
+    }
+  }
+  const float alpha = 1.0f, beta = 0.0f;
+  UP_CUBLAS_CHECK(cublasLtMatmul(cuda.blas_lt(), plan->op, &alpha, w.data, plan->a, x.data,
+                                 plan->b, &beta, out.data, plan->c, out.data, plan->c, &plan->algo,
+                                 cuda.blas_workspace(), cuda.blas_workspace_bytes(),
+                                 cuda.stream()));
+  // cublasLtMatmul has read the descriptors by the time it returns.
+  if (owned) DestroyBlasLtMatmulPlan(one_off);
+}
+
+}  // namespace uniprefill::ops::cuda
