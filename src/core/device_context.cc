@@ -10,6 +10,15 @@
 
 namespace uniprefill {
 
+#ifndef UNIPREFILL_WITH_CUDA
+// Without CUDA there is no CudaContext to hold; an empty type keeps unique_ptr<CudaContext>
+// complete (it is always null in this build).
+class CudaContext {};
+#endif
+
+DeviceContext::DeviceContext(Device device, std::unique_ptr<ThreadPool> pool)
+    : device_(device), pool_(std::move(pool)) {}
+
 std::unique_ptr<DeviceContext> DeviceContext::Cpu(int n_threads) {
   auto pool = std::make_unique<ThreadPool>(n_threads);
   // OpenBLAS keeps its own threads; match their number to ours so GEMMs use every core too.
@@ -54,9 +63,6 @@ bool DeviceContext::CudaAvailable(std::string* why) {
   return false;
 }
 
-// Without CUDA there is no CudaContext to hold; an empty type keeps unique_ptr<CudaContext>
-// complete (it is always null in this build).
-class CudaContext {};
 DeviceContext::~DeviceContext() = default;
 
 CudaContext& DeviceContext::cuda() const {

@@ -35,8 +35,7 @@ class DeviceContext {
   CudaContext& cuda() const;
 
  private:
-  DeviceContext(Device device, std::unique_ptr<ThreadPool> pool)
-      : device_(device), pool_(std::move(pool)) {}
+  DeviceContext(Device device, std::unique_ptr<ThreadPool> pool);  // out of line: CudaContext
 
   Device device_;
   std::unique_ptr<ThreadPool> pool_;

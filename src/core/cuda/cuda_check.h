@@ -29,7 +29,7 @@
     cublasStatus_t _st = (expr);                                                              \
     if (_st != CUBLAS_STATUS_SUCCESS) {                                                       \
       std::fprintf(stderr, "cuBLAS error at %s:%d: %s: %s\n", __FILE__, __LINE__, #expr,      \
-                   cublasGetStatusString(_st));                                               \
+                   cublasLtGetStatusString(_st));                                               \
       std::abort();                                                                           \
     }                                                                                         \
   } while (0)

@@ -18,7 +18,7 @@ Result<std::unique_ptr<CudaContext>> CudaContext::Create(int device_index) {
     (void)cudaGetLastError();
     return Unavailable(std::string("no CUDA device: ") +
                        (err != cudaSuccess ? cudaGetErrorString(err) : "none found") +
-                       "; run on a machine with an NVIDIA GPU or use --device cpu");
+                       "; run on a machine with an NVIDIA GPU and its driver");
   }
   if (device_index < 0 || device_index >= count) {
     return InvalidArgument("CUDA device " + std::to_string(device_index) + " does not exist (" +
@@ -34,7 +34,9 @@ Result<std::unique_ptr<CudaContext>> CudaContext::Create(int device_index) {
                          "; the CUDA backend needs bf16 tensor cores (sm_80 or newer, built for "
                          "sm_90)");
   }
-  UP_CUDA_CHECK(cudaStreamCreateWithFlags(&ctx->stream_, cudaStreamNonBlocking));
+  // A blocking stream: it orders with the legacy default stream, which DeviceBuffer's synchronous
+  // copies and fills use, so a host copy after an op sees its result without an explicit sync.
+  UP_CUDA_CHECK(cudaStreamCreate(&ctx->stream_));
   UP_CUBLAS_CHECK(cublasLtCreate(&ctx->blas_lt_));
   UP_ASSIGN_OR_RETURN(ctx->workspace_, DeviceBuffer::Allocate(kBlasWorkspaceBytes));
   return ctx;

@@ -45,6 +45,26 @@ __device__ __forceinline__ void StoreBf16x8(bf16* p, const float (&f)[8]) {
   *reinterpret_cast<uint4*>(p) = raw;
 }
 
+// W = 8: one 16-byte vector (p 16-byte aligned); W = 1: one element.
+template <int W>
+__device__ __forceinline__ void LoadBf16(const bf16* p, float (&f)[W]) {
+  if constexpr (W == kBf16PerVec) {
+    LoadBf16x8(p, f);
+  } else {
+    static_assert(W == 1);
+    f[0] = __bfloat162float(*p);
+  }
+}
+template <int W>
+__device__ __forceinline__ void StoreBf16(bf16* p, const float (&f)[W]) {
+  if constexpr (W == kBf16PerVec) {
+    StoreBf16x8(p, f);
+  } else {
+    static_assert(W == 1);
+    *p = __float2bfloat16_rn(f[0]);
+  }
+}
+
 __device__ __forceinline__ float WarpSum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -87,10 +107,13 @@ __device__ __forceinline__ bool TileRow(int log2_tpr, int64_t rows, int64_t* row
 inline bool Aligned(const void* p, int bytes) {
   return reinterpret_cast<uintptr_t>(p) % static_cast<uintptr_t>(bytes) == 0;
 }
-// Whether every row of a 2-D bf16 view can be read in 16-byte vectors.
+// Whether every row (last dimension) of a bf16 view can be read in 16-byte vectors.
 inline bool RowsVectorisable(const TensorView& v) {
-  return Aligned(v.data, 16) && v.dim(-1) % kBf16PerVec == 0 &&
-         (v.dim(0) <= 1 || v.stride[0] % kBf16PerVec == 0);
+  if (!Aligned(v.data, 16) || v.dim(-1) % kBf16PerVec != 0) return false;
+  for (int d = 0; d + 1 < v.ndim; ++d) {
+    if (v.shape[d] > 1 && v.stride[d] % kBf16PerVec != 0) return false;
+  }
+  return true;
 }
 
 }  // namespace uniprefill::ops::cuda::detail

@@ -2,9 +2,14 @@
 // (x / sqrt(mean(x^2) + eps) * weight). Memory-bound: each row is read once into registers in
 // 16-byte vectors and written once.
 // Variants (picked by the launcher from D and the alignment of every pointer and row stride):
-//   - a warp per row, <= 4 vectors per lane (D <= 1024: q/k-norm heads, small hidden sizes);
+//   - 8, 16 or 32 lanes of a warp per row, <= 4 vectors per lane (D <= 1024: q/k-norm heads,
+//     small hidden sizes);
 //   - a block per row, <= 4 vectors per thread (D <= 32768: hidden sizes up to 8192 and beyond);
 //   - scalar, a block per row reading it twice (any D or alignment; a fallback, not a fast path).
+// Besides the [R, D] views of the header, 3-D views [T, H, D] (R = T * H rows, both outer
+// dimensions strided) are accepted, so q/k-norm can run in place on a column slice of a fused QKV
+// GEMM output, where [T * H, D] is not a view.
+#include <algorithm>
 #include <cassert>
 #include <cstdint>
 
@@ -19,40 +24,68 @@ namespace {
 using detail::bf16;
 using detail::kBf16PerVec;
 
+// A bf16 [T, H, D] or [R, D] (H = 1) view: row r = (t, h) = (r / H, r % H).
+template <typename T>
+struct Rows {
+  T* data = nullptr;
+  int64_t stride_t = 0, stride_h = 0;
+  __device__ __forceinline__ T* Row(int64_t t, int64_t h) const {
+    return data + t * stride_t + h * stride_h;
+  }
+};
+template <typename T>
+Rows<T> MakeRows(const TensorView& v) {
+  Rows<T> r;
+  r.data = static_cast<T*>(v.data);
+  r.stride_t = v.stride[0];
+  r.stride_h = v.ndim == 3 ? v.stride[1] : 0;
+  return r;
+}
+
 struct NormArgs {
-  bf16* out = nullptr;  // bf16 [rows, d]
-  int64_t out_stride = 0;
-  bf16* residual = nullptr;  // bf16 [rows, d] (AddRmsNorm only)
-  int64_t residual_stride = 0;
-  const bf16* x = nullptr;  // bf16 [rows, d]
-  int64_t x_stride = 0;
+  Rows<bf16> out;
+  Rows<bf16> residual;  // AddRmsNorm only
+  Rows<const bf16> x;
   const float* weight = nullptr;  // f32 [d]
-  int64_t rows = 0;
+  int64_t rows = 0;               // T * H
+  int64_t heads = 1;              // H
   int d = 0;
   float eps = 0;
 };
 
 constexpr int kMaxVecPerThread = 4;
-constexpr int kWarpRowsPerBlock = 4;
+constexpr int kLaneGroupThreads = 128;  // block size of the lane-group variant
 
+// The sum over aligned groups of kLanes lanes (a power of two <= 32); every lane must call it.
+template <int kLanes>
+__device__ __forceinline__ float GroupSum(float v) {
+#pragma unroll
+  for (int o = kLanes / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Up to kMaxVec 16-byte vectors per thread, kept in registers between the sum and the output.
+// kLanes > 0: a row per kLanes lanes (8, 16 or 32) of a warp; kLanes == 0: a row per block.
 // kAdd: the row is residual + x rounded to bf16 (and stored back to residual) before the norm.
-template <int kMaxVec, bool kAdd, bool kWarpPerRow>
+template <int kMaxVec, bool kAdd, int kLanes>
 __global__ void RmsNormVecKernel(NormArgs a) {
   int64_t row;
   int tid, group;
-  if constexpr (kWarpPerRow) {
-    row = static_cast<int64_t>(blockIdx.x) * kWarpRowsPerBlock + (threadIdx.x >> 5);
-    if (row >= a.rows) return;  // warp-uniform
-    tid = threadIdx.x & 31;
-    group = 32;
+  bool valid = true;
+  if constexpr (kLanes > 0) {
+    row = static_cast<int64_t>(blockIdx.x) * (kLaneGroupThreads / kLanes) + threadIdx.x / kLanes;
+    valid = row < a.rows;  // no early return: the whole warp takes part in the shuffles
+    tid = threadIdx.x % kLanes;
+    group = kLanes;
   } else {
     row = blockIdx.x;
     tid = threadIdx.x;
     group = blockDim.x;
   }
-  const int n_vec = a.d / kBf16PerVec;
-  const bf16* xr = a.x + row * a.x_stride;
-  bf16* rr = kAdd ? a.residual + row * a.residual_stride : nullptr;
+  const int n_vec = valid ? a.d / kBf16PerVec : 0;
+  const int64_t t = a.heads == 1 ? row : row / a.heads, h = row - t * a.heads;
+  const bf16* xr = a.x.Row(t, h);
+  bf16* rr = kAdd ? a.residual.Row(t, h) : nullptr;
   float v[kMaxVec][kBf16PerVec];
   float ss = 0.0f;
 #pragma unroll
@@ -71,9 +104,13 @@ __global__ void RmsNormVecKernel(NormArgs a) {
       for (int k = 0; k < kBf16PerVec; ++k) ss += v[j][k] * v[j][k];
     }
   }
-  ss = kWarpPerRow ? detail::WarpSum(ss) : detail::BlockSum(ss);
+  if constexpr (kLanes > 0) {
+    ss = GroupSum<kLanes>(ss);
+  } else {
+    ss = detail::BlockSum(ss);
+  }
   const float inv = 1.0f / sqrtf(ss / static_cast<float>(a.d) + a.eps);
-  bf16* orow = a.out + row * a.out_stride;
+  bf16* orow = a.out.Row(t, h);
   const float4* w4 = reinterpret_cast<const float4*>(a.weight);
 #pragma unroll
   for (int j = 0; j < kMaxVec; ++j) {
@@ -94,8 +131,9 @@ __global__ void RmsNormVecKernel(NormArgs a) {
 template <bool kAdd>
 __global__ void RmsNormScalarKernel(NormArgs a) {
   const int64_t row = blockIdx.x;
-  const bf16* xr = a.x + row * a.x_stride;
-  bf16* rr = kAdd ? a.residual + row * a.residual_stride : nullptr;
+  const int64_t t = a.heads == 1 ? row : row / a.heads, h = row - t * a.heads;
+  const bf16* xr = a.x.Row(t, h);
+  bf16* rr = kAdd ? a.residual.Row(t, h) : nullptr;
   float ss = 0.0f;
   for (int i = threadIdx.x; i < a.d; i += blockDim.x) {
     float v = __bfloat162float(xr[i]);
@@ -107,7 +145,7 @@ __global__ void RmsNormScalarKernel(NormArgs a) {
   }
   ss = detail::BlockSum(ss);
   const float inv = 1.0f / sqrtf(ss / static_cast<float>(a.d) + a.eps);
-  bf16* orow = a.out + row * a.out_stride;
+  bf16* orow = a.out.Row(t, h);
   for (int i = threadIdx.x; i < a.d; i += blockDim.x) {
     const float v = __bfloat162float(kAdd ? rr[i] : xr[i]);
     orow[i] = __float2bfloat16_rn(v * inv * a.weight[i]);
@@ -119,22 +157,29 @@ void LaunchRmsNorm(const NormArgs& a, bool vectorisable, cudaStream_t stream) {
   if (a.rows == 0) return;
   const int n_vec = a.d / kBf16PerVec;
   if (vectorisable && n_vec <= 32 * kMaxVecPerThread) {
-    const int64_t blocks = (a.rows + kWarpRowsPerBlock - 1) / kWarpRowsPerBlock;
-    assert(blocks <= INT32_MAX);
-    const int threads = 32 * kWarpRowsPerBlock;
-    if (n_vec <= 32) {
-      RmsNormVecKernel<1, kAdd, true><<<static_cast<unsigned>(blocks), threads, 0, stream>>>(a);
+    // Lanes per row: 8 for D = 64, 16 for D = 128, else a warp with 1, 2 or 4 vectors per lane.
+    const int lanes = n_vec <= 8 ? 8 : n_vec <= 16 ? 16 : 32;
+    const int64_t rows_per_block = kLaneGroupThreads / lanes;
+    const int64_t blocks64 = (a.rows + rows_per_block - 1) / rows_per_block;
+    assert(blocks64 <= INT32_MAX);
+    const unsigned blocks = static_cast<unsigned>(blocks64);
+    if (lanes == 8) {
+      RmsNormVecKernel<1, kAdd, 8><<<blocks, kLaneGroupThreads, 0, stream>>>(a);
+    } else if (lanes == 16) {
+      RmsNormVecKernel<1, kAdd, 16><<<blocks, kLaneGroupThreads, 0, stream>>>(a);
+    } else if (n_vec <= 32) {
+      RmsNormVecKernel<1, kAdd, 32><<<blocks, kLaneGroupThreads, 0, stream>>>(a);
     } else if (n_vec <= 64) {
-      RmsNormVecKernel<2, kAdd, true><<<static_cast<unsigned>(blocks), threads, 0, stream>>>(a);
+      RmsNormVecKernel<2, kAdd, 32><<<blocks, kLaneGroupThreads, 0, stream>>>(a);
     } else {
-      RmsNormVecKernel<4, kAdd, true><<<static_cast<unsigned>(blocks), threads, 0, stream>>>(a);
+      RmsNormVecKernel<4, kAdd, 32><<<blocks, kLaneGroupThreads, 0, stream>>>(a);
     }
   } else if (vectorisable && n_vec <= 1024 * kMaxVecPerThread) {
     // D = 4096: 128 threads x 4 vectors; D = 8192: 256 threads x 4.
     int threads = (n_vec + kMaxVecPerThread - 1) / kMaxVecPerThread;
     threads = std::max(128, (threads + 31) / 32 * 32);
     assert(a.rows <= INT32_MAX);
-    RmsNormVecKernel<kMaxVecPerThread, kAdd, false>
+    RmsNormVecKernel<kMaxVecPerThread, kAdd, 0>
         <<<static_cast<unsigned>(a.rows), threads, 0, stream>>>(a);
   } else {
     const int threads = std::min(256, std::max(32, (a.d + 31) / 32 * 32));
@@ -144,55 +189,51 @@ void LaunchRmsNorm(const NormArgs& a, bool vectorisable, cudaStream_t stream) {
   UP_CUDA_CHECK_LAUNCH();
 }
 
-void CheckRows(const TensorView& v, int64_t rows, int64_t d) {
-  assert(v.device == Device::kCuda && v.dtype == DType::kBF16 && v.ndim == 2);
-  assert(v.dim(0) == rows && v.dim(1) == d && v.stride[1] == 1);
-  (void)v, (void)rows, (void)d;
+// A bf16 view of the same shape as `like` ([R, D] or [T, H, D]), last dimension contiguous.
+void CheckSameShape(const TensorView& v, const TensorView& like) {
+  assert(v.device == Device::kCuda && v.dtype == DType::kBF16 && v.ndim == like.ndim);
+  assert(v.ndim == 2 || v.ndim == 3);
+  for (int d = 0; d < v.ndim; ++d) assert(v.shape[d] == like.shape[d]);
+  assert(v.stride[v.ndim - 1] == 1);
+  (void)v, (void)like;
+}
+
+NormArgs MakeArgs(const TensorView& out, const TensorView& x, const float* weight, float eps) {
+  NormArgs a;
+  a.out = MakeRows<bf16>(out);
+  a.x = MakeRows<const bf16>(x);
+  a.weight = weight;
+  a.heads = x.ndim == 3 ? x.dim(1) : 1;
+  a.rows = x.dim(0) * a.heads;
+  assert(x.dim(-1) > 0 && x.dim(-1) <= INT32_MAX && a.heads > 0);
+  a.d = static_cast<int>(x.dim(-1));
+  a.eps = eps;
+  return a;
 }
 
 }  // namespace
 
 void AddRmsNorm(DeviceContext& ctx, TensorView out, TensorView residual, TensorView x,
                 const float* weight, float eps) {
-  // residual, x, out bf16 [R, D]; weight f32 [D].
-  const int64_t R = x.dim(0), D = x.dim(1);
-  CheckRows(out, R, D);
-  CheckRows(residual, R, D);
-  CheckRows(x, R, D);
-  assert(D > 0 && D <= INT32_MAX && out.data != residual.data);
-  NormArgs a;
-  a.out = out.as<bf16>();
-  a.out_stride = out.stride[0];
-  a.residual = residual.as<bf16>();
-  a.residual_stride = residual.stride[0];
-  a.x = x.as<const bf16>();
-  a.x_stride = x.stride[0];
-  a.weight = weight;
-  a.rows = R;
-  a.d = static_cast<int>(D);
-  a.eps = eps;
+  // residual, x, out bf16 [R, D] (or [T, H, D]); weight f32 [D].
+  CheckSameShape(x, x);
+  CheckSameShape(out, x);
+  CheckSameShape(residual, x);
+  assert(out.data != residual.data);
+  NormArgs a = MakeArgs(out, x, weight, eps);
+  a.residual = MakeRows<bf16>(residual);
   const bool vec = detail::RowsVectorisable(out) && detail::RowsVectorisable(residual) &&
                    detail::RowsVectorisable(x) && detail::Aligned(weight, 16);
   LaunchRmsNorm<true>(a, vec, ctx.cuda().stream());
 }
 
 void RmsNorm(DeviceContext& ctx, TensorView out, TensorView x, const float* weight, float eps) {
-  // x, out bf16 [R, D]; weight f32 [D].
-  const int64_t R = x.dim(0), D = x.dim(1);
-  CheckRows(out, R, D);
-  CheckRows(x, R, D);
-  assert(D > 0 && D <= INT32_MAX);
-  NormArgs a;
-  a.out = out.as<bf16>();
-  a.out_stride = out.stride[0];
-  a.x = x.as<const bf16>();
-  a.x_stride = x.stride[0];
-  a.weight = weight;
-  a.rows = R;
-  a.d = static_cast<int>(D);
-  a.eps = eps;
-  const bool vec = detail::RowsVectorisable(out) && detail::RowsVectorisable(x) &&
-                   detail::Aligned(weight, 16);
+  // x, out bf16 [R, D] (or [T, H, D]); weight f32 [D].
+  CheckSameShape(x, x);
+  CheckSameShape(out, x);
+  const NormArgs a = MakeArgs(out, x, weight, eps);
+  const bool vec =
+      detail::RowsVectorisable(out) && detail::RowsVectorisable(x) && detail::Aligned(weight, 16);
   LaunchRmsNorm<false>(a, vec, ctx.cuda().stream());
 }
 

@@ -114,8 +114,8 @@ void Gemm(DeviceContext& ctx, TensorView out, TensorView x, TensorView w) {
     }
   }
   const float alpha = 1.0f, beta = 0.0f;
-  UP_CUBLAS_CHECK(cublasLtMatmul(cuda.blas_lt(), plan->op, &alpha, w.data, plan->a, x.data,
-                                 plan->b, &beta, out.data, plan->c, out.data, plan->c, &plan->algo,
+  UP_CUBLAS_CHECK(cublasLtMatmul(cuda.blas_lt(), plan->op, &alpha, w.data, plan->a, x.data, plan->b,
+                                 &beta, out.data, plan->c, out.data, plan->c, &plan->algo,
                                  cuda.blas_workspace(), cuda.blas_workspace_bytes(),
                                  cuda.stream()));
   // cublasLtMatmul has read the descriptors by the time it returns.
