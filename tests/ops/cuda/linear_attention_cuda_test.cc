@@ -1,0 +1,513 @@
+// The CUDA Gated DeltaNet ops (ops/cuda/cuda_linear_attention.h) vs their CPU twins in
+// ops/linear_attention_ops.h on the same inputs (rounded to bf16 where the GPU reads bf16): odd
+// lengths around the 64-token chunk, Hv / Hk of 1 and 2, Dk = Dv = 128 (Qwen3-Next) and 32, both
+// delta-rule kernels, packed batches with permuted state slots, and a prefill continued by 1-row
+// decodes against one CPU call on the whole sequence. q, k, v are column ranges of one fused
+// [T, 2 Hk Dk + Hv Dv] buffer, as in the mixer. Outputs are poisoned with 0xFF bytes first (NaN in
+// bf16 and f32), so an element a kernel forgets fails (NormalizedError is inf on NaN).
+// Error bounds (normalised, ||gpu - cpu|| / ||cpu||):
+//   f32 activations: < 1e-4 (f32 rounding, different summation orders; the chunked form
+//                    reassociates the recurrence, measured ~2e-7 against a double loop);
+//   bf16 activations: outputs < 1e-2 (output rounding, RMS ~1.1e-3, on top of the f32 math);
+//   the f32 states: < 1e-4 for either dtype (the same inputs and f32 math); the conv state is a
+//                   copy of inputs and must match exactly.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/cuda/cuda_context.h"
+#include "core/cuda/device_buffer.h"
+#include "ops/cuda/cuda_linear_attention.h"
+#include "ops/linear_attention_ops.h"
+#include "testing/cuda_test_util.h"
+
+namespace uniprefill::ops {
+namespace {
+
+namespace ut = ::uniprefill::testing;
+using cuda::DeltaRuleKernel;
+using cuda::LinearAttentionBatch;
+
+constexpr double kF32Bound = 1e-4;
+constexpr double kBf16Bound = 1e-2;
+constexpr double kStateBound = 1e-4;
+constexpr float kL2Eps = 1e-6f;
+
+DeviceContext& Cpu() {
+  static std::unique_ptr<DeviceContext> ctx = DeviceContext::Cpu(2);
+  return *ctx;
+}
+
+const char* Name(DType t) { return t == DType::kBF16 ? "bf16" : "f32"; }
+double OutBound(DType t) { return t == DType::kBF16 ? kBf16Bound : kF32Bound; }
+size_t ElemBytes(DType t) { return t == DType::kBF16 ? 2 : 4; }
+
+// The values as a GPU kernel of this dtype reads them.
+std::vector<float> AsRead(std::vector<float> v, DType dtype) {
+  if (dtype == DType::kBF16) v = ut::FromBf16(ut::ToBf16(v));
+  return v;
+}
+DeviceBuffer Upload(const std::vector<float>& v, DType dtype) {
+  if (dtype == DType::kF32) return DeviceBuffer::FromHost(v);
+  return DeviceBuffer::FromHost(ut::ToBf16(v));
+}
+std::vector<float> Download(const DeviceBuffer& b, size_t n, DType dtype) {
+  if (dtype == DType::kF32) return b.ToHost<float>(n);
+  return ut::FromBf16(b.ToHost<uint16_t>(n));
+}
+DeviceBuffer Poisoned(size_t elems, DType dtype) {
+  DeviceBuffer b(std::max<size_t>(1, elems * ElemBytes(dtype)));
+  b.Fill(0xFF);
+  return b;
+}
+DeviceBuffer UploadInts(const std::vector<int32_t>& v) { return DeviceBuffer::FromHost(v); }
+
+// A view of `shape` starting `offset` elements into base, with row stride `row_stride`.
+TensorView View(const void* base, DType dtype, Device device, int64_t offset,
+                std::initializer_list<int64_t> shape, int64_t row_stride) {
+  TensorView v = TensorView::Contiguous(
+      static_cast<char*>(const_cast<void*>(base)) + offset * ElemBytes(dtype), dtype, shape,
+      device);
+  v.stride[0] = row_stride;
+  return v;
+}
+
+std::vector<int32_t> CuSeqlens(const std::vector<int>& lens) {
+  std::vector<int32_t> cu(lens.size() + 1, 0);
+  for (size_t b = 0; b < lens.size(); ++b) cu[b + 1] = cu[b] + lens[b];
+  return cu;
+}
+
+// Valid elements [rows, cols] of a host matrix with row stride `stride`, row-major.
+std::vector<float> Valid(const std::vector<float>& m, int64_t rows, int64_t cols, int64_t stride) {
+  std::vector<float> v;
+  v.reserve(rows * cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    v.insert(v.end(), m.begin() + r * stride, m.begin() + r * stride + cols);
+  }
+  return v;
+}
+
+// ---- Causal conv ----------------------------------------------------------------------------
+
+constexpr int64_t kConvChannels = 300;  // not a multiple of the 128-thread block
+constexpr int64_t kConvXStride = kConvChannels + 5;
+constexpr int64_t kConvOutStride = kConvChannels + 3;
+
+// GPU conv of one packed batch. x f32 [T, kConvXStride] (read as dtype); returns out f32
+// [T, kConvOutStride] (padding included: it must still be poison).
+std::vector<float> GpuConv(DeviceContext& ctx, DType dtype, const std::vector<float>& x, int64_t T,
+                           const DeviceBuffer& weight, int64_t K, DeviceBuffer& state,
+                           const std::vector<int32_t>& cu, const std::vector<int32_t>& slots,
+                           int batch, int max_seqlen) {
+  const DeviceBuffer dx = Upload(x, dtype);
+  DeviceBuffer out = Poisoned(T * kConvOutStride, dtype);
+  const DeviceBuffer dcu = UploadInts(cu), dslots = UploadInts(slots);
+  LinearAttentionBatch seqs;
+  seqs.cu_seqlens = cu.empty() ? nullptr : dcu.as<int32_t>();
+  seqs.state_slots = slots.empty() ? nullptr : dslots.as<int32_t>();
+  seqs.batch = batch;
+  seqs.max_seqlen = max_seqlen;
+  cuda::CausalConv1dSilu(
+      ctx, View(out.data(), dtype, Device::kCuda, 0, {T, kConvChannels}, kConvOutStride),
+      View(dx.data(), dtype, Device::kCuda, 0, {T, kConvChannels}, kConvXStride),
+      weight.View(DType::kF32, {kConvChannels, K}), state.as<float>(), seqs);
+  ctx.cuda().Synchronize();
+  return Download(out, T * kConvOutStride, dtype);
+}
+
+// CPU conv of rows [begin, begin + n) of x into ref (f32 [*, kConvOutStride]).
+void CpuConv(const std::vector<float>& x, int64_t begin, int64_t n, std::vector<float>& weight,
+             int64_t K, float* state, std::vector<float>& ref) {
+  ops::CausalConv1dSilu(Cpu(),
+                        View(ref.data(), DType::kF32, Device::kCpu, begin * kConvOutStride,
+                             {n, kConvChannels}, kConvOutStride),
+                        View(x.data(), DType::kF32, Device::kCpu, begin * kConvXStride,
+                             {n, kConvChannels}, kConvXStride),
+                        TensorView::Contiguous(weight.data(), DType::kF32, {kConvChannels, K}),
+                        state);
+}
+
+bool PaddingIsNan(const std::vector<float>& out, int64_t rows, int64_t cols, int64_t stride) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = cols; c < stride; ++c) {
+      if (!std::isnan(out[r * stride + c])) return false;
+    }
+  }
+  return true;
+}
+
+TEST(CudaCausalConvTest, PrefillThenDecodesMatchCpuOverLengths) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  constexpr int64_t K = 4, kDecodes = 3;
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    for (int64_t T : {1, 5, 63, 64, 65, 200, 1000}) {
+      SCOPED_TRACE(std::string(Name(dtype)) + " T=" + std::to_string(T));
+      std::mt19937 rng(static_cast<uint32_t>(T) * 7 + (dtype == DType::kBF16));
+      const int64_t rows = T + kDecodes;
+      const std::vector<float> x =
+          AsRead(ut::RandomBf16Values(rng, rows * kConvXStride, -2.0f, 2.0f), dtype);
+      std::vector<float> weight = ut::RandomBf16Values(rng, kConvChannels * K, -1.0f, 1.0f);
+      // A non-zero starting state: the call continues an earlier one.
+      std::vector<float> ref_state = ut::RandomBf16Values(rng, (K - 1) * kConvChannels, -2, 2);
+      const DeviceBuffer dweight = DeviceBuffer::FromHost(weight);
+      DeviceBuffer state = DeviceBuffer::FromHost(ref_state);
+
+      std::vector<float> ref(rows * kConvOutStride, 0.0f);
+      CpuConv(x, 0, rows, weight, K, ref_state.data(), ref);
+
+      // Prefill T rows, then kDecodes single rows, each a separate call.
+      std::vector<float> got =
+          GpuConv(ctx, dtype, std::vector<float>(x.begin(), x.begin() + T * kConvXStride), T,
+                  dweight, K, state, {}, {}, 1, static_cast<int>(T));
+      ASSERT_TRUE(PaddingIsNan(got, T, kConvChannels, kConvOutStride));
+      for (int64_t i = 0; i < kDecodes; ++i) {
+        const std::vector<float> row((x.begin() + (T + i) * kConvXStride),
+                                     x.begin() + (T + i + 1) * kConvXStride);
+        const std::vector<float> o = GpuConv(ctx, dtype, row, 1, dweight, K, state, {}, {}, 1, 1);
+        got.insert(got.end(), o.begin(), o.end());
+      }
+      EXPECT_LT(ut::NormalizedError(Valid(got, rows, kConvChannels, kConvOutStride),
+                                    Valid(ref, rows, kConvChannels, kConvOutStride)),
+                OutBound(dtype));
+      EXPECT_EQ(state.ToHost<float>(ref_state.size()), ref_state);
+    }
+  }
+}
+
+TEST(CudaCausalConvTest, PackedBatchWithSlotsMatchesCpuPerSequence) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  // Lengths inside one row tile, across tiles, empty, and shorter than the kernel; slots permuted
+  // with a spare slot that must stay untouched.
+  const std::vector<int> lens = {1, 0, 17, 64, 3, 2, 100};
+  const std::vector<int32_t> slots = {6, 0, 3, 7, 1, 5, 2};  // slot 4 unused
+  const int batch = static_cast<int>(lens.size()), n_slots = 8;
+  for (int64_t K : {2, 4}) {
+    for (DType dtype : {DType::kF32, DType::kBF16}) {
+      SCOPED_TRACE(std::string(Name(dtype)) + " K=" + std::to_string(K));
+      std::mt19937 rng(static_cast<uint32_t>(K) + (dtype == DType::kBF16 ? 100 : 0));
+      const std::vector<int32_t> cu = CuSeqlens(lens);
+      const int64_t T = cu.back();
+      const std::vector<float> x =
+          AsRead(ut::RandomBf16Values(rng, T * kConvXStride, -2.0f, 2.0f), dtype);
+      std::vector<float> weight = ut::RandomBf16Values(rng, kConvChannels * K, -1.0f, 1.0f);
+      const int64_t slot_size = (K - 1) * kConvChannels;
+      std::vector<float> ref_state = ut::RandomBf16Values(rng, n_slots * slot_size, -2, 2);
+      const DeviceBuffer dweight = DeviceBuffer::FromHost(weight);
+      DeviceBuffer state = DeviceBuffer::FromHost(ref_state);
+
+      std::vector<float> ref(T * kConvOutStride, 0.0f);
+      for (int b = 0; b < batch; ++b) {
+        CpuConv(x, cu[b], lens[b], weight, K, ref_state.data() + slots[b] * slot_size, ref);
+      }
+      const int max_len = *std::max_element(lens.begin(), lens.end());
+      const std::vector<float> got =
+          GpuConv(ctx, dtype, x, T, dweight, K, state, cu, slots, batch, max_len);
+      EXPECT_TRUE(PaddingIsNan(got, T, kConvChannels, kConvOutStride));
+      EXPECT_LT(ut::NormalizedError(Valid(got, T, kConvChannels, kConvOutStride),
+                                    Valid(ref, T, kConvChannels, kConvOutStride)),
+                OutBound(dtype));
+      EXPECT_EQ(state.ToHost<float>(ref_state.size()), ref_state);
+    }
+  }
+}
+
+// ---- L2 norm --------------------------------------------------------------------------------
+
+TEST(CudaL2NormTest, MatchesCpuInPlaceOnStridedHeadViews) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    for (int64_t D : {128, 32, 100}) {
+      SCOPED_TRACE(std::string(Name(dtype)) + " D=" + std::to_string(D));
+      constexpr int64_t T = 37, H = 3, kLead = 5;
+      const int64_t stride = H * D + kLead + 7;  // heads at column kLead of a wider row
+      std::mt19937 rng(static_cast<uint32_t>(D));
+      std::vector<float> x = AsRead(ut::RandomBf16Values(rng, T * stride, -1.0f, 1.0f), dtype);
+      const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+      std::vector<float> ref = x;
+      ops::L2NormalizeHeads(Cpu(),
+                            View(ref.data(), DType::kF32, Device::kCpu, kLead, {T, H, D}, stride),
+                            kL2Eps, scale);
+      const DeviceBuffer dx = Upload(x, dtype);
+      cuda::L2NormalizeHeads(ctx, View(dx.data(), dtype, Device::kCuda, kLead, {T, H, D}, stride),
+                             kL2Eps, scale);
+      ctx.cuda().Synchronize();
+      const std::vector<float> got = Download(dx, T * stride, dtype);
+      std::vector<float> got_heads, ref_heads;
+      for (int64_t t = 0; t < T; ++t) {
+        for (int64_t c = 0; c < stride; ++c) {
+          const bool in_heads = c >= kLead && c < kLead + H * D;
+          if (in_heads) {
+            got_heads.push_back(got[t * stride + c]);
+            ref_heads.push_back(ref[t * stride + c]);
+          } else {
+            ASSERT_EQ(got[t * stride + c], x[t * stride + c]) << "outside the view at " << t;
+          }
+        }
+      }
+      EXPECT_LT(ut::NormalizedError(got_heads, ref_heads), dtype == DType::kBF16 ? 5e-3 : 1e-5);
+    }
+  }
+}
+
+// ---- Gated delta rule -----------------------------------------------------------------------
+
+struct DeltaShape {
+  int64_t hk = 1, hv = 1, dk = 128, dv = 128;
+  int64_t width() const { return 2 * hk * dk + hv * dv; }  // [q | k | v] columns
+  int64_t state_size() const { return hv * dk * dv; }
+  std::string ToString() const {
+    return "hk=" + std::to_string(hk) + " hv=" + std::to_string(hv) + " dk=" + std::to_string(dk) +
+           " dv=" + std::to_string(dv);
+  }
+};
+
+// Token rows as the mixer hands them to the delta rule: fused f32 [rows, width] = [q | k | v]
+// with q and k l2-normalised per head and q scaled by 1/sqrt(dk); g = -softplus(z) in about
+// [-2, 0) and beta = sigmoid(z) in (0, 1), f32 [rows, hv]. Rounded to bf16 where read as bf16.
+struct DeltaTokens {
+  int64_t rows = 0;
+  std::vector<float> fused, g, beta;
+
+  // Rows [begin, begin + n).
+  DeltaTokens Slice(const DeltaShape& s, int64_t begin, int64_t n) const {
+    DeltaTokens r;
+    r.rows = n;
+    r.fused.assign(fused.begin() + begin * s.width(), fused.begin() + (begin + n) * s.width());
+    r.g.assign(g.begin() + begin * s.hv, g.begin() + (begin + n) * s.hv);
+    r.beta.assign(beta.begin() + begin * s.hv, beta.begin() + (begin + n) * s.hv);
+    return r;
+  }
+  void Append(const DeltaTokens& o) {
+    rows += o.rows;
+    fused.insert(fused.end(), o.fused.begin(), o.fused.end());
+    g.insert(g.end(), o.g.begin(), o.g.end());
+    beta.insert(beta.end(), o.beta.begin(), o.beta.end());
+  }
+};
+
+DeltaTokens RandomTokens(std::mt19937& rng, const DeltaShape& s, int64_t rows, DType dtype) {
+  DeltaTokens x;
+  x.rows = rows;
+  x.fused = ut::RandomBf16Values(rng, rows * s.width(), -1.0f, 1.0f);
+  for (int64_t t = 0; t < rows; ++t) {
+    for (int64_t part = 0; part < 2; ++part) {  // q, then k
+      for (int64_t h = 0; h < s.hk; ++h) {
+        float* p = x.fused.data() + t * s.width() + part * s.hk * s.dk + h * s.dk;
+        double ss = 0;
+        for (int64_t d = 0; d < s.dk; ++d) ss += static_cast<double>(p[d]) * p[d];
+        const double scale = part == 0 ? 1.0 / std::sqrt(static_cast<double>(s.dk)) : 1.0;
+        const double f = scale / std::sqrt(ss + kL2Eps);
+        for (int64_t d = 0; d < s.dk; ++d) p[d] = static_cast<float>(p[d] * f);
+      }
+    }
+  }
+  x.fused = AsRead(std::move(x.fused), dtype);
+  std::uniform_real_distribution<float> za(-4.0f, 1.8f), zb(-3.0f, 3.0f);
+  x.g.resize(rows * s.hv);
+  x.beta.resize(rows * s.hv);
+  for (float& g : x.g) g = -std::log1p(std::exp(za(rng)));
+  for (float& b : x.beta) b = 1.0f / (1.0f + std::exp(-zb(rng)));
+  return x;
+}
+
+// The CPU op on one sequence's rows; returns out f32 [rows, hv * dv].
+std::vector<float> CpuDeltaRule(const DeltaShape& s, const DeltaTokens& x, float* state) {
+  std::vector<float> out(x.rows * s.hv * s.dv, 0.0f);
+  const int64_t T = x.rows, W = s.width();
+  ops::GatedDeltaRule(
+      Cpu(), View(out.data(), DType::kF32, Device::kCpu, 0, {T, s.hv, s.dv}, s.hv * s.dv),
+      View(x.fused.data(), DType::kF32, Device::kCpu, 0, {T, s.hk, s.dk}, W),
+      View(x.fused.data(), DType::kF32, Device::kCpu, s.hk * s.dk, {T, s.hk, s.dk}, W),
+      View(x.fused.data(), DType::kF32, Device::kCpu, 2 * s.hk * s.dk, {T, s.hv, s.dv}, W),
+      View(x.g.data(), DType::kF32, Device::kCpu, 0, {T, s.hv}, s.hv),
+      View(x.beta.data(), DType::kF32, Device::kCpu, 0, {T, s.hv}, s.hv), state);
+  return out;
+}
+
+// The GPU op on a packed batch (cu / slots empty: null); returns out f32 [rows, hv * dv].
+std::vector<float> GpuDeltaRule(DeviceContext& ctx, DType dtype, const DeltaShape& s,
+                                const DeltaTokens& x, DeviceBuffer& state,
+                                const std::vector<int32_t>& cu, const std::vector<int32_t>& slots,
+                                int batch, int max_seqlen, DeltaRuleKernel kernel) {
+  const int64_t T = x.rows, W = s.width();
+  const DeviceBuffer fused = Upload(x.fused, dtype);
+  const DeviceBuffer g = DeviceBuffer::FromHost(x.g), beta = DeviceBuffer::FromHost(x.beta);
+  DeviceBuffer out = Poisoned(T * s.hv * s.dv, dtype);
+  const DeviceBuffer dcu = UploadInts(cu), dslots = UploadInts(slots);
+  LinearAttentionBatch seqs;
+  seqs.cu_seqlens = cu.empty() ? nullptr : dcu.as<int32_t>();
+  seqs.state_slots = slots.empty() ? nullptr : dslots.as<int32_t>();
+  seqs.batch = batch;
+  seqs.max_seqlen = max_seqlen;
+  cuda::GatedDeltaRule(
+      ctx, View(out.data(), dtype, Device::kCuda, 0, {T, s.hv, s.dv}, s.hv * s.dv),
+      View(fused.data(), dtype, Device::kCuda, 0, {T, s.hk, s.dk}, W),
+      View(fused.data(), dtype, Device::kCuda, s.hk * s.dk, {T, s.hk, s.dk}, W),
+      View(fused.data(), dtype, Device::kCuda, 2 * s.hk * s.dk, {T, s.hv, s.dv}, W),
+      View(g.data(), DType::kF32, Device::kCuda, 0, {T, s.hv}, s.hv),
+      View(beta.data(), DType::kF32, Device::kCuda, 0, {T, s.hv}, s.hv), state.as<float>(), seqs,
+      kernel);
+  ctx.cuda().Synchronize();
+  return Download(out, T * s.hv * s.dv, dtype);
+}
+
+const char* KernelName(DeltaRuleKernel k) {
+  return k == DeltaRuleKernel::kChunked     ? "chunked"
+         : k == DeltaRuleKernel::kRecurrent ? "recurrent"
+                                            : "auto";
+}
+
+// One sequence of T rows from a random state, on the given kernel, for every dtype and shape.
+void ExpectOneSequenceMatchesCpu(DeviceContext& ctx, DeltaRuleKernel kernel,
+                                 std::initializer_list<int64_t> lengths) {
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    for (int64_t d : {128, 32}) {
+      for (int64_t ratio : {1, 2}) {
+        for (int64_t T : lengths) {
+          const DeltaShape s{2, 2 * ratio, d, d};
+          SCOPED_TRACE(std::string(Name(dtype)) + " " + KernelName(kernel) + " " + s.ToString() +
+                       " T=" + std::to_string(T));
+          std::mt19937 rng(static_cast<uint32_t>(T * 131 + d * 7 + ratio));
+          const DeltaTokens x = RandomTokens(rng, s, T, dtype);
+          std::vector<float> ref_state = ut::RandomBf16Values(rng, s.state_size(), -0.5f, 0.5f);
+          DeviceBuffer state = DeviceBuffer::FromHost(ref_state);
+          const std::vector<float> ref = CpuDeltaRule(s, x, ref_state.data());
+          const std::vector<float> got =
+              GpuDeltaRule(ctx, dtype, s, x, state, {}, {}, 1, static_cast<int>(T), kernel);
+          EXPECT_LT(ut::NormalizedError(got, ref), OutBound(dtype));
+          EXPECT_LT(ut::NormalizedError(state.ToHost<float>(ref_state.size()), ref_state),
+                    kStateBound);
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaGatedDeltaNetTest, ChunkedKernelMatchesCpuOverLengths) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  ExpectOneSequenceMatchesCpu(ctx, DeltaRuleKernel::kChunked, {1, 5, 63, 64, 65, 200, 1000});
+}
+
+TEST(CudaGatedDeltaNetTest, RecurrentKernelMatchesCpuOverLengths) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  ExpectOneSequenceMatchesCpu(ctx, DeltaRuleKernel::kRecurrent, {1, 5, 63, 64, 65, 200, 1000});
+}
+
+// Dk and Dv that are not tile multiples: K, Q and S are zero-padded, columns past Dv masked.
+TEST(CudaGatedDeltaNetTest, UnalignedHeadDimsMatchCpu) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  for (DeltaRuleKernel kernel : {DeltaRuleKernel::kChunked, DeltaRuleKernel::kRecurrent}) {
+    for (const DeltaShape& s : {DeltaShape{1, 2, 100, 50}, DeltaShape{3, 3, 48, 80}}) {
+      SCOPED_TRACE(std::string(KernelName(kernel)) + " " + s.ToString());
+      std::mt19937 rng(7);
+      const DeltaTokens x = RandomTokens(rng, s, 130, DType::kF32);
+      std::vector<float> ref_state = ut::RandomBf16Values(rng, s.state_size(), -0.5f, 0.5f);
+      DeviceBuffer state = DeviceBuffer::FromHost(ref_state);
+      const std::vector<float> ref = CpuDeltaRule(s, x, ref_state.data());
+      const std::vector<float> got =
+          GpuDeltaRule(ctx, DType::kF32, s, x, state, {}, {}, 1, 130, kernel);
+      EXPECT_LT(ut::NormalizedError(got, ref), kF32Bound);
+      EXPECT_LT(ut::NormalizedError(state.ToHost<float>(ref_state.size()), ref_state), kStateBound);
+    }
+  }
+}
+
+// Several sequences in one launch: empty and 1-row sequences, lengths around the chunk, permuted
+// slots with a spare one that must stay untouched (bitwise).
+TEST(CudaGatedDeltaNetTest, PackedBatchWithSlotsMatchesCpuPerSequence) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  const std::vector<int> lens = {1, 0, 130, 64, 7, 65};
+  const std::vector<int32_t> slots = {4, 6, 0, 2, 5, 1};  // slot 3 unused
+  const int batch = static_cast<int>(lens.size()), n_slots = 7;
+  const std::vector<int32_t> cu = CuSeqlens(lens);
+  const int max_len = *std::max_element(lens.begin(), lens.end());
+  const DeltaShape s{2, 4, 128, 128};
+  for (DeltaRuleKernel kernel : {DeltaRuleKernel::kChunked, DeltaRuleKernel::kRecurrent}) {
+    for (DType dtype : {DType::kF32, DType::kBF16}) {
+      SCOPED_TRACE(std::string(Name(dtype)) + " " + KernelName(kernel));
+      std::mt19937 rng(dtype == DType::kBF16 ? 11 : 12);
+      const DeltaTokens x = RandomTokens(rng, s, cu.back(), dtype);
+      std::vector<float> ref_state =
+          ut::RandomBf16Values(rng, n_slots * s.state_size(), -0.5f, 0.5f);
+      DeviceBuffer state = DeviceBuffer::FromHost(ref_state);
+      std::vector<float> ref;
+      for (int b = 0; b < batch; ++b) {
+        const std::vector<float> o = CpuDeltaRule(s, x.Slice(s, cu[b], lens[b]),
+                                                  ref_state.data() + slots[b] * s.state_size());
+        ref.insert(ref.end(), o.begin(), o.end());
+      }
+      const std::vector<float> got =
+          GpuDeltaRule(ctx, dtype, s, x, state, cu, slots, batch, max_len, kernel);
+      EXPECT_LT(ut::NormalizedError(got, ref), OutBound(dtype));
+      const std::vector<float> got_state = state.ToHost<float>(ref_state.size());
+      EXPECT_LT(ut::NormalizedError(got_state, ref_state), kStateBound);
+      const int64_t spare = 3 * s.state_size();
+      EXPECT_TRUE(std::equal(got_state.begin() + spare, got_state.begin() + spare + s.state_size(),
+                             ref_state.begin() + spare));
+    }
+  }
+}
+
+// The serving pattern with Qwen3-Next head counts: one packed prefill (auto: chunked), then decode
+// steps of one row per sequence (auto: recurrent, no cu_seqlens) continuing the states, against
+// one CPU call per whole sequence.
+TEST(CudaGatedDeltaNetTest, PrefillThenDecodesMatchCpuOnWholeSequences) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  const DeltaShape s{16, 32, 128, 128};
+  const std::vector<int> prefill = {200, 65, 1};
+  const std::vector<int32_t> slots = {2, 0, 1};
+  constexpr int kDecodes = 4;
+  const int batch = static_cast<int>(prefill.size());
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(Name(dtype));
+    std::mt19937 rng(dtype == DType::kBF16 ? 21 : 22);
+    std::vector<DeltaTokens> seq;
+    for (int len : prefill) seq.push_back(RandomTokens(rng, s, len + kDecodes, dtype));
+    std::vector<float> zero(batch * s.state_size(), 0.0f);
+    DeviceBuffer state = DeviceBuffer::FromHost(zero);
+
+    // GPU: the prefill of every sequence in one call, outputs per sequence.
+    DeltaTokens packed;
+    for (int b = 0; b < batch; ++b) packed.Append(seq[b].Slice(s, 0, prefill[b]));
+    const std::vector<int32_t> cu = CuSeqlens(prefill);
+    const std::vector<float> pre =
+        GpuDeltaRule(ctx, dtype, s, packed, state, cu, slots, batch,
+                     *std::max_element(prefill.begin(), prefill.end()), DeltaRuleKernel::kAuto);
+    const int64_t row = s.hv * s.dv;
+    std::vector<std::vector<float>> got(batch);
+    for (int b = 0; b < batch; ++b) {
+      got[b].assign(pre.begin() + cu[b] * row, pre.begin() + cu[b + 1] * row);
+    }
+    // Decode steps: row b of the step is sequence b's next token.
+    for (int i = 0; i < kDecodes; ++i) {
+      DeltaTokens step;
+      for (int b = 0; b < batch; ++b) step.Append(seq[b].Slice(s, prefill[b] + i, 1));
+      const std::vector<float> o =
+          GpuDeltaRule(ctx, dtype, s, step, state, {}, slots, batch, 1, DeltaRuleKernel::kAuto);
+      for (int b = 0; b < batch; ++b) {
+        got[b].insert(got[b].end(), o.begin() + b * row, o.begin() + (b + 1) * row);
+      }
+    }
+    const std::vector<float> got_state = state.ToHost<float>(zero.size());
+    for (int b = 0; b < batch; ++b) {
+      SCOPED_TRACE("sequence " + std::to_string(b));
+      std::vector<float> ref_state(s.state_size(), 0.0f);
+      const std::vector<float> ref = CpuDeltaRule(s, seq[b], ref_state.data());
+      EXPECT_LT(ut::NormalizedError(got[b], ref), OutBound(dtype));
+      const std::vector<float> st(got_state.begin() + slots[b] * s.state_size(),
+                                  got_state.begin() + (slots[b] + 1) * s.state_size());
+      EXPECT_LT(ut::NormalizedError(st, ref_state), kStateBound);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace uniprefill::ops
