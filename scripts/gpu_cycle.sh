@@ -5,7 +5,8 @@
 #   bash scripts/gpu_cycle.sh pack                # here (any machine with nvcc): build for sm_90
 #                                                 # and pack binaries + their libraries into
 #                                                 # .gpu_carry/ (git-ignored) to send along
-#   bash scripts/gpu_cycle.sh run [quick|full] OUTDIR   # on the GPU machine: tests + benchmarks
+#   bash scripts/gpu_cycle.sh run OUTDIR [STAGE...]     # on the GPU machine; stages: tests llama
+#                                                 # anchor batch gemma (default: tests llama anchor)
 #
 # Why pack here: the GPU machine has nvcc, cmake and ninja but not the engine's Debian libraries
 # (OpenBLAS, cpp-httplib, GoogleTest), and device time is scarce; the binaries link the CUDA
@@ -18,11 +19,11 @@ case "$mode" in
     cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DUNIPREFILL_CUDA=ON \
       -DUNIPREFILL_NATIVE=OFF -DUNIPREFILL_BENCH=OFF >/tmp/uniprefill-gpu-cmake.log 2>&1 ||
       { cat /tmp/uniprefill-gpu-cmake.log; exit 1; }
-    cmake --build build-gpu -j "$(nproc)" --target uniprefill uniprefill_tests
+    cmake --build build-gpu -j "$(nproc)" --target uniprefill uniprefill_cuda_tests
     rm -rf .gpu_carry && mkdir -p .gpu_carry/lib .gpu_carry/anchor
-    cp build-gpu/uniprefill build-gpu/uniprefill_tests .gpu_carry/
+    cp build-gpu/uniprefill build-gpu/uniprefill_cuda_tests .gpu_carry/
     # Every shared library the binaries need except glibc, the C++ runtime and CUDA's own.
-    ldd build-gpu/uniprefill build-gpu/uniprefill_tests | awk '/=> \//{print $3}' | sort -u |
+    ldd build-gpu/uniprefill build-gpu/uniprefill_cuda_tests | awk '/=> \//{print $3}' | sort -u |
       grep -Ev '/(libc|libm|libstdc\+\+|libgcc_s|libpthread|libdl|librt|ld-linux[^/]*|libcublas[^/]*|libcudart[^/]*|libcuda)\.so' |
       while read -r lib; do cp -L "$lib" .gpu_carry/lib/; done
     tar -C .gpu_carry -cJf .gpu_carry/lib.tar.xz lib && rm -rf .gpu_carry/lib
@@ -31,8 +32,10 @@ case "$mode" in
     du -sh .gpu_carry
     ;;
   run)
-    size=${2:-quick}
-    out=${3:-bench/results/gpu}
+    # Stages (any of): tests llama anchor batch gemma; "quick" = tests + an 8K Llama point.
+    out=${2:?usage: run OUTDIR STAGE...}
+    shift 2
+    stages=" ${*:-tests llama anchor} "
     mkdir -p "$out" /tmp/uniprefill-libs
     tar -C /tmp/uniprefill-libs -xJf .gpu_carry/lib.tar.xz
     export LD_LIBRARY_PATH=/tmp/uniprefill-libs/lib:${LD_LIBRARY_PATH:-}
@@ -43,30 +46,41 @@ case "$mode" in
     fi
     bin=.gpu_carry
     commit=$(cat .gpu_carry/commit)
+    bench() { "$bin/uniprefill" bench gpu-prefill --commit "$commit" "$@"; }
     nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,driver_version --format=csv | tee "$out/gpu.txt"
-    echo "== CUDA tests"
-    "$bin/uniprefill_tests" --gtest_filter='Cuda*:*Cuda*' --gtest_output="json:$out/cuda_tests.json" 2>&1 |
-      tee "$out/cuda_tests.log" | grep -E '^\[  (FAILED|PASSED|SKIPPED) |OK \]|FAILED|error' | tail -60 || true
-    echo "== GPU prefill benchmarks ($size)"
-    if [ "$size" = quick ]; then
-      "$bin/uniprefill" bench gpu-prefill --shape llama-3.1-8b --contexts 8192 --repeats 2 \
-        --time-attention --commit "$commit" --json "$out/llama8b_quick.json"
-    else
-      "$bin/uniprefill" bench gpu-prefill --shape llama-3.1-8b --contexts 8192,32768,131072 \
-        --time-attention --commit "$commit" --json "$out/llama8b_b1.json"
-      "$bin/uniprefill" bench gpu-prefill --shape llama-3.1-8b --contexts 8192,32768 \
-        --batch-sizes 4,16 --repeats 2 --commit "$commit" --json "$out/llama8b_batch.json"
-      "$bin/uniprefill" bench gpu-prefill --shape gemma-3-12b --contexts 32768,131072 \
-        --repeats 2 --commit "$commit" --json "$out/gemma3_12b.json"
+    if [[ $stages == *" tests "* || $stages == *" quick "* ]]; then
+      echo "== CUDA tests"
+      "$bin/uniprefill_cuda_tests" --gtest_filter='*Cuda*' --gtest_output="json:$out/cuda_tests.json" \
+        > "$out/cuda_tests.log" 2>&1 || true
+      grep -E '^\[  (FAILED|PASSED|SKIPPED) |^\[==========\]|Failure|error' "$out/cuda_tests.log" | tail -40
+      echo "== flash attention throughput"
+      "$bin/uniprefill_cuda_tests" --gtest_also_run_disabled_tests \
+        --gtest_filter='CudaFlashAttentionTest.DISABLED_*' 2>&1 | grep -iE 'tflop|error|FAIL' | tee "$out/flash_throughput.log"
     fi
-    if [ -f .gpu_carry/anchor/pytorch_anchor.py ]; then
+    if [[ $stages == *" quick "* ]]; then
+      bench --shape llama-3.1-8b --contexts 8192 --repeats 2 --time-attention --json "$out/llama8b_quick.json"
+    fi
+    if [[ $stages == *" llama "* ]]; then
+      echo "== Llama-3.1-8B shape, batch 1"
+      bench --shape llama-3.1-8b --contexts 8192,32768,131072 --repeats 2 --time-attention \
+        --json "$out/llama8b_b1.json"
+    fi
+    if [[ $stages == *" anchor "* && -f .gpu_carry/anchor/pytorch_anchor.py ]]; then
       echo "== PyTorch anchor"
-      ctxs="8192"; [ "$size" = full ] && ctxs="8192 32768 131072"
-      PYTHONUNBUFFERED=1 python3 .gpu_carry/anchor/pytorch_anchor.py $ctxs | tee "$out/anchor.jsonl"
+      PYTHONUNBUFFERED=1 python3 .gpu_carry/anchor/pytorch_anchor.py 8192 32768 131072 | tee "$out/anchor.jsonl"
+    fi
+    if [[ $stages == *" batch "* ]]; then
+      echo "== Llama-3.1-8B shape, batches 4 and 16"
+      bench --shape llama-3.1-8b --contexts 8192,32768 --batch-sizes 4,16 --keep-ratios 0.5 \
+        --repeats 2 --json "$out/llama8b_batch.json"
+    fi
+    if [[ $stages == *" gemma "* ]]; then
+      echo "== Gemma-3-12B shape"
+      bench --shape gemma-3-12b --contexts 32768,131072 --repeats 2 --json "$out/gemma3_12b.json"
     fi
     ;;
   *)
-    echo "usage: bash scripts/gpu_cycle.sh pack | run [quick|full] OUTDIR" >&2
+    echo "usage: bash scripts/gpu_cycle.sh pack | run OUTDIR [tests|quick|llama|anchor|batch|gemma]..." >&2
     exit 2
     ;;
 esac

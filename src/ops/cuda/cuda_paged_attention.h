@@ -1,0 +1,79 @@
+// CUDA paged KV cache ops for decode: appending a step's new keys/values into their pool slots, and
+// decode attention (one query token per request) over keys that live in fixed-size pool blocks
+// named by per-request block tables (the device twin of the CPU paged layout, kv/kv_arena.h and
+// kv/kv_block_manager.h: one table per (request, segment) and layer kind).
+//
+// Pool layout (one attention layer): block p holds K bf16 [block_tokens, Hkv * D] and then V bf16
+// [block_tokens, Hkv * D], described by a 4-D view bf16 [num_blocks, 2, block_tokens, Hkv * D]
+// whose strides say where things are: stride[0] = elements between blocks, stride[1] = elements
+// from a block's K rows to its V rows, stride[2] = elements between token rows (>= Hkv * D),
+// stride[3] =
+// 1. A layer's own pool is contiguous; a layer slice of a multi-layer pool, or a CPU-arena-like
+// layout (V at block_tokens * max_kv_dim, rows of kv_dim) are strided views of the same shape. Each
+// token slot also has an int32 key position: a view int32 [num_blocks, block_tokens] (stride[0]
+// may exceed block_tokens, e.g. the pos half of the arena's [num_blocks, 2, block_tokens] meta).
+// A global slot index is block * block_tokens + offset.
+//
+// Every op takes the DeviceContext (device kCuda) first, enqueues on ctx.cuda().stream() and never
+// synchronises. Integer arrays are device pointers. Data pointers and row/head strides of the bf16
+// views must be 16-byte aligned (multiples of 8 elements): the kernels move 16-byte vectors.
+// Not for: prefill (cuda_attention.h's FlashAttention), quantised KV, block allocation (the
+// KvBlockManager decides ids on the host).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/device_context.h"
+#include "core/tensor.h"
+#include "ops/ops.h"
+
+namespace uniprefill::ops::cuda {
+
+// Writes R new token rows into their slots: row r of k_new / v_new (bf16 [R, Hkv * D], rows may be
+// strided) goes to slot slot_mapping[r] (device int32 [R]; a negative slot skips the row, e.g.
+// padding) of kv_pool (bf16 [num_blocks, 2, block_tokens, Hkv * D], see above), and positions[r]
+// (device int32 [R]) to the same slot of pos_pool (int32 [num_blocks, block_tokens]). positions may
+// be null: pos_pool is then left alone. Slots must be distinct; slots past the pool are skipped.
+// An exact copy. R == 0 is a no-op.
+void PagedKvAppend(DeviceContext& ctx, TensorView kv_pool, TensorView pos_pool, TensorView k_new,
+                   TensorView v_new, const int32_t* slot_mapping, const int32_t* positions);
+
+// A batch of decode queries over the paged cache (all device int32 arrays).
+struct PagedDecodeBatch {
+  // block_tables[b * max_blocks_per_seq + i] is the block of request b's keys i * block_tokens ..
+  // (i + 1) * block_tokens - 1 (table order = key order). A negative entry (BlockPool::kNoBlock:
+  // a sliding-window page released behind the window) is skipped: its keys count as invisible.
+  const int32_t* block_tables = nullptr;  // [batch, max_blocks_per_seq]
+  int max_blocks_per_seq = 0;             // row stride of block_tables
+  const int32_t* seq_lens = nullptr;      // [batch]: number of key slots of request b (may be 0)
+  const int32_t* q_pos = nullptr;         // [batch]: position of request b's query token
+  // An upper bound of every seq_lens[b], known on the host (e.g. the scheduler's longest context):
+  // it sizes the split-K grid and the scratch; keys past it are never read.
+  int max_seq_len = 0;
+};
+
+// Scratch bytes PagedDecodeAttention needs for these sizes on this device (0 when no request is
+// split, so scratch may then be null). The split count grows as batch * Hkv falls short of filling
+// the GPU, so one request with a 128K context is spread over hundreds of CTAs; the scratch is
+// small (about 4 * batch * Hq * splits * (D + 1) bytes, a few MB at most).
+size_t PagedDecodeAttentionScratchBytes(DeviceContext& ctx, int batch, int q_heads, int kv_heads,
+                                        int head_dim, int max_seq_len);
+
+// Decode attention, flash-decoding style: out[b, h] = softmax over the visible keys of request b of
+// scale * q[b, h] . k, times v, with f32 scores, softmax and accumulation.
+//   out bf16 [B, Hq, D] (rows and heads strided), q bf16 [B, Hq, D] (rows and heads strided, e.g.
+//   a column slice of a fused QKV output); kv_pool, pos_pool as above, with Hkv * D =
+//   kv_pool.dim(3) and D = q.dim(2) in {64, 128, 256}; block_tokens = kv_pool.dim(2), a power of
+//   two (16, 32 or 64 in practice).
+// Query head h uses kv head h / (Hq / Hkv). Key j (slot order) of request b is visible iff its
+// position p satisfies p <= q_pos[b] and (window == 0 or p > q_pos[b] - window) (positions ascend
+// along the table; after UniPrefill drops they have gaps). A query with no visible key gets zeros.
+// Keys are split across CTAs (split-K) when batch * Hkv alone would not fill the GPU; the partial
+// results are merged by a second kernel through `scratch` (16-byte aligned device memory of at
+// least PagedDecodeAttentionScratchBytes for the same sizes; contents need no initialisation).
+void PagedDecodeAttention(DeviceContext& ctx, TensorView out, TensorView q, TensorView kv_pool,
+                          TensorView pos_pool, const PagedDecodeBatch& batch,
+                          const AttentionParams& params, void* scratch, size_t scratch_bytes);
+
+}  // namespace uniprefill::ops::cuda
