@@ -71,6 +71,8 @@ if [ "$WITH_LLAMA" = 1 ]; then
   }
   # The `tokenizers` package: the reference that tools/make_bpe_goldens.py checks against.
   "$VENV/bin/python" -c "import tokenizers" 2>/dev/null || pip_install "tokenizers==0.23.3"
+  # Plots of benchmark results (tools/plot_gpu_prefill.py).
+  "$VENV/bin/python" -c "import matplotlib" 2>/dev/null || pip_install "matplotlib==3.11.2"
 fi
 if [ "$WITH_HF_REFERENCE" = 1 ]; then
   # The transformers reference for tests/goldens/hf_tiny (opt-in; several GB). Prefer the CPU-only
