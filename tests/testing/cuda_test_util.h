@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/cuda_context.h"
 #include "core/device_context.h"
 
 namespace uniprefill::testing {
@@ -73,6 +75,26 @@ inline double NormalizedError(const std::vector<float>& out, const std::vector<f
     den += static_cast<double>(ref[i]) * ref[i];
   }
   return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+// Mean milliseconds of `runs` calls of fn on ctx's stream, timed with events after one warm-up
+// call (the timing tests print it; timed tests never assert on it).
+template <class Fn>
+double MeanCudaMs(DeviceContext& ctx, int runs, const Fn& fn) {
+  cudaStream_t stream = ctx.cuda().stream();
+  fn();
+  cudaEvent_t start, stop;
+  UP_CUDA_CHECK(cudaEventCreate(&start));
+  UP_CUDA_CHECK(cudaEventCreate(&stop));
+  UP_CUDA_CHECK(cudaEventRecord(start, stream));
+  for (int r = 0; r < runs; ++r) fn();
+  UP_CUDA_CHECK(cudaEventRecord(stop, stream));
+  UP_CUDA_CHECK(cudaEventSynchronize(stop));
+  float ms = 0;
+  UP_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  UP_CUDA_CHECK(cudaEventDestroy(start));
+  UP_CUDA_CHECK(cudaEventDestroy(stop));
+  return ms / runs;
 }
 
 }  // namespace uniprefill::testing

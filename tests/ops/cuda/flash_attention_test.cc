@@ -454,21 +454,7 @@ TEST_F(CudaFlashAttentionTest, DISABLED_Throughput32kCausal) {
                      DeviceView(v_dev, 0, kN, hkv, d, int64_t{hkv} * d), pos_dev.as<int32_t>(),
                      pos_dev.as<int32_t>(), batch, params);
     };
-    run();  // warm-up
-    cudaStream_t stream = ctx.cuda().stream();
-    cudaEvent_t start, stop;
-    UP_CUDA_CHECK(cudaEventCreate(&start));
-    UP_CUDA_CHECK(cudaEventCreate(&stop));
-    constexpr int kReps = 5;
-    UP_CUDA_CHECK(cudaEventRecord(start, stream));
-    for (int r = 0; r < kReps; ++r) run();
-    UP_CUDA_CHECK(cudaEventRecord(stop, stream));
-    UP_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    UP_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    UP_CUDA_CHECK(cudaEventDestroy(start));
-    UP_CUDA_CHECK(cudaEventDestroy(stop));
-    const double seconds = ms / 1e3 / kReps;
+    const double seconds = ::uniprefill::testing::MeanCudaMs(ctx, 5, run) / 1e3;
     const double flops = 4.0 * kN * static_cast<double>(kN) / 2 * d * hq;
     std::printf("FlashAttention causal N %d D %d Hq %d Hkv %d: %.3f ms, %.1f TFLOP/s\n", kN, d, hq,
                 hkv, seconds * 1e3, flops / seconds / 1e12);

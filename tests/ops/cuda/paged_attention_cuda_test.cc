@@ -569,7 +569,6 @@ TEST(CudaPagedAttentionTest, DecodeTimingReport) {
       {"256 x 1K keys, 16 / 2 x 256 heads", 256, 1024, 16, 2, 256, 32},
       {"8 x 32K keys, 64 / 8 x 128 heads", 8, 32768, 64, 8, 128, 16},
   };
-  cudaStream_t stream = ctx.cuda().stream();
   for (const Shape& s : shapes) {
     const int pages = s.seq / s.bt, num_blocks = s.batch * pages, kv_dim = s.hkv * s.d;
     DeviceBuffer pool(static_cast<size_t>(num_blocks) * 2 * s.bt * kv_dim * 2);
@@ -604,20 +603,7 @@ TEST(CudaPagedAttentionTest, DecodeTimingReport) {
       cuda::PagedDecodeAttention(ctx, out_view, q_view, kv_view, pos_view, batch, params,
                                  scratch.data(), scratch_bytes);
     };
-    run();
-    cudaEvent_t start, stop;
-    UP_CUDA_CHECK(cudaEventCreate(&start));
-    UP_CUDA_CHECK(cudaEventCreate(&stop));
-    constexpr int kIters = 5;
-    UP_CUDA_CHECK(cudaEventRecord(start, stream));
-    for (int i = 0; i < kIters; ++i) run();
-    UP_CUDA_CHECK(cudaEventRecord(stop, stream));
-    UP_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    UP_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    UP_CUDA_CHECK(cudaEventDestroy(start));
-    UP_CUDA_CHECK(cudaEventDestroy(stop));
-    const double us = 1000.0 * ms / kIters;
+    const double us = 1000.0 * ::uniprefill::testing::MeanCudaMs(ctx, 5, run);
     const double bytes = static_cast<double>(s.batch) * s.seq * kv_dim * 2 * 2;
     std::printf("[ timing ] PagedDecodeAttention %s: %.1f us, %.0f GB/s (scratch %zu bytes)\n",
                 s.name, us, bytes / us * 1e-3, scratch_bytes);

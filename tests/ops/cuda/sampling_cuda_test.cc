@@ -522,7 +522,6 @@ TEST(CudaSamplingTest, MixedBatchOfConfigsAndStridedRows) {
 TEST(CudaSamplingTest, TimingReport) {
   UP_CUDA_TEST_CONTEXT(ctx);
   const int64_t v = 262144;
-  cudaStream_t stream = ctx.cuda().stream();
   for (int rows : {1, 64}) {
     for (Family f : {Family::kPeaked, Family::kFlat}) {
       std::mt19937 rng(50);
@@ -542,21 +541,9 @@ TEST(CudaSamplingTest, TimingReport) {
       const size_t scratch_bytes = cuda::ArgMaxScratchBytes(ctx, rows, v);
       DeviceBuffer scratch(std::max<size_t>(scratch_bytes, 16));
       const auto time = [&](const char* what, const std::function<void()>& run) {
-        run();
-        cudaEvent_t start, stop;
-        UP_CUDA_CHECK(cudaEventCreate(&start));
-        UP_CUDA_CHECK(cudaEventCreate(&stop));
-        constexpr int kIters = 5;
-        UP_CUDA_CHECK(cudaEventRecord(start, stream));
-        for (int i = 0; i < kIters; ++i) run();
-        UP_CUDA_CHECK(cudaEventRecord(stop, stream));
-        UP_CUDA_CHECK(cudaEventSynchronize(stop));
-        float ms = 0;
-        UP_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-        UP_CUDA_CHECK(cudaEventDestroy(start));
-        UP_CUDA_CHECK(cudaEventDestroy(stop));
         std::printf("[ timing ] %s, %d x %lld %s logits: %.1f us\n", what, rows,
-                    static_cast<long long>(v), FamilyName(f), 1000.0 * ms / kIters);
+                    static_cast<long long>(v), FamilyName(f),
+                    1000.0 * ::uniprefill::testing::MeanCudaMs(ctx, 5, run));
       };
       time("ArgMax with logprobs", [&] {
         cuda::ArgMax(ctx, d_ids.as<int32_t>(), d_lp.as<float>(), view, scratch.data(),

@@ -377,25 +377,6 @@ TEST(CudaUniPrefillPipelineTest, GpuImportanceThenGpuSelectionEqualsCpuSelection
 
 // ---- timing (printed; the only checks are sanity) ----
 
-// Mean milliseconds of `runs` calls of fn on the context's stream (after one warm-up call).
-template <class Fn>
-double TimeMs(DeviceContext& gpu, int runs, const Fn& fn) {
-  cudaStream_t stream = gpu.cuda().stream();
-  fn();
-  cudaEvent_t start, stop;
-  UP_CUDA_CHECK(cudaEventCreate(&start));
-  UP_CUDA_CHECK(cudaEventCreate(&stop));
-  UP_CUDA_CHECK(cudaEventRecord(start, stream));
-  for (int r = 0; r < runs; ++r) fn();
-  UP_CUDA_CHECK(cudaEventRecord(stop, stream));
-  UP_CUDA_CHECK(cudaEventSynchronize(stop));
-  float ms = 0;
-  UP_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-  UP_CUDA_CHECK(cudaEventDestroy(start));
-  UP_CUDA_CHECK(cudaEventDestroy(stop));
-  return ms / runs;
-}
-
 TEST(CudaUniPrefillTiming, ImportanceAndSelectionAt128KAnd1MKeys) {
   UP_CUDA_TEST_CONTEXT(gpu);
   const int64_t n = 128, hq = 32, hkv = 8, d = 128, pattern_rows = 8192;
@@ -421,7 +402,7 @@ TEST(CudaUniPrefillTiming, ImportanceAndSelectionAt128KAnd1MKeys) {
     importance.Fill(0);
     SyncDevice();
     constexpr int kRuns = 5;
-    const double importance_ms = TimeMs(gpu, kRuns, [&] {
+    const double importance_ms = ::uniprefill::testing::MeanCudaMs(gpu, kRuns, [&] {
       ops::cuda::AttentionImportance(gpu, importance.as<float>(), Bf16View(q_dev, n, hq, d, hq * d),
                                      Bf16View(k_dev, N, hkv, d, hkv * d),
                                      q_pos_dev.as<int32_t>(), k_pos_dev.as<int32_t>(),
@@ -439,7 +420,7 @@ TEST(CudaUniPrefillTiming, ImportanceAndSelectionAt128KAnd1MKeys) {
     double select_ms[2];
     for (SelectionMode mode : {SelectionMode::kTopP, SelectionMode::kFixedRatio}) {
       p.mode = mode;
-      select_ms[mode == SelectionMode::kTopP ? 0 : 1] = TimeMs(gpu, kRuns, [&] {
+      select_ms[mode == SelectionMode::kTopP ? 0 : 1] = ::uniprefill::testing::MeanCudaMs(gpu, kRuns, [&] {
         ops::cuda::SelectTokens(gpu, rows.as<int32_t>(), count.as<int32_t>(),
                                 importance.as<float>(), N, p, scratch.data(), scratch.size());
       });
