@@ -40,6 +40,7 @@ void AddBenchPrefillCommand(CLI::App& app, BenchPrefillOptions& o) {
       ->check(CLI::Range(1, 100))
       ->capture_default_str();
   cmd->add_option("-t,--threads", o.threads, "CPU threads (0 = every core)");
+  AddDeviceFlag(*cmd, o.device);
   cmd->add_option("--json", o.json_out, "Write the results as JSON here");
   AddUniPrefillFlags(*cmd, o.uniprefill);
 }
@@ -60,7 +61,7 @@ int BenchPrefillCommand(const BenchPrefillOptions& o) {
     }
     text << in.rdbuf();
   }
-  std::unique_ptr<Engine> loaded = LoadComparisonEngine(o.model, o.threads, o.uniprefill);
+  std::unique_ptr<Engine> loaded = LoadComparisonEngine(o.model, o.threads, o.device, o.uniprefill);
   if (!loaded) return 1;
   Engine& engine = *loaded;
   std::vector<int32_t> all;

@@ -27,6 +27,7 @@ struct CalibrateOptions {
   std::string window_modes = "alive,position";
   double max_mean_drop = 1.0, max_task_drop = 3.0;
   int threads = 0;
+  std::string device = "cpu";  // cpu or cuda
   std::string output;
   std::string write_config;
 };

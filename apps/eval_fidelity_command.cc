@@ -58,6 +58,7 @@ CLI::App* AddEvalFidelityCommand(CLI::App& eval, EvalFidelityOptions& o) {
       ->capture_default_str();
   cmd->add_option("--seed", o.seed, "Seed of the built-in prompts")->capture_default_str();
   cmd->add_option("-t,--threads", o.threads, "CPU threads (0 = every core)");
+  AddDeviceFlag(*cmd, o.device);
   cmd->add_option("-o,--output", o.output, "Write per-prompt results and the summary as JSON");
   AddUniPrefillFlags(*cmd, o.uniprefill);
   return cmd;
@@ -81,7 +82,7 @@ int EvalFidelityCommand(const EvalFidelityOptions& o) {
     texts.push_back(ss.str());
   }
   if (!CheckOutputWritable(o.output, "--output")) return 1;
-  std::unique_ptr<Engine> loaded = LoadComparisonEngine(o.model, o.threads, o.uniprefill);
+  std::unique_ptr<Engine> loaded = LoadComparisonEngine(o.model, o.threads, o.device, o.uniprefill);
   if (!loaded) return 1;
   Engine& engine = *loaded;
   if (!engine.can_tokenize()) {

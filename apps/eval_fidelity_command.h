@@ -20,6 +20,7 @@ struct EvalFidelityOptions {
   int greedy_tokens = 32;
   uint64_t seed = 1;
   int threads = 0;
+  std::string device = "cpu";  // cpu or cuda
   std::string output;
   UniPrefillFlags uniprefill;
 };

@@ -174,6 +174,7 @@ CLI::App* AddEvalRulerCommand(CLI::App& eval, EvalRulerOptions& o) {
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
   cmd->add_option("-t,--threads", o.threads, "CPU threads (0 = every core)");
+  AddDeviceFlag(*cmd, o.device);
   cmd->add_option("-o,--output", o.output, "Write results (per cell and per sample) as JSON");
   cmd->add_option("--plot", o.plot, "Write an SVG plot of accuracy vs context length");
   AddUniPrefillFlags(*cmd, o.uniprefill);
@@ -196,7 +197,7 @@ int EvalRulerCommand(const EvalRulerOptions& o) {
   if (!CheckOutputWritable(o.output, "--output") || !CheckOutputWritable(o.plot, "--plot")) {
     return 1;
   }
-  std::unique_ptr<Engine> loaded = LoadComparisonEngine(o.model, o.threads, o.uniprefill);
+  std::unique_ptr<Engine> loaded = LoadComparisonEngine(o.model, o.threads, o.device, o.uniprefill);
   if (!loaded) return 1;
   Engine& engine = *loaded;
   std::fprintf(stderr, "model: %s\nuniprefill: %s\n", engine.model_description().c_str(),

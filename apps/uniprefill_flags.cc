@@ -78,11 +78,20 @@ bool ToUniPrefillOptions(const UniPrefillFlags& f, UniPrefillOptions* out, std::
   return true;
 }
 
+void AddDeviceFlag(CLI::App& cmd, std::string& device) {
+  cmd.add_option("--device", device,
+                 "Where the model runs: cpu, or cuda (GPU 0, bf16 weights and KV cache)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+}
+
 std::unique_ptr<Engine> LoadComparisonEngine(const std::string& model, int threads,
+                                             const std::string& device,
                                              const UniPrefillFlags& flags) {
   EngineOptions eo;
   eo.model_path = model;
   eo.threads = threads;
+  eo.device = device;
   std::string error;
   if (!ToUniPrefillOptions(flags, &eo.uniprefill, &error)) {
     std::fprintf(stderr, "error: %s\n", error.c_str());

@@ -33,7 +33,11 @@ bool ToUniPrefillOptions(const UniPrefillFlags& flags, UniPrefillOptions* out, s
 // For commands that compare dense with UniPrefill per request (bench-prefill, eval): loads the
 // model with UniPrefill enabled and the flags applied; on failure prints one `error:` line and
 // returns nullptr.
+// --device cpu|cuda (where the model runs).
+void AddDeviceFlag(CLI::App& cmd, std::string& device);
+
 std::unique_ptr<Engine> LoadComparisonEngine(const std::string& model, int threads,
+                                             const std::string& device,
                                              const UniPrefillFlags& flags);
 
 // For commands that serve one configuration (run, serve): loads the model with `options` and the

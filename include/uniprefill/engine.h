@@ -35,6 +35,8 @@ struct UniPrefillOptions {
 struct EngineOptions {
   std::string model_path;
   int threads = 0;        // <= 0: every core
+  // "cpu", or "cuda" (GPU 0: bf16 weights and KV cache on the device; needs a CUDA build).
+  std::string device = "cpu";
   int context_size = 0;   // <= 0: the model's own context length
   // Decode matmuls in f32 throughout instead of on int16-quantised activations (exact, slower).
   bool f32_decode = false;

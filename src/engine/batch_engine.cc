@@ -153,11 +153,19 @@ Result<std::unique_ptr<BatchEngine>> BatchEngine::Start(Engine& engine,
   auto impl = std::make_unique<Impl>(engine, options);
   Engine::Impl& core = *engine.impl_;
   impl->layout = core.model->CacheLayoutFor(core.uniprefill.active_drop_layers());
-  UP_ASSIGN_OR_RETURN(KvCacheSpec spec, KvCacheSpec::FromLayout(impl->layout, sizeof(float)));
+  // Host models keep f32 K/V in a KvArena; a device model keeps bf16 K/V in its own pool, sized to
+  // exactly the manager's blocks, so --kv-cache-memory is device memory there.
+  const bool on_device = core.model->device() == Device::kCuda;
+  UP_ASSIGN_OR_RETURN(KvCacheSpec spec,
+                      KvCacheSpec::FromLayout(impl->layout, on_device ? 2 : sizeof(float)));
   KvCacheConfig kv_config{options.kv_cache_memory, options.kv_block_tokens, options.max_num_seqs};
   UP_ASSIGN_OR_RETURN(KvPoolSize size, KvBlockManager::SizePool(spec, kv_config));
   impl->capacity.emplace(spec, size);
-  impl->arena = std::make_unique<KvArena>(impl->layout, size);
+  if (on_device) {
+    UP_RETURN_IF_ERROR(core.model->FixCachePool(size.num_blocks, size.block_tokens));
+  } else {
+    impl->arena = std::make_unique<KvArena>(impl->layout, size);
+  }
   impl->scheduler.emplace(SchedulerConfig{options.max_batched_tokens}, KvBlockManager(spec, size));
   ServingMetrics& m = impl->counters;
   m.ttft_s = Histogram::WithBounds(LatencyBounds());
@@ -385,8 +393,12 @@ void BatchEngine::Impl::RunStep() {
       any_prefill = true;
       l.feed = l.prompt;
       l.feed.insert(l.feed.end(), l.sampled.begin(), l.sampled.end());
-      l.cache = std::make_unique<PagedSequenceCache>(layout, c.context_size, &sched.kv(), sr.id,
-                                                     arena.get());
+      if (arena) {
+        l.cache = std::make_unique<PagedSequenceCache>(layout, c.context_size, &sched.kv(), sr.id,
+                                                       arena.get());
+      } else {  // a device model: its own cache on the pool sized like the manager's
+        l.cache = c.model->NewCache(c.context_size, c.uniprefill.active_drop_layers());
+      }
       l.kept.clear();
       counters.prompt_tokens += static_cast<int64_t>(l.feed.size());
     } else {

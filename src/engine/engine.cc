@@ -33,7 +33,13 @@ Engine::~Engine() = default;
 Result<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options,
                                              const ProgressCallback& progress) {
   auto impl = std::make_unique<Impl>();
-  impl->ctx = DeviceContext::Cpu(options.threads);
+  if (options.device == "cuda") {
+    UP_ASSIGN_OR_RETURN(impl->ctx, DeviceContext::Cuda(0, options.threads));
+  } else if (options.device == "cpu" || options.device.empty()) {
+    impl->ctx = DeviceContext::Cpu(options.threads);
+  } else {
+    return InvalidArgument("unknown device '" + options.device + "' (expected cpu or cuda)");
+  }
   LoadOptions lo;
   lo.progress = progress;
   lo.f32_decode = options.f32_decode;
@@ -242,7 +248,8 @@ std::string Engine::model_description() const {
   const ModelConfig& c = impl_->model->config();
   return c.name + " (" + c.architecture + ", " + std::to_string(c.n_layers) + " layers, hidden " +
          std::to_string(c.hidden) + ", " + std::to_string(c.n_heads) + "/" +
-         std::to_string(c.n_kv_heads) + " heads, vocab " + std::to_string(c.vocab_size) + ")";
+         std::to_string(c.n_kv_heads) + " heads, vocab " + std::to_string(c.vocab_size) + ")" +
+         (impl_->model->device() == Device::kCuda ? " on cuda:0 (bf16)" : "");
 }
 
 }  // namespace uniprefill

@@ -21,7 +21,7 @@ struct Gemma3Layer {
   GatedFfnWeights ffn;
 };
 
-class Gemma3Model final : public Model {
+class Gemma3Model final : public LayeredModel {
  public:
   explicit Gemma3Model(ModelConfig cfg) : cfg_(std::move(cfg)) {}
 
@@ -32,6 +32,24 @@ class Gemma3Model final : public Model {
 
   const ModelConfig& config() const override { return cfg_; }
   size_t resident_weight_bytes() const override { return resident_bytes_; }
+  Result<ModelExport> Export() const override {
+    ModelExport e;
+    e.token_embedding = token_embd_;
+    e.embedding_scale = cfg_.embedding_scale;
+    e.output_norm = &output_norm_;
+    e.head = &head_;
+    for (const Gemma3Layer& L : layers_) {
+      ExportedLayer x;
+      x.mixer_norm = &L.attn_norm;
+      x.post_mixer_norm = &L.post_attn_norm;
+      x.ffn_norm = &L.ffn_norm;
+      x.post_ffn_norm = &L.post_ffn_norm;
+      x.attention = &L.attn;
+      x.ffn = &L.ffn;
+      e.layers.push_back(x);
+    }
+    return e;
+  }
 
  protected:
   void Embed(DeviceContext& ctx, const int32_t* ids, TensorView x) override {

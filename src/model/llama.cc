@@ -45,7 +45,7 @@ struct LlamaLayer {
   GatedFfnWeights ffn;
 };
 
-class LlamaModel final : public Model {
+class LlamaModel final : public LayeredModel {
  public:
   LlamaModel(ModelConfig cfg, std::vector<float> inv_freq, ops::RopeStyle style)
       : cfg_(std::move(cfg)), inv_freq_(std::move(inv_freq)), rope_style_(style) {}
@@ -96,6 +96,21 @@ class LlamaModel final : public Model {
 
   const ModelConfig& config() const override { return cfg_; }
   size_t resident_weight_bytes() const override { return resident_bytes_; }
+  Result<ModelExport> Export() const override {
+    ModelExport e;
+    e.token_embedding = token_embd_;
+    e.output_norm = &output_norm_;
+    e.head = &head_;
+    for (const LlamaLayer& L : layers_) {
+      ExportedLayer x;
+      x.mixer_norm = &L.attn_norm;
+      x.ffn_norm = &L.ffn_norm;
+      x.attention = &L.attn;
+      x.ffn = &L.ffn;
+      e.layers.push_back(x);
+    }
+    return e;
+  }
 
  protected:
   void Embed(DeviceContext& ctx, const int32_t* ids, TensorView x) override {

@@ -8,6 +8,7 @@
 #include "model/gemma3.h"
 #include "model/hf_checkpoint.h"
 #include "model/llama.h"
+#include "model/cuda/cuda_model.h"
 #include "ops/ops.h"
 
 namespace uniprefill {
@@ -36,7 +37,7 @@ std::unique_ptr<SequenceCache> Model::NewCache(int max_tokens,
   return std::make_unique<ContiguousSequenceCache>(CacheLayoutFor(drop_layers), max_tokens);
 }
 
-Status Model::ForwardBatch(DeviceContext& ctx, std::span<const SequenceStep> steps,
+Status LayeredModel::ForwardBatch(DeviceContext& ctx, std::span<const SequenceStep> steps,
                            const UniPrefillConfig& uniprefill, const ProgressFn& progress,
                            ForwardStats* stats) {
   const ModelConfig& c = config();
@@ -95,15 +96,52 @@ Status Model::Forward(DeviceContext& ctx, std::span<const int32_t> tokens, Seque
   return ForwardBatch(ctx, std::span<const SequenceStep>(&step, 1), dense, progress);
 }
 
+namespace {
+
+Result<std::unique_ptr<Model>> LoadHostModel(std::unique_ptr<gguf::GgufFile> file,
+                                             DeviceContext& ctx, const LoadOptions& options);
+
+// A device context: load the host model on a CPU context without f32 copies (the device keeps
+// bf16), then hand it to the CUDA model.
+template <typename LoadHost>
+Result<std::unique_ptr<Model>> LoadOnDevice(DeviceContext& ctx, const LoadOptions& options,
+                                            const LoadHost& load_host) {
+  std::unique_ptr<DeviceContext> cpu = DeviceContext::Cpu(ctx.threads());
+  LoadOptions host_options = options;
+  host_options.f32_prefill_weights = false;
+  host_options.progress = nullptr;
+  UP_ASSIGN_OR_RETURN(std::unique_ptr<Model> host, load_host(*cpu, host_options));
+  return MakeCudaModel(std::move(host), ctx, options.progress);
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Model>> LoadModel(const std::string& path, DeviceContext& ctx,
                                          const LoadOptions& options) {
+  if (ctx.device() == Device::kCuda) {
+    return LoadOnDevice(ctx, options, [&](DeviceContext& cpu, const LoadOptions& o) {
+      return LoadModel(path, cpu, o);
+    });
+  }
   if (IsHfCheckpointDir(path)) return LoadHfModel(path, ctx, options);
   UP_ASSIGN_OR_RETURN(std::unique_ptr<gguf::GgufFile> file, gguf::GgufFile::Open(path));
-  return LoadModel(std::move(file), ctx, options);
+  return LoadHostModel(std::move(file), ctx, options);
 }
 
 Result<std::unique_ptr<Model>> LoadModel(std::unique_ptr<gguf::GgufFile> file, DeviceContext& ctx,
                                          const LoadOptions& options) {
+  if (ctx.device() == Device::kCuda) {
+    return LoadOnDevice(ctx, options, [&](DeviceContext& cpu, const LoadOptions& o) {
+      return LoadHostModel(std::move(file), cpu, o);
+    });
+  }
+  return LoadHostModel(std::move(file), ctx, options);
+}
+
+namespace {
+
+Result<std::unique_ptr<Model>> LoadHostModel(std::unique_ptr<gguf::GgufFile> file,
+                                             DeviceContext& ctx, const LoadOptions& options) {
   const std::string path = file->path();
   auto arch = file->GetString("general.architecture");
   if (!arch.ok()) {
@@ -115,5 +153,7 @@ Result<std::unique_ptr<Model>> LoadModel(std::unique_ptr<gguf::GgufFile> file, D
                        "', which this engine does not support yet (GGUF: gemma3, llama; "
                        "Hugging Face checkpoints: llama, gemma3_text, qwen3_next)");
 }
+
+}  // namespace
 
 }  // namespace uniprefill

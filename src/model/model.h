@@ -2,8 +2,8 @@
 //
 // One ForwardBatch runs several requests together (prefills of any length and single-token decodes,
 // DESIGN.md section 2), layer by layer over all their rows, with UniPrefill drops at the configured
-// layers. Architectures implement three hooks (embed, one layer, head); the batch bookkeeping, the
-// segment walk and the logits gathering live here, once.
+// layers. Host architectures derive from LayeredModel and implement three hooks (embed, one layer,
+// head); the CUDA model (model/cuda/cuda_model.h) runs an exported host model on the GPU.
 //
 // Invariants: ForwardBatch appends each request's tokens to its cache; logits are f32 [vocab] of each
 // request's last token. A model holds its weights and no per-request state (that lives in the
@@ -22,6 +22,7 @@
 #include "io/gguf.h"
 #include "kv/sequence_cache.h"
 #include "model/model_config.h"
+#include "model/model_export.h"
 #include "model/packed_batch.h"
 #include "sparsity/uniprefill_config.h"
 
@@ -34,26 +35,55 @@ class Model {
  public:
   virtual ~Model() = default;
   virtual const ModelConfig& config() const = 0;
-  // Bytes of weights held in memory beyond the mapped file (dequantised copies).
+  // Bytes of weights held in memory beyond the mapped file (dequantised copies; device weights).
   virtual size_t resident_weight_bytes() const = 0;
+  // Where the forward runs (kCuda: a device model; its caches hold device memory).
+  virtual Device device() const { return Device::kCpu; }
 
   // The cache layout of this model with the given ascending drop layers (one segment per drop
   // layer + 1): what NewCache builds, and what a paged cache (KvCacheSpec::FromLayout, KvArena,
   // PagedSequenceCache) is sized and checked against.
   CacheLayout CacheLayoutFor(const std::vector<int>& drop_layers) const;
-  // A cache for one request of at most max_tokens tokens, with one segment per drop layer + 1.
-  std::unique_ptr<SequenceCache> NewCache(int max_tokens, const std::vector<int>& drop_layers) const;
+  // A cache for one request of at most max_tokens tokens, with one segment per drop layer + 1
+  // (host memory for CPU models; a device model's own device cache).
+  virtual std::unique_ptr<SequenceCache> NewCache(int max_tokens,
+                                                  const std::vector<int>& drop_layers) const;
   std::unique_ptr<SequenceCache> NewCache(int max_tokens) const { return NewCache(max_tokens, {}); }
 
   // Runs every request's new tokens through the model (progress: layers done of all layers).
-  // Every cache must have been made for uniprefill.active_drop_layers().
-  Status ForwardBatch(DeviceContext& ctx, std::span<const SequenceStep> steps,
-                      const UniPrefillConfig& uniprefill, const ProgressFn& progress = nullptr,
-                      ForwardStats* stats = nullptr);
+  // Every cache must have been made for uniprefill.active_drop_layers() (and, for a device model,
+  // by its NewCache).
+  virtual Status ForwardBatch(DeviceContext& ctx, std::span<const SequenceStep> steps,
+                              const UniPrefillConfig& uniprefill,
+                              const ProgressFn& progress = nullptr,
+                              ForwardStats* stats = nullptr) = 0;
+
+  // Device models: fixes the device KV pool their caches allocate from to num_blocks blocks of
+  // block_tokens tokens (the serving engine sizes it like its block manager's pool). Host models
+  // have no such pool and accept any call.
+  virtual Status FixCachePool(int num_blocks, int block_tokens) {
+    (void)num_blocks, (void)block_tokens;
+    return OkStatus();
+  }
 
   // One request, dense (no drop layers).
   Status Forward(DeviceContext& ctx, std::span<const int32_t> tokens, SequenceCache& cache,
                  float* logits, const ProgressFn& progress = nullptr);
+
+  // The weights and layer recipe, for backends that run this model elsewhere (the CUDA model
+  // uploads them). Pointers stay valid while this model lives.
+  virtual Result<ModelExport> Export() const {
+    return Unimplemented("model '" + config().architecture + "' cannot be exported");
+  }
+};
+
+// A model computed on the host, layer by layer: architectures implement three hooks (embed, one
+// layer, head); the batch bookkeeping, the segment walk and the logits gathering live here, once.
+class LayeredModel : public Model {
+ public:
+  Status ForwardBatch(DeviceContext& ctx, std::span<const SequenceStep> steps,
+                      const UniPrefillConfig& uniprefill, const ProgressFn& progress = nullptr,
+                      ForwardStats* stats = nullptr) override;
 
  protected:
   // x f32 [rows, hidden] = embeddings of ids [rows].
@@ -78,6 +108,8 @@ struct LoadOptions {
 };
 
 // Opens a model: a GGUF file, or a Hugging Face checkpoint directory (config.json + safetensors).
+// With a CUDA context the host model is loaded (no f32 copies), uploaded as bf16 and run by the CUDA
+// model (model/cuda/cuda_model.h).
 // Errors name the file and what is wrong (missing, not a model, truncated, unsupported
 // architecture or quantisation, bad shapes).
 Result<std::unique_ptr<Model>> LoadModel(const std::string& path, DeviceContext& ctx,

@@ -24,7 +24,7 @@ struct Qwen3NextLayer {
   MoeWeights moe;
 };
 
-class Qwen3NextModel final : public Model {
+class Qwen3NextModel final : public LayeredModel {
  public:
   Qwen3NextModel(ModelConfig cfg, int rot_dims, int n_experts, int top_k, bool norm_topk,
                  int moe_ffn, int shared_ffn)
@@ -35,6 +35,25 @@ class Qwen3NextModel final : public Model {
   void KeepAlive(std::shared_ptr<void> owner) { owner_ = std::move(owner); }
   const ModelConfig& config() const override { return cfg_; }
   size_t resident_weight_bytes() const override { return resident_bytes_; }
+  Result<ModelExport> Export() const override {
+    ModelExport e;
+    e.token_embedding = token_embd_;
+    e.output_norm = &output_norm_;
+    e.head = &head_;
+    for (const Qwen3NextLayer& L : layers_) {
+      ExportedLayer x;
+      x.mixer_norm = &L.input_norm;
+      x.ffn_norm = &L.post_attn_norm;  // the pre-MoE norm
+      if (L.linear) {
+        x.delta = &L.delta;
+      } else {
+        x.attention = &L.attn;
+      }
+      x.moe = &L.moe;
+      e.layers.push_back(x);
+    }
+    return e;
+  }
 
  protected:
   void Embed(DeviceContext& ctx, const int32_t* ids, TensorView x) override {

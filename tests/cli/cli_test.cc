@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cli/cli_runner.h"
+#include "core/device_context.h"
 #include "testing/tiny_gemma3.h"
 
 namespace uniprefill {
@@ -113,6 +114,22 @@ TEST_F(CliTest, BadFlagValues) {
                    "/nonexistent/prompt.txt");
   ExpectCleanError("run --model " + Tiny(), "no prompt");
   ExpectCleanError("frobnicate", "frobnicate");
+}
+
+// --device cuda: runs on the GPU where there is one; elsewhere one clear error line, non-zero exit.
+TEST_F(CliTest, DeviceCudaRunsOnTheGpuOrSaysWhy) {
+  CliResult r = RunCli("run --model " + Tiny() +
+                       " --prompt 'the theme' --max-tokens 4 --ignore-eos --device cuda");
+  std::string why;
+  if (DeviceContext::CudaAvailable(&why)) {
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.err.find("cuda:0"), std::string::npos) << r.err;
+  } else {
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_NE(r.err.find("error:"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("CUDA"), std::string::npos) << r.err;
+  }
+  ExpectCleanError("run --model " + Tiny() + " --prompt hi --device gpu", "--device");
 }
 
 TEST_F(CliTest, BadPromptTokensFile) {

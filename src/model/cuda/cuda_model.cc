@@ -1,0 +1,978 @@
+// The CUDA model (model/cuda/cuda_model.h): weights upload and the device forward.
+#include "model/cuda/cuda_model.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/cuda_context.h"
+#include "core/cuda/device_buffer.h"
+#include "io/dequant.h"
+#include "model/cuda/cuda_kv_cache.h"
+#include "model/cuda/cuda_model_kernels.h"
+#include "model/packed_batch.h"
+#include "ops/cuda/cuda_attention.h"
+#include "ops/cuda/cuda_cache_attention.h"
+#include "ops/cuda/cuda_dense_ops.h"
+#include "ops/cuda/cuda_linear_attention.h"
+#include "ops/cuda/cuda_moe.h"
+#include "ops/cuda/cuda_paged_attention.h"
+#include "ops/cuda/cuda_uniprefill.h"
+
+namespace uniprefill {
+namespace {
+
+namespace oc = ops::cuda;
+
+constexpr int kBlockTokens = 16;  // device KV pages (the serving engine may fix another size)
+constexpr float kL2NormEps = 1e-6f;
+
+uint16_t ToBf16(float f) {  // round to nearest even (no NaNs in weights)
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+// A [rows, cols] view of device memory with row stride `row_stride` elements.
+TensorView Rows(void* data, DType dtype, int64_t rows, int64_t cols, int64_t row_stride) {
+  TensorView v = TensorView::Contiguous(data, dtype, {rows, cols}, Device::kCuda);
+  v.stride[0] = row_stride;
+  return v;
+}
+// A bf16 [rows, heads, dim] view, heads contiguous inside a row of `row_stride` elements.
+TensorView Heads(void* data, int64_t rows, int64_t heads, int64_t dim, int64_t row_stride) {
+  TensorView v = TensorView::Contiguous(data, DType::kBF16, {rows, heads, dim}, Device::kCuda);
+  v.stride[0] = row_stride;
+  return v;
+}
+uint16_t* Bf16(const DeviceBuffer& b, int64_t offset = 0) { return b.as<uint16_t>() + offset; }
+
+Status Ensure(DeviceBuffer& b, size_t bytes) {
+  if (b.size() >= bytes) return OkStatus();
+  b = DeviceBuffer();
+  UP_ASSIGN_OR_RETURN(b, DeviceBuffer::Allocate(std::max<size_t>(bytes, 256)));
+  return OkStatus();
+}
+
+// A bf16 weight [out, in] on the device.
+struct DeviceLinear {
+  DeviceBuffer w;
+  int64_t out = 0, in = 0;
+  TensorView view() const { return w.View(DType::kBF16, {out, in}); }
+};
+
+// The rows of one or more host linear weights (stacked), dequantised to f32 [out, in].
+Result<std::vector<float>> HostRows(const std::vector<const ops::LinearWeight*>& ws, int64_t* out,
+                                    int64_t* in) {
+  *out = 0;
+  *in = ws.front()->in_features;
+  for (const ops::LinearWeight* w : ws) *out += w->out_features;
+  std::vector<float> rows(static_cast<size_t>(*out) * *in);
+  size_t at = 0;
+  for (const ops::LinearWeight* w : ws) {
+    if (w->in_features != *in) return Internal("stacked weights differ in input width");
+    const size_t n = static_cast<size_t>(w->out_features) * *in;
+    if (w->f32.size() >= n * sizeof(float)) {
+      std::memcpy(rows.data() + at, w->f32.as<float>(), n * sizeof(float));
+    } else {
+      size_t part_at = at;
+      for (const TensorView& p : w->parts) {
+        const int64_t pn = p.dim(0) * p.dim(1);
+        UP_RETURN_IF_ERROR(Dequantize(p.dtype, p.data, rows.data() + part_at, pn));
+        part_at += pn;
+      }
+    }
+    at += n;
+  }
+  return rows;
+}
+
+Result<DeviceLinear> UploadRows(const std::vector<float>& rows, int64_t out, int64_t in,
+                                const std::vector<int64_t>* order = nullptr) {
+  std::vector<uint16_t> bf(rows.size());
+  for (int64_t r = 0; r < out; ++r) {
+    const int64_t src = order ? (*order)[r] : r;
+    for (int64_t c = 0; c < in; ++c) bf[r * in + c] = ToBf16(rows[src * in + c]);
+  }
+  DeviceLinear d;
+  d.out = out;
+  d.in = in;
+  UP_ASSIGN_OR_RETURN(d.w, DeviceBuffer::Allocate(bf.size() * 2));
+  d.w.CopyFromHost(bf.data(), bf.size() * 2);
+  return d;
+}
+
+Result<DeviceLinear> Upload(const std::vector<const ops::LinearWeight*>& ws,
+                            const std::vector<int64_t>* order = nullptr) {
+  int64_t out = 0, in = 0;
+  UP_ASSIGN_OR_RETURN(std::vector<float> rows, HostRows(ws, &out, &in));
+  return UploadRows(rows, out, in, order);
+}
+
+DeviceBuffer UploadF32(const std::vector<float>& v) { return DeviceBuffer::FromHost(v); }
+
+struct AttentionLayer {
+  const AttentionWeights* host = nullptr;
+  DeviceLinear qkv;  // bf16 [Hq D (+ Hq D gate) + 2 Hkv D, hidden]: q | gate | k | v
+  DeviceLinear o;    // bf16 [hidden, Hq D]
+  DeviceBuffer q_norm, k_norm, inv_freq;  // f32 [D], [D], [rot / 2]
+};
+
+struct DeltaLayer {
+  const GatedDeltaNetWeights* host = nullptr;
+  DeviceLinear in_proj;  // bf16 [conv_dim + value_dim + 2 Hv, hidden]: q | k | v | z | b | a
+  DeviceLinear out_proj;
+  DeviceBuffer conv_w, a_log, dt_bias, norm;  // f32 [conv_dim, K], [Hv], [Hv], [Dv]
+};
+
+struct MoeLayer {
+  DeviceLinear router, experts_gate_up, experts_down, shared_gate_up, shared_down, shared_gate;
+  int top_k = 0;
+  bool norm_topk = true;
+  int64_t n_experts = 0, inter = 0;
+  oc::MoeDeviceWeights View() const {
+    oc::MoeDeviceWeights w;
+    w.router = router.view();
+    w.expert_gate_up = experts_gate_up.w.View(DType::kBF16, {n_experts, 2 * inter, router.in});
+    w.expert_down = experts_down.w.View(DType::kBF16, {n_experts, router.in, inter});
+    w.shared_gate_up = shared_gate_up.view();
+    w.shared_down = shared_down.view();
+    w.shared_gate = shared_gate.view();
+    w.top_k = top_k;
+    w.norm_topk_prob = norm_topk;
+    return w;
+  }
+};
+
+struct Layer {
+  DeviceBuffer mixer_norm, post_mixer_norm, ffn_norm, post_ffn_norm;  // f32 [hidden] (or empty)
+  std::unique_ptr<AttentionLayer> attention;
+  std::unique_ptr<DeltaLayer> delta;
+  DeviceLinear gate_up, down;  // dense FFN
+  ops::Activation activation = ops::Activation::kSilu;
+  std::unique_ptr<MoeLayer> moe;
+};
+
+// Pinned host memory + device memory for one forward's small integer arrays (positions, slots,
+// tables): bump-allocated, uploaded with async copies that never reuse a region within a forward.
+class Staging {
+ public:
+  ~Staging() {
+    if (host_) cudaFreeHost(host_);
+  }
+  Status Reserve(size_t ints) {
+    used_ = 0;
+    if (ints <= cap_) return OkStatus();
+    if (host_) cudaFreeHost(host_);
+    host_ = nullptr;
+    cap_ = 0;
+    UP_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&host_), ints * 4));
+    UP_ASSIGN_OR_RETURN(dev_, DeviceBuffer::Allocate(ints * 4));
+    cap_ = ints;
+    return OkStatus();
+  }
+  // Device copy of v (enqueued on stream).
+  Result<const int32_t*> Put(const std::vector<int32_t>& v, cudaStream_t stream) {
+    UP_ASSIGN_OR_RETURN(size_t at, Take(v.size()));
+    if (!v.empty()) {
+      std::memcpy(host_ + at, v.data(), v.size() * 4);
+      UP_CUDA_CHECK(cudaMemcpyAsync(dev_.as<int32_t>() + at, host_ + at, v.size() * 4,
+                                    cudaMemcpyHostToDevice, stream));
+    }
+    return dev_.as<int32_t>() + at;
+  }
+  // Uninitialised device ints, and their pinned host twin (for copies back).
+  Result<std::pair<int32_t*, int32_t*>> Scratch(size_t n) {
+    UP_ASSIGN_OR_RETURN(size_t at, Take(n));
+    return std::make_pair(dev_.as<int32_t>() + at, host_ + at);
+  }
+
+ private:
+  Result<size_t> Take(size_t n) {
+    const size_t at = used_;
+    used_ += (n + 3) / 4 * 4;  // 16-byte aligned regions
+    if (used_ > cap_) return Internal("forward staging overflow (a sizing bug)");
+    return at;
+  }
+  int32_t* host_ = nullptr;
+  DeviceBuffer dev_;
+  size_t cap_ = 0, used_ = 0;
+};
+
+// One request of a forward, as the host tracks it.
+struct Req {
+  int step = 0;
+  CudaSequenceCache* cache = nullptr;
+  bool fresh = false;               // its cache held nothing before this step
+  int begin = 0;                    // first device row (current segment)
+  std::vector<int32_t> pos, index;  // its alive rows' positions and alive indices
+  std::vector<int> added;           // rows appended per segment
+  int rows() const { return static_cast<int>(pos.size()); }
+};
+
+class CudaModel final : public Model {
+ public:
+  CudaModel(std::unique_ptr<Model> host, DeviceContext& ctx)
+      : host_(std::move(host)), ctx_(ctx), cfg_(host_->config()) {}
+
+  Status Load(const ProgressFn& progress);
+
+  const ModelConfig& config() const override { return cfg_; }
+  size_t resident_weight_bytes() const override { return weight_bytes_; }
+  Device device() const override { return Device::kCuda; }
+  std::unique_ptr<SequenceCache> NewCache(int max_tokens,
+                                          const std::vector<int>& drop_layers) const override {
+    return std::make_unique<CudaSequenceCache>(CacheLayoutFor(drop_layers), max_tokens,
+                                               pool_.get());
+  }
+  Status FixCachePool(int num_blocks, int block_tokens) override {
+    pool_ = std::make_unique<CudaKvPool>(ctx_, CacheLayoutFor({}), block_tokens);
+    return pool_->FixCapacity(num_blocks);
+  }
+  Status ForwardBatch(DeviceContext& ctx, std::span<const SequenceStep> steps,
+                      const UniPrefillConfig& uniprefill, const ProgressFn& progress,
+                      ForwardStats* stats) override;
+
+ private:
+  Status UploadAttention(const AttentionWeights& a, AttentionLayer* out);
+  Status UploadDelta(const GatedDeltaNetWeights& d, DeltaLayer* out);
+  Status UploadMoe(const MoeWeights& m, MoeLayer* out);
+  Status EnsureWork(int64_t rows, int batch);
+
+  // Uploads the current segment's per-row arrays and per-request lists.
+  Status UploadSegment(const std::vector<Req>& reqs);
+  Status AttentionMixer(int layer_index, const AttentionLayer& L, std::vector<Req>& reqs,
+                        const DropLayer* drop, WindowMode window_mode, int segment, int64_t* rows,
+                        TensorView out);
+  Status DeltaMixer(int layer_index, const DeltaLayer& L, const std::vector<Req>& reqs,
+                    int64_t rows, TensorView out);
+
+  std::unique_ptr<Model> host_;
+  DeviceContext& ctx_;
+  ModelConfig cfg_;
+  int64_t weight_bytes_ = 0;
+  mutable std::unique_ptr<CudaKvPool> pool_;
+
+  DeviceBuffer embedding_;  // bf16 [V, hidden]
+  DeviceLinear head_;       // bf16 [V, hidden] (may alias embedding_ when tied: then empty)
+  bool head_is_embedding_ = false;
+  float embedding_scale_ = 1.0f;
+  bool has_linear_ = false;  // any Gated DeltaNet layer (state slots needed)
+  DeviceBuffer output_norm_;
+  std::vector<Layer> layers_;
+
+  // Work buffers (grow-only).
+  int64_t max_qkv_ = 0, max_attn_ = 0, max_ffn2_ = 0, max_conv_ = 0, max_hv_ = 0;
+  DeviceBuffer residual_[2], normed_, out_, qkv_, q_kept_, attn_, ffn_, conv_, gbeta_;
+  DeviceBuffer importance_, kept_rows_, kept_count_, select_scratch_, moe_scratch_, decode_scratch_,
+      logits_, logits_f32_, last_hidden_;
+  int cur_ = 0;  // live residual buffer
+  Staging staging_;
+
+  // The current segment's device arrays (Staging regions).
+  const int32_t* d_pos_ = nullptr;
+  const int32_t* d_index_ = nullptr;
+  const int32_t* d_cu_ = nullptr;     // [B + 1] every request
+  const int32_t* d_slots_ = nullptr;  // [B] linear state slots
+  int max_rows_ = 0;                  // longest request's rows
+  int fresh_ = 0;                     // requests [0, fresh_) are fresh
+  std::vector<std::pair<cudaEvent_t, cudaEvent_t>>* drop_events_ = nullptr;
+};
+
+Status CudaModel::UploadAttention(const AttentionWeights& a, AttentionLayer* L) {
+  L->host = &a;
+  const int64_t D = a.head_dim, Hq = a.n_heads;
+  if (a.gated_output) {
+    // Host rows: per head [query (D) | gate (D)]; device rows: all queries, then all gates.
+    int64_t out = 0, in = 0;
+    UP_ASSIGN_OR_RETURN(std::vector<float> rows, HostRows({&a.q, &a.k, &a.v}, &out, &in));
+    std::vector<int64_t> order;
+    for (int64_t h = 0; h < Hq; ++h) {
+      for (int64_t d = 0; d < D; ++d) order.push_back(h * 2 * D + d);
+    }
+    for (int64_t h = 0; h < Hq; ++h) {
+      for (int64_t d = 0; d < D; ++d) order.push_back(h * 2 * D + D + d);
+    }
+    for (int64_t r = 2 * Hq * D; r < out; ++r) order.push_back(r);
+    UP_ASSIGN_OR_RETURN(L->qkv, UploadRows(rows, out, in, &order));
+  } else {
+    UP_ASSIGN_OR_RETURN(L->qkv, Upload({&a.q, &a.k, &a.v}));
+  }
+  UP_ASSIGN_OR_RETURN(L->o, Upload({&a.o}));
+  if (!a.q_norm.empty()) L->q_norm = UploadF32(a.q_norm);
+  if (!a.k_norm.empty()) L->k_norm = UploadF32(a.k_norm);
+  L->inv_freq = UploadF32(a.rope_inv_freq);
+  weight_bytes_ += (L->qkv.w.size() + L->o.w.size());
+  return OkStatus();
+}
+
+Status CudaModel::UploadDelta(const GatedDeltaNetWeights& d, DeltaLayer* L) {
+  L->host = &d;
+  // Host rows of in_proj_qkvz: per key head [q (dk) | k (dk) | v (r dv) | z (r dv)]; of in_proj_ba:
+  // per key head [b (r) | a (r)]. Device rows: q all | k all | v all | z all | b all | a all.
+  int64_t out = 0, in = 0;
+  UP_ASSIGN_OR_RETURN(std::vector<float> rows,
+                      HostRows({&d.in_proj_qkvz, &d.in_proj_ba}, &out, &in));
+  const int64_t hk = d.n_k_heads, hv = d.n_v_heads, dk = d.d_k, dv = d.d_v, r = hv / hk;
+  const int64_t group = 2 * dk + 2 * r * dv, ba0 = hk * group;
+  std::vector<int64_t> order;
+  for (int part = 0; part < 4; ++part) {  // q, k, v, z
+    const int64_t off = part == 0 ? 0 : part == 1 ? dk : part == 2 ? 2 * dk : 2 * dk + r * dv;
+    const int64_t len = part < 2 ? dk : r * dv;
+    for (int64_t kh = 0; kh < hk; ++kh) {
+      for (int64_t i = 0; i < len; ++i) order.push_back(kh * group + off + i);
+    }
+  }
+  for (int part = 0; part < 2; ++part) {  // b, a
+    for (int64_t h = 0; h < hv; ++h) order.push_back(ba0 + (h / r) * 2 * r + part * r + h % r);
+  }
+  UP_ASSIGN_OR_RETURN(L->in_proj, UploadRows(rows, out, in, &order));
+  UP_ASSIGN_OR_RETURN(L->out_proj, Upload({&d.out_proj}));
+  L->conv_w = UploadF32(d.conv_weight);
+  L->a_log = UploadF32(d.a_log);
+  L->dt_bias = UploadF32(d.dt_bias);
+  L->norm = UploadF32(d.norm);
+  weight_bytes_ += L->in_proj.w.size() + L->out_proj.w.size();
+  return OkStatus();
+}
+
+Status CudaModel::UploadMoe(const MoeWeights& m, MoeLayer* L) {
+  L->top_k = m.top_k;
+  L->norm_topk = m.norm_topk_prob;
+  L->n_experts = m.n_experts;
+  L->inter = m.expert_down.empty() ? 0 : m.expert_down[0].in_features;
+  UP_ASSIGN_OR_RETURN(L->router, Upload({&m.router}));
+  std::vector<const ops::LinearWeight*> gu, dn;
+  for (const ops::LinearWeight& w : m.expert_gate_up) gu.push_back(&w);
+  for (const ops::LinearWeight& w : m.expert_down) dn.push_back(&w);
+  UP_ASSIGN_OR_RETURN(L->experts_gate_up, Upload(gu));
+  UP_ASSIGN_OR_RETURN(L->experts_down, Upload(dn));
+  UP_ASSIGN_OR_RETURN(L->shared_gate_up, Upload({&m.shared_gate_up}));
+  UP_ASSIGN_OR_RETURN(L->shared_down, Upload({&m.shared_down}));
+  UP_ASSIGN_OR_RETURN(L->shared_gate, Upload({&m.shared_expert_gate}));
+  for (const DeviceLinear* w : {&L->router, &L->experts_gate_up, &L->experts_down,
+                                &L->shared_gate_up, &L->shared_down, &L->shared_gate}) {
+    weight_bytes_ += w->w.size();
+  }
+  return OkStatus();
+}
+
+Status CudaModel::Load(const ProgressFn& progress) {
+  UP_ASSIGN_OR_RETURN(ModelExport e, host_->Export());
+  embedding_scale_ = e.embedding_scale;
+  const int64_t H = cfg_.hidden, V = cfg_.vocab_size;
+  {
+    std::vector<float> table(static_cast<size_t>(V) * H);
+    UP_RETURN_IF_ERROR(
+        Dequantize(e.token_embedding.dtype, e.token_embedding.data, table.data(), V * H));
+    UP_ASSIGN_OR_RETURN(DeviceLinear emb, UploadRows(table, V, H));
+    embedding_ = std::move(emb.w);
+    weight_bytes_ += embedding_.size();
+  }
+  head_is_embedding_ = e.head->parts.size() == 1 && e.head->parts[0].data == e.token_embedding.data;
+  if (!head_is_embedding_) {
+    UP_ASSIGN_OR_RETURN(head_, Upload({e.head}));
+    weight_bytes_ += head_.w.size();
+  }
+  output_norm_ = UploadF32(*e.output_norm);
+  layers_.resize(e.layers.size());
+  for (size_t i = 0; i < e.layers.size(); ++i) {
+    const ExportedLayer& x = e.layers[i];
+    Layer& L = layers_[i];
+    L.mixer_norm = UploadF32(*x.mixer_norm);
+    L.ffn_norm = UploadF32(*x.ffn_norm);
+    if (x.post_mixer_norm) L.post_mixer_norm = UploadF32(*x.post_mixer_norm);
+    if (x.post_ffn_norm) L.post_ffn_norm = UploadF32(*x.post_ffn_norm);
+    if (x.attention) {
+      const AttentionWeights& a = *x.attention;
+      L.attention = std::make_unique<AttentionLayer>();
+      UP_RETURN_IF_ERROR(UploadAttention(a, L.attention.get()));
+      max_qkv_ = std::max(max_qkv_, L.attention->qkv.out);
+      max_attn_ = std::max<int64_t>(max_attn_, int64_t{a.n_heads} * a.head_dim);
+    } else {
+      const GatedDeltaNetWeights& d = *x.delta;
+      L.delta = std::make_unique<DeltaLayer>();
+      has_linear_ = true;
+      UP_RETURN_IF_ERROR(UploadDelta(d, L.delta.get()));
+      max_qkv_ = std::max(max_qkv_, L.delta->in_proj.out);
+      max_attn_ = std::max<int64_t>(max_attn_, d.value_dim());
+      max_conv_ = std::max<int64_t>(max_conv_, d.conv_dim());
+      max_hv_ = std::max<int64_t>(max_hv_, d.n_v_heads);
+    }
+    if (x.ffn) {
+      UP_ASSIGN_OR_RETURN(L.gate_up, Upload({&x.ffn->gate_up}));
+      UP_ASSIGN_OR_RETURN(L.down, Upload({&x.ffn->down}));
+      L.activation = x.ffn->activation;
+      max_ffn2_ = std::max(max_ffn2_, L.gate_up.out);
+      weight_bytes_ += L.gate_up.w.size() + L.down.w.size();
+    } else {
+      L.moe = std::make_unique<MoeLayer>();
+      UP_RETURN_IF_ERROR(UploadMoe(*x.moe, L.moe.get()));
+    }
+    if (progress) progress(static_cast<int64_t>(i + 1), static_cast<int64_t>(e.layers.size()));
+  }
+  pool_ = std::make_unique<CudaKvPool>(ctx_, CacheLayoutFor({}), kBlockTokens);
+  ctx_.cuda().Synchronize();
+  return OkStatus();
+}
+
+Status CudaModel::EnsureWork(int64_t T, int batch) {
+  const int64_t H = cfg_.hidden;
+  for (DeviceBuffer* b : {&residual_[0], &residual_[1], &normed_, &out_}) {
+    UP_RETURN_IF_ERROR(Ensure(*b, T * H * 2));
+  }
+  // residual_ buffers must keep their contents across Ensure calls within a forward: EnsureWork
+  // runs once per forward, before the embedding.
+  UP_RETURN_IF_ERROR(Ensure(qkv_, T * max_qkv_ * 2));
+  UP_RETURN_IF_ERROR(Ensure(q_kept_, T * max_qkv_ * 2));
+  UP_RETURN_IF_ERROR(Ensure(attn_, T * max_attn_ * 2));
+  UP_RETURN_IF_ERROR(Ensure(ffn_, T * max_ffn2_ * 2));
+  UP_RETURN_IF_ERROR(Ensure(conv_, T * max_conv_ * 2));
+  UP_RETURN_IF_ERROR(Ensure(gbeta_, T * max_hv_ * 2 * 4));
+  UP_RETURN_IF_ERROR(Ensure(importance_, T * 4));
+  UP_RETURN_IF_ERROR(Ensure(kept_rows_, T * 4));
+  UP_RETURN_IF_ERROR(Ensure(kept_count_, batch * 4));
+  UP_RETURN_IF_ERROR(Ensure(last_hidden_, batch * H * 2));
+  UP_RETURN_IF_ERROR(Ensure(logits_, static_cast<size_t>(batch) * cfg_.vocab_size * 2));
+  UP_RETURN_IF_ERROR(Ensure(logits_f32_, static_cast<size_t>(batch) * cfg_.vocab_size * 4));
+  for (const Layer& L : layers_) {
+    if (L.moe) {
+      const oc::MoeDeviceWeights w = L.moe->View();
+      UP_RETURN_IF_ERROR(Ensure(moe_scratch_, oc::MoeScratchBytes(T, w)));
+    }
+  }
+  return OkStatus();
+}
+
+Status CudaModel::UploadSegment(const std::vector<Req>& reqs) {
+  cudaStream_t stream = ctx_.cuda().stream();
+  std::vector<int32_t> pos, index, cu{0}, slots;
+  max_rows_ = 0;
+  for (const Req& r : reqs) {
+    pos.insert(pos.end(), r.pos.begin(), r.pos.end());
+    index.insert(index.end(), r.index.begin(), r.index.end());
+    cu.push_back(cu.back() + r.rows());
+    max_rows_ = std::max(max_rows_, r.rows());
+    if (has_linear_) {
+      UP_ASSIGN_OR_RETURN(int slot, r.cache->StateSlot());
+      slots.push_back(slot);
+    }
+  }
+  UP_ASSIGN_OR_RETURN(d_pos_, staging_.Put(pos, stream));
+  UP_ASSIGN_OR_RETURN(d_index_, staging_.Put(index, stream));
+  UP_ASSIGN_OR_RETURN(d_cu_, staging_.Put(cu, stream));
+  UP_ASSIGN_OR_RETURN(d_slots_, staging_.Put(slots, stream));
+  return OkStatus();
+}
+
+Status CudaModel::DeltaMixer(int layer_index, const DeltaLayer& L, const std::vector<Req>& reqs,
+                             int64_t T, TensorView out) {
+  const GatedDeltaNetWeights& d = *L.host;
+  const int64_t hk = d.n_k_heads, hv = d.n_v_heads, dk = d.d_k, dv = d.d_v;
+  const int64_t key_dim = d.key_dim(), value_dim = d.value_dim(), conv_dim = d.conv_dim();
+  const int64_t width = L.in_proj.out;  // conv_dim + value_dim + 2 hv
+  oc::Gemm(ctx_, qkv_.View(DType::kBF16, {T, width}), normed_.View(DType::kBF16, {T, cfg_.hidden}),
+           L.in_proj.view());
+  float* g = gbeta_.as<float>();
+  float* beta = g + T * hv;
+  cuda_model::DeltaNetGates(ctx_, g, beta,
+                            Rows(Bf16(qkv_, conv_dim + value_dim), DType::kBF16, T, hv, width),
+                            Rows(Bf16(qkv_, conv_dim + value_dim + hv), DType::kBF16, T, hv, width),
+                            L.a_log.as<float>(), L.dt_bias.as<float>());
+  const int ordinal = pool_->linear_ordinal(layer_index);
+  oc::LinearAttentionBatch seqs;
+  seqs.cu_seqlens = d_cu_;
+  seqs.state_slots = d_slots_;
+  seqs.batch = static_cast<int>(reqs.size());
+  seqs.max_seqlen = max_rows_;
+  TensorView conv = conv_.View(DType::kBF16, {T, conv_dim});
+  oc::CausalConv1dSilu(ctx_, conv, Rows(Bf16(qkv_), DType::kBF16, T, conv_dim, width),
+                       L.conv_w.View(DType::kF32, {conv_dim, d.conv_kernel}),
+                       pool_->conv_state(ordinal), seqs);
+  TensorView q = Heads(Bf16(conv_), T, hk, dk, conv_dim);
+  TensorView k = Heads(Bf16(conv_, key_dim), T, hk, dk, conv_dim);
+  TensorView v = Heads(Bf16(conv_, 2 * key_dim), T, hv, dv, conv_dim);
+  oc::L2NormalizeHeads(ctx_, q, kL2NormEps, 1.0f / std::sqrt(static_cast<float>(dk)));
+  oc::L2NormalizeHeads(ctx_, k, kL2NormEps);
+  TensorView core = Heads(Bf16(attn_), T, hv, dv, value_dim);
+  oc::GatedDeltaRule(ctx_, core, q, k, v,
+                     TensorView::Contiguous(g, DType::kF32, {T, hv}, Device::kCuda),
+                     TensorView::Contiguous(beta, DType::kF32, {T, hv}, Device::kCuda),
+                     pool_->recurrent_state(ordinal), seqs);
+  // Gated RMSNorm per value head: norm(core) * w * silu(z), written over z's columns.
+  oc::RmsNorm(ctx_, core, core, L.norm.as<float>(), d.eps);
+  TensorView z = Rows(Bf16(qkv_, conv_dim), DType::kBF16, T, value_dim, width);
+  oc::GatedActivation(ctx_, z, z, Rows(Bf16(attn_), DType::kBF16, T, value_dim, value_dim),
+                      ops::Activation::kSilu);
+  oc::Gemm(ctx_, out, z, L.out_proj.view());
+  return OkStatus();
+}
+
+Status CudaModel::AttentionMixer(int li, const AttentionLayer& L, std::vector<Req>& reqs,
+                                 const DropLayer* drop, WindowMode window_mode, int segment,
+                                 int64_t* rows, TensorView out) {
+  const AttentionWeights& a = *L.host;
+  cudaStream_t stream = ctx_.cuda().stream();
+  const int64_t T = *rows, H = cfg_.hidden;
+  const int64_t Hq = a.n_heads, Hkv = a.n_kv_heads, D = a.head_dim;
+  const int64_t qd = Hq * D, kvd = Hkv * D, width = L.qkv.out;
+  const int64_t q_cols = a.gated_output ? 2 * qd : qd;  // q | gate
+  const int B = static_cast<int>(reqs.size());
+  oc::Gemm(ctx_, qkv_.View(DType::kBF16, {T, width}), normed_.View(DType::kBF16, {T, H}),
+           L.qkv.view());
+  TensorView q = Heads(Bf16(qkv_), T, Hq, D, width);
+  TensorView k = Heads(Bf16(qkv_, q_cols), T, Hkv, D, width);
+  TensorView v = Heads(Bf16(qkv_, q_cols + kvd), T, Hkv, D, width);
+  if (L.q_norm.size()) oc::RmsNorm(ctx_, q, q, L.q_norm.as<float>(), a.norm_eps);
+  if (L.k_norm.size()) oc::RmsNorm(ctx_, k, k, L.k_norm.as<float>(), a.norm_eps);
+  oc::Rope(ctx_, q, d_pos_, L.inv_freq.as<float>(), a.rot_dims, a.rope_style);
+  oc::Rope(ctx_, k, d_pos_, L.inv_freq.as<float>(), a.rot_dims, a.rope_style);
+
+  // The step's keys and values into each request's cache blocks.
+  // A fresh request's sliding-window prefill reads the step's own keys (flash attention), so only
+  // the entries later queries can see are stored (windows over alive indices).
+  const bool fast_d = D == 64 || D == 128 || D == 256;
+  const bool by_position = window_mode == WindowMode::kPosition && a.window > 0;
+  std::vector<int32_t> slots;
+  slots.reserve(T);
+  for (Req& r : reqs) {
+    int first_stored = 0;
+    if (r.fresh && fast_d && a.window > 0 && !by_position) {
+      first_stored = r.cache->count(li) + r.rows() - a.window + 1;
+    }
+    UP_RETURN_IF_ERROR(r.cache->AppendSlots(li, r.rows(), first_stored, &slots));
+  }
+  UP_ASSIGN_OR_RETURN(const int32_t* d_slots, staging_.Put(slots, stream));
+  oc::PagedKvAppend(ctx_, pool_->kv(), pool_->coords(true),
+                    Rows(k.data, DType::kBF16, T, kvd, width),
+                    Rows(v.data, DType::kBF16, T, kvd, width), d_slots, nullptr);
+  cuda_model::WriteSlotMeta(ctx_, pool_->meta(), pool_->block_tokens(), d_slots, d_pos_, d_index_,
+                            T);
+
+  const int32_t* q_coord = by_position ? d_pos_ : d_index_;
+  const int32_t* k_coord = q_coord;  // this step's keys, pre-compaction
+  std::vector<int> q_begin(B), q_len(B), k_begin(B), k_len(B);
+  for (int r = 0; r < B; ++r) {
+    q_begin[r] = k_begin[r] = reqs[r].begin;
+    q_len[r] = k_len[r] = reqs[r].rows();
+  }
+  TensorView q_rows = q;  // the query rows that get an output
+  int64_t t_out = T;
+  bool compacted = false;  // q_rows are gathered kept rows (q_kept_)
+
+  if (drop != nullptr) {
+    std::pair<cudaEvent_t, cudaEvent_t> ev_score{}, ev_select{}, ev_compact{};
+    auto mark = [&](std::pair<cudaEvent_t, cudaEvent_t>& p, bool first) -> Status {
+      if (!drop_events_) return OkStatus();
+      cudaEvent_t& e = first ? p.first : p.second;
+      UP_CUDA_CHECK(cudaEventCreate(&e));
+      UP_CUDA_CHECK(cudaEventRecord(e, stream));
+      return OkStatus();
+    };
+    // Which prefill requests select (the others pass through to the next segment whole).
+    std::vector<char> eligible(B, 0);
+    std::vector<const sparsity::SelectionParams*> params(B);
+    bool any = false;
+    for (int r = 0; r < B; ++r) {
+      const SequenceStep& step = drop->steps[reqs[r].step];
+      const UniPrefillConfig* config = step.selection ? step.selection : drop->config;
+      params[r] = &config->selection;
+      const int n = reqs[r].rows();
+      if (n <= params[r]->sink + params[r]->last_n || !step.allow_drop) continue;
+      if (!reqs[r].fresh) {
+        return Unimplemented(
+            "UniPrefill on the GPU selects from a whole prompt: a request whose cache already "
+            "holds tokens cannot drop (send the prompt in one step, or disable UniPrefill for it)");
+      }
+      eligible[r] = 1;
+      any = true;
+    }
+    if (any) UP_RETURN_IF_ERROR(mark(ev_score, true));
+    if (any) UP_CUDA_CHECK(cudaMemsetAsync(importance_.data(), 0, T * 4, stream));
+    for (int r = 0; r < B && any; ++r) {
+      if (!eligible[r]) continue;
+      const int n = reqs[r].rows();
+      const int64_t n_obs = std::min<int64_t>(params[r]->last_n, n);
+      const int64_t b = reqs[r].begin;
+      oc::AttentionImportance(ctx_, importance_.as<float>() + b,
+                              Heads(Bf16(qkv_, (b + n - n_obs) * width), n_obs, Hq, D, width),
+                              Heads(Bf16(qkv_, b * width + q_cols), n, Hkv, D, width),
+                              d_index_ + b + n - n_obs, d_index_ + b, a.scale);
+    }
+    std::pair<int32_t*, int32_t*> counts{}, kept{};
+    if (any) {
+      UP_RETURN_IF_ERROR(mark(ev_score, false));
+      UP_RETURN_IF_ERROR(mark(ev_select, true));
+      size_t scratch_bytes = 0;
+      for (int r = 0; r < B; ++r) {
+        if (eligible[r]) {
+          scratch_bytes =
+              std::max(scratch_bytes, oc::SelectTokensScratchBytes(reqs[r].rows(), *params[r]));
+        }
+      }
+      UP_RETURN_IF_ERROR(Ensure(select_scratch_, scratch_bytes));
+      for (int r = 0; r < B; ++r) {
+        if (!eligible[r]) continue;
+        oc::SelectTokens(ctx_, kept_rows_.as<int32_t>() + reqs[r].begin,
+                         kept_count_.as<int32_t>() + r, importance_.as<float>() + reqs[r].begin,
+                         reqs[r].rows(), *params[r], select_scratch_.data(),
+                         select_scratch_.size());
+      }
+      // The one host sync of a drop layer: the kept rows decide every later shape.
+      UP_ASSIGN_OR_RETURN(counts, staging_.Scratch(B));
+      UP_ASSIGN_OR_RETURN(kept, staging_.Scratch(T));
+      UP_CUDA_CHECK(cudaMemcpyAsync(counts.second, kept_count_.data(), B * 4,
+                                    cudaMemcpyDeviceToHost, stream));
+      UP_CUDA_CHECK(
+          cudaMemcpyAsync(kept.second, kept_rows_.data(), T * 4, cudaMemcpyDeviceToHost, stream));
+      UP_CUDA_CHECK(cudaStreamSynchronize(stream));
+      UP_RETURN_IF_ERROR(mark(ev_select, false));
+      UP_RETURN_IF_ERROR(mark(ev_compact, true));
+    }
+
+    // The next segment on the host: kept rows, their positions, their new alive indices.
+    std::vector<int32_t> gather;
+    int begin = 0;
+    for (int r = 0; r < B; ++r) {
+      Req& q_req = reqs[r];
+      const int n = q_req.rows();
+      q_req.added[segment] += n;
+      std::vector<int32_t> keep;
+      if (eligible[r]) {
+        const int c = counts.second[r];
+        keep.assign(kept.second + q_req.begin, kept.second + q_req.begin + c);
+        const SequenceStep& step = drop->steps[q_req.step];
+        if (step.kept) step.kept->push_back({drop->layer, c, n});
+      } else {
+        keep.resize(n);
+        std::iota(keep.begin(), keep.end(), 0);
+      }
+      std::vector<int32_t> pos, index;
+      const int base = q_req.cache->segment_length(segment + 1);
+      for (size_t i = 0; i < keep.size(); ++i) {
+        gather.push_back(q_req.begin + keep[i]);
+        pos.push_back(q_req.pos[keep[i]]);
+        index.push_back(base + static_cast<int>(i));
+      }
+      q_len[r] = static_cast<int>(keep.size());
+      q_begin[r] = begin;
+      q_req.begin = begin;
+      q_req.pos = std::move(pos);
+      q_req.index = std::move(index);
+      begin += q_len[r];
+    }
+    t_out = begin;
+    if (!any) {  // nothing dropped: same rows, renumbered for the next segment
+      UP_RETURN_IF_ERROR(UploadSegment(reqs));
+      *rows = t_out;
+    } else {
+      UP_ASSIGN_OR_RETURN(const int32_t* d_gather, staging_.Put(gather, stream));
+      // Compaction: the residual, the kept query (and gate) rows, their old mask coordinates.
+      const int nxt = 1 - cur_;
+      oc::GatherRows(ctx_, residual_[nxt].View(DType::kBF16, {t_out, H}),
+                     residual_[cur_].View(DType::kBF16, {T, H}), d_gather);
+      cur_ = nxt;
+      oc::GatherRows(ctx_, q_kept_.View(DType::kBF16, {t_out, q_cols}),
+                     Rows(Bf16(qkv_), DType::kBF16, T, q_cols, width), d_gather);
+      UP_ASSIGN_OR_RETURN(auto coord_kept, staging_.Scratch(t_out));
+      oc::GatherRows(ctx_, Rows(coord_kept.first, DType::kI32, t_out, 1, 1),
+                     Rows(const_cast<int32_t*>(q_coord), DType::kI32, T, 1, 1), d_gather);
+      q_coord = coord_kept.first;
+      q_rows = Heads(Bf16(q_kept_), t_out, Hq, D, q_cols);
+      UP_RETURN_IF_ERROR(UploadSegment(reqs));  // the next segment's positions and indices
+      UP_RETURN_IF_ERROR(mark(ev_compact, false));
+      if (drop_events_) {
+        drop_events_->push_back(ev_score);
+        drop_events_->push_back(ev_select);
+        drop_events_->push_back(ev_compact);
+      }
+      *rows = t_out;
+      compacted = true;
+    }
+  }
+
+  // Attention of the kept query rows. attn bf16 [t_out, Hq, D].
+  TensorView attn = attn_.View(DType::kBF16, {t_out, Hq, D});
+  ops::AttentionParams ap;
+  ap.scale = a.scale;
+  ap.window = a.window;
+  const int fresh = fast_d ? fresh_ : 0;  // requests served by flash attention
+  if (fresh > 0) {
+    std::vector<int32_t> cu_q{0}, cu_k{0};
+    int max_q = 0, max_k = 0;
+    for (int r = 0; r < fresh; ++r) {
+      cu_q.push_back(cu_q.back() + q_len[r]);
+      cu_k.push_back(cu_k.back() + k_len[r]);
+      max_q = std::max(max_q, q_len[r]);
+      max_k = std::max(max_k, k_len[r]);
+    }
+    UP_ASSIGN_OR_RETURN(const int32_t* d_cu_q, staging_.Put(cu_q, stream));
+    UP_ASSIGN_OR_RETURN(const int32_t* d_cu_k, staging_.Put(cu_k, stream));
+    oc::VarlenBatch vb;
+    vb.cu_seqlens_q = d_cu_q;
+    vb.cu_seqlens_k = d_cu_k;
+    vb.batch = fresh;
+    vb.max_seqlen_q = max_q;
+    vb.max_seqlen_k = max_k;
+    oc::FlashAttention(ctx_, attn, q_rows, k, v, q_coord, k_coord, vb, ap);
+  }
+  if (fresh < B) {
+    // The other requests over their cache blocks.
+    const int n = B - fresh;
+    int max_blocks = 1, max_len = 0, max_q = 0;
+    bool single = true;
+    for (int r = fresh; r < B; ++r) {
+      max_blocks = std::max<int>(max_blocks, reqs[r].cache->blocks(li).size());
+      max_len = std::max(max_len, reqs[r].cache->count(li));
+      max_q = std::max(max_q, q_len[r]);
+      single = single && q_len[r] == 1;
+    }
+    std::vector<int32_t> tables(static_cast<size_t>(n) * max_blocks, -1), lens(n), starts(n),
+        qlens(n);
+    for (int r = fresh; r < B; ++r) {
+      const std::vector<int32_t>& bl = reqs[r].cache->blocks(li);
+      std::copy(bl.begin(), bl.end(), tables.begin() + static_cast<size_t>(r - fresh) * max_blocks);
+      lens[r - fresh] = reqs[r].cache->count(li);
+      starts[r - fresh] = q_begin[r];
+      qlens[r - fresh] = q_len[r];
+    }
+    UP_ASSIGN_OR_RETURN(const int32_t* d_tables, staging_.Put(tables, stream));
+    UP_ASSIGN_OR_RETURN(const int32_t* d_lens, staging_.Put(lens, stream));
+    const TensorView coords = pool_->coords(by_position);
+    if (single && fast_d) {
+      // One query row per request, rows contiguous from q_begin[fresh].
+      const int64_t first = q_begin[fresh];
+      oc::PagedDecodeBatch pb;
+      pb.block_tables = d_tables;
+      pb.max_blocks_per_seq = max_blocks;
+      pb.seq_lens = d_lens;
+      pb.q_pos = q_coord + first;
+      pb.max_seq_len = max_len;
+      const size_t bytes =
+          oc::PagedDecodeAttentionScratchBytes(ctx_, n, Hq, Hkv, D, std::max(max_len, 1));
+      UP_RETURN_IF_ERROR(Ensure(decode_scratch_, bytes));
+      TensorView q_dec = q_rows;
+      q_dec.data = static_cast<uint16_t*>(q_rows.data) + first * q_rows.stride[0];
+      q_dec.shape[0] = n;
+      oc::PagedDecodeAttention(ctx_, attn.Slice0(first, n), q_dec, pool_->kv(), coords, pb, ap,
+                               decode_scratch_.data(), decode_scratch_.size());
+    } else {
+      UP_ASSIGN_OR_RETURN(const int32_t* d_starts, staging_.Put(starts, stream));
+      UP_ASSIGN_OR_RETURN(const int32_t* d_qlens, staging_.Put(qlens, stream));
+      oc::CacheAttentionBatch cb;
+      cb.q_start = d_starts;
+      cb.q_len = d_qlens;
+      cb.q_coord = q_coord;
+      cb.block_tables = d_tables;
+      cb.max_blocks_per_seq = max_blocks;
+      cb.seq_lens = d_lens;
+      cb.batch = n;
+      cb.max_q_len = max_q;
+      cb.max_seq_len = max_len;
+      oc::CacheAttention(ctx_, attn, q_rows, pool_->kv(), coords, cb, ap);
+    }
+  }
+  if (a.gated_output) {
+    const TensorView gate = compacted ? Heads(Bf16(q_kept_, qd), t_out, Hq, D, q_cols)
+                                      : Heads(Bf16(qkv_, qd), t_out, Hq, D, width);
+    cuda_model::SigmoidGateMul(ctx_, attn, gate);
+  }
+  TensorView o_out = out;
+  o_out.shape[0] = t_out;
+  oc::Gemm(ctx_, o_out, attn_.View(DType::kBF16, {t_out, qd}), L.o.view());
+  return OkStatus();
+}
+
+Status CudaModel::ForwardBatch(DeviceContext& ctx, std::span<const SequenceStep> steps,
+                               const UniPrefillConfig& uniprefill, const ProgressFn& progress,
+                               ForwardStats* stats) {
+  if (&ctx != &ctx_ && ctx.device() != Device::kCuda) {
+    return InvalidArgument("the CUDA model runs on its own CUDA context, not a CPU one");
+  }
+  const ModelConfig& c = cfg_;
+  const std::vector<int> drops = uniprefill.active_drop_layers();
+  UP_RETURN_IF_ERROR(ValidateUniPrefillConfig(uniprefill, c));
+  const int n_segments =
+      CacheLayout::WithDropLayers(std::vector<CacheLayerSpec>(c.n_layers), drops).n_segments;
+  // Validation and positions / indices exactly as the host forward lays them out.
+  UP_ASSIGN_OR_RETURN(PackedBatch batch, PackedBatch::Build(steps, c.vocab_size, 0, n_segments));
+  const int B = batch.n_seqs();
+  if (B == 0) return OkStatus();
+
+  // Requests: fresh (empty cache) first, then the others.
+  std::vector<Req> reqs;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (int r = 0; r < B; ++r) {
+      auto* cache = dynamic_cast<CudaSequenceCache*>(steps[r].cache);
+      if (cache == nullptr) {
+        return InvalidArgument("request " + std::to_string(r) +
+                               ": its cache was not made by this CUDA model's NewCache");
+      }
+      if (cache->empty() != (pass == 0)) continue;
+      Req q;
+      q.step = r;
+      q.cache = cache;
+      q.fresh = cache->empty();
+      const PackedBatch::Seq& s = batch.seq(r);
+      q.pos.assign(batch.positions() + s.begin, batch.positions() + s.end);
+      q.index.assign(batch.indices() + s.begin, batch.indices() + s.end);
+      q.added.assign(n_segments, 0);
+      reqs.push_back(std::move(q));
+    }
+  }
+  fresh_ = 0;
+  int max_tokens = 0;
+  std::vector<int32_t> ids;
+  int begin = 0;
+  for (Req& q : reqs) {
+    if (q.fresh) ++fresh_;
+    q.begin = begin;
+    begin += q.rows();
+    max_tokens = std::max(max_tokens, q.cache->max_tokens());
+    const PackedBatch::Seq& s = batch.seq(q.step);
+    ids.insert(ids.end(), batch.token_ids().begin() + s.begin, batch.token_ids().begin() + s.end);
+  }
+  int64_t T = begin;
+
+  // Staging for every small array of this forward: an upper bound of what the layers Put (each
+  // Put pads to 4 ints). Per attention layer: slots, block tables, 5 per-request lists; per drop:
+  // gather list, kept counts and rows, kept coordinates, the next segment's arrays.
+  const size_t bt = static_cast<size_t>(pool_->block_tokens());
+  const size_t per_layer = T + B * (max_tokens / bt + 2) + 7 * B + 64;
+  const size_t per_drop = 6 * T + 6 * B + 64;
+  UP_RETURN_IF_ERROR(
+      staging_.Reserve(c.n_layers * per_layer + drops.size() * per_drop + 4 * T + 6 * B + 64));
+  UP_RETURN_IF_ERROR(EnsureWork(T, B));
+  cudaStream_t stream = ctx_.cuda().stream();
+  std::vector<std::pair<cudaEvent_t, cudaEvent_t>> events;
+  drop_events_ = stats ? &events : nullptr;
+
+  cur_ = 0;
+  UP_ASSIGN_OR_RETURN(const int32_t* d_ids, staging_.Put(ids, stream));
+  UP_RETURN_IF_ERROR(UploadSegment(reqs));
+  const int64_t H = c.hidden;
+  oc::Embedding(ctx_, residual_[cur_].View(DType::kBF16, {T, H}),
+                embedding_.View(DType::kBF16, {c.vocab_size, H}), d_ids, embedding_scale_);
+  size_t next_drop = 0;
+  int segment = 0;
+  for (int i = 0; i < c.n_layers; ++i) {
+    const Layer& L = layers_[i];
+    TensorView res = residual_[cur_].View(DType::kBF16, {T, H});
+    TensorView normed = normed_.View(DType::kBF16, {T, H});
+    TensorView out = out_.View(DType::kBF16, {T, H});
+    // normed = mixer_norm(x + the previous layer's output).
+    if (i == 0) {
+      oc::RmsNorm(ctx_, normed, res, L.mixer_norm.as<float>(), c.rms_eps);
+    } else {
+      oc::AddRmsNorm(ctx_, normed, res, out, L.mixer_norm.as<float>(), c.rms_eps);
+    }
+    DropLayer drop;
+    const bool is_drop = next_drop < drops.size() && drops[next_drop] == i;
+    if (is_drop) {
+      drop.layer = i;
+      drop.config = &uniprefill;
+      drop.steps = steps;
+      drop.stats = stats;
+      ++next_drop;
+    }
+    if (L.attention) {
+      UP_RETURN_IF_ERROR(AttentionMixer(i, *L.attention, reqs, is_drop ? &drop : nullptr,
+                                        uniprefill.window_mode, segment, &T, out));
+    } else {
+      UP_RETURN_IF_ERROR(DeltaMixer(i, *L.delta, reqs, T, out));
+    }
+    if (is_drop) ++segment;
+    res = residual_[cur_].View(DType::kBF16, {T, H});
+    normed = normed_.View(DType::kBF16, {T, H});
+    out = out_.View(DType::kBF16, {T, H});
+    if (L.post_mixer_norm.size())
+      oc::RmsNorm(ctx_, out, out, L.post_mixer_norm.as<float>(), c.rms_eps);
+    oc::AddRmsNorm(ctx_, normed, res, out, L.ffn_norm.as<float>(), c.rms_eps);
+    if (L.moe) {
+      oc::MoeForward(ctx_, out, normed, L.moe->View(), moe_scratch_.data(), moe_scratch_.size());
+    } else {
+      const int64_t f = L.gate_up.out / 2;
+      oc::Gemm(ctx_, ffn_.View(DType::kBF16, {T, 2 * f}), normed, L.gate_up.view());
+      TensorView gate = Rows(Bf16(ffn_), DType::kBF16, T, f, 2 * f);
+      oc::GatedActivation(ctx_, gate, gate, Rows(Bf16(ffn_, f), DType::kBF16, T, f, 2 * f),
+                          L.activation);
+      oc::Gemm(ctx_, out, gate, L.down.view());
+    }
+    if (L.post_ffn_norm.size()) oc::RmsNorm(ctx_, out, out, L.post_ffn_norm.as<float>(), c.rms_eps);
+    if (progress) progress(i + 1, c.n_layers);
+  }
+  for (Req& q : reqs) q.added[segment] += q.rows();
+
+  // Final norm, each request's last row, logits.
+  TensorView normed = normed_.View(DType::kBF16, {T, H});
+  oc::AddRmsNorm(ctx_, normed, residual_[cur_].View(DType::kBF16, {T, H}),
+                 out_.View(DType::kBF16, {T, H}), output_norm_.as<float>(), c.rms_eps);
+  std::vector<int32_t> last;
+  for (const Req& q : reqs) last.push_back(q.begin + q.rows() - 1);
+  UP_ASSIGN_OR_RETURN(const int32_t* d_last, staging_.Put(last, stream));
+  TensorView last_h = last_hidden_.View(DType::kBF16, {B, H});
+  oc::GatherRows(ctx_, last_h, normed, d_last);
+  const TensorView head =
+      head_is_embedding_ ? embedding_.View(DType::kBF16, {c.vocab_size, H}) : head_.view();
+  oc::Gemm(ctx_, logits_.View(DType::kBF16, {B, c.vocab_size}), last_h, head);
+  oc::Bf16ToF32(ctx_, logits_f32_.as<float>(), logits_.data(),
+                static_cast<int64_t>(B) * c.vocab_size);
+  std::vector<float> logits(static_cast<size_t>(B) * c.vocab_size);
+  UP_CUDA_CHECK(cudaMemcpyAsync(logits.data(), logits_f32_.data(), logits.size() * 4,
+                                cudaMemcpyDeviceToHost, stream));
+  UP_CUDA_CHECK(cudaStreamSynchronize(stream));
+  for (int i = 0; i < B; ++i) {
+    float* dst = steps[reqs[i].step].logits;
+    if (dst)
+      std::memcpy(dst, logits.data() + static_cast<size_t>(i) * c.vocab_size, 4 * c.vocab_size);
+  }
+  // Commit every cache; sliding pages behind the window go back (windows over alive indices).
+  for (Req& q : reqs) {
+    q.cache->Commit(static_cast<int>(steps[q.step].tokens.size()), q.added);
+    if (uniprefill.window_mode == WindowMode::kAliveIndex) {
+      for (int i = 0; i < c.n_layers; ++i) {
+        const Layer& L = layers_[i];
+        if (L.attention && L.attention->host->window > 0) {
+          q.cache->ReleaseBehindWindow(i, L.attention->host->window);
+        }
+      }
+    }
+  }
+  if (stats) {
+    for (size_t e = 0; e < events.size(); ++e) {
+      float ms = 0;
+      UP_CUDA_CHECK(cudaEventElapsedTime(&ms, events[e].first, events[e].second));
+      UP_CUDA_CHECK(cudaEventDestroy(events[e].first));
+      UP_CUDA_CHECK(cudaEventDestroy(events[e].second));
+      double* slot = e % 3 == 0   ? &stats->scoring_s
+                     : e % 3 == 1 ? &stats->selection_s
+                                  : &stats->compaction_s;
+      *slot += ms / 1000.0;
+    }
+  }
+  drop_events_ = nullptr;
+  return OkStatus();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Model>> MakeCudaModel(std::unique_ptr<Model> host, DeviceContext& ctx,
+                                             const ProgressFn& progress) {
+  if (ctx.device() != Device::kCuda) {
+    return InvalidArgument("MakeCudaModel needs a CUDA context");
+  }
+  auto model = std::make_unique<CudaModel>(std::move(host), ctx);
+  UP_RETURN_IF_ERROR(model->Load(progress));
+  return std::unique_ptr<Model>(std::move(model));
+}
+
+}  // namespace uniprefill

@@ -1,0 +1,34 @@
+// The CUDA model: any host model that can Export() (Gemma 3, Llama, Qwen3-Next), uploaded to the
+// GPU as bf16 and run there with the same batch, cache and UniPrefill semantics as the host
+// forward (DESIGN.md sections 1-2):
+//   - packed batches of prefills and decodes; requests whose cache is empty (prefills) first, then
+//     the others; logits of each request's last token, f32;
+//   - per layer: fused add + RMSNorm, one fused projection GEMM (q | gate | k | v, or the DeltaNet
+//     in_proj with its rows regrouped at load), q/k-norm, RoPE, the step's keys/values scattered
+//     into the request's cache blocks, then varlen flash attention (prefill rows against the
+//     step's own keys), paged decode attention (one-token steps over the cache) or the general
+//     cache attention (other head dims, several new tokens over a non-empty cache); Gated DeltaNet
+//     layers through the chunked / recurrent delta rule with per-request state slots; gated MLP or
+//     MoE;
+//   - at drop layers: device scoring and selection per prefill request, then one host sync to learn
+//     the kept rows (the host keeps positions and alive indices exact), then compaction.
+// Caches come from NewCache (CudaSequenceCache on the model's device pool); UniPrefill drops need
+// the whole prompt in one step (as every engine path does).
+//
+// The header is CUDA-free: builds without the CUDA backend get an Unimplemented error.
+#pragma once
+
+#include <memory>
+
+#include "core/device_context.h"
+#include "core/status.h"
+#include "model/model.h"
+
+namespace uniprefill {
+
+// Uploads `host` (kept alive inside: it owns the mapped file) to the GPU of `ctx` (a CUDA context,
+// which must outlive the model). progress: layers uploaded of all layers.
+Result<std::unique_ptr<Model>> MakeCudaModel(std::unique_ptr<Model> host, DeviceContext& ctx,
+                                             const ProgressFn& progress = nullptr);
+
+}  // namespace uniprefill

@@ -1,0 +1,81 @@
+#include <cuda_bf16.h>
+
+#include <cassert>
+
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/cuda_context.h"
+#include "model/cuda/cuda_model_kernels.h"
+
+namespace uniprefill::cuda_model {
+namespace {
+
+using bf16 = __nv_bfloat16;
+constexpr int kThreads = 256;
+
+unsigned Blocks(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
+
+__global__ void WriteSlotMetaKernel(int32_t* meta, int bt, const int32_t* slots, const int32_t* pos,
+                                    const int32_t* index, int64_t R) {
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (r >= R) return;
+  const int32_t s = slots[r];
+  if (s < 0) return;  // an entry not stored
+  const int64_t block = s / bt, row = s % bt;
+  meta[block * 2 * bt + row] = pos[r];
+  meta[block * 2 * bt + bt + row] = index[r];
+}
+
+__global__ void SigmoidGateMulKernel(bf16* x, const bf16* gate, int64_t T, int64_t H, int64_t D,
+                                     int64_t gate_row, int64_t gate_head) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= T * H * D) return;
+  const int64_t t = i / (H * D), h = (i / D) % H, d = i % D;
+  const float g = __bfloat162float(gate[t * gate_row + h * gate_head + d]);
+  x[i] = __float2bfloat16_rn(__bfloat162float(x[i]) / (1.0f + __expf(-g)));
+}
+
+__global__ void DeltaNetGatesKernel(float* g, float* beta, const bf16* b, int64_t b_row,
+                                    const bf16* a, int64_t a_row, const float* a_log,
+                                    const float* dt_bias, int64_t T, int Hv) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= T * Hv) return;
+  const int64_t t = i / Hv;
+  const int h = static_cast<int>(i % Hv);
+  const float bv = __bfloat162float(b[t * b_row + h]);
+  const float x = __bfloat162float(a[t * a_row + h]) + dt_bias[h];
+  const float softplus = x > 20.0f ? x : log1pf(expf(x));  // torch softplus, threshold 20
+  beta[i] = 1.0f / (1.0f + expf(-bv));
+  g[i] = -expf(a_log[h]) * softplus;
+}
+
+}  // namespace
+
+void WriteSlotMeta(DeviceContext& ctx, int32_t* meta, int block_tokens, const int32_t* slots,
+                   const int32_t* pos, const int32_t* index, int64_t R) {
+  if (R == 0) return;
+  WriteSlotMetaKernel<<<Blocks(R), kThreads, 0, ctx.cuda().stream()>>>(meta, block_tokens, slots,
+                                                                       pos, index, R);
+  UP_CUDA_CHECK_LAUNCH();
+}
+
+void SigmoidGateMul(DeviceContext& ctx, TensorView x, TensorView gate) {
+  assert(x.ndim == 3 && gate.ndim == 3 && x.is_contiguous() && gate.stride[2] == 1);
+  const int64_t T = x.dim(0), H = x.dim(1), D = x.dim(2);
+  if (T == 0) return;
+  SigmoidGateMulKernel<<<Blocks(T * H * D), kThreads, 0, ctx.cuda().stream()>>>(
+      x.as<bf16>(), gate.as<const bf16>(), T, H, D, gate.stride[0], gate.stride[1]);
+  UP_CUDA_CHECK_LAUNCH();
+}
+
+void DeltaNetGates(DeviceContext& ctx, float* g, float* beta, TensorView b, TensorView a,
+                   const float* a_log, const float* dt_bias) {
+  const int64_t T = b.dim(0);
+  const int Hv = static_cast<int>(b.dim(1));
+  if (T == 0) return;
+  DeltaNetGatesKernel<<<Blocks(T * Hv), kThreads, 0, ctx.cuda().stream()>>>(
+      g, beta, b.as<const bf16>(), b.stride[0], a.as<const bf16>(), a.stride[0], a_log, dt_bias, T,
+      Hv);
+  UP_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace uniprefill::cuda_model

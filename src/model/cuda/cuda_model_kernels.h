@@ -1,0 +1,28 @@
+// Small device kernels that glue the CUDA model's layers together (the heavy ops live in
+// ops/cuda/). Each enqueues on ctx.cuda().stream() and never synchronises; integer arrays are
+// device pointers; an R or T of 0 is a no-op.
+#pragma once
+
+#include <cstdint>
+
+#include "core/device_context.h"
+#include "core/tensor.h"
+
+namespace uniprefill::cuda_model {
+
+// meta int32 [num_blocks, 2, block_tokens] (CudaKvPool): slot slots[r] gets position pos[r] and
+// alive index index[r], r < R; a negative slot is skipped.
+void WriteSlotMeta(DeviceContext& ctx, int32_t* meta, int block_tokens, const int32_t* slots,
+                   const int32_t* pos, const int32_t* index, int64_t R);
+
+// x bf16 [T, H, D] (contiguous) *= sigmoid(gate), gate bf16 [T, H, D] (rows and heads strided):
+// Qwen3-Next's gated attention output.
+void SigmoidGateMul(DeviceContext& ctx, TensorView x, TensorView gate);
+
+// The Gated DeltaNet gates of T rows and Hv value heads: beta = sigmoid(b),
+// g = -exp(a_log) * softplus(a + dt_bias). b, a bf16 [T, Hv] (rows strided); a_log, dt_bias f32
+// [Hv]; g, beta f32 [T, Hv] contiguous.
+void DeltaNetGates(DeviceContext& ctx, float* g, float* beta, TensorView b, TensorView a,
+                   const float* a_log, const float* dt_bias);
+
+}  // namespace uniprefill::cuda_model

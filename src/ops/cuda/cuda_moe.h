@@ -1,0 +1,55 @@
+// CUDA sparse MoE (Qwen3-Next's Qwen3NextSparseMoeBlock): the GPU twin of model/blocks/moe.h's
+// MoeForward, bf16 activations and weights, f32 math.
+//
+// Steps, all on ctx.cuda().stream(), no host synchronisation (the row counts of each expert never
+// leave the device):
+//   1. router logits f32 [T, E] = x @ router^T (our grouped GEMM kernel, one group, f32 output);
+//   2. routing, one warp per row: softmax over all E experts in f32, top-k by probability with
+//      ties to the lower expert index, optional renormalisation over the k chosen (summed in
+//      ascending expert index), as RouteRow; per-expert row counts (atomics: counts are exact);
+//   3. grouping: expert offsets and GEMM tile offsets (one-block scan), then every (row, choice)
+//      gets a slot in its expert's contiguous range (the order within an expert's range is not
+//      fixed, but nothing numeric depends on it: each output element of the GEMM kernel is one
+//      fixed-order dot product, wherever its row sits);
+//   4. expert gate/up GEMM over all experts in one launch (bf16 mma.sync m16n8k16, f32
+//      accumulation; the grid covers an upper bound of the tiles, each block finds its expert by
+//      a binary search over the device tile offsets, extra blocks exit), gathering x rows;
+//   5. SiLU(gate) * up; 6. the expert down GEMM (same kernel) into one bf16 row per (row, choice);
+//   7. the shared expert (the same GEMM kernel, one group) and its gate sigmoid(x . shared_gate);
+//   8. combine, one block per row: out = sum over the k choices in ascending expert index of
+//      weight * expert_out, then + sigmoid(gate) * shared_out, in f32, rounded to bf16 once.
+// Determinism: every row's result depends only on that row (not on the batch or on the slot order
+// the atomics chose), and two runs give identical bits.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/device_context.h"
+#include "core/tensor.h"
+
+namespace uniprefill::ops::cuda {
+
+struct MoeDeviceWeights {
+  TensorView router;          // bf16 [E, H]
+  TensorView expert_gate_up;  // bf16 [E, 2I, H]: per expert gate rows then up rows (contiguous)
+  TensorView expert_down;     // bf16 [E, H, I] (contiguous)
+  TensorView shared_gate_up;  // bf16 [2Is, H]
+  TensorView shared_down;     // bf16 [H, Is]
+  TensorView shared_gate;     // bf16 [1, H]
+  int top_k = 0;
+  bool norm_topk_prob = true;
+};
+
+// Device scratch bytes MoeForward needs for up to max_rows rows (about
+// max_rows * (4 E + 2 k (2 I + H) + 2 (2 Is + H) + 12 k) bytes).
+size_t MoeScratchBytes(int64_t max_rows, const MoeDeviceWeights& w);
+
+// out bf16 [T, H] = MoE(x bf16 [T, H]) (rows of out/x may be strided; out must not alias x).
+// scratch: device memory of at least MoeScratchBytes(T, w) bytes, 256-byte aligned.
+// Requirements: H, I, Is multiples of 8; x's row stride a multiple of 8 and x 16-byte aligned;
+// 1 <= top_k <= min(E, 32). T == 0 is a no-op.
+void MoeForward(DeviceContext& ctx, TensorView out, TensorView x, const MoeDeviceWeights& w,
+                void* scratch, size_t scratch_bytes);
+
+}  // namespace uniprefill::ops::cuda

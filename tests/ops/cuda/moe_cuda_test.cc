@@ -1,0 +1,331 @@
+// ops::cuda::MoeForward (ops/cuda/cuda_moe.h) against the CPU MoeForward (model/blocks/moe.h) on
+// the same bf16-representable inputs and weights: several sizes (odd row counts 1, 7, 300, 2000;
+// E = 4 / top 2 as the tiny Qwen3-Next checkpoint, E = 64 / top 8, E = 128 / top 10), with and
+// without renormalisation, strided x and out rows, exact routing ties, and batch independence
+// (bit-identical rows whether run together or alone). Outputs are poisoned with 0xFF (bf16 NaN)
+// first, so an unwritten element fails.
+// Error bound: the GPU rounds the expert and shared activations (gate/up GEMM output, SiLU * up,
+// down GEMM output) to bf16 where the CPU keeps f32, and the output to bf16: each a relative
+// error up to 2^-9 (RMS ~1.1e-3); normalised error < 1e-2 (measured values are printed).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/buffer.h"
+#include "core/cuda/cuda_context.h"
+#include "core/cuda/device_buffer.h"
+#include "model/blocks/moe.h"
+#include "ops/cuda/cuda_dense_ops.h"
+#include "ops/cuda/cuda_moe.h"
+#include "testing/cuda_test_util.h"
+
+namespace uniprefill {
+namespace {
+
+namespace ut = ::uniprefill::testing;
+
+constexpr double kMoeBound = 1e-2;
+
+DeviceContext& Cpu() {
+  static std::unique_ptr<DeviceContext> ctx = DeviceContext::Cpu(2);
+  return *ctx;
+}
+
+struct MoeSpec {
+  int64_t e = 4, k = 2, h = 64, inter = 16, shared_inter = 32;
+  bool norm = true;
+};
+
+// One bf16 weight: host f32 values (bf16-representable) and the device copy.
+struct Weight {
+  std::vector<float> host;
+  DeviceBuffer dev;
+  void Upload() {
+    dev = DeviceBuffer(std::max<size_t>(2, host.size() * 2));
+    dev.CopyFromHost(ut::ToBf16(host).data(), host.size() * 2);
+  }
+};
+
+// An ops::LinearWeight (f32 parts and the f32 copy for the sgemm path) over host values.
+ops::LinearWeight CpuLinear(const float* data, int64_t out, int64_t in) {
+  ops::LinearWeight w;
+  w.parts.push_back(TensorView::Contiguous(const_cast<float*>(data), DType::kF32, {out, in}));
+  w.out_features = out;
+  w.in_features = in;
+  w.f32 = Buffer(sizeof(float) * out * in);
+  std::copy(data, data + out * in, w.f32.as<float>());
+  return w;
+}
+
+struct MoeFixture {
+  MoeSpec s;
+  Weight router, gate_up, down, shared_gate_up, shared_down, shared_gate;
+  MoeWeights cpu;
+
+  MoeFixture(const MoeSpec& spec, std::mt19937& rng) : s(spec) {
+    auto fill = [&](Weight& w, int64_t n, int64_t fan_in) {
+      const float a = 1.0f / std::sqrt(static_cast<float>(fan_in));
+      w.host = ut::RandomBf16Values(rng, n, -a, a);
+    };
+    fill(router, s.e * s.h, s.h);
+    // Router weights a few times larger than 1/sqrt(H): a spread of probabilities, as trained.
+    for (float& v : router.host) v = ut::Bf16BitsToF32(ut::F32ToBf16Bits(v * 4.0f));
+    fill(gate_up, s.e * 2 * s.inter * s.h, s.h);
+    fill(down, s.e * s.h * s.inter, s.inter);
+    fill(shared_gate_up, 2 * s.shared_inter * s.h, s.h);
+    fill(shared_down, s.h * s.shared_inter, s.shared_inter);
+    fill(shared_gate, s.h, s.h);
+  }
+  // Call after changing any host weights.
+  void Finish() {
+    for (Weight* w : {&router, &gate_up, &down, &shared_gate_up, &shared_down, &shared_gate}) {
+      w->Upload();
+    }
+    cpu = MoeWeights();
+    cpu.router = CpuLinear(router.host.data(), s.e, s.h);
+    for (int64_t e = 0; e < s.e; ++e) {
+      cpu.expert_gate_up.push_back(
+          CpuLinear(gate_up.host.data() + e * 2 * s.inter * s.h, 2 * s.inter, s.h));
+      cpu.expert_down.push_back(CpuLinear(down.host.data() + e * s.h * s.inter, s.h, s.inter));
+    }
+    cpu.shared_gate_up = CpuLinear(shared_gate_up.host.data(), 2 * s.shared_inter, s.h);
+    cpu.shared_down = CpuLinear(shared_down.host.data(), s.h, s.shared_inter);
+    cpu.shared_expert_gate = CpuLinear(shared_gate.host.data(), 1, s.h);
+    cpu.n_experts = static_cast<int>(s.e);
+    cpu.top_k = static_cast<int>(s.k);
+    cpu.norm_topk_prob = s.norm;
+  }
+  ops::cuda::MoeDeviceWeights Device() const {
+    auto v = [](const Weight& w, std::initializer_list<int64_t> shape) {
+      return TensorView::Contiguous(w.dev.data(), DType::kBF16, shape, uniprefill::Device::kCuda);
+    };
+    ops::cuda::MoeDeviceWeights d;
+    d.router = v(router, {s.e, s.h});
+    d.expert_gate_up = v(gate_up, {s.e, 2 * s.inter, s.h});
+    d.expert_down = v(down, {s.e, s.h, s.inter});
+    d.shared_gate_up = v(shared_gate_up, {2 * s.shared_inter, s.h});
+    d.shared_down = v(shared_down, {s.h, s.shared_inter});
+    d.shared_gate = v(shared_gate, {1, s.h});
+    d.top_k = static_cast<int>(s.k);
+    d.norm_topk_prob = s.norm;
+    return d;
+  }
+};
+
+TensorView Strided(void* data, DType dtype, int64_t rows, int64_t cols, int64_t stride,
+                   Device device) {
+  TensorView v = TensorView::Contiguous(data, dtype, {rows, cols}, device);
+  v.stride[0] = stride;
+  return v;
+}
+
+// Runs the GPU MoE on x (host f32 [T, stride_x], bf16-representable, valid columns [0, H)) and
+// returns out as f32 [T, H] (out rows stride_out apart on the device, padding checked untouched).
+std::vector<float> RunGpu(DeviceContext& ctx, const MoeFixture& f, const std::vector<float>& x,
+                          int64_t T, int64_t stride_x, int64_t stride_out) {
+  const int64_t H = f.s.h;
+  DeviceBuffer dx(std::max<size_t>(2, x.size() * 2));
+  if (!x.empty()) dx.CopyFromHost(ut::ToBf16(x).data(), x.size() * 2);
+  DeviceBuffer dout(std::max<size_t>(2, T * stride_out * 2));
+  dout.Fill(0xFF);
+  const ops::cuda::MoeDeviceWeights w = f.Device();
+  const size_t scratch_bytes = ops::cuda::MoeScratchBytes(T, w);
+  DeviceBuffer scratch(std::max<size_t>(256, scratch_bytes));
+  scratch.Fill(0xFF);  // the op must not rely on zeroed scratch
+  ops::cuda::MoeForward(ctx, Strided(dout.data(), DType::kBF16, T, H, stride_out, Device::kCuda),
+                        Strided(dx.data(), DType::kBF16, T, H, stride_x, Device::kCuda), w,
+                        scratch.data(), scratch_bytes);
+  ctx.cuda().Synchronize();
+  const std::vector<uint16_t> bits = dout.ToHost<uint16_t>(T * stride_out);
+  std::vector<float> out;
+  out.reserve(T * H);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t c = 0; c < H; ++c) out.push_back(ut::Bf16BitsToF32(bits[t * stride_out + c]));
+    for (int64_t c = H; c < stride_out; ++c) EXPECT_EQ(bits[t * stride_out + c], 0xFFFF);
+  }
+  return out;
+}
+
+// The CPU MoeForward on the valid columns of x.
+std::vector<float> RunCpu(const MoeFixture& f, const std::vector<float>& x, int64_t T,
+                          int64_t stride_x) {
+  const int64_t H = f.s.h;
+  std::vector<float> xc(T * H), out(T * H);
+  for (int64_t t = 0; t < T; ++t) {
+    std::copy(x.begin() + t * stride_x, x.begin() + t * stride_x + H, xc.begin() + t * H);
+  }
+  MoeForward(Cpu(), f.cpu, TensorView::Contiguous(xc.data(), DType::kF32, {T, H}),
+             TensorView::Contiguous(out.data(), DType::kF32, {T, H}));
+  return out;
+}
+
+void CheckCase(DeviceContext& ctx, const MoeSpec& spec, const std::vector<int64_t>& rows,
+               uint32_t seed, int64_t pad) {
+  std::mt19937 rng(seed);
+  MoeFixture f(spec, rng);
+  f.Finish();
+  for (int64_t T : rows) {
+    const int64_t stride_x = spec.h + pad, stride_out = spec.h + pad;
+    const std::vector<float> x = ut::RandomBf16Values(rng, T * stride_x);
+    const std::vector<float> got = RunGpu(ctx, f, x, T, stride_x, stride_out);
+    const std::vector<float> want = RunCpu(f, x, T, stride_x);
+    const double err = ut::NormalizedError(got, want);
+    std::printf("MoE E=%lld top%lld H=%lld I=%lld Is=%lld norm=%d T=%lld: normalised error %.2e\n",
+                static_cast<long long>(spec.e), static_cast<long long>(spec.k),
+                static_cast<long long>(spec.h), static_cast<long long>(spec.inter),
+                static_cast<long long>(spec.shared_inter), spec.norm ? 1 : 0,
+                static_cast<long long>(T), err);
+    EXPECT_LT(err, kMoeBound) << "T=" << T;
+  }
+}
+
+TEST(CudaMoeTest, TinyQwen3NextShapeE4Top2MatchesCpu) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  MoeSpec s;  // the tiny checkpoint: E 4, top 2, H 64, I 16, shared 32
+  CheckCase(ctx, s, {1, 7, 300, 2000}, 11, 0);
+}
+
+TEST(CudaMoeTest, E64Top8MatchesCpuWithStridedRows) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  MoeSpec s;
+  s.e = 64, s.k = 8, s.h = 256, s.inter = 128, s.shared_inter = 96;
+  CheckCase(ctx, s, {1, 7, 300, 2000}, 12, 24);
+}
+
+TEST(CudaMoeTest, E128Top10WithoutRenormalisationMatchesCpu) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  MoeSpec s;
+  s.e = 128, s.k = 10, s.h = 512, s.inter = 136, s.shared_inter = 264, s.norm = false;
+  CheckCase(ctx, s, {7, 300}, 13, 8);
+}
+
+// Exact ties in the router logits (every product and sum exact in f32, so any summation order
+// gives the same logits on both sides): the lower expert index must win, as in RouteRow. Choosing
+// the other tied expert would change the output far beyond the bound, since each expert's
+// weights differ.
+TEST(CudaMoeTest, RoutingTiesGoToTheLowerExpertIndex) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  std::mt19937 rng(14);
+  MoeSpec s;
+  s.e = 8, s.k = 3, s.h = 64, s.inter = 32, s.shared_inter = 32;
+  MoeFixture f(s, rng);
+  // Router rows in multiples of 1/16 (|w| <= 1/2): rows 1 = 2 = 5 and 3 = 6, row 7 all zero.
+  std::uniform_int_distribution<int> q(-8, 8);
+  for (float& v : f.router.host) v = q(rng) / 16.0f;
+  for (int64_t c = 0; c < s.h; ++c) {
+    f.router.host[2 * s.h + c] = f.router.host[1 * s.h + c];
+    f.router.host[5 * s.h + c] = f.router.host[1 * s.h + c];
+    f.router.host[6 * s.h + c] = f.router.host[3 * s.h + c];
+    f.router.host[7 * s.h + c] = 0.0f;
+  }
+  f.Finish();
+  const int64_t T = 257;
+  std::vector<float> x(T * s.h);
+  for (float& v : x) v = q(rng) / 8.0f;  // multiples of 1/8: every logit is exact
+  // A few rows of zeros: every logit is 0, all experts tie, experts 0..k-1 win.
+  for (int64_t t : {0, 100, 256}) std::fill(x.begin() + t * s.h, x.begin() + (t + 1) * s.h, 0.0f);
+  // The CPU routing of these rows has ties at the top-k boundary in many rows; count them.
+  int boundary_ties = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<float> logits(s.e);
+    for (int64_t e = 0; e < s.e; ++e) {
+      double acc = 0;
+      for (int64_t c = 0; c < s.h; ++c) acc += f.router.host[e * s.h + c] * x[t * s.h + c];
+      logits[e] = static_cast<float>(acc);
+    }
+    std::vector<float> sorted = logits;
+    std::sort(sorted.begin(), sorted.end(), std::greater<float>());
+    if (sorted[s.k - 1] == sorted[s.k]) ++boundary_ties;
+  }
+  std::printf("MoE ties: %d of %lld rows tie at the top-%lld boundary\n", boundary_ties,
+              static_cast<long long>(T), static_cast<long long>(s.k));
+  EXPECT_GT(boundary_ties, 10);
+  const std::vector<float> got = RunGpu(ctx, f, x, T, s.h, s.h);
+  const std::vector<float> want = RunCpu(f, x, T, s.h);
+  // Row by row: a wrong tie-break shows up as one row far off.
+  for (int64_t t = 0; t < T; ++t) {
+    const std::vector<float> g(got.begin() + t * s.h, got.begin() + (t + 1) * s.h);
+    const std::vector<float> w(want.begin() + t * s.h, want.begin() + (t + 1) * s.h);
+    EXPECT_LT(ut::NormalizedError(g, w), 2e-2) << "row " << t;
+  }
+  EXPECT_LT(ut::NormalizedError(got, want), kMoeBound);
+}
+
+// A row's output bits do not depend on the other rows of the batch (nor on the slots the
+// grouping's atomics hand out): rows run alone, in a short slice and in the whole batch agree
+// exactly, and two runs of the batch are identical.
+TEST(CudaMoeTest, RowsAreBitIdenticalInAnyBatch) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  std::mt19937 rng(15);
+  MoeSpec s;
+  s.e = 64, s.k = 8, s.h = 256, s.inter = 128, s.shared_inter = 128;
+  MoeFixture f(s, rng);
+  f.Finish();
+  const int64_t T = 300;
+  const std::vector<float> x = ut::RandomBf16Values(rng, T * s.h);
+  const std::vector<float> whole = RunGpu(ctx, f, x, T, s.h, s.h);
+  const std::vector<float> again = RunGpu(ctx, f, x, T, s.h, s.h);
+  EXPECT_EQ(whole, again);
+  for (int64_t t : {0, 17, 299}) {
+    const std::vector<float> xr(x.begin() + t * s.h, x.begin() + (t + 1) * s.h);
+    const std::vector<float> one = RunGpu(ctx, f, xr, 1, s.h, s.h);
+    EXPECT_TRUE(std::equal(one.begin(), one.end(), whole.begin() + t * s.h)) << "row " << t;
+  }
+  const int64_t b = 100, n = 7;
+  const std::vector<float> xs(x.begin() + b * s.h, x.begin() + (b + n) * s.h);
+  const std::vector<float> slice = RunGpu(ctx, f, xs, n, s.h, s.h);
+  EXPECT_TRUE(std::equal(slice.begin(), slice.end(), whole.begin() + b * s.h));
+}
+
+TEST(CudaMoeTest, ZeroRowsIsANoOp) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  std::mt19937 rng(16);
+  MoeFixture f(MoeSpec{}, rng);
+  f.Finish();
+  const std::vector<float> got = RunGpu(ctx, f, {}, 0, 64, 64);
+  EXPECT_TRUE(got.empty());
+}
+
+// The Qwen3-Next-80B MoE layer (E 512, top 10, H 2048, I 512, shared 512) on 32K rows: time and
+// TFLOP/s (3 GEMMs of 2 H I per choice and of 2 H Is per row, router 2 H E per row).
+TEST(CudaMoeTest, DISABLED_ThroughputQwen3Next32k) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  const int64_t E = 512, k = 10, H = 2048, I = 512, Is = 512, T = 32768;
+  DeviceBuffer router(E * H * 2), gu(E * 2 * I * H * 2), down(E * H * I * 2),
+      sgu(2 * Is * H * 2), sdown(H * Is * 2), sgate(H * 2), x(T * H * 2), out(T * H * 2);
+  uint64_t seed = 1;
+  for (DeviceBuffer* b : {&gu, &down, &sgu, &sdown, &sgate, &x}) {
+    ops::cuda::FillRandomBf16(ctx, b->data(), static_cast<int64_t>(b->size() / 2), ++seed, 0.03f);
+  }
+  ops::cuda::FillRandomBf16(ctx, router.data(), E * H, ++seed, 0.5f);
+  ops::cuda::FillRandomBf16(ctx, x.data(), T * H, ++seed, 1.0f);
+  ops::cuda::MoeDeviceWeights w;
+  auto v = [](const DeviceBuffer& b, std::initializer_list<int64_t> shape) {
+    return TensorView::Contiguous(b.data(), DType::kBF16, shape, Device::kCuda);
+  };
+  w.router = v(router, {E, H});
+  w.expert_gate_up = v(gu, {E, 2 * I, H});
+  w.expert_down = v(down, {E, H, I});
+  w.shared_gate_up = v(sgu, {2 * Is, H});
+  w.shared_down = v(sdown, {H, Is});
+  w.shared_gate = v(sgate, {1, H});
+  w.top_k = static_cast<int>(k);
+  const size_t bytes = ops::cuda::MoeScratchBytes(T, w);
+  DeviceBuffer scratch(bytes);
+  const double ms = ut::MeanCudaMs(ctx, 5, [&] {
+    ops::cuda::MoeForward(ctx, v(out, {T, H}), v(x, {T, H}), w, scratch.data(), bytes);
+  });
+  const double flops = 2.0 * T * H * (3.0 * I * k + 3.0 * Is + E);
+  std::printf("MoE Qwen3-Next layer, 32K rows: %.3f ms, %.1f TFLOP/s (scratch %.2f GiB)\n", ms,
+              flops / ms * 1e-9, bytes / 1073741824.0);
+}
+
+}  // namespace
+}  // namespace uniprefill
