@@ -4,9 +4,11 @@
 // Grouped GEMM kernel: C[r, n] = sum_k A[row(r), k] * B_g[n, k] for every row r of group g
 // (rows offsets[g] .. offsets[g+1]), B_g = B + g * b_group_stride (row-major [N, K], i.e. the
 // "col" operand of mma.m16n8k16), A rows optionally gathered through an index array. Tiles of
-// 128 x 128 x 32, 8 warps of 64 x 32, 4-stage cp.async pipeline into padded shared rows (40
-// bf16 = 80 bytes: ldmatrix is conflict-free), ldmatrix.x4 fragments, f32 accumulators, f32 or
-// bf16 output with bounds checks (any N; K a multiple of 8, tails zero-filled).
+// 128 x 256 x 64, 8 warps of 64 x 64 (32 MMAs per 8 ldmatrix.x4), 3-stage cp.async pipeline into
+// padded shared rows (72 bf16 = 144 bytes: ldmatrix is conflict-free), one block of 162 KiB per
+// SM, f32 accumulators, f32 or bf16 output with bounds checks (any N; K a multiple of 8, tails
+// zero-filled). (The first version, 128 x 128 x 32 tiles of 8 warps of 64 x 32, 4 stages, two
+// blocks per SM, ran the Qwen3-Next layer at 215 TFLOP/s.)
 // The m tiles of all groups form one list (tile_offsets, a prefix sum of ceil(rows_g / 128));
 // the launch covers an upper bound of it (ceil(P / 128) + min(E, P)) and a block past the real
 // end exits, so the host never learns the counts.
@@ -30,14 +32,18 @@ namespace {
 using bf16 = __nv_bfloat16;
 namespace fl = ::uniprefill::ops::cuda::flash;
 
-constexpr int kBM = 128, kBN = 128, kBK = 32, kStages = 4;
-constexpr int kRowPad = kBK + 8;  // shared row length in bf16 (80 bytes)
+constexpr int kBM = 128, kBN = 256, kBK = 64, kStages = 3;
+constexpr int kRowPad = kBK + 8;  // shared row length in bf16 (144 bytes: ldmatrix conflict-free)
 constexpr int kGemmThreads = 256;
-constexpr int kWarpsM = 2, kWarpsN = 4;          // warp tile 64 x 32
-constexpr int kMi = 4, kNi = 4;                  // m16 and n8 tiles per warp
+constexpr int kWarpsM = 2, kWarpsN = 4;  // warp tile 64 x 64
+constexpr int kMi = 4, kNi = 8;          // m16 and n8 tiles per warp
 static_assert(kWarpsM * 16 * kMi == kBM && kWarpsN * 8 * kNi == kBN);
 static_assert(kWarpsM * kWarpsN * 32 == kGemmThreads);
-constexpr size_t kGemmSmem = sizeof(bf16) * kStages * (kBM + kBN) * kRowPad;  // 80 KiB
+constexpr int kChunksPerRow = kBK / 8;                      // 16-byte chunks per tile row
+constexpr int kRowsPerPass = kGemmThreads / kChunksPerRow;  // tile rows one pass of loads covers
+constexpr int kAPasses = kBM / kRowsPerPass, kBPasses = kBN / kRowsPerPass;
+static_assert(kGemmThreads % kChunksPerRow == 0 && kBM % kRowsPerPass == 0);
+constexpr size_t kGemmSmem = sizeof(bf16) * kStages * (kBM + kBN) * kRowPad;  // 162 KiB
 constexpr int kMaxTopK = 32;
 
 struct GemmArgs {
@@ -79,10 +85,10 @@ __device__ __forceinline__ void Store2(OutT* p, float v0, float v1, bool second,
 }
 
 template <typename OutT>
-__global__ void __launch_bounds__(kGemmThreads, 2) GroupedGemmKernel(GemmArgs args, int n_tiles) {
+__global__ void __launch_bounds__(kGemmThreads, 1) GroupedGemmKernel(GemmArgs args, int n_tiles) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  bf16* smem_a = reinterpret_cast<bf16*>(smem_raw);        // [kStages][kBM][kRowPad]
-  bf16* smem_b = smem_a + kStages * kBM * kRowPad;         // [kStages][kBN][kRowPad]
+  bf16* smem_a = reinterpret_cast<bf16*>(smem_raw);  // [kStages][kBM][kRowPad]
+  bf16* smem_b = smem_a + kStages * kBM * kRowPad;   // [kStages][kBN][kRowPad]
 
   const int64_t block = blockIdx.x;
   const int n_tile = static_cast<int>(block % n_tiles);
@@ -95,7 +101,10 @@ __global__ void __launch_bounds__(kGemmThreads, 2) GroupedGemmKernel(GemmArgs ar
     int lo = 0, hi = args.groups - 1;  // largest g with tile_offsets[g] <= m_tile
     while (lo < hi) {
       const int mid = (lo + hi + 1) >> 1;
-      if (args.tile_offsets[mid] <= m_tile) lo = mid; else hi = mid - 1;
+      if (args.tile_offsets[mid] <= m_tile)
+        lo = mid;
+      else
+        hi = mid - 1;
     }
     group = lo;
     row_begin = args.offsets[group];
@@ -109,40 +118,40 @@ __global__ void __launch_bounds__(kGemmThreads, 2) GroupedGemmKernel(GemmArgs ar
   const bf16* b_base = args.b + group * args.b_group_stride;
 
   const int tid = threadIdx.x;
-  // This thread's two 16-byte chunks of each operand tile: chunk c = tid + 256 i,
-  // row c / 4, column (c % 4) * 8.
-  const bf16* a_src[2];
-  const bf16* b_src[2];
-  bool a_ok[2], b_ok[2];
-  int chunk_row[2], chunk_col[2];
+  // This thread's 16-byte chunks of the operand tiles: rows chunk_row + kRowsPerPass * i, column
+  // chunk_col (the same in every pass).
+  const int chunk_row = tid / kChunksPerRow, chunk_col = (tid % kChunksPerRow) * 8;
+  const bf16* a_src[kAPasses];
+  bool a_ok[kAPasses];
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int c = tid + i * kGemmThreads;
-    chunk_row[i] = c >> 2;
-    chunk_col[i] = (c & 3) * 8;
-    const int local = m0 + chunk_row[i];
+  for (int i = 0; i < kAPasses; ++i) {
+    const int local = m0 + chunk_row + kRowsPerPass * i;
     a_ok[i] = local < rows;
     int64_t a_row = 0;
     if (a_ok[i]) {
       const int r = row_begin + local;
       a_row = args.a_rows ? args.a_rows[r] : r;
     }
-    a_src[i] = args.a + a_row * args.lda + chunk_col[i];
-    const int n = n0 + chunk_row[i];
-    b_ok[i] = n < args.n;
-    b_src[i] = b_base + static_cast<int64_t>(b_ok[i] ? n : 0) * args.ldb + chunk_col[i];
+    a_src[i] = args.a + a_row * args.lda + chunk_col;
   }
+  const bf16* b_src = b_base + static_cast<int64_t>(n0 + chunk_row) * args.ldb + chunk_col;
+  const int64_t b_pass_stride = static_cast<int64_t>(kRowsPerPass) * args.ldb;
   const int k_tiles = (args.k + kBK - 1) / kBK;
   auto load_tile = [&](int kt, int stage) {
     const int k0 = kt * kBK;
-    bf16* sa = smem_a + stage * kBM * kRowPad;
-    bf16* sb = smem_b + stage * kBN * kRowPad;
+    const bool k_ok = k0 + chunk_col < args.k;
+    bf16* sa = smem_a + stage * kBM * kRowPad + chunk_row * kRowPad + chunk_col;
+    bf16* sb = smem_b + stage * kBN * kRowPad + chunk_row * kRowPad + chunk_col;
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const bool k_ok = k0 + chunk_col[i] < args.k;
-      const bool va = a_ok[i] && k_ok, vb = b_ok[i] && k_ok;
-      fl::CpAsync16(sa + chunk_row[i] * kRowPad + chunk_col[i], va ? a_src[i] + k0 : args.a, va);
-      fl::CpAsync16(sb + chunk_row[i] * kRowPad + chunk_col[i], vb ? b_src[i] + k0 : args.b, vb);
+    for (int i = 0; i < kAPasses; ++i) {
+      const bool va = a_ok[i] && k_ok;
+      fl::CpAsync16(sa + i * kRowsPerPass * kRowPad, va ? a_src[i] + k0 : args.a, va);
+    }
+#pragma unroll
+    for (int i = 0; i < kBPasses; ++i) {
+      const bool vb = k_ok && n0 + chunk_row + kRowsPerPass * i < args.n;
+      fl::CpAsync16(sb + i * kRowsPerPass * kRowPad, vb ? b_src + i * b_pass_stride + k0 : args.b,
+                    vb);
     }
   };
 
@@ -162,9 +171,9 @@ __global__ void __launch_bounds__(kGemmThreads, 2) GroupedGemmKernel(GemmArgs ar
     fl::CpAsyncCommit();
   }
   // ldmatrix row addresses (see flash_attention_mma.cuh for the fragment layouts).
-  const int a_ld_row = warp_m * 64 + (lane & 15);
+  const int a_ld_row = warp_m * (16 * kMi) + (lane & 15);
   const int a_ld_col = (lane >> 4) * 8;
-  const int b_ld_row = warp_n * 32 + (lane & 7) + ((lane >> 4) << 3);
+  const int b_ld_row = warp_n * (8 * kNi) + (lane & 7) + ((lane >> 4) << 3);
   const int b_ld_col = ((lane >> 3) & 1) * 8;
 
   for (int kt = 0; kt < k_tiles; ++kt) {
@@ -207,15 +216,14 @@ __global__ void __launch_bounds__(kGemmThreads, 2) GroupedGemmKernel(GemmArgs ar
   for (int i = 0; i < kMi; ++i) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int local = m0 + warp_m * 64 + i * 16 + g + h * 8;
+      const int local = m0 + warp_m * (16 * kMi) + i * 16 + g + h * 8;
       if (local >= rows) continue;
       OutT* crow = c + static_cast<int64_t>(row_begin + local) * args.ldc;
 #pragma unroll
       for (int j = 0; j < kNi; ++j) {
-        const int col = n0 + warp_n * 32 + j * 8 + 2 * t4;
+        const int col = n0 + warp_n * (8 * kNi) + j * 8 + 2 * t4;
         if (col >= args.n) continue;
-        Store2<OutT>(crow + col, acc[i][j][2 * h], acc[i][j][2 * h + 1], col + 1 < args.n,
-                     paired);
+        Store2<OutT>(crow + col, acc[i][j][2 * h], acc[i][j][2 * h + 1], col + 1 < args.n, paired);
       }
     }
   }
@@ -237,8 +245,8 @@ void LaunchGroupedGemm(const GemmArgs& args, int64_t m_tiles_bound, cudaStream_t
   const int n_tiles = (args.n + kBN - 1) / kBN;
   const int64_t blocks = m_tiles_bound * n_tiles;
   assert(blocks <= INT32_MAX);
-  GroupedGemmKernel<OutT><<<static_cast<unsigned>(blocks), kGemmThreads, kGemmSmem, stream>>>(
-      args, n_tiles);
+  GroupedGemmKernel<OutT>
+      <<<static_cast<unsigned>(blocks), kGemmThreads, kGemmSmem, stream>>>(args, n_tiles);
   UP_CUDA_CHECK_LAUNCH();
 }
 
@@ -337,9 +345,9 @@ constexpr int kScanThreads = 256;
 
 // offsets[e] = sum of counts[< e] (E + 1 entries), tile_offsets likewise over ceil(count / kBM);
 // fill[e] = 0.
-__global__ void __launch_bounds__(kScanThreads) ScanKernel(const int32_t* __restrict__ counts, int n_experts,
-                           int32_t* __restrict__ offsets, int32_t* __restrict__ tile_offsets,
-                           int32_t* __restrict__ fill) {
+__global__ void __launch_bounds__(kScanThreads)
+    ScanKernel(const int32_t* __restrict__ counts, int n_experts, int32_t* __restrict__ offsets,
+               int32_t* __restrict__ tile_offsets, int32_t* __restrict__ fill) {
   using Scan = cub::BlockScan<int2, kScanThreads>;
   __shared__ typename Scan::TempStorage temp;
   __shared__ int2 carry;
@@ -349,9 +357,9 @@ __global__ void __launch_bounds__(kScanThreads) ScanKernel(const int32_t* __rest
     const int e = base + threadIdx.x;
     const int cnt = e < n_experts ? counts[e] : 0;
     int2 v = make_int2(cnt, (cnt + kBM - 1) / kBM), excl, total;
-    Scan(temp).ExclusiveScan(v, excl, make_int2(0, 0),
-                             [](int2 a, int2 b) { return make_int2(a.x + b.x, a.y + b.y); },
-                             total);
+    Scan(temp).ExclusiveScan(
+        v, excl, make_int2(0, 0), [](int2 a, int2 b) { return make_int2(a.x + b.x, a.y + b.y); },
+        total);
     const int2 c0 = carry;
     if (e < n_experts) {
       offsets[e] = c0.x + excl.x;

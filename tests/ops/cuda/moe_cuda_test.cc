@@ -298,8 +298,8 @@ TEST(CudaMoeTest, ZeroRowsIsANoOp) {
 TEST(CudaMoeTest, DISABLED_ThroughputQwen3Next32k) {
   UP_CUDA_TEST_CONTEXT(ctx);
   const int64_t E = 512, k = 10, H = 2048, I = 512, Is = 512, T = 32768;
-  DeviceBuffer router(E * H * 2), gu(E * 2 * I * H * 2), down(E * H * I * 2),
-      sgu(2 * Is * H * 2), sdown(H * Is * 2), sgate(H * 2), x(T * H * 2), out(T * H * 2);
+  DeviceBuffer router(E * H * 2), gu(E * 2 * I * H * 2), down(E * H * I * 2), sgu(2 * Is * H * 2),
+      sdown(H * Is * 2), sgate(H * 2), x(T * H * 2), out(T * H * 2);
   uint64_t seed = 1;
   for (DeviceBuffer* b : {&gu, &down, &sgu, &sdown, &sgate, &x}) {
     ops::cuda::FillRandomBf16(ctx, b->data(), static_cast<int64_t>(b->size() / 2), ++seed, 0.03f);
