@@ -58,7 +58,9 @@ CLI::App* AddBenchGpuPrefillCommand(CLI::App& bench_group, BenchGpuPrefillOption
   CLI::App* cmd = bench_group.add_subcommand(
       "gpu-prefill",
       "Dense vs UniPrefill prefill on the GPU with a synthetic model (random weights, no files)");
-  cmd->add_option("--shape", o.shape, "Model shape: llama-3.1-8b, gemma-3-12b or tiny")
+  cmd->add_option("--shape", o.shape,
+                  "Model shape: llama-3.1-8b, gemma-3-12b, qwen3-next-80b-a3b (256 of its 512 "
+                  "experts), tiny or tiny-hybrid")
       ->capture_default_str();
   cmd->add_option("--contexts", o.contexts, "Prompt lengths in tokens")->capture_default_str();
   cmd->add_option("--batch-sizes", o.batch_sizes, "Requests per packed prefill")
@@ -70,7 +72,8 @@ CLI::App* AddBenchGpuPrefillCommand(CLI::App& bench_group, BenchGpuPrefillOption
       ->check(CLI::Range(1, 50))
       ->capture_default_str();
   cmd->add_flag("--time-attention", o.time_attention,
-                "Also time every flash-attention launch (one extra dense run per point)");
+                "Also time every flash-attention launch, DeltaNet core and MoE (one extra dense "
+                "run per point)");
   cmd->add_option("--commit", o.commit, "Commit id recorded in the JSON");
   cmd->add_option("--json", o.json_out, "Write the results as JSON here");
   return cmd;
@@ -239,6 +242,11 @@ int BenchGpuPrefillCommand(const BenchGpuPrefillOptions& o) {
                 (shape->DensePrefillFlops(n) - shape->LinearPrefillFlops(n)) * b;
             row["attention_ms"] = t->attention_ms;
             row["attention_tflops"] = attn_flops / t->attention_ms / 1e9;
+            if (t->linear_attention_ms > 0) {
+              row["linear_attention_core_ms"] = t->linear_attention_ms;
+            }
+            if (t->moe_ms > 0) row["moe_ms"] = t->moe_ms;
+            row["timed_run_total_ms"] = t->total_ms;
           }
         }
         rows.push_back(row);
@@ -260,6 +268,8 @@ int BenchGpuPrefillCommand(const BenchGpuPrefillOptions& o) {
                       {"commit", o.commit},
                       {"shape", shape->name},
                       {"parameters", shape->Parameters()},
+                      {"shape_note", shape->note},
+                      {"weight_bytes", model.weight_bytes()},
                       {"drop_layers", shape->drop_layers},
                       {"measured_gemm_tflops_8192", gemm_tflops},
                       {"datasheet_bf16_tflops", kDatasheetBf16Tflops},

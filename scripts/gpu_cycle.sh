@@ -6,7 +6,12 @@
 #                                                 # and pack binaries + their libraries into
 #                                                 # .gpu_carry/ (git-ignored) to send along
 #   bash scripts/gpu_cycle.sh run OUTDIR [STAGE...]     # on the GPU machine; stages: tests llama
-#                                                 # anchor batch gemma (default: tests llama anchor)
+#                                                 # anchor batch gemma qwen (default: tests llama
+#                                                 # anchor)
+#
+# UP_GPU_BUILD (default build-gpu) and UP_GPU_CARRY (default .gpu_carry) name the build folder and
+# the packed folder, so that several people sharing one checkout can pack side by side (the carry
+# folder must be git-ignored, e.g. build-NAME-carry, and named in the device call's carry list).
 #
 # Why pack here: the GPU machine has nvcc, cmake and ninja but not the engine's Debian libraries
 # (OpenBLAS, cpp-httplib, GoogleTest), and device time is scarce; the binaries link the CUDA
@@ -14,38 +19,40 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-}
+build=${UP_GPU_BUILD:-build-gpu}
+carry=${UP_GPU_CARRY:-.gpu_carry}
 case "$mode" in
   pack)
-    cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DUNIPREFILL_CUDA=ON \
+    cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DUNIPREFILL_CUDA=ON \
       -DUNIPREFILL_NATIVE=OFF -DUNIPREFILL_BENCH=OFF >/tmp/uniprefill-gpu-cmake.log 2>&1 ||
       { cat /tmp/uniprefill-gpu-cmake.log; exit 1; }
-    cmake --build build-gpu -j "$(nproc)" --target uniprefill uniprefill_cuda_tests
-    rm -rf .gpu_carry && mkdir -p .gpu_carry/lib .gpu_carry/anchor
-    cp build-gpu/uniprefill build-gpu/uniprefill_cuda_tests .gpu_carry/
+    cmake --build "$build" -j "$(nproc)" --target uniprefill uniprefill_cuda_tests
+    rm -rf "$carry" && mkdir -p "$carry/lib" "$carry/anchor"
+    cp "$build/uniprefill" "$build/uniprefill_cuda_tests" "$carry/"
     # Every shared library the binaries need except glibc, the C++ runtime and CUDA's own.
-    ldd build-gpu/uniprefill build-gpu/uniprefill_cuda_tests | awk '/=> \//{print $3}' | sort -u |
+    ldd "$build/uniprefill" "$build/uniprefill_cuda_tests" | awk '/=> \//{print $3}' | sort -u |
       grep -Ev '/(libc|libm|libstdc\+\+|libgcc_s|libpthread|libdl|librt|ld-linux[^/]*|libcublas[^/]*|libcudart[^/]*|libcuda)\.so' |
-      while read -r lib; do cp -L "$lib" .gpu_carry/lib/; done
-    tar -C .gpu_carry -cJf .gpu_carry/lib.tar.xz lib && rm -rf .gpu_carry/lib
-    if [ -f ../shared/bench/pytorch_anchor.py ]; then cp ../shared/bench/pytorch_anchor.py .gpu_carry/anchor/; fi
-    git rev-parse --short HEAD > .gpu_carry/commit 2>/dev/null || echo unknown > .gpu_carry/commit
-    du -sh .gpu_carry
+      while read -r lib; do cp -L "$lib" "$carry/lib/"; done
+    tar -C "$carry" -cJf "$carry/lib.tar.xz" lib && rm -rf "$carry/lib"
+    if [ -f ../shared/bench/pytorch_anchor.py ]; then cp ../shared/bench/pytorch_anchor.py "$carry/anchor/"; fi
+    git rev-parse --short HEAD > "$carry/commit" 2>/dev/null || echo unknown > "$carry/commit"
+    du -sh "$carry"
     ;;
   run)
-    # Stages (any of): tests llama anchor batch gemma; "quick" = tests + an 8K Llama point.
+    # Stages (any of): tests llama anchor batch gemma qwen; "quick" = tests + an 8K Llama point.
     out=${2:?usage: run OUTDIR STAGE...}
     shift 2
     stages=" ${*:-tests llama anchor} "
     mkdir -p "$out" /tmp/uniprefill-libs
-    tar -C /tmp/uniprefill-libs -xJf .gpu_carry/lib.tar.xz
+    tar -C /tmp/uniprefill-libs -xJf "$carry/lib.tar.xz"
     export LD_LIBRARY_PATH=/tmp/uniprefill-libs/lib:${LD_LIBRARY_PATH:-}
     # cuBLASLt: the system's, else the copy inside PyTorch's wheels.
     if ! ldconfig -p | grep -q libcublasLt.so.13; then
       lt=$(find / -name 'libcublasLt.so.13*' -not -path '/proc/*' 2>/dev/null | head -1 || true)
       [ -n "$lt" ] && export LD_LIBRARY_PATH=$(dirname "$lt"):$LD_LIBRARY_PATH
     fi
-    bin=.gpu_carry
-    commit=$(cat .gpu_carry/commit)
+    bin=$carry
+    commit=$(cat "$carry/commit")
     bench() { "$bin/uniprefill" bench gpu-prefill --commit "$commit" "$@"; }
     nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,driver_version --format=csv | tee "$out/gpu.txt"
     if [[ $stages == *" tests "* || $stages == *" quick "* ]]; then
@@ -56,6 +63,9 @@ case "$mode" in
       echo "== flash attention throughput"
       "$bin/uniprefill_cuda_tests" --gtest_also_run_disabled_tests \
         --gtest_filter='CudaFlashAttentionTest.DISABLED_*' 2>&1 | grep -iE 'tflop|error|FAIL' | tee "$out/flash_throughput.log"
+      echo "== MoE throughput"
+      "$bin/uniprefill_cuda_tests" --gtest_also_run_disabled_tests \
+        --gtest_filter='CudaMoeTest.DISABLED_*' 2>&1 | grep -iE 'tflop|error|FAIL' | tee "$out/moe_throughput.log"
     fi
     if [[ $stages == *" quick "* ]]; then
       bench --shape llama-3.1-8b --contexts 8192 --repeats 2 --time-attention --json "$out/llama8b_quick.json"
@@ -65,9 +75,9 @@ case "$mode" in
       bench --shape llama-3.1-8b --contexts 8192,32768,131072 --repeats 2 --time-attention \
         --json "$out/llama8b_b1.json"
     fi
-    if [[ $stages == *" anchor "* && -f .gpu_carry/anchor/pytorch_anchor.py ]]; then
+    if [[ $stages == *" anchor "* && -f "$carry/anchor/pytorch_anchor.py" ]]; then
       echo "== PyTorch anchor"
-      PYTHONUNBUFFERED=1 python3 .gpu_carry/anchor/pytorch_anchor.py 8192 32768 131072 | tee "$out/anchor.jsonl"
+      PYTHONUNBUFFERED=1 python3 "$carry/anchor/pytorch_anchor.py" 8192 32768 131072 | tee "$out/anchor.jsonl"
     fi
     if [[ $stages == *" batch "* ]]; then
       echo "== Llama-3.1-8B shape, batches 4 and 16"
@@ -78,9 +88,14 @@ case "$mode" in
       echo "== Gemma-3-12B shape"
       bench --shape gemma-3-12b --contexts 32768,131072 --repeats 2 --json "$out/gemma3_12b.json"
     fi
+    if [[ $stages == *" qwen "* ]]; then
+      echo "== Qwen3-Next-80B-A3B shape (256 of 512 experts), batch 1"
+      bench --shape qwen3-next-80b-a3b --contexts 32768,131072 --keep-ratios 0.5,0.3 --repeats 2 \
+        --time-attention --json "$out/qwen3_next.json"
+    fi
     ;;
   *)
-    echo "usage: bash scripts/gpu_cycle.sh pack | run OUTDIR [tests|quick|llama|anchor|batch|gemma]..." >&2
+    echo "usage: bash scripts/gpu_cycle.sh pack | run OUTDIR [tests|quick|llama|anchor|batch|gemma|qwen]..." >&2
     exit 2
     ;;
 esac

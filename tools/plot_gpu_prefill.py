@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Draws the GPU prefill-throughput figure (in the style of the UniPrefill paper's Figure 1).
 
-Reads the GPU benchmark results in bench/results/gpu/ (llama8b_b1.json, gemma3_12b.json and,
-when present, the PyTorch anchor's anchor.jsonl) and writes <out>.png and <out>.svg: prompt tokens
+Reads the GPU benchmark results in bench/results/gpu/ (llama8b_b1.json, gemma3_12b.json,
+qwen3_next.json and, when present, the PyTorch anchor's anchor.jsonl) and writes <out>.png and <out>.svg: prompt tokens
 per second (context * batch / TTFT) against context length, dense vs UniPrefill keep 0.5 / keep 0.3,
 one panel per architecture, batch-1 rows only. Needs matplotlib (.venv/bin/pip install matplotlib).
 
@@ -33,7 +33,8 @@ MODE_STYLE = {  # one colour family: dense solid, UniPrefill lighter and hatched
 ANCHOR_KEY = {"dense": "dense_ms", "keep0.5": "drop0.5_ms", "keep0.3": "drop0.3_ms"}
 # (file, panel title, whether the PyTorch anchor belongs on this panel)
 PANELS = [("llama8b_b1.json", "Llama-3.1-8B shape", True),
-          ("gemma3_12b.json", "Gemma-3-12B shape", False)]
+          ("gemma3_12b.json", "Gemma-3-12B shape", False),
+          ("qwen3_next.json", "Qwen3-Next-80B-A3B shape\n(256 of 512 experts)", False)]
 
 
 def ctx_label(n: int) -> str:

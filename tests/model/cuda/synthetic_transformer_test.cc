@@ -1,18 +1,22 @@
 // The synthetic GPU transformer (the bench's model): UniPrefill that keeps everything equals dense
-// bit for bit, a packed batch equals each request alone, and fixed-ratio drops shrink the batch.
+// bit for bit, a packed batch equals each request alone, and fixed-ratio drops shrink the batch;
+// for the attention-only "tiny" shape and the Qwen3-Next-like "tiny-hybrid" (Gated DeltaNet,
+// gated attention with partial RoPE, MoE).
 #include "model/cuda/synthetic_transformer.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 
 #include "testing/cuda_test_util.h"
 
 namespace uniprefill {
 namespace {
 
-std::unique_ptr<SyntheticTransformer> MakeTiny(DeviceContext& ctx, int64_t max_tokens) {
-  Result<SyntheticShape> shape = SyntheticShapeByName("tiny");
+std::unique_ptr<SyntheticTransformer> MakeTiny(DeviceContext& ctx, int64_t max_tokens,
+                                               const std::string& name = "tiny") {
+  Result<SyntheticShape> shape = SyntheticShapeByName(name);
   EXPECT_TRUE(shape.ok());
   Result<std::unique_ptr<SyntheticTransformer>> m =
       SyntheticTransformer::Create(ctx, *shape, max_tokens, 7);
@@ -22,7 +26,9 @@ std::unique_ptr<SyntheticTransformer> MakeTiny(DeviceContext& ctx, int64_t max_t
 
 TEST(CudaSyntheticTransformerTest, KeepEverythingEqualsDenseExactly) {
   UP_CUDA_TEST_CONTEXT(ctx);
-  auto model = MakeTiny(ctx, 2048);
+  for (const char* name : {"tiny", "tiny-hybrid"}) {
+  SCOPED_TRACE(name);
+  auto model = MakeTiny(ctx, 2048, name);
   std::vector<float> dense, kept_all;
   ASSERT_TRUE(model->Prefill({1000}, UniPrefillRun{}, 3, false, &dense).ok());
   UniPrefillRun up;
@@ -37,11 +43,14 @@ TEST(CudaSyntheticTransformerTest, KeepEverythingEqualsDenseExactly) {
     ASSERT_TRUE(std::isfinite(dense[i]));
     ASSERT_EQ(dense[i], kept_all[i]) << i;
   }
+  }
 }
 
 TEST(CudaSyntheticTransformerTest, PackedBatchEqualsEachAlone) {
   UP_CUDA_TEST_CONTEXT(ctx);
-  auto model = MakeTiny(ctx, 4096);
+  for (const char* name : {"tiny", "tiny-hybrid"}) {
+  SCOPED_TRACE(name);
+  auto model = MakeTiny(ctx, 4096, name);
   for (bool drop : {false, true}) {
     UniPrefillRun up;
     up.enabled = drop;
@@ -62,6 +71,27 @@ TEST(CudaSyntheticTransformerTest, PackedBatchEqualsEachAlone) {
       EXPECT_LE(tb->kept[1][0], 300);
     }
   }
+  }
+}
+
+TEST(CudaSyntheticTransformerTest, HybridShapeCountsAndLayerKinds) {
+  Result<SyntheticShape> q = SyntheticShapeByName("qwen3-next-80b-a3b");
+  ASSERT_TRUE(q.ok());
+  int full = 0;
+  for (int l = 0; l < q->n_layers; ++l) full += q->IsFullAttention(l) ? 1 : 0;
+  EXPECT_EQ(full, 12);
+  EXPECT_TRUE(q->IsFullAttention(3) && q->IsLinearAttention(0) && q->IsLinearAttention(46));
+  for (int d : q->drop_layers) EXPECT_TRUE(q->IsFullAttention(d)) << d;
+  // Per token: 36 DeltaNet layers, 12 attention layers, 48 MoE layers (router over the 256
+  // experts kept, top-10 experts + shared of 3 * 2048 * 512 each), delta rule and conv included.
+  const double gdn = 2.0 * (2048.0 * (2 * 2048 + 2 * 4096 + 64) + 4096.0 * 2048) +
+                     2.0 * 4 * 8192 + 6.0 * 32 * 128 * 128;
+  const double attn = 2.0 * (2048.0 * (2 * 4096 + 2 * 512) + 4096.0 * 2048);
+  const double moe = 2.0 * (2048.0 * 256 + 11 * 3 * 2048.0 * 512 + 2048);
+  EXPECT_NEAR(q->LinearPrefillFlops(1), 36 * gdn + 12 * attn + 48 * moe, 1.0);
+  // Attention: the 12 full layers only.
+  EXPECT_NEAR(q->DensePrefillFlops(1000) - q->LinearPrefillFlops(1000),
+              12 * 4.0 * 16 * 256 * (1000.0 * 1001 / 2), 1e3);
 }
 
 TEST(CudaSyntheticTransformerTest, FixedRatioKeepsAboutTheRatio) {
