@@ -8,6 +8,9 @@
 #   bash scripts/gpu_cycle.sh run OUTDIR [STAGE...]     # on the GPU machine; stages: tests llama
 #                                                 # anchor batch gemma qwen (default: tests llama
 #                                                 # anchor)
+#   bash scripts/gpu_cycle.sh build-run OUTDIR [STAGE...]   # on the GPU machine, self-contained:
+#                                                 # build there (scripts/gpu_build.sh, carry
+#                                                 # .gpu_deps), then `run` the stages with that build
 #
 # UP_GPU_BUILD (default build-gpu) and UP_GPU_CARRY (default .gpu_carry) name the build folder and
 # the packed folder, so that several people sharing one checkout can pack side by side (the carry
@@ -38,13 +41,25 @@ case "$mode" in
     git rev-parse --short HEAD > "$carry/commit" 2>/dev/null || echo unknown > "$carry/commit"
     du -sh "$carry"
     ;;
+  build-run)
+    out=${2:?usage: build-run OUTDIR STAGE...}
+    shift 2
+    bash scripts/gpu_build.sh build /tmp/uniprefill-gpu-build
+    bindir=/tmp/uniprefill-gpu-bin
+    rm -rf "$bindir" && mkdir -p "$bindir"
+    cp /tmp/uniprefill-gpu-build/uniprefill /tmp/uniprefill-gpu-build/uniprefill_cuda_tests "$bindir/"
+    if [ -d "$carry/anchor" ]; then cp -r "$carry/anchor" "$bindir/"; fi
+    git rev-parse --short HEAD > "$bindir/commit" 2>/dev/null || echo unknown > "$bindir/commit"
+    UP_GPU_CARRY=$bindir exec bash "$0" run "$out" "$@"
+    ;;
   run)
     # Stages (any of): tests llama anchor batch gemma qwen; "quick" = tests + an 8K Llama point.
     out=${2:?usage: run OUTDIR STAGE...}
     shift 2
     stages=" ${*:-tests llama anchor} "
     mkdir -p "$out" /tmp/uniprefill-libs
-    tar -C /tmp/uniprefill-libs -xJf "$carry/lib.tar.xz"
+    # Packed binaries bring their libraries; a build-run's carry an RPATH into its prefix.
+    if [ -f "$carry/lib.tar.xz" ]; then tar -C /tmp/uniprefill-libs -xJf "$carry/lib.tar.xz"; fi
     export LD_LIBRARY_PATH=/tmp/uniprefill-libs/lib:${LD_LIBRARY_PATH:-}
     # cuBLASLt: the system's, else the copy inside PyTorch's wheels.
     if ! ldconfig -p | grep -q libcublasLt.so.13; then
@@ -95,7 +110,7 @@ case "$mode" in
     fi
     ;;
   *)
-    echo "usage: bash scripts/gpu_cycle.sh pack | run OUTDIR [tests|quick|llama|anchor|batch|gemma|qwen]..." >&2
+    echo "usage: bash scripts/gpu_cycle.sh pack | run OUTDIR [STAGE...] | build-run OUTDIR [STAGE...] (stages: tests quick llama anchor batch gemma qwen)" >&2
     exit 2
     ;;
 esac

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <string>
@@ -504,10 +505,16 @@ Status CudaModel::DeltaMixer(int layer_index, const DeltaLayer& L, const std::ve
   oc::L2NormalizeHeads(ctx_, q, kL2NormEps, 1.0f / std::sqrt(static_cast<float>(dk)));
   oc::L2NormalizeHeads(ctx_, k, kL2NormEps);
   TensorView core = Heads(Bf16(attn_), T, hv, dv, value_dim);
+  // UNIPREFILL_DELTA_RULE_KERNEL=chunked|recurrent forces one kernel (diagnostics; default auto).
+  oc::DeltaRuleKernel kernel = oc::DeltaRuleKernel::kAuto;
+  if (const char* e = std::getenv("UNIPREFILL_DELTA_RULE_KERNEL")) {
+    if (std::string(e) == "chunked") kernel = oc::DeltaRuleKernel::kChunked;
+    if (std::string(e) == "recurrent") kernel = oc::DeltaRuleKernel::kRecurrent;
+  }
   oc::GatedDeltaRule(ctx_, core, q, k, v,
                      TensorView::Contiguous(g, DType::kF32, {T, hv}, Device::kCuda),
                      TensorView::Contiguous(beta, DType::kF32, {T, hv}, Device::kCuda),
-                     pool_->recurrent_state(ordinal), seqs);
+                     pool_->recurrent_state(ordinal), seqs, kernel);
   // Gated RMSNorm per value head: norm(core) * w * silu(z), written over z's columns.
   oc::RmsNorm(ctx_, core, core, L.norm.as<float>(), d.eps);
   TensorView z = Rows(Bf16(qkv_, conv_dim), DType::kBF16, T, value_dim, width);
