@@ -54,8 +54,8 @@ Status CudaKvPool::GrowBlocks(int num_blocks) {
                                   cudaMemcpyDeviceToDevice, stream));
     UP_CUDA_CHECK(cudaStreamSynchronize(stream));
   }
-  // New blocks go on the free list so that the lowest ids come out first.
-  for (int b = num_blocks - 1; b >= num_blocks_; --b) free_blocks_.insert(free_blocks_.begin(), b);
+  // New blocks go on top of the LIFO free list, lowest id on top (O(new blocks)).
+  for (int b = num_blocks - 1; b >= num_blocks_; --b) free_blocks_.push_back(b);
   kv_ = std::move(*kv);
   meta_ = std::move(meta);
   num_blocks_ = num_blocks;
@@ -111,7 +111,7 @@ Status CudaKvPool::GrowSlots(int slots) {
     s.recurrent = std::move(rec);
   }
   UP_CUDA_CHECK(cudaStreamSynchronize(stream));
-  for (int i = slots - 1; i >= num_slots_; --i) free_slots_.insert(free_slots_.begin(), i);
+  for (int i = slots - 1; i >= num_slots_; --i) free_slots_.push_back(i);
   num_slots_ = slots;
   return OkStatus();
 }
