@@ -5,14 +5,14 @@
 #
 #   bash scripts/gpu_model_check.sh BINDIR OUTDIR
 #
-# BINDIR holds `uniprefill`, `uniprefill_cuda_tests` and lib.tar.xz (scripts/gpu_cycle.sh pack
-# makes them); models/gemma-3-270m-q4_k_m.gguf must exist (its test skips otherwise).
+# BINDIR holds `uniprefill` and `uniprefill_cuda_tests`: packed here with their lib.tar.xz
+# (scripts/gpu_cycle.sh pack), or built there (scripts/gpu_build.sh build BINDIR); models/gemma-3-270m-q4_k_m.gguf must exist (its test skips otherwise).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bin=${1:?usage: gpu_model_check.sh BINDIR OUTDIR}
 out=${2:?usage: gpu_model_check.sh BINDIR OUTDIR}
 mkdir -p "$out" /tmp/uniprefill-libs
-tar -C /tmp/uniprefill-libs -xJf "$bin/lib.tar.xz"
+if [ -f "$bin/lib.tar.xz" ]; then tar -C /tmp/uniprefill-libs -xJf "$bin/lib.tar.xz"; fi
 export LD_LIBRARY_PATH=/tmp/uniprefill-libs/lib:${LD_LIBRARY_PATH:-}
 if ! ldconfig -p | grep -q libcublasLt.so.13; then
   lt=$(find / -name 'libcublasLt.so.13*' -not -path '/proc/*' 2>/dev/null | head -1 || true)
