@@ -6,7 +6,9 @@
 #   bash scripts/gpu_model_check.sh BINDIR OUTDIR
 #
 # BINDIR holds `uniprefill` and `uniprefill_cuda_tests`: packed here with their lib.tar.xz
-# (scripts/gpu_cycle.sh pack), or built there (scripts/gpu_build.sh build BINDIR); models/gemma-3-270m-q4_k_m.gguf must exist (its test skips otherwise).
+# (scripts/gpu_cycle.sh pack), or built there (scripts/gpu_build.sh build BINDIR);
+# models/gemma-3-270m-q4_k_m.gguf must exist (its test skips otherwise; it is 253 MB, so it
+# travels to a GPU machine in chunks of < 64 MiB, see docs/cuda_model.md).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bin=${1:?usage: gpu_model_check.sh BINDIR OUTDIR}
