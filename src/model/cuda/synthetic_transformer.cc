@@ -11,7 +11,7 @@
 #include "core/cuda/cuda_context.h"
 #include "core/cuda/device_buffer.h"
 #include "ops/cuda/cuda_attention.h"
-#include "model/cuda/synthetic_kernels.h"
+#include "model/cuda/cuda_model_kernels.h"
 #include "ops/cuda/cuda_dense_ops.h"
 #include "ops/cuda/cuda_linear_attention.h"
 #include "ops/cuda/cuda_moe.h"
@@ -205,6 +205,7 @@ class SyntheticTransformerImpl final : public SyntheticTransformer {
   DeviceBuffer embedding_;  // bf16 [V, hidden] (also the tied LM head)
   std::vector<LayerWeights> layers_;
   DeviceBuffer ones_;             // f32 [max(hidden, D)]: every norm weight (synthetic)
+  DeviceBuffer zeros_;            // f32 [max(hidden, D)]: the DeltaNet a_log and dt_bias
   DeviceBuffer inv_freq_global_;  // f32 [D / 2]
   DeviceBuffer inv_freq_local_;   // f32 [D / 2] (sliding layers of Gemma: theta 1e4)
   DeviceBuffer conv_weight_;      // f32 [conv_dim, K] (DeltaNet layers share it)
@@ -321,6 +322,8 @@ Status SyntheticTransformerImpl::Init(uint64_t seed) {
   }
   ones_ = DeviceBuffer::FromHost(
       std::vector<float>(std::max({s.hidden, s.head_dim, s.lin_head_dim}), 1.0f));
+  zeros_ = DeviceBuffer::FromHost(
+      std::vector<float>(std::max({s.hidden, s.head_dim, s.lin_head_dim, s.lin_v_heads}), 0.0f));
   inv_freq_global_ = DeviceBuffer::FromHost(ops::RopeInvFreq(s.rope_theta, s.RotaryDims()));
   inv_freq_local_ = DeviceBuffer::FromHost(ops::RopeInvFreq(
       s.rope_theta_local > 0 ? s.rope_theta_local : s.rope_theta, s.RotaryDims()));
@@ -479,9 +482,11 @@ Result<PrefillTiming> SyntheticTransformerImpl::Prefill(const std::vector<int64_
       ops::cuda::L2NormalizeHeads(ctx_, k, 1e-6f);
       float* g = gates_.as<float>();
       float* beta = g + t * nv;
-      synthetic_cuda::DeltaNetGates(
-          ctx_, g, beta, Rows(Bf16At(qkv_, 2 * wd.kd + 2 * wd.vd), DType::kBF16, t, 2 * nv, gw),
-          /*a_log=*/0.0f, /*dt_bias=*/0.0f);
+      // a_log = dt_bias = 0 for every head (zeros_).
+      cuda_model::DeltaNetGates(
+          ctx_, g, beta, Rows(Bf16At(qkv_, 2 * wd.kd + 2 * wd.vd), DType::kBF16, t, nv, gw),
+          Rows(Bf16At(qkv_, 2 * wd.kd + 2 * wd.vd + nv), DType::kBF16, t, nv, gw),
+          zeros_.as<float>(), zeros_.as<float>());
       TensorView core = gate_up_.View(DType::kBF16, {t, nv, dk});
       ops::cuda::GatedDeltaRule(
           ctx_, core, q, k, v, TensorView::Contiguous(g, DType::kF32, {t, nv}, Device::kCuda),
@@ -536,8 +541,10 @@ Result<PrefillTiming> SyntheticTransformerImpl::Prefill(const std::vector<int64_
       ops::cuda::FlashAttention(ctx_, attn, q, k, v, positions, positions, vb, ap);
       if (time_attention) UP_CUDA_CHECK(cudaEventRecord(attn_events.back().second, stream));
       if (s.attn_output_gate) {  // out *= sigmoid(gate), before any compaction
-        synthetic_cuda::SigmoidGateMul(ctx_, attn_[cur].View(DType::kBF16, {t, attn_w}),
-                                       Rows(gate_ptr, DType::kBF16, t, q_w, qkv_w));
+        TensorView gate =
+            TensorView::Contiguous(gate_ptr, DType::kBF16, {t, 1, q_w}, Device::kCuda);
+        gate.stride[0] = qkv_w;
+        cuda_model::SigmoidGateMul(ctx_, attn_[cur].View(DType::kBF16, {t, 1, attn_w}), gate);
       }
 
       const bool drop = up.enabled && std::find(s.drop_layers.begin(), s.drop_layers.end(), l) !=
