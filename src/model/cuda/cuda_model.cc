@@ -1,4 +1,5 @@
-// The CUDA model (model/cuda/cuda_model.h): weights upload and the device forward.
+// The CUDA model (model/cuda/cuda_model.h): its Load (weights: cuda_model_weights.h) and the device
+// forward (batch layout, attention and DeltaNet mixers, UniPrefill drops, logits).
 #include "model/cuda/cuda_model.h"
 
 #include <cuda_runtime_api.h>
@@ -19,6 +20,8 @@
 #include "io/dequant.h"
 #include "model/cuda/cuda_kv_cache.h"
 #include "model/cuda/cuda_model_kernels.h"
+#include "model/cuda/cuda_model_weights.h"
+#include "model/cuda/pinned_staging.h"
 #include "model/packed_batch.h"
 #include "ops/cuda/cuda_attention.h"
 #include "ops/cuda/cuda_cache_attention.h"
@@ -32,16 +35,17 @@ namespace uniprefill {
 namespace {
 
 namespace oc = ops::cuda;
+using cuda_model::AttentionLayer;
+using cuda_model::DeltaLayer;
+using cuda_model::DeviceLinear;
+using cuda_model::Layer;
+using cuda_model::MoeLayer;
+using cuda_model::Upload;
+using cuda_model::UploadF32;
+using cuda_model::UploadRows;
 
 constexpr int kBlockTokens = 16;  // device KV pages (the serving engine may fix another size)
 constexpr float kL2NormEps = 1e-6f;
-
-uint16_t ToBf16(float f) {  // round to nearest even (no NaNs in weights)
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
 
 // A [rows, cols] view of device memory with row stride `row_stride` elements.
 TensorView Rows(void* data, DType dtype, int64_t rows, int64_t cols, int64_t row_stride) {
@@ -63,151 +67,6 @@ Status Ensure(DeviceBuffer& b, size_t bytes) {
   UP_ASSIGN_OR_RETURN(b, DeviceBuffer::Allocate(std::max<size_t>(bytes, 256)));
   return OkStatus();
 }
-
-// A bf16 weight [out, in] on the device.
-struct DeviceLinear {
-  DeviceBuffer w;
-  int64_t out = 0, in = 0;
-  TensorView view() const { return w.View(DType::kBF16, {out, in}); }
-};
-
-// The rows of one or more host linear weights (stacked), dequantised to f32 [out, in].
-Result<std::vector<float>> HostRows(const std::vector<const ops::LinearWeight*>& ws, int64_t* out,
-                                    int64_t* in) {
-  *out = 0;
-  *in = ws.front()->in_features;
-  for (const ops::LinearWeight* w : ws) *out += w->out_features;
-  std::vector<float> rows(static_cast<size_t>(*out) * *in);
-  size_t at = 0;
-  for (const ops::LinearWeight* w : ws) {
-    if (w->in_features != *in) return Internal("stacked weights differ in input width");
-    const size_t n = static_cast<size_t>(w->out_features) * *in;
-    if (w->f32.size() >= n * sizeof(float)) {
-      std::memcpy(rows.data() + at, w->f32.as<float>(), n * sizeof(float));
-    } else {
-      size_t part_at = at;
-      for (const TensorView& p : w->parts) {
-        const int64_t pn = p.dim(0) * p.dim(1);
-        UP_RETURN_IF_ERROR(Dequantize(p.dtype, p.data, rows.data() + part_at, pn));
-        part_at += pn;
-      }
-    }
-    at += n;
-  }
-  return rows;
-}
-
-Result<DeviceLinear> UploadRows(const std::vector<float>& rows, int64_t out, int64_t in,
-                                const std::vector<int64_t>* order = nullptr) {
-  std::vector<uint16_t> bf(rows.size());
-  for (int64_t r = 0; r < out; ++r) {
-    const int64_t src = order ? (*order)[r] : r;
-    for (int64_t c = 0; c < in; ++c) bf[r * in + c] = ToBf16(rows[src * in + c]);
-  }
-  DeviceLinear d;
-  d.out = out;
-  d.in = in;
-  UP_ASSIGN_OR_RETURN(d.w, DeviceBuffer::Allocate(bf.size() * 2));
-  d.w.CopyFromHost(bf.data(), bf.size() * 2);
-  return d;
-}
-
-Result<DeviceLinear> Upload(const std::vector<const ops::LinearWeight*>& ws,
-                            const std::vector<int64_t>* order = nullptr) {
-  int64_t out = 0, in = 0;
-  UP_ASSIGN_OR_RETURN(std::vector<float> rows, HostRows(ws, &out, &in));
-  return UploadRows(rows, out, in, order);
-}
-
-DeviceBuffer UploadF32(const std::vector<float>& v) { return DeviceBuffer::FromHost(v); }
-
-struct AttentionLayer {
-  const AttentionWeights* host = nullptr;
-  DeviceLinear qkv;  // bf16 [Hq D (+ Hq D gate) + 2 Hkv D, hidden]: q | gate | k | v
-  DeviceLinear o;    // bf16 [hidden, Hq D]
-  DeviceBuffer q_norm, k_norm, inv_freq;  // f32 [D], [D], [rot / 2]
-};
-
-struct DeltaLayer {
-  const GatedDeltaNetWeights* host = nullptr;
-  DeviceLinear in_proj;  // bf16 [conv_dim + value_dim + 2 Hv, hidden]: q | k | v | z | b | a
-  DeviceLinear out_proj;
-  DeviceBuffer conv_w, a_log, dt_bias, norm;  // f32 [conv_dim, K], [Hv], [Hv], [Dv]
-};
-
-struct MoeLayer {
-  DeviceLinear router, experts_gate_up, experts_down, shared_gate_up, shared_down, shared_gate;
-  int top_k = 0;
-  bool norm_topk = true;
-  int64_t n_experts = 0, inter = 0;
-  oc::MoeDeviceWeights View() const {
-    oc::MoeDeviceWeights w;
-    w.router = router.view();
-    w.expert_gate_up = experts_gate_up.w.View(DType::kBF16, {n_experts, 2 * inter, router.in});
-    w.expert_down = experts_down.w.View(DType::kBF16, {n_experts, router.in, inter});
-    w.shared_gate_up = shared_gate_up.view();
-    w.shared_down = shared_down.view();
-    w.shared_gate = shared_gate.view();
-    w.top_k = top_k;
-    w.norm_topk_prob = norm_topk;
-    return w;
-  }
-};
-
-struct Layer {
-  DeviceBuffer mixer_norm, post_mixer_norm, ffn_norm, post_ffn_norm;  // f32 [hidden] (or empty)
-  std::unique_ptr<AttentionLayer> attention;
-  std::unique_ptr<DeltaLayer> delta;
-  DeviceLinear gate_up, down;  // dense FFN
-  ops::Activation activation = ops::Activation::kSilu;
-  std::unique_ptr<MoeLayer> moe;
-};
-
-// Pinned host memory + device memory for one forward's small integer arrays (positions, slots,
-// tables): bump-allocated, uploaded with async copies that never reuse a region within a forward.
-class Staging {
- public:
-  ~Staging() {
-    if (host_) cudaFreeHost(host_);
-  }
-  Status Reserve(size_t ints) {
-    used_ = 0;
-    if (ints <= cap_) return OkStatus();
-    if (host_) cudaFreeHost(host_);
-    host_ = nullptr;
-    cap_ = 0;
-    UP_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&host_), ints * 4));
-    UP_ASSIGN_OR_RETURN(dev_, DeviceBuffer::Allocate(ints * 4));
-    cap_ = ints;
-    return OkStatus();
-  }
-  // Device copy of v (enqueued on stream).
-  Result<const int32_t*> Put(const std::vector<int32_t>& v, cudaStream_t stream) {
-    UP_ASSIGN_OR_RETURN(size_t at, Take(v.size()));
-    if (!v.empty()) {
-      std::memcpy(host_ + at, v.data(), v.size() * 4);
-      UP_CUDA_CHECK(cudaMemcpyAsync(dev_.as<int32_t>() + at, host_ + at, v.size() * 4,
-                                    cudaMemcpyHostToDevice, stream));
-    }
-    return dev_.as<int32_t>() + at;
-  }
-  // Uninitialised device ints, and their pinned host twin (for copies back).
-  Result<std::pair<int32_t*, int32_t*>> Scratch(size_t n) {
-    UP_ASSIGN_OR_RETURN(size_t at, Take(n));
-    return std::make_pair(dev_.as<int32_t>() + at, host_ + at);
-  }
-
- private:
-  Result<size_t> Take(size_t n) {
-    const size_t at = used_;
-    used_ += (n + 3) / 4 * 4;  // 16-byte aligned regions
-    if (used_ > cap_) return Internal("forward staging overflow (a sizing bug)");
-    return at;
-  }
-  int32_t* host_ = nullptr;
-  DeviceBuffer dev_;
-  size_t cap_ = 0, used_ = 0;
-};
 
 // One request of a forward, as the host tracks it.
 struct Req {
@@ -244,9 +103,6 @@ class CudaModel final : public Model {
                       ForwardStats* stats) override;
 
  private:
-  Status UploadAttention(const AttentionWeights& a, AttentionLayer* out);
-  Status UploadDelta(const GatedDeltaNetWeights& d, DeltaLayer* out);
-  Status UploadMoe(const MoeWeights& m, MoeLayer* out);
   Status EnsureWork(int64_t rows, int batch);
 
   // Uploads the current segment's per-row arrays and per-request lists.
@@ -277,9 +133,9 @@ class CudaModel final : public Model {
   DeviceBuffer importance_, kept_rows_, kept_count_, select_scratch_, moe_scratch_, decode_scratch_,
       logits_, logits_f32_, last_hidden_;
   int cur_ = 0;  // live residual buffer
-  Staging staging_;
+  cuda_model::PinnedStaging staging_;
 
-  // The current segment's device arrays (Staging regions).
+  // The current segment's device arrays (staging regions).
   const int32_t* d_pos_ = nullptr;
   const int32_t* d_index_ = nullptr;
   const int32_t* d_cu_ = nullptr;     // [B + 1] every request
@@ -288,84 +144,6 @@ class CudaModel final : public Model {
   int fresh_ = 0;                     // requests [0, fresh_) are fresh
   std::vector<std::pair<cudaEvent_t, cudaEvent_t>>* drop_events_ = nullptr;
 };
-
-Status CudaModel::UploadAttention(const AttentionWeights& a, AttentionLayer* L) {
-  L->host = &a;
-  const int64_t D = a.head_dim, Hq = a.n_heads;
-  if (a.gated_output) {
-    // Host rows: per head [query (D) | gate (D)]; device rows: all queries, then all gates.
-    int64_t out = 0, in = 0;
-    UP_ASSIGN_OR_RETURN(std::vector<float> rows, HostRows({&a.q, &a.k, &a.v}, &out, &in));
-    std::vector<int64_t> order;
-    for (int64_t h = 0; h < Hq; ++h) {
-      for (int64_t d = 0; d < D; ++d) order.push_back(h * 2 * D + d);
-    }
-    for (int64_t h = 0; h < Hq; ++h) {
-      for (int64_t d = 0; d < D; ++d) order.push_back(h * 2 * D + D + d);
-    }
-    for (int64_t r = 2 * Hq * D; r < out; ++r) order.push_back(r);
-    UP_ASSIGN_OR_RETURN(L->qkv, UploadRows(rows, out, in, &order));
-  } else {
-    UP_ASSIGN_OR_RETURN(L->qkv, Upload({&a.q, &a.k, &a.v}));
-  }
-  UP_ASSIGN_OR_RETURN(L->o, Upload({&a.o}));
-  if (!a.q_norm.empty()) L->q_norm = UploadF32(a.q_norm);
-  if (!a.k_norm.empty()) L->k_norm = UploadF32(a.k_norm);
-  L->inv_freq = UploadF32(a.rope_inv_freq);
-  weight_bytes_ += (L->qkv.w.size() + L->o.w.size());
-  return OkStatus();
-}
-
-Status CudaModel::UploadDelta(const GatedDeltaNetWeights& d, DeltaLayer* L) {
-  L->host = &d;
-  // Host rows of in_proj_qkvz: per key head [q (dk) | k (dk) | v (r dv) | z (r dv)]; of in_proj_ba:
-  // per key head [b (r) | a (r)]. Device rows: q all | k all | v all | z all | b all | a all.
-  int64_t out = 0, in = 0;
-  UP_ASSIGN_OR_RETURN(std::vector<float> rows,
-                      HostRows({&d.in_proj_qkvz, &d.in_proj_ba}, &out, &in));
-  const int64_t hk = d.n_k_heads, hv = d.n_v_heads, dk = d.d_k, dv = d.d_v, r = hv / hk;
-  const int64_t group = 2 * dk + 2 * r * dv, ba0 = hk * group;
-  std::vector<int64_t> order;
-  for (int part = 0; part < 4; ++part) {  // q, k, v, z
-    const int64_t off = part == 0 ? 0 : part == 1 ? dk : part == 2 ? 2 * dk : 2 * dk + r * dv;
-    const int64_t len = part < 2 ? dk : r * dv;
-    for (int64_t kh = 0; kh < hk; ++kh) {
-      for (int64_t i = 0; i < len; ++i) order.push_back(kh * group + off + i);
-    }
-  }
-  for (int part = 0; part < 2; ++part) {  // b, a
-    for (int64_t h = 0; h < hv; ++h) order.push_back(ba0 + (h / r) * 2 * r + part * r + h % r);
-  }
-  UP_ASSIGN_OR_RETURN(L->in_proj, UploadRows(rows, out, in, &order));
-  UP_ASSIGN_OR_RETURN(L->out_proj, Upload({&d.out_proj}));
-  L->conv_w = UploadF32(d.conv_weight);
-  L->a_log = UploadF32(d.a_log);
-  L->dt_bias = UploadF32(d.dt_bias);
-  L->norm = UploadF32(d.norm);
-  weight_bytes_ += L->in_proj.w.size() + L->out_proj.w.size();
-  return OkStatus();
-}
-
-Status CudaModel::UploadMoe(const MoeWeights& m, MoeLayer* L) {
-  L->top_k = m.top_k;
-  L->norm_topk = m.norm_topk_prob;
-  L->n_experts = m.n_experts;
-  L->inter = m.expert_down.empty() ? 0 : m.expert_down[0].in_features;
-  UP_ASSIGN_OR_RETURN(L->router, Upload({&m.router}));
-  std::vector<const ops::LinearWeight*> gu, dn;
-  for (const ops::LinearWeight& w : m.expert_gate_up) gu.push_back(&w);
-  for (const ops::LinearWeight& w : m.expert_down) dn.push_back(&w);
-  UP_ASSIGN_OR_RETURN(L->experts_gate_up, Upload(gu));
-  UP_ASSIGN_OR_RETURN(L->experts_down, Upload(dn));
-  UP_ASSIGN_OR_RETURN(L->shared_gate_up, Upload({&m.shared_gate_up}));
-  UP_ASSIGN_OR_RETURN(L->shared_down, Upload({&m.shared_down}));
-  UP_ASSIGN_OR_RETURN(L->shared_gate, Upload({&m.shared_expert_gate}));
-  for (const DeviceLinear* w : {&L->router, &L->experts_gate_up, &L->experts_down,
-                                &L->shared_gate_up, &L->shared_down, &L->shared_gate}) {
-    weight_bytes_ += w->w.size();
-  }
-  return OkStatus();
-}
 
 Status CudaModel::Load(const ProgressFn& progress) {
   UP_ASSIGN_OR_RETURN(ModelExport e, host_->Export());
@@ -396,14 +174,14 @@ Status CudaModel::Load(const ProgressFn& progress) {
     if (x.attention) {
       const AttentionWeights& a = *x.attention;
       L.attention = std::make_unique<AttentionLayer>();
-      UP_RETURN_IF_ERROR(UploadAttention(a, L.attention.get()));
+      UP_RETURN_IF_ERROR(cuda_model::UploadAttention(a, L.attention.get(), &weight_bytes_));
       max_qkv_ = std::max(max_qkv_, L.attention->qkv.out);
       max_attn_ = std::max<int64_t>(max_attn_, int64_t{a.n_heads} * a.head_dim);
     } else {
       const GatedDeltaNetWeights& d = *x.delta;
       L.delta = std::make_unique<DeltaLayer>();
       has_linear_ = true;
-      UP_RETURN_IF_ERROR(UploadDelta(d, L.delta.get()));
+      UP_RETURN_IF_ERROR(cuda_model::UploadDelta(d, L.delta.get(), &weight_bytes_));
       max_qkv_ = std::max(max_qkv_, L.delta->in_proj.out);
       max_attn_ = std::max<int64_t>(max_attn_, d.value_dim());
       max_conv_ = std::max<int64_t>(max_conv_, d.conv_dim());
@@ -417,7 +195,7 @@ Status CudaModel::Load(const ProgressFn& progress) {
       weight_bytes_ += L.gate_up.w.size() + L.down.w.size();
     } else {
       L.moe = std::make_unique<MoeLayer>();
-      UP_RETURN_IF_ERROR(UploadMoe(*x.moe, L.moe.get()));
+      UP_RETURN_IF_ERROR(cuda_model::UploadMoe(*x.moe, L.moe.get(), &weight_bytes_));
     }
     if (progress) progress(static_cast<int64_t>(i + 1), static_cast<int64_t>(e.layers.size()));
   }
