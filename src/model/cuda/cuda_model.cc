@@ -21,6 +21,7 @@
 #include "model/cuda/cuda_kv_cache.h"
 #include "model/cuda/cuda_model_kernels.h"
 #include "model/cuda/cuda_model_weights.h"
+#include "model/cuda/device_views.h"
 #include "model/cuda/pinned_staging.h"
 #include "model/packed_batch.h"
 #include "ops/cuda/cuda_attention.h"
@@ -36,6 +37,9 @@ namespace {
 
 namespace oc = ops::cuda;
 using cuda_model::AttentionLayer;
+using cuda_model::Bf16;
+using cuda_model::Heads;
+using cuda_model::Rows;
 using cuda_model::DeltaLayer;
 using cuda_model::DeviceLinear;
 using cuda_model::Layer;
@@ -47,19 +51,6 @@ using cuda_model::UploadRows;
 constexpr int kBlockTokens = 16;  // device KV pages (the serving engine may fix another size)
 constexpr float kL2NormEps = 1e-6f;
 
-// A [rows, cols] view of device memory with row stride `row_stride` elements.
-TensorView Rows(void* data, DType dtype, int64_t rows, int64_t cols, int64_t row_stride) {
-  TensorView v = TensorView::Contiguous(data, dtype, {rows, cols}, Device::kCuda);
-  v.stride[0] = row_stride;
-  return v;
-}
-// A bf16 [rows, heads, dim] view, heads contiguous inside a row of `row_stride` elements.
-TensorView Heads(void* data, int64_t rows, int64_t heads, int64_t dim, int64_t row_stride) {
-  TensorView v = TensorView::Contiguous(data, DType::kBF16, {rows, heads, dim}, Device::kCuda);
-  v.stride[0] = row_stride;
-  return v;
-}
-uint16_t* Bf16(const DeviceBuffer& b, int64_t offset = 0) { return b.as<uint16_t>() + offset; }
 
 Status Ensure(DeviceBuffer& b, size_t bytes) {
   if (b.size() >= bytes) return OkStatus();

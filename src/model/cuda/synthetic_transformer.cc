@@ -12,6 +12,7 @@
 #include "core/cuda/device_buffer.h"
 #include "ops/cuda/cuda_attention.h"
 #include "model/cuda/cuda_model_kernels.h"
+#include "model/cuda/device_views.h"
 #include "ops/cuda/cuda_dense_ops.h"
 #include "ops/cuda/cuda_linear_attention.h"
 #include "ops/cuda/cuda_moe.h"
@@ -145,22 +146,9 @@ Result<SyntheticShape> SyntheticShapeByName(const std::string& name) {
 
 namespace {
 
-TensorView Rows(void* data, DType dtype, int64_t rows, int64_t cols, int64_t row_stride) {
-  TensorView v = TensorView::Contiguous(data, dtype, {rows, cols}, Device::kCuda);
-  v.stride[0] = row_stride;
-  return v;
-}
-
-// A [rows, heads, head_dim] view whose rows are row_stride elements apart.
-TensorView Heads(void* data, int64_t rows, int64_t heads, int64_t head_dim, int64_t row_stride) {
-  TensorView v = TensorView::Contiguous(data, DType::kBF16, {rows, heads, head_dim}, Device::kCuda);
-  v.stride[0] = row_stride;
-  return v;
-}
-
-uint16_t* Bf16At(const DeviceBuffer& b, int64_t element_offset) {
-  return b.as<uint16_t>() + element_offset;
-}
+using cuda_model::Bf16;
+using cuda_model::Heads;
+using cuda_model::Rows;
 
 struct LayerWeights {
   // Attention: bf16 [(Hq (x2 with the output gate) + 2 Hkv) D, hidden], rows [q | gate | k | v].
@@ -473,19 +461,19 @@ Result<PrefillTiming> SyntheticTransformerImpl::Prefill(const std::vector<int64_
       seqs.max_seqlen = max_len;
       TensorView conv_out = conv_out_.View(DType::kBF16, {t, wd.conv});
       ops::cuda::CausalConv1dSilu(
-          ctx_, conv_out, Rows(Bf16At(qkv_, 0), DType::kBF16, t, wd.conv, gw),
+          ctx_, conv_out, Rows(Bf16(qkv_, 0), DType::kBF16, t, wd.conv, gw),
           conv_weight_.View(DType::kF32, {wd.conv, s.conv_kernel}), conv_state_.as<float>(), seqs);
-      TensorView q = Heads(Bf16At(conv_out_, 0), t, s.lin_k_heads, dk, wd.conv);
-      TensorView k = Heads(Bf16At(conv_out_, wd.kd), t, s.lin_k_heads, dk, wd.conv);
-      TensorView v = Heads(Bf16At(conv_out_, 2 * wd.kd), t, nv, dk, wd.conv);
+      TensorView q = Heads(Bf16(conv_out_, 0), t, s.lin_k_heads, dk, wd.conv);
+      TensorView k = Heads(Bf16(conv_out_, wd.kd), t, s.lin_k_heads, dk, wd.conv);
+      TensorView v = Heads(Bf16(conv_out_, 2 * wd.kd), t, nv, dk, wd.conv);
       ops::cuda::L2NormalizeHeads(ctx_, q, 1e-6f, 1.0f / std::sqrt(static_cast<float>(dk)));
       ops::cuda::L2NormalizeHeads(ctx_, k, 1e-6f);
       float* g = gates_.as<float>();
       float* beta = g + t * nv;
       // a_log = dt_bias = 0 for every head (zeros_).
       cuda_model::DeltaNetGates(
-          ctx_, g, beta, Rows(Bf16At(qkv_, 2 * wd.kd + 2 * wd.vd), DType::kBF16, t, nv, gw),
-          Rows(Bf16At(qkv_, 2 * wd.kd + 2 * wd.vd + nv), DType::kBF16, t, nv, gw),
+          ctx_, g, beta, Rows(Bf16(qkv_, 2 * wd.kd + 2 * wd.vd), DType::kBF16, t, nv, gw),
+          Rows(Bf16(qkv_, 2 * wd.kd + 2 * wd.vd + nv), DType::kBF16, t, nv, gw),
           zeros_.as<float>(), zeros_.as<float>());
       TensorView core = gate_up_.View(DType::kBF16, {t, nv, dk});
       ops::cuda::GatedDeltaRule(
@@ -497,17 +485,17 @@ Result<PrefillTiming> SyntheticTransformerImpl::Prefill(const std::vector<int64_
       ops::cuda::RmsNorm(ctx_, heads, heads, ones, eps);
       ops::cuda::GatedActivation(
           ctx_, attn_[cur].View(DType::kBF16, {t, wd.vd}),
-          Rows(Bf16At(qkv_, 2 * wd.kd + wd.vd), DType::kBF16, t, wd.vd, gw),
+          Rows(Bf16(qkv_, 2 * wd.kd + wd.vd), DType::kBF16, t, wd.vd, gw),
           gate_up_.View(DType::kBF16, {t, wd.vd}), ops::Activation::kSilu);
       if (time_attention) UP_CUDA_CHECK(cudaEventRecord(gdn_events.back().second, stream));
       mixer_w = wd.vd;
     } else {
       TensorView qkv = qkv_.View(DType::kBF16, {t, qkv_w});
       ops::cuda::Gemm(ctx_, qkv, normed, w.qkv.View(DType::kBF16, {qkv_w, s.hidden}));
-      uint16_t* q_ptr = Bf16At(qkv_, 0);
-      uint16_t* gate_ptr = Bf16At(qkv_, q_w);
-      uint16_t* k_ptr = Bf16At(qkv_, q_w + wd.gate);
-      uint16_t* v_ptr = Bf16At(qkv_, q_w + wd.gate + kv_w);
+      uint16_t* q_ptr = Bf16(qkv_, 0);
+      uint16_t* gate_ptr = Bf16(qkv_, q_w);
+      uint16_t* k_ptr = Bf16(qkv_, q_w + wd.gate);
+      uint16_t* v_ptr = Bf16(qkv_, q_w + wd.gate + kv_w);
       if (s.qk_norm) {  // per-head RMSNorm: one strided [T, D] view per head
         for (int h = 0; h < s.n_heads + s.n_kv_heads; ++h) {
           uint16_t* head_ptr =
@@ -579,14 +567,14 @@ Result<PrefillTiming> SyntheticTransformerImpl::Prefill(const std::vector<int64_
         for (int r = 0; r < batch; ++r) {
           const int64_t kept = pinned_counts()[r], off = cu[r], noff = new_cu[r];
           const int32_t* rows = kept_rows_.as<int32_t>() + off;
-          ops::cuda::GatherRows(ctx_, Rows(Bf16At(attn_[nxt], noff * attn_w), DType::kBF16, kept,
+          ops::cuda::GatherRows(ctx_, Rows(Bf16(attn_[nxt], noff * attn_w), DType::kBF16, kept,
                                            attn_w, attn_w),
-                                Rows(Bf16At(attn_[cur], off * attn_w), DType::kBF16, len[r], attn_w,
+                                Rows(Bf16(attn_[cur], off * attn_w), DType::kBF16, len[r], attn_w,
                                      attn_w),
                                 rows);
-          ops::cuda::GatherRows(ctx_, Rows(Bf16At(residual_[nxt], noff * s.hidden), DType::kBF16,
+          ops::cuda::GatherRows(ctx_, Rows(Bf16(residual_[nxt], noff * s.hidden), DType::kBF16,
                                            kept, s.hidden, s.hidden),
-                                Rows(Bf16At(residual_[cur], off * s.hidden), DType::kBF16, len[r],
+                                Rows(Bf16(residual_[cur], off * s.hidden), DType::kBF16, len[r],
                                      s.hidden, s.hidden),
                                 rows);
           ops::cuda::GatherRows(ctx_,
@@ -625,8 +613,8 @@ Result<PrefillTiming> SyntheticTransformerImpl::Prefill(const std::vector<int64_
     const int64_t f = s.intermediate;
     TensorView gate_up = gate_up_.View(DType::kBF16, {t, 2 * f});
     ops::cuda::Gemm(ctx_, gate_up, normed, w.gate_up.View(DType::kBF16, {2 * f, s.hidden}));
-    TensorView gate = Rows(Bf16At(gate_up_, 0), DType::kBF16, t, f, 2 * f);
-    TensorView upv = Rows(Bf16At(gate_up_, f), DType::kBF16, t, f, 2 * f);
+    TensorView gate = Rows(Bf16(gate_up_, 0), DType::kBF16, t, f, 2 * f);
+    TensorView upv = Rows(Bf16(gate_up_, f), DType::kBF16, t, f, 2 * f);
     ops::cuda::GatedActivation(ctx_, gate, gate, upv,
                                s.gelu ? ops::Activation::kGeluTanh : ops::Activation::kSilu);
     ops::cuda::Gemm(ctx_, out, gate, w.down.View(DType::kBF16, {s.hidden, f}));
