@@ -74,6 +74,9 @@ CLI::App* AddBenchGpuPrefillCommand(CLI::App& bench_group, BenchGpuPrefillOption
   cmd->add_flag("--time-attention", o.time_attention,
                 "Also time every flash-attention launch, DeltaNet core and MoE (one extra dense "
                 "run per point)");
+  cmd->add_flag("--compare-sync", o.compare_sync,
+                "Also run each keep ratio the way top-p must: a host sync per drop layer to learn "
+                "the kept counts (mode keepR-sync), to show what the sync-free path saves");
   cmd->add_option("--commit", o.commit, "Commit id recorded in the JSON");
   cmd->add_option("--json", o.json_out, "Write the results as JSON here");
   return cmd;
@@ -183,7 +186,7 @@ int BenchGpuPrefillCommand(const BenchGpuPrefillOptions& o) {
                static_cast<long long>(max_tokens));
 
   nlohmann::json rows = nlohmann::json::array();
-  std::printf("%-8s %5s %-10s %10s %9s %7s %8s %10s %9s\n", "context", "batch", "mode", "TTFT ms",
+  std::printf("%-8s %5s %-13s %10s %9s %7s %8s %10s %9s\n", "context", "batch", "mode", "TTFT ms",
               "TFLOP/s", "peak%", "speedup", "UP ms", "UP share");
   for (int64_t n : contexts) {
     for (int64_t b : batches) {
@@ -198,6 +201,10 @@ int BenchGpuPrefillCommand(const BenchGpuPrefillOptions& o) {
         char name[32];
         std::snprintf(name, sizeof(name), "keep%.2g", r);
         modes.push_back({name, up});
+        if (o.compare_sync) {
+          up.sync_each_drop = true;
+          modes.push_back({std::string(name) + "-sync", up});
+        }
       }
       double dense_ms = 0;
       for (const auto& [name, up] : modes) {
@@ -229,6 +236,7 @@ int BenchGpuPrefillCommand(const BenchGpuPrefillOptions& o) {
           row["share_of_measured_gemm"] = tflops / gemm_tflops;
         } else {
           row["keep_ratio"] = up.selection.keep_ratio;
+          row["host_sync_per_drop"] = up.sync_each_drop;
           row["speedup_vs_dense"] = dense_ms / ms;
           row["uniprefill_overhead_ms_median"] = Median(overhead);
           row["uniprefill_overhead_share"] = Median(overhead) / ms;
@@ -250,7 +258,7 @@ int BenchGpuPrefillCommand(const BenchGpuPrefillOptions& o) {
           }
         }
         rows.push_back(row);
-        std::printf("%-8lld %5lld %-10s %10.1f %9.1f %6.1f%% %8s %10.1f %8.2f%%\n",
+        std::printf("%-8lld %5lld %-13s %10.1f %9.1f %6.1f%% %8s %10.1f %8.2f%%\n",
                     static_cast<long long>(n), static_cast<long long>(b), name.c_str(), ms,
                     name == "dense" ? tflops : 0.0,
                     name == "dense" ? 100 * tflops / kDatasheetBf16Tflops : 0.0,

@@ -17,6 +17,7 @@ struct BenchGpuPrefillOptions {
   std::string keep_ratios = "0.5,0.3";
   int repeats = 3;
   bool time_attention = false;
+  bool compare_sync = false;  // also run each ratio with a host sync per drop (exact layout)
   std::string commit;  // recorded in the JSON
   std::string json_out;
 };

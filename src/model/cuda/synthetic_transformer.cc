@@ -214,22 +214,30 @@ class SyntheticTransformerImpl final : public SyntheticTransformer {
   size_t moe_scratch_bytes_ = 0;
   DeviceBuffer ids_;          // i32 [T]
   DeviceBuffer pos_[2];       // i32 [T]
-  DeviceBuffer cu_seqlens_;   // i32 [B + 1]
+  // Segment layouts: after drop d the packed rows are re-laid out (layout d + 1). Request r owns
+  // rows [cu[r], cu[r + 1]) (its capacity); its true length is counts_ (device only after a
+  // fixed-ratio drop: the rest of its rows are padding, cuda_uniprefill.h "bounded segments").
+  DeviceBuffer layouts_;      // i32 [drops + 1][B + 1]
+  DeviceBuffer counts_[2];    // i32 [B] (ping-pong: a drop reads one and writes the other)
+  DeviceBuffer kept_hist_;    // i32 [drops][B]: the counts after each drop (read after the sync)
   DeviceBuffer importance_;   // f32 [T]
   DeviceBuffer kept_rows_;    // i32 [T] (request r's local kept indices at its old offset)
-  DeviceBuffer kept_count_;   // i32 [B]
+  DeviceBuffer source_rows_;  // i32 [T] (the compaction's gather list, -1 on padding rows)
+  DeviceBuffer obs_rows_;     // i32 [B * n]: the observation rows of every request
+  DeviceBuffer obs_q_;        // bf16 [B * n, Hq D]: their queries, gathered
+  DeviceBuffer obs_pos_;      // i32 [B * n]: their positions
   DeviceBuffer last_rows_;    // i32 [B]
   DeviceBuffer last_hidden_;  // bf16 [B, hidden]
   DeviceBuffer logits_;       // bf16 [B, V]
   DeviceBuffer logits_f32_;   // f32 [B, V]
   DeviceBuffer select_scratch_;
   size_t select_scratch_bytes_ = 0;
-  // Host pinned staging, three regions of max_batch_ + 1 (so an in-flight copy from one is never
-  // overwritten by the next): kept counts, cu_seqlens, last rows.
+  // Host pinned staging, regions of max_batch_ + 1 (so an in-flight copy from one is never
+  // overwritten by the next): kept counts (top-p sync), then one per segment layout.
   int32_t* pinned_ = nullptr;
+  int max_drops() const { return shape_.n_layers; }  // a run may choose its own drop layers
   int32_t* pinned_counts() { return pinned_; }
-  int32_t* pinned_cu() { return pinned_ + (max_batch_ + 1); }
-  int32_t* pinned_last() { return pinned_ + 2 * (max_batch_ + 1); }
+  int32_t* pinned_layout(int segment) { return pinned_ + (1 + segment) * (max_batch_ + 1); }
 };
 
 // Widths of the fused projections and the DeltaNet pieces of a shape.
@@ -352,8 +360,10 @@ Status SyntheticTransformerImpl::Init(uint64_t seed) {
   UP_RETURN_IF_ERROR(alloc(ids_, t * 4));
   UP_RETURN_IF_ERROR(alloc(importance_, t * 4));
   UP_RETURN_IF_ERROR(alloc(kept_rows_, t * 4));
-  UP_RETURN_IF_ERROR(alloc(cu_seqlens_, (max_batch_ + 1) * 4));
-  UP_RETURN_IF_ERROR(alloc(kept_count_, max_batch_ * 4));
+  UP_RETURN_IF_ERROR(alloc(layouts_, (max_drops() + 1) * (max_batch_ + 1) * 4));
+  for (DeviceBuffer& c : counts_) UP_RETURN_IF_ERROR(alloc(c, max_batch_ * 4));
+  UP_RETURN_IF_ERROR(alloc(kept_hist_, std::max(1, max_drops()) * max_batch_ * 4));
+  UP_RETURN_IF_ERROR(alloc(source_rows_, t * 4));
   UP_RETURN_IF_ERROR(alloc(last_rows_, max_batch_ * 4));
   UP_RETURN_IF_ERROR(alloc(last_hidden_, static_cast<int64_t>(max_batch_) * s.hidden * 2));
   sparsity::SelectionParams worst;
@@ -361,7 +371,7 @@ Status SyntheticTransformerImpl::Init(uint64_t seed) {
   select_scratch_bytes_ = ops::cuda::SelectTokensScratchBytes(t, worst);
   UP_RETURN_IF_ERROR(alloc(select_scratch_, static_cast<int64_t>(select_scratch_bytes_)));
   UP_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&pinned_),
-                               3 * (max_batch_ + 1) * sizeof(int32_t)));
+                               (max_drops() + 2) * (max_batch_ + 1) * sizeof(int32_t)));
   ctx_.cuda().Synchronize();
   return OkStatus();
 }
@@ -387,27 +397,53 @@ Result<PrefillTiming> SyntheticTransformerImpl::Prefill(const std::vector<int64_
   if (up.enabled && up.selection.block_size < 16) {
     return InvalidArgument("UniPrefill block size must be >= 16 here");
   }
+  const std::vector<int>& drop_layers = up.drop_layers.empty() ? s.drop_layers : up.drop_layers;
+  for (size_t i = 0; i < drop_layers.size(); ++i) {
+    const int l = drop_layers[i];
+    if (l < 0 || l >= s.n_layers || s.IsLinearAttention(l) || (i > 0 && l <= drop_layers[i - 1])) {
+      return InvalidArgument("UniPrefill drop layers must be ascending attention layers of the "
+                             "model (bad: " + std::to_string(l) + ")");
+    }
+  }
   cudaStream_t stream = ctx_.cuda().stream();
   const Widths wd = WidthsOf(s);
   const int64_t qkv_w = wd.qkv, attn_w = wd.q, q_w = wd.q, kv_w = wd.kv;
   const float attn_scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
 
-  // Host-side batch description: token ids, positions, cu_seqlens.
-  std::vector<int32_t> ids(total), pos(total), cu(batch + 1, 0);
-  std::vector<int64_t> len(lengths);
+  // Host-side batch description: token ids, positions, the first segment layout. cap[r] is the
+  // number of rows request r owns (its capacity); its true length is counts_[cur] on the device.
+  std::vector<int32_t> ids(total), pos(total), cu(batch + 1, 0), len32(batch);
+  std::vector<int64_t> cap(lengths);
   std::mt19937 rng(static_cast<uint32_t>(seed));
   std::uniform_int_distribution<int32_t> token(0, s.vocab - 1);
   for (int r = 0; r < batch; ++r) {
-    cu[r + 1] = cu[r] + static_cast<int32_t>(len[r]);
-    for (int64_t i = 0; i < len[r]; ++i) {
+    cu[r + 1] = cu[r] + static_cast<int32_t>(cap[r]);
+    len32[r] = static_cast<int32_t>(cap[r]);
+    for (int64_t i = 0; i < cap[r]; ++i) {
       ids[cu[r] + i] = token(rng);
       pos[cu[r] + i] = static_cast<int32_t>(i);
     }
   }
+  const sparsity::SelectionParams& sel = up.selection;
+  const int n_obs = sel.last_n;
+  if (up.enabled) {  // observation buffers for this batch and window
+    const int64_t rows = static_cast<int64_t>(batch) * n_obs;
+    if (obs_rows_.size() < static_cast<size_t>(rows) * 4) {
+      UP_ASSIGN_OR_RETURN(obs_rows_, DeviceBuffer::Allocate(rows * 4));
+      UP_ASSIGN_OR_RETURN(obs_pos_, DeviceBuffer::Allocate(rows * 4));
+      UP_ASSIGN_OR_RETURN(obs_q_, DeviceBuffer::Allocate(rows * q_w * 2));
+    }
+  }
   ids_.CopyFromHost(ids.data(), ids.size() * 4);
-  int cur = 0;  // which residual_/attn_/pos_ buffer is live
+  int cur = 0;  // which residual_/attn_/pos_/counts_ buffer is live
   pos_[cur].CopyFromHost(pos.data(), pos.size() * 4);
-  cu_seqlens_.CopyFromHost(cu.data(), cu.size() * 4);
+  counts_[cur].CopyFromHost(len32.data(), len32.size() * 4);
+  layouts_.CopyFromHost(cu.data(), cu.size() * 4);
+  // The copies above run on the legacy stream, and a pageable upload may return before its DMA
+  // lands: finish them before the context's (non-blocking) stream reads the buffers.
+  UP_CUDA_CHECK(cudaDeviceSynchronize());
+  int segment = 0;  // layout of the live rows: layouts_ + segment * (batch + 1)
+  auto layout = [&](int seg) { return layouts_.as<int32_t>() + seg * (batch + 1); };
 
   PrefillTiming timing;
   timing.kept.assign(batch, {});
@@ -422,7 +458,7 @@ Result<PrefillTiming> SyntheticTransformerImpl::Prefill(const std::vector<int64_
   UP_CUDA_CHECK(cudaEventRecord(start_end.first, stream));
 
   int64_t t = total;
-  int max_len = static_cast<int>(*std::max_element(len.begin(), len.end()));
+  int max_len = static_cast<int>(*std::max_element(cap.begin(), cap.end()));
   const float embed_scale = s.gelu ? std::sqrt(static_cast<float>(s.hidden)) : 1.0f;
   ops::cuda::Embedding(ctx_, residual_[cur].View(DType::kBF16, {t, s.hidden}),
                        embedding_.View(DType::kBF16, {s.vocab, s.hidden}), ids_.as<int32_t>(),
@@ -456,7 +492,7 @@ Result<PrefillTiming> SyntheticTransformerImpl::Prefill(const std::vector<int64_
         UP_CUDA_CHECK(cudaEventRecord(gdn_events.back().first, stream));
       }
       ops::cuda::LinearAttentionBatch seqs;
-      seqs.cu_seqlens = cu_seqlens_.as<int32_t>();
+      seqs.cu_seqlens = layout(segment);  // padding rows run after a request's real ones
       seqs.batch = batch;
       seqs.max_seqlen = max_len;
       TensorView conv_out = conv_out_.View(DType::kBF16, {t, wd.conv});
@@ -516,7 +552,8 @@ Result<PrefillTiming> SyntheticTransformerImpl::Prefill(const std::vector<int64_
       ops::cuda::Rope(ctx_, k, positions, inv_freq, s.RotaryDims(), ops::RopeStyle::kNeox);
       TensorView attn = attn_[cur].View(DType::kBF16, {t, s.n_heads, s.head_dim});
       ops::cuda::VarlenBatch vb;
-      vb.cu_seqlens_q = vb.cu_seqlens_k = cu_seqlens_.as<int32_t>();
+      vb.cu_seqlens_q = vb.cu_seqlens_k = layout(segment);  // padding keys sit at
+                                                           // kPaddingPosition: never visible
       vb.batch = batch;
       vb.max_seqlen_q = vb.max_seqlen_k = max_len;
       ops::AttentionParams ap;
@@ -535,62 +572,74 @@ Result<PrefillTiming> SyntheticTransformerImpl::Prefill(const std::vector<int64_
         cuda_model::SigmoidGateMul(ctx_, attn_[cur].View(DType::kBF16, {t, 1, attn_w}), gate);
       }
 
-      const bool drop = up.enabled && std::find(s.drop_layers.begin(), s.drop_layers.end(), l) !=
-                                          s.drop_layers.end();
+      const bool drop = up.enabled && std::find(drop_layers.begin(), drop_layers.end(), l) !=
+                                          drop_layers.end();
       if (drop) {
         up_events.push_back(make_pair());
         UP_CUDA_CHECK(cudaEventRecord(up_events.back().first, stream));
-        const sparsity::SelectionParams& sel = up.selection;
+        const int nxt = 1 - cur;
+        const int32_t* counts = counts_[cur].as<int32_t>();
+        int32_t* new_counts = counts_[nxt].as<int32_t>();
         UP_CUDA_CHECK(cudaMemsetAsync(importance_.data(), 0, t * 4, stream));
+        // The observation queries: each request's last n real rows (device-side lengths).
+        ops::cuda::SegmentTailRows(ctx_, obs_rows_.as<int32_t>(), layout(segment), counts, batch,
+                                   n_obs);
+        const int64_t n_obs_rows = static_cast<int64_t>(batch) * n_obs;
+        ops::cuda::GatherRows(ctx_, Rows(Bf16(obs_q_, 0), DType::kBF16, n_obs_rows, q_w, q_w),
+                              Rows(q_ptr, DType::kBF16, t, q_w, qkv_w), obs_rows_.as<int32_t>());
+        ops::cuda::GatherRows(ctx_, Rows(obs_pos_.as<int32_t>(), DType::kI32, n_obs_rows, 1, 1),
+                              Rows(pos_[cur].as<int32_t>(), DType::kI32, t, 1, 1),
+                              obs_rows_.as<int32_t>());
         for (int r = 0; r < batch; ++r) {
-          const int64_t n_r = len[r], off = cu[r];
-          if (n_r > static_cast<int64_t>(sel.sink) + sel.last_n) {
-            const int64_t n_obs = std::min<int64_t>(sel.last_n, n_r);
-            TensorView q_obs = Heads(q_ptr + (off + n_r - n_obs) * qkv_w, n_obs, s.n_heads,
-                                     s.head_dim, qkv_w);
-            TensorView k_all = Heads(k_ptr + off * qkv_w, n_r, s.n_kv_heads, s.head_dim, qkv_w);
+          const int64_t off = cu[r];
+          // Requests that can hold more than S + n tokens are scored; the device decides whether
+          // the true length does (else SelectTokens keeps everything).
+          if (cap[r] > static_cast<int64_t>(sel.sink) + n_obs) {
+            TensorView q_obs = Heads(Bf16(obs_q_, static_cast<int64_t>(r) * n_obs * q_w), n_obs,
+                                     s.n_heads, s.head_dim, q_w);
+            TensorView k_all = Heads(k_ptr + off * qkv_w, cap[r], s.n_kv_heads, s.head_dim, qkv_w);
             ops::cuda::AttentionImportance(ctx_, importance_.as<float>() + off, q_obs, k_all,
-                                           positions + off + n_r - n_obs, positions + off,
+                                           obs_pos_.as<int32_t>() + r * n_obs, positions + off,
                                            attn_scale);
           }
-          ops::cuda::SelectTokens(ctx_, kept_rows_.as<int32_t>() + off,
-                                  kept_count_.as<int32_t>() + r, importance_.as<float>() + off, n_r,
-                                  sel, select_scratch_.data(), select_scratch_bytes_);
+          ops::cuda::SelectTokens(ctx_, kept_rows_.as<int32_t>() + off, new_counts + r,
+                                  importance_.as<float>() + off, cap[r], sel,
+                                  select_scratch_.data(), select_scratch_bytes_, counts + r);
         }
-        // The one host sync of a drop layer: the kept counts size every later launch.
-        UP_CUDA_CHECK(cudaMemcpyAsync(pinned_counts(), kept_count_.data(), batch * 4,
-                                      cudaMemcpyDeviceToHost, stream));
-        UP_CUDA_CHECK(cudaStreamSynchronize(stream));
-        const int nxt = 1 - cur;
+        UP_CUDA_CHECK(cudaMemcpyAsync(kept_hist_.as<int32_t>() + segment * batch, new_counts,
+                                      batch * 4, cudaMemcpyDeviceToDevice, stream));
+        // The next capacities. Fixed ratio: a bound known from the capacities alone, so no host
+        // sync; top-p: the kept counts themselves, learned by the one host sync of this drop.
+        if (sel.mode == sparsity::SelectionMode::kFixedRatio && !up.sync_each_drop) {
+          for (int r = 0; r < batch; ++r) cap[r] = ops::cuda::FixedRatioCapacity(cap[r], sel);
+        } else {
+          UP_CUDA_CHECK(cudaMemcpyAsync(pinned_counts(), new_counts, batch * 4,
+                                        cudaMemcpyDeviceToHost, stream));
+          UP_CUDA_CHECK(cudaStreamSynchronize(stream));
+          for (int r = 0; r < batch; ++r) cap[r] = pinned_counts()[r];
+        }
         std::vector<int32_t> new_cu(batch + 1, 0);
-        for (int r = 0; r < batch; ++r) new_cu[r + 1] = new_cu[r] + pinned_counts()[r];
-        for (int r = 0; r < batch; ++r) {
-          const int64_t kept = pinned_counts()[r], off = cu[r], noff = new_cu[r];
-          const int32_t* rows = kept_rows_.as<int32_t>() + off;
-          ops::cuda::GatherRows(ctx_, Rows(Bf16(attn_[nxt], noff * attn_w), DType::kBF16, kept,
-                                           attn_w, attn_w),
-                                Rows(Bf16(attn_[cur], off * attn_w), DType::kBF16, len[r], attn_w,
-                                     attn_w),
-                                rows);
-          ops::cuda::GatherRows(ctx_, Rows(Bf16(residual_[nxt], noff * s.hidden), DType::kBF16,
-                                           kept, s.hidden, s.hidden),
-                                Rows(Bf16(residual_[cur], off * s.hidden), DType::kBF16, len[r],
-                                     s.hidden, s.hidden),
-                                rows);
-          ops::cuda::GatherRows(ctx_,
-                                Rows(pos_[nxt].as<int32_t>() + noff, DType::kI32, kept, 1, 1),
-                                Rows(pos_[cur].as<int32_t>() + off, DType::kI32, len[r], 1, 1),
-                                rows);
-          len[r] = kept;
-          timing.kept[r].push_back(kept);
-        }
+        for (int r = 0; r < batch; ++r) new_cu[r + 1] = new_cu[r] + static_cast<int32_t>(cap[r]);
+        // Each segment has its own pinned region: the copy may still be in flight at the next drop.
+        std::copy(new_cu.begin(), new_cu.end(), pinned_layout(segment + 1));
+        UP_CUDA_CHECK(cudaMemcpyAsync(layout(segment + 1), pinned_layout(segment + 1),
+                                      (batch + 1) * 4, cudaMemcpyHostToDevice, stream));
+        const int64_t t_new = new_cu[batch];
+        // Compaction: kept rows first in each request's new segment, then zero padding rows.
+        ops::cuda::CompactSegments(ctx_, source_rows_.as<int32_t>(), pos_[nxt].as<int32_t>(),
+                                   kept_rows_.as<int32_t>(), new_counts, layout(segment),
+                                   layout(segment + 1), pos_[cur].as<int32_t>(), batch, t_new);
+        ops::cuda::GatherRows(ctx_, attn_[nxt].View(DType::kBF16, {t_new, attn_w}),
+                              attn_[cur].View(DType::kBF16, {t, attn_w}),
+                              source_rows_.as<int32_t>());
+        ops::cuda::GatherRows(ctx_, residual_[nxt].View(DType::kBF16, {t_new, s.hidden}),
+                              residual_[cur].View(DType::kBF16, {t, s.hidden}),
+                              source_rows_.as<int32_t>());
         cu = new_cu;
-        for (int r = 0; r <= batch; ++r) pinned_cu()[r] = cu[r];
-        UP_CUDA_CHECK(cudaMemcpyAsync(cu_seqlens_.data(), pinned_cu(), (batch + 1) * 4,
-                                      cudaMemcpyHostToDevice, stream));
         cur = nxt;
-        t = cu[batch];
-        max_len = static_cast<int>(*std::max_element(len.begin(), len.end()));
+        ++segment;
+        t = t_new;
+        max_len = static_cast<int>(*std::max_element(cap.begin(), cap.end()));
         UP_CUDA_CHECK(cudaEventRecord(up_events.back().second, stream));
         res = residual_[cur].View(DType::kBF16, {t, s.hidden});
         normed = normed_.View(DType::kBF16, {t, s.hidden});
@@ -623,9 +672,8 @@ Result<PrefillTiming> SyntheticTransformerImpl::Prefill(const std::vector<int64_
   TensorView res = residual_[cur].View(DType::kBF16, {t, s.hidden});
   TensorView normed = normed_.View(DType::kBF16, {t, s.hidden});
   ops::cuda::AddRmsNorm(ctx_, normed, res, layer_out_.View(DType::kBF16, {t, s.hidden}), ones, eps);
-  for (int r = 0; r < batch; ++r) pinned_last()[r] = cu[r + 1] - 1;
-  UP_CUDA_CHECK(cudaMemcpyAsync(last_rows_.data(), pinned_last(), batch * 4,
-                                cudaMemcpyHostToDevice, stream));
+  ops::cuda::SegmentTailRows(ctx_, last_rows_.as<int32_t>(), layout(segment),
+                             counts_[cur].as<int32_t>(), batch, 1);
   TensorView last = last_hidden_.View(DType::kBF16, {batch, s.hidden});
   ops::cuda::GatherRows(ctx_, last, normed, last_rows_.as<int32_t>());
   if (logits_.size() < static_cast<size_t>(batch) * s.vocab * 2) {
@@ -653,6 +701,12 @@ Result<PrefillTiming> SyntheticTransformerImpl::Prefill(const std::vector<int64_
   for (auto& p : moe_events) timing.moe_ms += elapsed(p);
   if (logits_out) {
     *logits_out = logits_f32_.ToHost<float>(static_cast<size_t>(batch) * s.vocab);
+  }
+  if (segment > 0) {  // the kept counts of every drop, read after the forward's one sync
+    const std::vector<int32_t> hist = kept_hist_.ToHost<int32_t>(static_cast<size_t>(segment) * batch);
+    for (int d = 0; d < segment; ++d) {
+      for (int r = 0; r < batch; ++r) timing.kept[r].push_back(hist[d * batch + r]);
+    }
   }
   return timing;
 }

@@ -6,8 +6,10 @@
 // request's last token) over a packed batch; hybrid shapes (Qwen3-Next) run Gated DeltaNet layers
 // (fused in-projection, causal conv + SiLU, l2 norm, chunked delta rule, gated per-head RMSNorm,
 // out-projection) between the full-attention ones. UniPrefill at the shape's drop layers: device
-// scoring, selection and compaction; the kept counts come back to the host once per drop layer
-// (one small sync, timed in PrefillTiming::uniprefill_ms). The MoE never syncs.
+// scoring, selection and compaction. Fixed-ratio mode never syncs: every later launch is sized by
+// each request's capacity (FixedRatioCapacity) and the true kept counts stay on the device
+// (bounded segments, cuda_uniprefill.h); top-p mode brings the kept counts back once per drop
+// layer (one small sync, timed in PrefillTiming::uniprefill_ms). The MoE never syncs.
 //
 // The header is CUDA-free; the class exists only in builds with the CUDA backend.
 #pragma once
@@ -82,6 +84,10 @@ struct PrefillTiming {
 struct UniPrefillRun {
   bool enabled = false;
   sparsity::SelectionParams selection;  // mode, p or keep ratio, G, S, n
+  std::vector<int> drop_layers;         // ascending attention layers; empty: the shape's own
+  // Fixed ratio only: learn the kept counts by a host sync at each drop and lay the rows out
+  // exactly, as top-p must (for tests and for measuring what the sync-free path saves).
+  bool sync_each_drop = false;
 };
 
 class SyntheticTransformer {

@@ -43,8 +43,8 @@ void Embedding(DeviceContext& ctx, TensorView out, TensorView table, const int32
 // out bf16 [R, D] = a + b (out may alias a).
 void Add(DeviceContext& ctx, TensorView out, TensorView a, TensorView b);
 
-// out [R, D] row r = x row rows[r]; bf16, f32 or i32 (same dtype both); rows device int32 [R].
-// out must not alias x.
+// out [R, D] row r = x row rows[r], or zeros where rows[r] < 0; bf16, f32 or i32 (same dtype
+// both); rows device int32 [R]. out must not alias x.
 void GatherRows(DeviceContext& ctx, TensorView out, TensorView x, const int32_t* rows);
 
 // dtype conversions, elementwise over n contiguous elements (device pointers).

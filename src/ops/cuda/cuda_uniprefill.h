@@ -26,8 +26,41 @@ size_t SelectTokensScratchBytes(int64_t max_tokens, const sparsity::SelectionPar
 // receives the kept indices ascending in its first *kept_count entries; kept_count is a device
 // int32 [1]. importance device f32 [N]. No host synchronisation: the caller copies kept_count back
 // when it needs it on the host.
+// n_tokens_device (optional, device int32 [1]): the request's N lives on the device (a segment
+// after a sync-free drop); n_tokens is then an upper bound (it sizes the grids and the scratch) and
+// the kernels apply every rule (keep-everything, the fixed-ratio count) to min(*n_tokens_device,
+// n_tokens), exactly as sparsity::SelectTokens would to that N.
 void SelectTokens(DeviceContext& ctx, int32_t* kept_rows, int32_t* kept_count,
                   const float* importance, int64_t n_tokens,
-                  const sparsity::SelectionParams& params, void* scratch, size_t scratch_bytes);
+                  const sparsity::SelectionParams& params, void* scratch, size_t scratch_bytes,
+                  const int32_t* n_tokens_device = nullptr);
+
+// ---- Bounded segments: a packed batch whose per-request lengths live only on the device ----
+// After a sync-free (fixed-ratio) drop the host knows, for request r, only a capacity: it owns rows
+// [begin[r], begin[r] + capacity[r]) of every later buffer, of which the first count[r] (device
+// int32) are its kept tokens, ascending; the rest are padding rows: zero on entry and at position
+// kPaddingPosition, so causal masks by position hide them as keys from every real query.
+constexpr int32_t kPaddingPosition = 0x3fffffff;
+
+// The capacity after a fixed-ratio drop of a segment of at most `capacity` tokens: its kept count
+// is at most that many whatever the scores (chosen blocks plus the sink and the window).
+int64_t FixedRatioCapacity(int64_t capacity, const sparsity::SelectionParams& params);
+
+// rows device int32 [batch * n]: rows[r * n + i] = begin[r] + count[r] - n + i, request r's last n
+// real rows (the UniPrefill observation queries, or with n = 1 the row whose logits are wanted).
+// begin, count device int32 [batch]; every count[r] >= n.
+void SegmentTailRows(DeviceContext& ctx, int32_t* rows, const int32_t* begin, const int32_t* count,
+                     int batch, int n);
+
+// The compaction of one drop over bounded segments. For request r, kept_rows (device int32, at the
+// old segment's offsets old_begin[r], local indices) lists kept_count[r] tokens. For each row j of
+// the new layout (new_cu device int32 [batch + 1], rows [0, new_cu[batch])): source[j] = the old
+// global row of the kept token it receives, or -1 on a padding row; new_pos[j] = old_pos[source]
+// or kPaddingPosition. GatherRows(source) then moves the rows (padding rows become zero).
+// kept_count[r] <= new_cu[r + 1] - new_cu[r] must hold (FixedRatioCapacity guarantees it).
+void CompactSegments(DeviceContext& ctx, int32_t* source, int32_t* new_pos,
+                     const int32_t* kept_rows, const int32_t* kept_count,
+                     const int32_t* old_begin, const int32_t* new_cu, const int32_t* old_pos,
+                     int batch, int64_t new_rows);
 
 }  // namespace uniprefill::ops::cuda

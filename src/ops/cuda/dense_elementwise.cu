@@ -136,8 +136,13 @@ __global__ void __launch_bounds__(kTileThreads)
                  int64_t units, int log2_tpr) {
   int64_t r, u;
   if (!detail::TileRow(log2_tpr, rows, &r, &u)) return;
-  const U* src = x.Row(src_rows[r]);
+  const int32_t source = src_rows[r];
   U* dst = out.Row(r);
+  if (source < 0) {  // a padding row of a bounded segment (cuda_uniprefill.h): zeros
+    for (; u < units; u += int64_t{1} << log2_tpr) dst[u] = U{};
+    return;
+  }
+  const U* src = x.Row(source);
   for (; u < units; u += int64_t{1} << log2_tpr) dst[u] = src[u];
 }
 

@@ -13,7 +13,9 @@
 //      divisions done in parallel), both by one thread over chunks staged in shared memory; then the
 //      kept tokens (sink, window, blocks of rank < keep) compacted in order by a block-wide scan.
 // The fixed-ratio keep count and the keep-everything cases are decided on the host from N and the
-// parameters, with the CPU's own expressions.
+// parameters, with the CPU's own expressions; when N lives on the device (a segment whose length
+// is known only there, after an earlier sync-free drop), every kernel reads it and evaluates the
+// same expressions itself (ResolveSize), so fixed-ratio UniPrefill never needs a host sync.
 #include <cub/block/block_scan.cuh>
 #include <cuda_runtime.h>
 
@@ -58,9 +60,39 @@ __global__ void KeepAllKernel(int32_t* kept_rows, int32_t* kept_count, int n_tok
   if (i == 0) *kept_count = n_tokens;
 }
 
+struct SelectArgs {
+  int n_tokens, block_size, n_blocks, sink, last_n;
+  int fixed_keep;  // > 0: fixed-ratio mode, keep this many blocks; 0: top-p
+  double top_p;
+  // Device-side N (nullptr: n_tokens above is exact). When set, n_tokens is only an upper bound
+  // and n_blocks, fixed_keep and keep_all are recomputed from *n_device by ResolveSize.
+  const int32_t* n_device;
+  bool fixed_ratio;
+  float keep_ratio;
+  bool keep_all;  // keep every token (decided on the host when n_device is null)
+};
+
+// The sizes of this call: as given, or recomputed from the device-side N with the host's (and
+// sparsity::SelectTokens') own expressions.
+__device__ __forceinline__ SelectArgs ResolveSize(SelectArgs a) {
+  if (a.n_device == nullptr) return a;
+  a.n_tokens = max(0, min(*a.n_device, a.n_tokens));
+  a.n_blocks = (a.n_tokens + a.block_size - 1) / a.block_size;
+  a.keep_all = a.n_tokens <= a.sink + a.last_n || (!a.fixed_ratio && a.top_p >= 1.0) ||
+               (a.fixed_ratio && a.keep_ratio >= 1.0f);
+  if (a.fixed_ratio && a.n_blocks > 0) {
+    // float * int64 -> float, then + 1e-9 in double: sparsity::SelectBlocks' expression.
+    const float product = __fmul_rn(a.keep_ratio, static_cast<float>(a.n_blocks));
+    const long long keep = static_cast<long long>(floor(static_cast<double>(product) + 1e-9));
+    a.fixed_keep = static_cast<int>(min(max(keep, 1LL), static_cast<long long>(a.n_blocks)));
+  }
+  return a;
+}
+
 // scores[g] = sum of importance[g * G .. min(N, (g + 1) * G)) in double, in token order.
-__global__ void BlockScoresKernel(double* scores, const float* importance, int n_tokens,
-                                  int block_size, int n_blocks) {
+__global__ void BlockScoresKernel(double* scores, const float* importance, SelectArgs args) {
+  const SelectArgs a = ResolveSize(args);
+  const int n_tokens = a.n_tokens, block_size = a.block_size, n_blocks = a.n_blocks;
   const int g = blockIdx.x * blockDim.x + threadIdx.x;
   if (g >= n_blocks) return;
   const int64_t begin = static_cast<int64_t>(g) * block_size;
@@ -72,7 +104,8 @@ __global__ void BlockScoresKernel(double* scores, const float* importance, int n
 
 // rank[g] = #{c : scores[c] > scores[g] or (scores[c] == scores[g] and c < g)}; order[rank[g]] = g.
 __global__ void __launch_bounds__(kRankThreads)
-    RankBlocksKernel(int32_t* order, int32_t* rank, const double* scores, int n_blocks) {
+    RankBlocksKernel(int32_t* order, int32_t* rank, const double* scores, SelectArgs args) {
+  const int n_blocks = ResolveSize(args).n_blocks;  // uniform over the block: barriers are safe
   __shared__ double chunk[kRankChunk];
   const int g = blockIdx.x * blockDim.x + threadIdx.x;
   const double mine = g < n_blocks ? scores[g] : 0.0;
@@ -94,12 +127,6 @@ __global__ void __launch_bounds__(kRankThreads)
     if (count < n_blocks) order[count] = g;  // always true unless a score is NaN
   }
 }
-
-struct SelectArgs {
-  int n_tokens, block_size, n_blocks, sink, last_n;
-  int fixed_keep;  // > 0: fixed-ratio mode, keep this many blocks; 0: top-p
-  double top_p;
-};
 
 // Top-p keep count, as sparsity::SelectBlocks: walk the ranks keeping block r while r == 0 or the
 // normalised mass before it is <= p. Sequential in thread 0 for bit-identical double sums.
@@ -161,10 +188,16 @@ __device__ int TopPKeepCount(const SelectArgs& a, const double* scores, const in
 // of rank < keep; kept_count = their number.
 __global__ void __launch_bounds__(kSelectThreads)
     SelectKernel(int32_t* kept_rows, int32_t* kept_count, const double* scores,
-                 const int32_t* order, const int32_t* rank, SelectArgs a) {
+                 const int32_t* order, const int32_t* rank, SelectArgs args) {
   using Scan = cub::BlockScan<int, kSelectThreads>;
   __shared__ typename Scan::TempStorage scan_storage;
   __shared__ double buf[kWalkChunk];
+  const SelectArgs a = ResolveSize(args);
+  if (a.keep_all) {  // only with a device-side N: the host handles its own keep-all cases
+    for (int i = threadIdx.x; i < a.n_tokens; i += blockDim.x) kept_rows[i] = i;
+    if (threadIdx.x == 0) *kept_count = a.n_tokens;
+    return;
+  }
   const int keep = a.fixed_keep > 0 ? a.fixed_keep : TopPKeepCount(a, scores, order, buf);
 
   constexpr int kStep = kSelectThreads * kItemsPerThread;
@@ -200,7 +233,23 @@ void Require(bool ok, const char* what) {
   }
 }
 
+// sparsity::SelectBlocks' fixed-ratio block count, verbatim (float * int64 -> float, then double).
+int64_t FixedKeepBlocks(int64_t n_blocks, float keep_ratio) {
+  return std::clamp<int64_t>(static_cast<int64_t>(std::floor(keep_ratio * n_blocks + 1e-9)), 1,
+                             n_blocks);
+}
+
 }  // namespace
+
+int64_t FixedRatioCapacity(int64_t capacity, const sparsity::SelectionParams& params) {
+  const int64_t always = static_cast<int64_t>(params.sink) + params.last_n;
+  if (capacity <= always || params.keep_ratio >= 1.0f) return capacity;  // keeps everything
+  // The kept count of any N <= capacity is at most min(N, blocks(N) G + S + n), and the block
+  // count never falls as N grows.
+  const int64_t n_blocks = (capacity + params.block_size - 1) / params.block_size;
+  return std::min(capacity,
+                  FixedKeepBlocks(n_blocks, params.keep_ratio) * params.block_size + always);
+}
 
 size_t SelectTokensScratchBytes(int64_t max_tokens, const sparsity::SelectionParams& params) {
   const int64_t g = std::max(params.block_size, 1);
@@ -209,24 +258,29 @@ size_t SelectTokensScratchBytes(int64_t max_tokens, const sparsity::SelectionPar
 
 void SelectTokens(DeviceContext& ctx, int32_t* kept_rows, int32_t* kept_count,
                   const float* importance, int64_t n_tokens,
-                  const sparsity::SelectionParams& params, void* scratch, size_t scratch_bytes) {
+                  const sparsity::SelectionParams& params, void* scratch, size_t scratch_bytes,
+                  const int32_t* n_tokens_device) {
   Require(sparsity::ValidateSelectionParams(params).ok(), "invalid selection parameters");
   Require(n_tokens >= 0 && n_tokens < (int64_t{1} << 31) - kSelectThreads * kItemsPerThread,
           "token count out of range");
   cudaStream_t stream = ctx.cuda().stream();
   const int n = static_cast<int>(n_tokens);
-  // Keep everything: the same conditions as sparsity::SelectTokens.
+  // Keep everything: the same conditions as sparsity::SelectTokens (with a device-side N, the
+  // kernels decide it: SelectKernel keeps everything then).
   const bool keep_all =
-      n_tokens <= static_cast<int64_t>(params.sink) + params.last_n ||
-      (params.mode == sparsity::SelectionMode::kTopP && params.top_p >= 1.0f) ||
-      (params.mode == sparsity::SelectionMode::kFixedRatio && params.keep_ratio >= 1.0f);
+      n_tokens_device == nullptr &&
+      (n_tokens <= static_cast<int64_t>(params.sink) + params.last_n ||
+       (params.mode == sparsity::SelectionMode::kTopP && params.top_p >= 1.0f) ||
+       (params.mode == sparsity::SelectionMode::kFixedRatio && params.keep_ratio >= 1.0f));
   if (keep_all) {
     KeepAllKernel<<<std::max(1, (n + 255) / 256), 256, 0, stream>>>(kept_rows, kept_count, n);
     UP_CUDA_CHECK_LAUNCH();
     return;
   }
 
-  const int64_t n_blocks = (n_tokens + params.block_size - 1) / params.block_size;
+  // At least one block: with a device-side N the grids are sized by the bound n_tokens.
+  const int64_t n_blocks =
+      std::max<int64_t>(1, (n_tokens + params.block_size - 1) / params.block_size);
   const ScratchLayout layout = LayoutFor(n_blocks);
   Require(scratch != nullptr && scratch_bytes >= layout.bytes &&
               reinterpret_cast<uintptr_t>(scratch) % alignof(double) == 0,
@@ -243,18 +297,19 @@ void SelectTokens(DeviceContext& ctx, int32_t* kept_rows, int32_t* kept_count,
   a.last_n = params.last_n;
   a.top_p = params.top_p;  // the CPU compares its double mass with the float p promoted
   a.fixed_keep = 0;
+  a.n_device = n_tokens_device;
+  a.fixed_ratio = params.mode == sparsity::SelectionMode::kFixedRatio;
+  a.keep_ratio = params.keep_ratio;
+  a.keep_all = false;
   if (params.mode == sparsity::SelectionMode::kFixedRatio) {
-    // sparsity::SelectBlocks' expression, verbatim (float * int64 -> float, then double).
-    a.fixed_keep = static_cast<int>(std::clamp<int64_t>(
-        static_cast<int64_t>(std::floor(params.keep_ratio * n_blocks + 1e-9)), 1, n_blocks));
+    a.fixed_keep = static_cast<int>(FixedKeepBlocks(n_blocks, params.keep_ratio));
   }
 
   const int grid_blocks = static_cast<int>((n_blocks + kScoreThreads - 1) / kScoreThreads);
-  BlockScoresKernel<<<grid_blocks, kScoreThreads, 0, stream>>>(scores, importance, n,
-                                                               params.block_size, a.n_blocks);
+  BlockScoresKernel<<<grid_blocks, kScoreThreads, 0, stream>>>(scores, importance, a);
   UP_CUDA_CHECK_LAUNCH();
   const int grid_rank = static_cast<int>((n_blocks + kRankThreads - 1) / kRankThreads);
-  RankBlocksKernel<<<grid_rank, kRankThreads, 0, stream>>>(order, rank, scores, a.n_blocks);
+  RankBlocksKernel<<<grid_rank, kRankThreads, 0, stream>>>(order, rank, scores, a);
   UP_CUDA_CHECK_LAUNCH();
   SelectKernel<<<1, kSelectThreads, 0, stream>>>(kept_rows, kept_count, scores, order, rank, a);
   UP_CUDA_CHECK_LAUNCH();

@@ -111,5 +111,42 @@ TEST(CudaSyntheticTransformerTest, FixedRatioKeepsAboutTheRatio) {
   EXPECT_GT(t->uniprefill_ms, 0);
 }
 
+// Fixed ratio without a host sync (capacities, padding rows, device-side counts) computes what the
+// exactly laid-out run (a sync per drop) computes: the same kept counts at every drop and the same
+// logits up to GEMM algorithm choice, over two drops and a packed batch, both shapes.
+TEST(CudaSyntheticTransformerTest, FixedRatioWithoutSyncEqualsSyncedLayout) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  struct Case {
+    const char* shape;
+    std::vector<int> drops;
+  };
+  for (const Case& c : {Case{"tiny", {1, 2}}, Case{"tiny-hybrid", {3, 7}}}) {
+    SCOPED_TRACE(c.shape);
+    auto model = MakeTiny(ctx, 8192, c.shape);
+    for (float ratio : {0.5f, 0.3f}) {
+      UniPrefillRun up;
+      up.enabled = true;
+      up.drop_layers = c.drops;
+      up.selection.mode = sparsity::SelectionMode::kFixedRatio;
+      up.selection.keep_ratio = ratio;
+      const std::vector<int64_t> lengths = {3000, 300, 1500, 200};
+      std::vector<float> free_logits, synced_logits;
+      Result<PrefillTiming> free_run = model->Prefill(lengths, up, 11, false, &free_logits);
+      up.sync_each_drop = true;
+      Result<PrefillTiming> synced = model->Prefill(lengths, up, 11, false, &synced_logits);
+      ASSERT_TRUE(free_run.ok() && synced.ok());
+      for (size_t r = 0; r < lengths.size(); ++r) {
+        ASSERT_EQ(free_run->kept[r].size(), 2u);
+        EXPECT_EQ(free_run->kept[r], synced->kept[r]) << "request " << r;
+        EXPECT_LE(free_run->kept[r][1], free_run->kept[r][0]);
+      }
+      EXPECT_LT(free_run->kept[0][1], free_run->kept[0][0]);  // the second drop did drop
+      EXPECT_EQ(free_run->kept[3][0], 200);                   // S + n = 256: kept whole
+      for (float v : free_logits) ASSERT_TRUE(std::isfinite(v));
+      EXPECT_LT(testing::NormalizedError(free_logits, synced_logits), 2e-2) << "ratio " << ratio;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace uniprefill

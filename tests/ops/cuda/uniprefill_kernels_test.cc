@@ -4,6 +4,8 @@
 //   products), normalised error < 1e-4, over odd key counts, GQA, head dims and gapped positions;
 // - SelectTokens vs sparsity::SelectTokens: identical kept lists and counts on random, heavily tied
 //   and all-zero importance, both modes;
+// - SelectTokens with a device-side length (bounded segments) vs the CPU on that length, and the
+//   bounded-segment index kernels (tail rows, compaction) vs a host reference;
 // - the two chained, and every GPU result bit-identical when run again.
 // The Timing test prints the kernels' times at 128K and 1M keys (no pass/fail on speed).
 #include <cuda_runtime_api.h>
@@ -22,6 +24,7 @@
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_context.h"
 #include "core/cuda/device_buffer.h"
+#include "ops/cuda/cuda_dense_ops.h"
 #include "ops/cuda/cuda_uniprefill.h"
 #include "ops/ops.h"
 #include "sparsity/token_selection.h"
@@ -371,6 +374,140 @@ TEST(CudaUniPrefillPipelineTest, GpuImportanceThenGpuSelectionEqualsCpuSelection
       const GpuSelection got = RunGpuSelection(gpu, importance, N, p, scratch, rows, count);
       ASSERT_EQ(got.count, static_cast<int32_t>(want.size()));
       ASSERT_EQ(FirstDifference(got.rows, want), "");
+    }
+  }
+}
+
+// A request whose length lives on the device (a bounded segment after a sync-free drop): the
+// selection over the capacity with the device-side N equals the CPU's over the first N tokens, in
+// every mode, whatever the (poisoned) scores beyond N; N at and around S + n, 0, and the capacity.
+TEST(CudaSelectTokensTest, DeviceSideLengthEqualsCpuOnThatLength) {
+  UP_CUDA_TEST_CONTEXT(gpu);
+  constexpr int64_t kCapacity = 5000;
+  SelectionParams g16;
+  g16.block_size = 16;
+  DeviceBuffer scratch(ops::cuda::SelectTokensScratchBytes(kCapacity, g16));
+  DeviceBuffer rows(sizeof(int32_t) * kCapacity), count(sizeof(int32_t)), n_dev(sizeof(int32_t));
+  std::mt19937 rng(31);
+  for (Scores kind : {Scores::kSkewed, Scores::kTied}) {
+    std::vector<float> importance = MakeImportance(rng, kCapacity, kind);
+    for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{255}, int64_t{256}, int64_t{257},
+                      int64_t{1000}, int64_t{4097}, kCapacity}) {
+      std::vector<float> poisoned = importance;  // beyond N: scores that would win every block
+      for (int64_t i = n; i < kCapacity; ++i) poisoned[i] = 1e6f;
+      DeviceBuffer imp_dev = DeviceBuffer::FromHost(poisoned);
+      const std::vector<float> head(importance.begin(), importance.begin() + n);
+      const int32_t n32 = static_cast<int32_t>(n);
+      n_dev.CopyFromHost(&n32, sizeof(n32));
+      for (int block_size : {16, 64}) {
+        for (const SelectionParams& p : AllModes(block_size, 128, 128)) {
+          SCOPED_TRACE(Describe(p, n) + " capacity " + std::to_string(kCapacity));
+          const std::vector<int32_t> want = sparsity::SelectTokens(head, p);
+          rows.Fill(0xFF);
+          count.Fill(0xFF);
+          SyncDevice();
+          ops::cuda::SelectTokens(gpu, rows.as<int32_t>(), count.as<int32_t>(),
+                                  imp_dev.as<float>(), kCapacity, p, scratch.data(),
+                                  scratch.size(), n_dev.as<int32_t>());
+          SyncDevice();
+          const int32_t got_count = count.ToHost<int32_t>(1)[0];
+          ASSERT_EQ(got_count, static_cast<int32_t>(want.size()));
+          ASSERT_EQ(FirstDifference(rows.ToHost<int32_t>(got_count), want), "");
+        }
+      }
+    }
+  }
+}
+
+// The fixed-ratio capacity bounds the kept count of every length up to it.
+TEST(CudaSelectTokensTest, FixedRatioCapacityBoundsEveryShorterLength) {
+  std::mt19937 rng(5);
+  for (float ratio : {0.1f, 0.3f, 0.5f, 0.77f, 1.0f}) {
+    for (int block_size : {16, 64}) {
+      SelectionParams p;
+      p.mode = SelectionMode::kFixedRatio;
+      p.keep_ratio = ratio;
+      p.block_size = block_size;
+      for (int64_t capacity : {1, 255, 256, 257, 300, 1000, 4096, 8191}) {
+        const int64_t bound = ops::cuda::FixedRatioCapacity(capacity, p);
+        ASSERT_LE(bound, capacity);
+        for (int64_t n = std::max<int64_t>(0, capacity - 300); n <= capacity; ++n) {
+          const std::vector<float> importance = MakeImportance(rng, n, Scores::kSkewed);
+          ASSERT_LE(static_cast<int64_t>(sparsity::SelectTokens(importance, p).size()), bound)
+              << "capacity " << capacity << " n " << n << " ratio " << ratio;
+        }
+      }
+    }
+  }
+}
+
+// Bounded segments: the tail rows and the compaction's gather list and positions equal a host
+// reference on random layouts, and GatherRows turns the -1 entries into zero rows.
+TEST(CudaBoundedSegmentsTest, TailRowsAndCompactionMatchHostReference) {
+  UP_CUDA_TEST_CONTEXT(gpu);
+  std::mt19937 rng(77);
+  for (int trial = 0; trial < 20; ++trial) {
+    const int batch = 1 + static_cast<int>(rng() % 7);
+    std::vector<int32_t> old_cu(batch + 1, 0), new_cu(batch + 1, 0), counts(batch), kept_count(batch);
+    std::vector<std::vector<int32_t>> kept(batch);
+    for (int r = 0; r < batch; ++r) {
+      const int32_t capacity = 1 + static_cast<int32_t>(rng() % 300);
+      counts[r] = 1 + static_cast<int32_t>(rng() % capacity);
+      old_cu[r + 1] = old_cu[r] + capacity;
+      for (int32_t i = 0; i < counts[r]; ++i) {
+        if (rng() % 3 != 0) kept[r].push_back(i);
+      }
+      kept_count[r] = static_cast<int32_t>(kept[r].size());
+      new_cu[r + 1] = new_cu[r] + kept_count[r] + static_cast<int32_t>(rng() % 20);  // + padding
+    }
+    const int32_t old_rows = old_cu[batch], new_rows = new_cu[batch];
+    std::vector<int32_t> kept_rows(old_rows, -7), old_pos(old_rows);
+    for (int32_t i = 0; i < old_rows; ++i) old_pos[i] = 3 * i + 1;
+    for (int r = 0; r < batch; ++r) {
+      std::copy(kept[r].begin(), kept[r].end(), kept_rows.begin() + old_cu[r]);
+    }
+    DeviceBuffer old_cu_dev = DeviceBuffer::FromHost(old_cu), new_cu_dev = DeviceBuffer::FromHost(new_cu);
+    DeviceBuffer counts_dev = DeviceBuffer::FromHost(counts);
+    DeviceBuffer kept_count_dev = DeviceBuffer::FromHost(kept_count);
+    DeviceBuffer kept_rows_dev = DeviceBuffer::FromHost(kept_rows);
+    DeviceBuffer old_pos_dev = DeviceBuffer::FromHost(old_pos);
+    DeviceBuffer source(sizeof(int32_t) * new_rows), new_pos(sizeof(int32_t) * new_rows);
+    DeviceBuffer last(sizeof(int32_t) * batch);
+    source.Fill(0x55);
+    new_pos.Fill(0x55);
+    last.Fill(0x55);
+    SyncDevice();
+    ops::cuda::SegmentTailRows(gpu, last.as<int32_t>(), old_cu_dev.as<int32_t>(),
+                               counts_dev.as<int32_t>(), batch, 1);
+    ops::cuda::CompactSegments(gpu, source.as<int32_t>(), new_pos.as<int32_t>(),
+                               kept_rows_dev.as<int32_t>(), kept_count_dev.as<int32_t>(),
+                               old_cu_dev.as<int32_t>(), new_cu_dev.as<int32_t>(),
+                               old_pos_dev.as<int32_t>(), batch, new_rows);
+    // Gather 3-wide f32 rows (value = 10 * row + column) through the list.
+    std::vector<float> values(old_rows * 3);
+    for (int32_t i = 0; i < old_rows * 3; ++i) values[i] = static_cast<float>(10 * (i / 3) + i % 3 + 1);
+    DeviceBuffer values_dev = DeviceBuffer::FromHost(values);
+    DeviceBuffer gathered(sizeof(float) * new_rows * 3);
+    gathered.Fill(0x55);
+    SyncDevice();
+    ops::cuda::GatherRows(gpu, gathered.View(DType::kF32, {new_rows, 3}),
+                          values_dev.View(DType::kF32, {old_rows, 3}), source.as<int32_t>());
+    SyncDevice();
+    const std::vector<int32_t> got_last = last.ToHost<int32_t>(batch);
+    const std::vector<int32_t> got_source = source.ToHost<int32_t>(new_rows);
+    const std::vector<int32_t> got_pos = new_pos.ToHost<int32_t>(new_rows);
+    const std::vector<float> got_rows = gathered.ToHost<float>(new_rows * 3);
+    for (int r = 0; r < batch; ++r) {
+      EXPECT_EQ(got_last[r], old_cu[r] + counts[r] - 1) << "request " << r;
+      for (int32_t j = new_cu[r]; j < new_cu[r + 1]; ++j) {
+        const int32_t local = j - new_cu[r];
+        const int32_t want = local < kept_count[r] ? old_cu[r] + kept[r][local] : -1;
+        ASSERT_EQ(got_source[j], want) << "trial " << trial << " request " << r << " row " << j;
+        ASSERT_EQ(got_pos[j], want >= 0 ? old_pos[want] : ops::cuda::kPaddingPosition);
+        for (int c = 0; c < 3; ++c) {
+          ASSERT_EQ(got_rows[j * 3 + c], want >= 0 ? values[want * 3 + c] : 0.0f);
+        }
+      }
     }
   }
 }
