@@ -92,6 +92,7 @@ int BenchPrefillCommand(const BenchPrefillOptions& o) {
     const std::vector<int32_t> ids(all.begin(), all.begin() + len);
     std::vector<double> dense, sparse, overhead;
     std::vector<KeptTokensInfo> kept;
+    int host_syncs = 0;  // UniPrefill's drop-layer host syncs (GPU, per prefill)
     for (int r = 0; r < o.repeats; ++r) {
       for (bool up : {false, true}) {
         SamplingParams sp;
@@ -108,6 +109,7 @@ int BenchPrefillCommand(const BenchPrefillOptions& o) {
           overhead.push_back((s.uniprefill_scoring_s + s.uniprefill_selection_s +
                               s.uniprefill_compaction_s) / s.ttft_s);
           kept = res->kept;
+          host_syncs = s.uniprefill_host_syncs;
         }
         std::fprintf(stderr, "  %d tokens %s run %d: %.2f s\n", len, up ? "uniprefill" : "dense",
                      r + 1, s.ttft_s);
@@ -128,7 +130,8 @@ int BenchPrefillCommand(const BenchPrefillOptions& o) {
     std::fflush(stdout);
     runs.push_back({{"tokens", len}, {"dense_ttft_s", dense}, {"uniprefill_ttft_s", sparse},
                     {"dense_median_s", d}, {"uniprefill_median_s", u}, {"speedup", d / u},
-                    {"overhead_share_median", ov}, {"kept", kept_json}});
+                    {"overhead_share_median", ov}, {"kept", kept_json},
+                    {"uniprefill_host_syncs", host_syncs}});
   }
   if (!o.json_out.empty()) {
     nlohmann::json j = {{"model", engine.model_description()},

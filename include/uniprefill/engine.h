@@ -87,6 +87,9 @@ struct GenerationStats {
   double decode_tok_s = 0;  // (generated - 1) / decode_s
   // UniPrefill's own work inside the prefill (scoring, selection, compaction).
   double uniprefill_scoring_s = 0, uniprefill_selection_s = 0, uniprefill_compaction_s = 0;
+  // On the GPU: host syncs at drop layers to learn kept counts (top-p: one per drop layer;
+  // fixed ratio: none).
+  int uniprefill_host_syncs = 0;
 };
 
 // What one UniPrefill drop layer kept of a prefill.

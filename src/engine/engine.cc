@@ -164,6 +164,7 @@ Result<GenerationResult> Engine::Generate(std::span<const int32_t> prompt,
   result.stats.uniprefill_scoring_s = fstats.scoring_s;
   result.stats.uniprefill_selection_s = fstats.selection_s;
   result.stats.uniprefill_compaction_s = fstats.compaction_s;
+  result.stats.uniprefill_host_syncs = fstats.drop_host_syncs;
   for (const KeptTokens& k : kept) result.kept.push_back({k.layer, k.kept, k.alive});
   if (params.return_first_logits) result.first_logits = logits;
   int32_t next = sampler.Sample(logits);

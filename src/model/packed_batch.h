@@ -48,6 +48,9 @@ struct ForwardStats {
   double scoring_s = 0;     // importance of the last n queries (AttentionImportance)
   double selection_s = 0;   // block sums, sort, top-p / ratio, sink and window
   double compaction_s = 0;  // gathering kept rows of x, q (and gate); renumbering
+  // Device models: host syncs at drop layers to learn kept counts (0 when every selecting request
+  // is fixed-ratio: the CUDA model then sizes later layers by capacities).
+  int drop_host_syncs = 0;
 };
 
 // Set at a drop layer: the selection parameters and where to record what was kept.

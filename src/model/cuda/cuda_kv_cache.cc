@@ -219,6 +219,20 @@ void CudaSequenceCache::ReleaseBehindWindow(int layer, int window) {
   }
 }
 
+void CudaSequenceCache::DropTail(int layer, int n) {
+  LayerBlocks& l = layers_[layer];
+  const int bt = pool_->block_tokens();
+  l.count -= std::min(n, l.count);
+  const size_t pages = static_cast<size_t>((l.count + bt - 1) / bt);
+  while (l.blocks.size() > pages) {
+    if (l.blocks.back() >= 0) {
+      pool_->FreeBlock(l.blocks.back());
+      --held_blocks_;
+    }
+    l.blocks.pop_back();
+  }
+}
+
 Result<int> CudaSequenceCache::StateSlot() {
   if (slot_ < 0) {
     UP_ASSIGN_OR_RETURN(slot_, pool_->AllocateSlot());

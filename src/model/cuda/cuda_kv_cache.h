@@ -105,6 +105,9 @@ class CudaSequenceCache final : public SequenceCache {
   // wholly below alive index first_stored are not stored (slot -1, page -1): a sliding layer's
   // prefill computed from the step's own keys keeps only the pages its window can still reach.
   Status AppendSlots(int layer, int n, int first_stored, std::vector<int32_t>* slots);
+  // Forgets the last n entries of attention layer `layer` and returns the pages they alone held
+  // (the padding rows of a bounded segment, once the forward knows the true kept count).
+  void DropTail(int layer, int n);
   // Entries held by attention layer `layer` and its block table (-1: a released page).
   int count(int layer) const { return layers_[layer].count; }
   const std::vector<int32_t>& blocks(int layer) const { return layers_[layer].blocks; }

@@ -52,10 +52,13 @@ constexpr int kBlockTokens = 16;  // device KV pages (the serving engine may fix
 constexpr float kL2NormEps = 1e-6f;
 
 
+// Grows b to at least `bytes`, zero-filled: rows a kernel never writes (the padding rows of
+// bounded segments) then hold zeros or values of earlier layers, never NaN bit patterns.
 Status Ensure(DeviceBuffer& b, size_t bytes) {
   if (b.size() >= bytes) return OkStatus();
   b = DeviceBuffer();
   UP_ASSIGN_OR_RETURN(b, DeviceBuffer::Allocate(std::max<size_t>(bytes, 256)));
+  UP_CUDA_CHECK(cudaMemset(b.data(), 0, b.size()));
   return OkStatus();
 }
 
@@ -65,9 +68,22 @@ struct Req {
   CudaSequenceCache* cache = nullptr;
   bool fresh = false;               // its cache held nothing before this step
   int begin = 0;                    // first device row (current segment)
-  std::vector<int32_t> pos, index;  // its alive rows' positions and alive indices
+  // Rows it owns in the current segment. After a sync-free drop (bounded segments) n is only a
+  // capacity: the true count is on the device, between n_min and n, and pos / index are unknown.
+  int n = 0, n_min = 0;
+  int first_rows = 0;  // the step's rows (segment 0 is always exact)
+  bool exact = true;
+  std::vector<int32_t> pos, index;  // exact: its alive rows' positions and alive indices
   std::vector<int> added;           // rows appended per segment
-  int rows() const { return static_cast<int>(pos.size()); }
+  std::vector<int> appended;        // entries appended per attention layer (bounded: capacities)
+  std::vector<int> selected_at;     // bounded: the segments whose drop it selected in
+  int rows() const { return n; }
+  void SetExactRows(std::vector<int32_t> p, std::vector<int32_t> i) {
+    pos = std::move(p);
+    index = std::move(i);
+    n = n_min = static_cast<int>(pos.size());
+    exact = true;
+  }
 };
 
 class CudaModel final : public Model {
@@ -101,6 +117,23 @@ class CudaModel final : public Model {
   Status AttentionMixer(int layer_index, const AttentionLayer& L, std::vector<Req>& reqs,
                         const DropLayer* drop, WindowMode window_mode, int segment, int64_t* rows,
                         TensorView out);
+  // The query side of a drop: which rows get an attention output, where, at which coordinates.
+  struct KeptQueries {
+    TensorView rows;
+    const int32_t* coord = nullptr;
+    std::vector<int> begin, len;
+    int64_t total = 0;
+    bool compacted = false;  // rows are gathered kept rows (q_kept_)
+  };
+  // A fixed-ratio drop without a host sync (bounded segments, ops/cuda/cuda_uniprefill.h): the
+  // kept counts stay on the device; later launches are sized by FixedRatioCapacity; the host
+  // learns the counts after the forward's final sync (ReconcileBoundedCaches).
+  Status BoundedDrop(const AttentionLayer& L, std::vector<Req>& reqs, const DropLayer& drop,
+                     int segment, int64_t T, KeptQueries* kept);
+  // After the final sync: true segment lengths, cache entry counts and kept records.
+  void ReconcileBoundedCaches(std::vector<Req>& reqs, std::span<const SequenceStep> steps,
+                              const std::vector<int>& drops);
+  Status Mark(cudaEvent_t* event);
   Status DeltaMixer(int layer_index, const DeltaLayer& L, const std::vector<Req>& reqs,
                     int64_t rows, TensorView out);
 
@@ -133,6 +166,14 @@ class CudaModel final : public Model {
   const int32_t* d_slots_ = nullptr;  // [B] linear state slots
   int max_rows_ = 0;                  // longest request's rows
   int fresh_ = 0;                     // requests [0, fresh_) are fresh
+  // Sync-free drops (every selecting request is fixed-ratio): the current true row counts, the
+  // counts after each drop (device, and the pinned host copy read after the final sync), and the
+  // segment each attention layer wrote.
+  bool bounded_ = false;
+  const int32_t* d_counts_ = nullptr;  // [B]
+  int32_t* d_kept_hist_ = nullptr;     // [drops][B]
+  int32_t* h_kept_hist_ = nullptr;
+  std::vector<int> layer_segment_;
   std::vector<std::pair<cudaEvent_t, cudaEvent_t>>* drop_events_ = nullptr;
 };
 
@@ -261,6 +302,7 @@ Status CudaModel::DeltaMixer(int layer_index, const DeltaLayer& L, const std::ve
   const int ordinal = pool_->linear_ordinal(layer_index);
   oc::LinearAttentionBatch seqs;
   seqs.cu_seqlens = d_cu_;
+  seqs.seq_lens = bounded_ ? d_counts_ : nullptr;  // bounded segments end in padding rows
   seqs.state_slots = d_slots_;
   seqs.batch = static_cast<int>(reqs.size());
   seqs.max_seqlen = max_rows_;
@@ -320,12 +362,15 @@ Status CudaModel::AttentionMixer(int li, const AttentionLayer& L, std::vector<Re
   const bool by_position = window_mode == WindowMode::kPosition && a.window > 0;
   std::vector<int32_t> slots;
   slots.reserve(T);
+  layer_segment_[li] = segment;
   for (Req& r : reqs) {
     int first_stored = 0;
     if (r.fresh && fast_d && a.window > 0 && !by_position) {
-      first_stored = r.cache->count(li) + r.rows() - a.window + 1;
+      // From the fewest rows it may have on: a bounded segment's true count is >= n_min.
+      first_stored = r.cache->count(li) + r.n_min - a.window + 1;
     }
     UP_RETURN_IF_ERROR(r.cache->AppendSlots(li, r.rows(), first_stored, &slots));
+    r.appended[li] = r.rows();
   }
   UP_ASSIGN_OR_RETURN(const int32_t* d_slots, staging_.Put(slots, stream));
   oc::PagedKvAppend(ctx_, pool_->kv(), pool_->coords(true),
@@ -334,25 +379,28 @@ Status CudaModel::AttentionMixer(int li, const AttentionLayer& L, std::vector<Re
   cuda_model::WriteSlotMeta(ctx_, pool_->meta(), pool_->block_tokens(), d_slots, d_pos_, d_index_,
                             T);
 
-  const int32_t* q_coord = by_position ? d_pos_ : d_index_;
-  const int32_t* k_coord = q_coord;  // this step's keys, pre-compaction
-  std::vector<int> q_begin(B), q_len(B), k_begin(B), k_len(B);
+  const int32_t* k_coord = by_position ? d_pos_ : d_index_;  // this step's keys, pre-compaction
+  std::vector<int> k_len(B);
+  KeptQueries kq;  // the query rows that get an output
+  kq.rows = q;
+  kq.coord = k_coord;
+  kq.begin.resize(B);
+  kq.len.resize(B);
+  kq.total = T;
   for (int r = 0; r < B; ++r) {
-    q_begin[r] = k_begin[r] = reqs[r].begin;
-    q_len[r] = k_len[r] = reqs[r].rows();
+    kq.begin[r] = reqs[r].begin;
+    kq.len[r] = k_len[r] = reqs[r].rows();
   }
-  TensorView q_rows = q;  // the query rows that get an output
-  int64_t t_out = T;
-  bool compacted = false;  // q_rows are gathered kept rows (q_kept_)
 
-  if (drop != nullptr) {
+  if (drop != nullptr && bounded_) {
+    UP_RETURN_IF_ERROR(BoundedDrop(L, reqs, *drop, segment, T, &kq));
+    *rows = kq.total;
+  } else if (drop != nullptr) {
+    std::vector<int>& q_begin = kq.begin;
+    std::vector<int>& q_len = kq.len;
     std::pair<cudaEvent_t, cudaEvent_t> ev_score{}, ev_select{}, ev_compact{};
-    auto mark = [&](std::pair<cudaEvent_t, cudaEvent_t>& p, bool first) -> Status {
-      if (!drop_events_) return OkStatus();
-      cudaEvent_t& e = first ? p.first : p.second;
-      UP_CUDA_CHECK(cudaEventCreate(&e));
-      UP_CUDA_CHECK(cudaEventRecord(e, stream));
-      return OkStatus();
+    auto mark = [&](std::pair<cudaEvent_t, cudaEvent_t>& p, bool first) {
+      return Mark(first ? &p.first : &p.second);
     };
     // Which prefill requests select (the others pass through to the next segment whole).
     std::vector<char> eligible(B, 0);
@@ -411,6 +459,7 @@ Status CudaModel::AttentionMixer(int li, const AttentionLayer& L, std::vector<Re
       UP_CUDA_CHECK(
           cudaMemcpyAsync(kept.second, kept_rows_.data(), T * 4, cudaMemcpyDeviceToHost, stream));
       UP_CUDA_CHECK(cudaStreamSynchronize(stream));
+      if (drop->stats) ++drop->stats->drop_host_syncs;
       UP_RETURN_IF_ERROR(mark(ev_select, false));
       UP_RETURN_IF_ERROR(mark(ev_compact, true));
     }
@@ -442,11 +491,11 @@ Status CudaModel::AttentionMixer(int li, const AttentionLayer& L, std::vector<Re
       q_len[r] = static_cast<int>(keep.size());
       q_begin[r] = begin;
       q_req.begin = begin;
-      q_req.pos = std::move(pos);
-      q_req.index = std::move(index);
+      q_req.SetExactRows(std::move(pos), std::move(index));
       begin += q_len[r];
     }
-    t_out = begin;
+    const int64_t t_out = begin;
+    kq.total = t_out;
     if (!any) {  // nothing dropped: same rows, renumbered for the next segment
       UP_RETURN_IF_ERROR(UploadSegment(reqs));
       *rows = t_out;
@@ -461,9 +510,9 @@ Status CudaModel::AttentionMixer(int li, const AttentionLayer& L, std::vector<Re
                      Rows(Bf16(qkv_), DType::kBF16, T, q_cols, width), d_gather);
       UP_ASSIGN_OR_RETURN(auto coord_kept, staging_.Scratch(t_out));
       oc::GatherRows(ctx_, Rows(coord_kept.first, DType::kI32, t_out, 1, 1),
-                     Rows(const_cast<int32_t*>(q_coord), DType::kI32, T, 1, 1), d_gather);
-      q_coord = coord_kept.first;
-      q_rows = Heads(Bf16(q_kept_), t_out, Hq, D, q_cols);
+                     Rows(const_cast<int32_t*>(k_coord), DType::kI32, T, 1, 1), d_gather);
+      kq.coord = coord_kept.first;
+      kq.rows = Heads(Bf16(q_kept_), t_out, Hq, D, q_cols);
       UP_RETURN_IF_ERROR(UploadSegment(reqs));  // the next segment's positions and indices
       UP_RETURN_IF_ERROR(mark(ev_compact, false));
       if (drop_events_) {
@@ -472,9 +521,14 @@ Status CudaModel::AttentionMixer(int li, const AttentionLayer& L, std::vector<Re
         drop_events_->push_back(ev_compact);
       }
       *rows = t_out;
-      compacted = true;
+      kq.compacted = true;
     }
   }
+  const int64_t t_out = kq.total;
+  const TensorView& q_rows = kq.rows;
+  const int32_t* q_coord = kq.coord;
+  const std::vector<int>& q_begin = kq.begin;
+  const std::vector<int>& q_len = kq.len;
 
   // Attention of the kept query rows. attn bf16 [t_out, Hq, D].
   TensorView attn = attn_.View(DType::kBF16, {t_out, Hq, D});
@@ -558,7 +612,7 @@ Status CudaModel::AttentionMixer(int li, const AttentionLayer& L, std::vector<Re
     }
   }
   if (a.gated_output) {
-    const TensorView gate = compacted ? Heads(Bf16(q_kept_, qd), t_out, Hq, D, q_cols)
+    const TensorView gate = kq.compacted ? Heads(Bf16(q_kept_, qd), t_out, Hq, D, q_cols)
                                       : Heads(Bf16(qkv_, qd), t_out, Hq, D, width);
     cuda_model::SigmoidGateMul(ctx_, attn, gate);
   }
@@ -566,6 +620,166 @@ Status CudaModel::AttentionMixer(int li, const AttentionLayer& L, std::vector<Re
   o_out.shape[0] = t_out;
   oc::Gemm(ctx_, o_out, attn_.View(DType::kBF16, {t_out, qd}), L.o.view());
   return OkStatus();
+}
+
+Status CudaModel::Mark(cudaEvent_t* event) {
+  if (!drop_events_) return OkStatus();
+  UP_CUDA_CHECK(cudaEventCreate(event));
+  UP_CUDA_CHECK(cudaEventRecord(*event, ctx_.cuda().stream()));
+  return OkStatus();
+}
+
+Status CudaModel::BoundedDrop(const AttentionLayer& L, std::vector<Req>& reqs,
+                              const DropLayer& drop, int segment, int64_t T, KeptQueries* kq) {
+  const AttentionWeights& a = *L.host;
+  cudaStream_t stream = ctx_.cuda().stream();
+  const int64_t H = cfg_.hidden, Hq = a.n_heads, Hkv = a.n_kv_heads, D = a.head_dim;
+  const int64_t qd = Hq * D, width = L.qkv.out;
+  const int64_t q_cols = a.gated_output ? 2 * qd : qd;  // q | gate
+  const int B = static_cast<int>(reqs.size());
+  std::pair<cudaEvent_t, cudaEvent_t> ev_score{}, ev_select{}, ev_compact{};
+
+  // Which requests select: the exact path's rule, with capacities for lengths (a request whose
+  // true count is <= S + n keeps everything on the device).
+  std::vector<int32_t> pass(B, 1);
+  std::vector<const sparsity::SelectionParams*> params(B);
+  size_t scratch_bytes = 0;
+  for (int r = 0; r < B; ++r) {
+    const SequenceStep& step = drop.steps[reqs[r].step];
+    const UniPrefillConfig* config = step.selection ? step.selection : drop.config;
+    params[r] = &config->selection;
+    if (reqs[r].rows() <= params[r]->sink + params[r]->last_n || !step.allow_drop) continue;
+    if (!reqs[r].fresh) {
+      return Unimplemented(
+          "UniPrefill on the GPU selects from a whole prompt: a request whose cache already "
+          "holds tokens cannot drop (send the prompt in one step, or disable UniPrefill for it)");
+    }
+    pass[r] = 0;
+    scratch_bytes =
+        std::max(scratch_bytes, oc::SelectTokensScratchBytes(reqs[r].rows(), *params[r]));
+  }
+  UP_RETURN_IF_ERROR(Ensure(select_scratch_, scratch_bytes));
+  UP_RETURN_IF_ERROR(Mark(&ev_score.first));
+  const int32_t* counts = d_counts_;
+  UP_ASSIGN_OR_RETURN(auto new_counts, staging_.Scratch(B));
+  // Requests that pass through keep their counts; the selections overwrite the others'.
+  UP_CUDA_CHECK(cudaMemcpyAsync(new_counts.first, counts, B * 4, cudaMemcpyDeviceToDevice, stream));
+  UP_CUDA_CHECK(cudaMemsetAsync(importance_.data(), 0, T * 4, stream));
+  for (int r = 0; r < B; ++r) {
+    if (pass[r]) continue;
+    // The observation queries: the last n true rows (count >= S + n > n for a selecting request).
+    const int n_obs = params[r]->last_n;
+    const int64_t b = reqs[r].begin;
+    UP_ASSIGN_OR_RETURN(auto obs, staging_.Scratch(2 * static_cast<size_t>(n_obs)));
+    int32_t* obs_rows = obs.first;
+    int32_t* obs_coord = obs.first + n_obs;
+    oc::SegmentTailRows(ctx_, obs_rows, d_cu_ + r, counts + r, 1, n_obs);
+    oc::GatherRows(ctx_, q_kept_.View(DType::kBF16, {n_obs, qd}),
+                   Rows(Bf16(qkv_), DType::kBF16, T, qd, width), obs_rows);
+    oc::GatherRows(ctx_, Rows(obs_coord, DType::kI32, n_obs, 1, 1),
+                   Rows(const_cast<int32_t*>(d_index_), DType::kI32, T, 1, 1), obs_rows);
+    oc::AttentionImportance(ctx_, importance_.as<float>() + b,
+                            Heads(Bf16(q_kept_), n_obs, Hq, D, qd),
+                            Heads(Bf16(qkv_, b * width + q_cols), reqs[r].rows(), Hkv, D, width),
+                            obs_coord, d_index_ + b, a.scale);
+  }
+  UP_RETURN_IF_ERROR(Mark(&ev_score.second));
+  UP_RETURN_IF_ERROR(Mark(&ev_select.first));
+  for (int r = 0; r < B; ++r) {
+    if (pass[r]) continue;
+    oc::SelectTokens(ctx_, kept_rows_.as<int32_t>() + reqs[r].begin, new_counts.first + r,
+                     importance_.as<float>() + reqs[r].begin, reqs[r].rows(), *params[r],
+                     select_scratch_.data(), select_scratch_.size(), counts + r);
+  }
+  // The counts for the host's records, read after the forward's final sync.
+  UP_CUDA_CHECK(cudaMemcpyAsync(d_kept_hist_ + static_cast<size_t>(segment) * B, new_counts.first,
+                                B * 4, cudaMemcpyDeviceToDevice, stream));
+  UP_RETURN_IF_ERROR(Mark(&ev_select.second));
+  UP_RETURN_IF_ERROR(Mark(&ev_compact.first));
+
+  // The next segment's layout from capacities alone: no sync.
+  std::vector<int32_t> cu{0}, base(B);
+  max_rows_ = 0;
+  for (int r = 0; r < B; ++r) {
+    Req& q = reqs[r];
+    base[r] = q.cache->segment_length(segment + 1);
+    if (!pass[r]) {
+      q.n_min = static_cast<int>(oc::FixedRatioMinimum(q.n_min, *params[r]));
+      q.n = static_cast<int>(oc::FixedRatioCapacity(q.n, *params[r]));
+      q.exact = false;
+      q.pos.clear();
+      q.index.clear();
+      q.selected_at.push_back(segment);
+    } else if (q.exact) {  // kept whole: the same rows, renumbered for the next segment
+      for (int i = 0; i < q.n; ++i) q.index[i] = base[r] + i;
+    }
+    kq->begin[r] = cu.back();
+    kq->len[r] = q.n;
+    q.begin = cu.back();
+    cu.push_back(cu.back() + q.n);
+    max_rows_ = std::max(max_rows_, q.n);
+  }
+  const int64_t t_out = cu.back();
+  UP_ASSIGN_OR_RETURN(const int32_t* d_cu_next, staging_.Put(cu, stream));
+  UP_ASSIGN_OR_RETURN(const int32_t* d_base, staging_.Put(base, stream));
+  UP_ASSIGN_OR_RETURN(const int32_t* d_pass, staging_.Put(pass, stream));
+  UP_ASSIGN_OR_RETURN(auto source, staging_.Scratch(t_out));
+  UP_ASSIGN_OR_RETURN(auto new_pos, staging_.Scratch(t_out));
+  UP_ASSIGN_OR_RETURN(auto new_index, staging_.Scratch(t_out));
+  UP_ASSIGN_OR_RETURN(auto coord_kept, staging_.Scratch(t_out));
+  oc::CompactSegments(ctx_, source.first, new_pos.first, kept_rows_.as<int32_t>(),
+                      new_counts.first, d_cu_, d_cu_next, d_pos_, B, t_out, new_index.first,
+                      d_base, d_pass);
+  // The residual, the kept query (and gate) rows and their old mask coordinates; padding rows
+  // become zeros.
+  const int nxt = 1 - cur_;
+  oc::GatherRows(ctx_, residual_[nxt].View(DType::kBF16, {t_out, H}),
+                 residual_[cur_].View(DType::kBF16, {T, H}), source.first);
+  cur_ = nxt;
+  oc::GatherRows(ctx_, q_kept_.View(DType::kBF16, {t_out, q_cols}),
+                 Rows(Bf16(qkv_), DType::kBF16, T, q_cols, width), source.first);
+  oc::GatherRows(ctx_, Rows(coord_kept.first, DType::kI32, t_out, 1, 1),
+                 Rows(const_cast<int32_t*>(kq->coord), DType::kI32, T, 1, 1), source.first);
+  kq->coord = coord_kept.first;
+  kq->rows = Heads(Bf16(q_kept_), t_out, Hq, D, q_cols);
+  kq->total = t_out;
+  kq->compacted = true;
+  d_pos_ = new_pos.first;
+  d_index_ = new_index.first;
+  d_cu_ = d_cu_next;
+  d_counts_ = new_counts.first;
+  UP_RETURN_IF_ERROR(Mark(&ev_compact.second));
+  if (drop_events_) {
+    drop_events_->push_back(ev_score);
+    drop_events_->push_back(ev_select);
+    drop_events_->push_back(ev_compact);
+  }
+  return OkStatus();
+}
+
+void CudaModel::ReconcileBoundedCaches(std::vector<Req>& reqs,
+                                       std::span<const SequenceStep> steps,
+                                       const std::vector<int>& drops) {
+  const int B = static_cast<int>(reqs.size());
+  const int n_segments = static_cast<int>(drops.size()) + 1;
+  for (int r = 0; r < B; ++r) {
+    Req& q = reqs[r];
+    // True rows per segment: the step's rows, then the count after each drop.
+    std::vector<int> rows(n_segments);
+    rows[0] = q.first_rows;
+    for (int s = 1; s < n_segments; ++s) {
+      rows[s] = h_kept_hist_[static_cast<size_t>(s - 1) * B + r];
+    }
+    for (int s = 0; s < n_segments; ++s) q.added[s] = rows[s];
+    for (size_t li = 0; li < q.appended.size(); ++li) {
+      const int extra = q.appended[li] - rows[layer_segment_[li]];
+      if (q.appended[li] > 0 && extra > 0) q.cache->DropTail(static_cast<int>(li), extra);
+    }
+    const SequenceStep& step = steps[q.step];
+    if (step.kept) {
+      for (int s : q.selected_at) step.kept->push_back({drops[s], rows[s + 1], rows[s]});
+    }
+  }
 }
 
 Status CudaModel::ForwardBatch(DeviceContext& ctx, std::span<const SequenceStep> steps,
@@ -599,9 +813,11 @@ Status CudaModel::ForwardBatch(DeviceContext& ctx, std::span<const SequenceStep>
       q.cache = cache;
       q.fresh = cache->empty();
       const PackedBatch::Seq& s = batch.seq(r);
-      q.pos.assign(batch.positions() + s.begin, batch.positions() + s.end);
-      q.index.assign(batch.indices() + s.begin, batch.indices() + s.end);
+      q.SetExactRows(std::vector<int32_t>(batch.positions() + s.begin, batch.positions() + s.end),
+                     std::vector<int32_t>(batch.indices() + s.begin, batch.indices() + s.end));
+      q.first_rows = q.rows();
       q.added.assign(n_segments, 0);
+      q.appended.assign(c.n_layers, 0);
       reqs.push_back(std::move(q));
     }
   }
@@ -619,14 +835,37 @@ Status CudaModel::ForwardBatch(DeviceContext& ctx, std::span<const SequenceStep>
   }
   int64_t T = begin;
 
+  // Sync-free drops when some request may select and every such request does so at a fixed
+  // ratio (top-p's kept count is unbounded until known; a forward where nobody selects, e.g. a
+  // decode batch, keeps the plain path). UNIPREFILL_GPU_DROP_SYNC=1 forces the synced path
+  // (diagnostics and tests).
+  bool any_selects = false, all_fixed = true;
+  int max_last_n = uniprefill.selection.last_n;
+  for (size_t r = 0; r < steps.size(); ++r) {
+    const SequenceStep& step = steps[r];
+    const UniPrefillConfig& config = step.selection ? *step.selection : uniprefill;
+    max_last_n = std::max(max_last_n, config.selection.last_n);
+    if (!step.allow_drop) continue;
+    if (config.selection.mode != sparsity::SelectionMode::kFixedRatio) all_fixed = false;
+    if (batch.seq(static_cast<int>(r)).rows() > config.selection.sink + config.selection.last_n) {
+      any_selects = true;
+    }
+  }
+  bounded_ = !drops.empty() && any_selects && all_fixed;
+  if (const char* e = std::getenv("UNIPREFILL_GPU_DROP_SYNC"); e && std::string(e) == "1") {
+    bounded_ = false;
+  }
+  layer_segment_.assign(c.n_layers, 0);
+
   // Staging for every small array of this forward: an upper bound of what the layers Put (each
   // Put pads to 4 ints). Per attention layer: slots, block tables, 5 per-request lists; per drop:
-  // gather list, kept counts and rows, kept coordinates, the next segment's arrays.
+  // gather list, kept counts and rows, kept coordinates, the next segment's arrays (bounded: also
+  // source rows, positions, indices, observation rows and coordinates, counts, bases, flags).
   const size_t bt = static_cast<size_t>(pool_->block_tokens());
   const size_t per_layer = T + B * (max_tokens / bt + 2) + 7 * B + 64;
-  const size_t per_drop = 6 * T + 6 * B + 64;
-  UP_RETURN_IF_ERROR(
-      staging_.Reserve(c.n_layers * per_layer + drops.size() * per_drop + 4 * T + 6 * B + 64));
+  const size_t per_drop = 6 * T + 6 * B + 64 + (bounded_ ? 4 * T + 3 * B + B * (2 * max_last_n + 4) : 0);
+  UP_RETURN_IF_ERROR(staging_.Reserve(c.n_layers * per_layer + drops.size() * per_drop + 4 * T +
+                                      8 * B + drops.size() * B + 64));
   UP_RETURN_IF_ERROR(EnsureWork(T, B));
   cudaStream_t stream = ctx_.cuda().stream();
   std::vector<std::pair<cudaEvent_t, cudaEvent_t>> events;
@@ -635,6 +874,14 @@ Status CudaModel::ForwardBatch(DeviceContext& ctx, std::span<const SequenceStep>
   cur_ = 0;
   UP_ASSIGN_OR_RETURN(const int32_t* d_ids, staging_.Put(ids, stream));
   UP_RETURN_IF_ERROR(UploadSegment(reqs));
+  if (bounded_) {
+    std::vector<int32_t> counts;
+    for (const Req& q : reqs) counts.push_back(q.rows());
+    UP_ASSIGN_OR_RETURN(d_counts_, staging_.Put(counts, stream));
+    UP_ASSIGN_OR_RETURN(auto hist, staging_.Scratch(drops.size() * B));
+    d_kept_hist_ = hist.first;
+    h_kept_hist_ = hist.second;
+  }
   const int64_t H = c.hidden;
   oc::Embedding(ctx_, residual_[cur_].View(DType::kBF16, {T, H}),
                 embedding_.View(DType::kBF16, {c.vocab_size, H}), d_ids, embedding_scale_);
@@ -692,9 +939,16 @@ Status CudaModel::ForwardBatch(DeviceContext& ctx, std::span<const SequenceStep>
   TensorView normed = normed_.View(DType::kBF16, {T, H});
   oc::AddRmsNorm(ctx_, normed, residual_[cur_].View(DType::kBF16, {T, H}),
                  out_.View(DType::kBF16, {T, H}), output_norm_.as<float>(), c.rms_eps);
-  std::vector<int32_t> last;
-  for (const Req& q : reqs) last.push_back(q.begin + q.rows() - 1);
-  UP_ASSIGN_OR_RETURN(const int32_t* d_last, staging_.Put(last, stream));
+  const int32_t* d_last = nullptr;
+  if (bounded_) {  // each request's last true row, from the device counts
+    UP_ASSIGN_OR_RETURN(auto last, staging_.Scratch(B));
+    oc::SegmentTailRows(ctx_, last.first, d_cu_, d_counts_, B, 1);
+    d_last = last.first;
+  } else {
+    std::vector<int32_t> last;
+    for (const Req& q : reqs) last.push_back(q.begin + q.rows() - 1);
+    UP_ASSIGN_OR_RETURN(d_last, staging_.Put(last, stream));
+  }
   TensorView last_h = last_hidden_.View(DType::kBF16, {B, H});
   oc::GatherRows(ctx_, last_h, normed, d_last);
   const TensorView head =
@@ -705,7 +959,13 @@ Status CudaModel::ForwardBatch(DeviceContext& ctx, std::span<const SequenceStep>
   std::vector<float> logits(static_cast<size_t>(B) * c.vocab_size);
   UP_CUDA_CHECK(cudaMemcpyAsync(logits.data(), logits_f32_.data(), logits.size() * 4,
                                 cudaMemcpyDeviceToHost, stream));
+  if (bounded_) {
+    UP_CUDA_CHECK(cudaMemcpyAsync(h_kept_hist_, d_kept_hist_, drops.size() * B * 4,
+                                  cudaMemcpyDeviceToHost, stream));
+  }
+  // The forward's one host sync (with fixed-ratio drops, its only one).
   UP_CUDA_CHECK(cudaStreamSynchronize(stream));
+  if (bounded_) ReconcileBoundedCaches(reqs, steps, drops);
   for (int i = 0; i < B; ++i) {
     float* dst = steps[reqs[i].step].logits;
     if (dst)

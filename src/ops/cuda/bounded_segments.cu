@@ -40,18 +40,23 @@ __device__ int OwnerOf(const int32_t* new_cu, int batch, int64_t j) {
 __global__ void CompactSegmentsKernel(int32_t* source, int32_t* new_pos, const int32_t* kept_rows,
                                       const int32_t* kept_count, const int32_t* old_begin,
                                       const int32_t* new_cu, const int32_t* old_pos, int batch,
-                                      int64_t new_rows) {
+                                      int64_t new_rows, int32_t* new_index,
+                                      const int32_t* index_base, const int32_t* pass_through) {
   const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (j >= new_rows) return;
   const int r = OwnerOf(new_cu, batch, j);
   const int64_t local = j - new_cu[r];
   if (local < kept_count[r]) {
-    const int32_t row = old_begin[r] + kept_rows[old_begin[r] + local];
+    const bool whole = pass_through != nullptr && pass_through[r] != 0;
+    const int32_t row =
+        old_begin[r] + (whole ? static_cast<int32_t>(local) : kept_rows[old_begin[r] + local]);
     source[j] = row;
     new_pos[j] = old_pos[row];
+    if (new_index != nullptr) new_index[j] = index_base[r] + static_cast<int32_t>(local);
   } else {
     source[j] = -1;
     new_pos[j] = kPaddingPosition;
+    if (new_index != nullptr) new_index[j] = kPaddingPosition;
   }
 }
 
@@ -69,12 +74,14 @@ void SegmentTailRows(DeviceContext& ctx, int32_t* rows, const int32_t* begin, co
 void CompactSegments(DeviceContext& ctx, int32_t* source, int32_t* new_pos,
                      const int32_t* kept_rows, const int32_t* kept_count,
                      const int32_t* old_begin, const int32_t* new_cu, const int32_t* old_pos,
-                     int batch, int64_t new_rows) {
-  assert(batch >= 1 && new_rows >= 0);
+                     int batch, int64_t new_rows, int32_t* new_index, const int32_t* index_base,
+                     const int32_t* pass_through) {
+  assert(batch >= 1 && new_rows >= 0 && (new_index == nullptr) == (index_base == nullptr));
   if (new_rows == 0) return;
   const unsigned blocks = static_cast<unsigned>((new_rows + kThreads - 1) / kThreads);
   CompactSegmentsKernel<<<blocks, kThreads, 0, ctx.cuda().stream()>>>(
-      source, new_pos, kept_rows, kept_count, old_begin, new_cu, old_pos, batch, new_rows);
+      source, new_pos, kept_rows, kept_count, old_begin, new_cu, old_pos, batch, new_rows,
+      new_index, index_base, pass_through);
   UP_CUDA_CHECK_LAUNCH();
 }
 

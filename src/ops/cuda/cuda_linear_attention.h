@@ -32,6 +32,11 @@ struct LinearAttentionBatch {
   const int32_t* cu_seqlens = nullptr;
   // device int32 [batch]. Null: sequence b uses slot b.
   const int32_t* state_slots = nullptr;
+  // device int32 [batch] (optional, with cu_seqlens): sequence b is only the first seq_lens[b]
+  // rows of its cu_seqlens range (a bounded segment after a sync-free UniPrefill drop, whose tail
+  // is padding); the padding rows are neither read nor written, and the state ends after the
+  // real rows.
+  const int32_t* seq_lens = nullptr;
   int batch = 1;
   // An upper bound on every sequence's rows (host-side: it sizes the grid; with cu_seqlens null it
   // is the exact length).

@@ -45,6 +45,9 @@ constexpr int32_t kPaddingPosition = 0x3fffffff;
 // The capacity after a fixed-ratio drop of a segment of at most `capacity` tokens: its kept count
 // is at most that many whatever the scores (chosen blocks plus the sink and the window).
 int64_t FixedRatioCapacity(int64_t capacity, const sparsity::SelectionParams& params);
+// And a lower bound of the kept count of any segment of at least `minimum` tokens (a sliding
+// layer stores the pages its window may reach from that many rows on).
+int64_t FixedRatioMinimum(int64_t minimum, const sparsity::SelectionParams& params);
 
 // rows device int32 [batch * n]: rows[r * n + i] = begin[r] + count[r] - n + i, request r's last n
 // real rows (the UniPrefill observation queries, or with n = 1 the row whose logits are wanted).
@@ -57,10 +60,16 @@ void SegmentTailRows(DeviceContext& ctx, int32_t* rows, const int32_t* begin, co
 // the new layout (new_cu device int32 [batch + 1], rows [0, new_cu[batch])): source[j] = the old
 // global row of the kept token it receives, or -1 on a padding row; new_pos[j] = old_pos[source]
 // or kPaddingPosition. GatherRows(source) then moves the rows (padding rows become zero).
+// Optionally (new_index and index_base device int32 [batch] both set) new_index[j] =
+// index_base[r] + (j - new_cu[r]) on real rows, kPaddingPosition on padding: the kept tokens'
+// alive indices in the next cache segment. pass_through (optional, device int32 [batch]): where
+// nonzero, request r did not select and keeps its first kept_count[r] rows in order (kept_rows is
+// not read for it).
 // kept_count[r] <= new_cu[r + 1] - new_cu[r] must hold (FixedRatioCapacity guarantees it).
 void CompactSegments(DeviceContext& ctx, int32_t* source, int32_t* new_pos,
                      const int32_t* kept_rows, const int32_t* kept_count,
                      const int32_t* old_begin, const int32_t* new_cu, const int32_t* old_pos,
-                     int batch, int64_t new_rows);
+                     int batch, int64_t new_rows, int32_t* new_index = nullptr,
+                     const int32_t* index_base = nullptr, const int32_t* pass_through = nullptr);
 
 }  // namespace uniprefill::ops::cuda

@@ -29,6 +29,7 @@ __device__ __forceinline__ SeqInfo GetSeq(const LinearAttentionBatch& s, int b) 
   if (s.cu_seqlens != nullptr) {
     r.bos = s.cu_seqlens[b];
     r.len = s.cu_seqlens[b + 1] - s.cu_seqlens[b];
+    if (s.seq_lens != nullptr) r.len = max(0, min(r.len, s.seq_lens[b]));
   } else {
     r.bos = static_cast<int64_t>(b) * s.max_seqlen;
     r.len = s.max_seqlen;

@@ -251,6 +251,16 @@ int64_t FixedRatioCapacity(int64_t capacity, const sparsity::SelectionParams& pa
                   FixedKeepBlocks(n_blocks, params.keep_ratio) * params.block_size + always);
 }
 
+int64_t FixedRatioMinimum(int64_t minimum, const sparsity::SelectionParams& params) {
+  const int64_t always = static_cast<int64_t>(params.sink) + params.last_n;
+  // N <= S + n keeps all N (>= minimum); a longer N keeps the disjoint sink and window, and its
+  // chosen blocks (never fewer than blocks(minimum)), all whole but the last.
+  if (minimum <= always || params.keep_ratio >= 1.0f) return minimum;
+  const int64_t n_blocks = (minimum + params.block_size - 1) / params.block_size;
+  return std::max(always,
+                  (FixedKeepBlocks(n_blocks, params.keep_ratio) - 1) * params.block_size + 1);
+}
+
 size_t SelectTokensScratchBytes(int64_t max_tokens, const sparsity::SelectionParams& params) {
   const int64_t g = std::max(params.block_size, 1);
   return LayoutFor((std::max<int64_t>(max_tokens, 0) + g - 1) / g).bytes;

@@ -6,7 +6,9 @@
 // - 32-token greedy continuations equal until a near-tie (the host's top-2 gap at the diverging
 //   step is checked and printed);
 // - UniPrefill drops on the GPU: kept counts within one block of the host's (bf16 scoring), logits
-//   within the bound; a packed batch (prefills beside a decode) equals each request alone.
+//   within the bound; a packed batch (prefills beside a decode) equals each request alone;
+// - fixed-ratio drops without a host sync (bounded segments) equal the synced path: kept records,
+//   logits, every cache's per-layer entry counts and held pages, and the decodes that follow.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -20,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "model/cuda/cuda_kv_cache.h"
 #include "model/model.h"
 #include "testing/cuda_test_util.h"
 #include "testing/tiny_gemma3.h"
@@ -281,6 +284,98 @@ TEST_P(CudaModelFamilyTest, PackedBatchEqualsEachAlone) {
   std::printf("[%s] batch vs alone: %.2e %.2e %.2e\n", GetParam().c_str(),
               testing::NormalizedError(ta, la), testing::NormalizedError(tb, lb),
               testing::NormalizedError(tc, lc_decode));
+}
+
+// Fixed ratio runs sync-free (capacities, padding rows, device-side counts, caches trimmed after
+// the final sync); UNIPREFILL_GPU_DROP_SYNC=1 forces the synced, exactly laid-out path. Both on a
+// packed batch of two prefills and a decode, then 6 decodes of every request.
+TEST_P(CudaModelFamilyTest, SyncFreeFixedRatioEqualsSyncedPath) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  Pair p = Load(ModelDir(GetParam()), ctx);
+  ASSERT_TRUE(p.gpu);
+  Model& m = *p.gpu;
+  const ModelConfig& c = m.config();
+  UniPrefillConfig up;
+  up.enabled = true;
+  for (int i = 0; i < c.n_layers; ++i) {
+    if (c.layer_kinds[i] == LayerKind::kFullAttention) up.drop_layers.push_back(i);
+  }
+  if (up.drop_layers.size() > 1) up.drop_layers.pop_back();
+  up.selection.mode = sparsity::SelectionMode::kFixedRatio;
+  up.selection.keep_ratio = 0.5f;
+  up.selection.block_size = 8;
+  up.selection.sink = 4;
+  up.selection.last_n = 8;
+  const int V = c.vocab_size;
+  const std::vector<int32_t> a = RandomTokens(300, V, 41), b = RandomTokens(150, V, 42),
+                             d = RandomTokens(40, V, 43);
+  struct Run {
+    std::vector<std::unique_ptr<SequenceCache>> caches;
+    std::vector<std::vector<KeptTokens>> kept = std::vector<std::vector<KeptTokens>>(3);
+    std::vector<std::vector<float>> logits;  // per step, 3 requests concatenated
+    ForwardStats prefill_stats;              // of the packed step with the two prefills
+  };
+  auto run = [&](bool synced) {
+    if (synced) setenv("UNIPREFILL_GPU_DROP_SYNC", "1", 1);
+    Run out;
+    for (int i = 0; i < 3; ++i) out.caches.push_back(m.NewCache(512, up.active_drop_layers()));
+    std::vector<float> l0(V), l1(V), l2(V);
+    {  // request 1 has its prompt already: this step decodes it
+      SequenceStep s{out.caches[1].get(), d, l1.data()};
+      EXPECT_TRUE(m.ForwardBatch(ctx, std::span<const SequenceStep>(&s, 1), up).ok());
+    }
+    std::vector<int32_t> one{5};
+    std::vector<SequenceStep> steps{{out.caches[0].get(), a, l0.data(), &out.kept[0]},
+                                    {out.caches[1].get(), one, l1.data(), &out.kept[1]},
+                                    {out.caches[2].get(), b, l2.data(), &out.kept[2]}};
+    std::vector<std::vector<int32_t>> next(3);
+    for (int step = 0; step < 7; ++step) {
+      const Status st =
+          m.ForwardBatch(ctx, steps, up, nullptr, step == 0 ? &out.prefill_stats : nullptr);
+      EXPECT_TRUE(st.ok()) << st.message();
+      std::vector<float> all(l0);
+      all.insert(all.end(), l1.begin(), l1.end());
+      all.insert(all.end(), l2.begin(), l2.end());
+      out.logits.push_back(all);
+      // Then every request decodes a fixed token (the same ids in both runs).
+      for (int r = 0; r < 3; ++r) {
+        next[r] = {static_cast<int32_t>((11 + 7 * step + 3 * r) % V)};
+        steps[r].tokens = next[r];
+      }
+    }
+    unsetenv("UNIPREFILL_GPU_DROP_SYNC");
+    return out;
+  };
+  const Run free_run = run(false), synced = run(true);
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_EQ(free_run.kept[r].size(), synced.kept[r].size()) << "request " << r;
+    for (size_t i = 0; i < synced.kept[r].size(); ++i) {
+      EXPECT_EQ(free_run.kept[r][i].layer, synced.kept[r][i].layer);
+      EXPECT_EQ(free_run.kept[r][i].kept, synced.kept[r][i].kept) << "request " << r;
+      EXPECT_EQ(free_run.kept[r][i].alive, synced.kept[r][i].alive) << "request " << r;
+    }
+    auto* fc = dynamic_cast<const CudaSequenceCache*>(free_run.caches[r].get());
+    auto* sc = dynamic_cast<const CudaSequenceCache*>(synced.caches[r].get());
+    ASSERT_TRUE(fc && sc);
+    EXPECT_EQ(fc->length(), sc->length());
+    EXPECT_EQ(fc->bytes(), sc->bytes()) << "request " << r << ": held pages differ";
+    for (int li = 0; li < c.n_layers; ++li) {
+      if (c.layer_kinds[li] == LayerKind::kLinearAttention) continue;
+      EXPECT_EQ(fc->count(li), sc->count(li)) << "request " << r << " layer " << li;
+    }
+  }
+  EXPECT_EQ(free_run.prefill_stats.drop_host_syncs, 0);
+  EXPECT_EQ(synced.prefill_stats.drop_host_syncs, static_cast<int>(up.drop_layers.size()));
+  EXPECT_FALSE(synced.kept[0].empty());
+  EXPECT_LT(synced.kept[0].back().kept, synced.kept[0].front().alive);
+  double worst = 0;
+  for (size_t i = 0; i < synced.logits.size(); ++i) {
+    const double err = testing::NormalizedError(free_run.logits[i], synced.logits[i]);
+    worst = std::max(worst, err);
+    EXPECT_LT(err, GetParam() == "qwen3_next" ? 3e-2 : 1e-2) << "step " << i;
+  }
+  std::printf("[%s] sync-free vs synced fixed ratio: kept %d/%d, worst logits error %.2e\n",
+              GetParam().c_str(), synced.kept[0].back().kept, synced.kept[0].front().alive, worst);
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, CudaModelFamilyTest,

@@ -106,13 +106,14 @@ constexpr int64_t kConvOutStride = kConvChannels + 3;
 std::vector<float> GpuConv(DeviceContext& ctx, DType dtype, const std::vector<float>& x, int64_t T,
                            const DeviceBuffer& weight, int64_t K, DeviceBuffer& state,
                            const std::vector<int32_t>& cu, const std::vector<int32_t>& slots,
-                           int batch, int max_seqlen) {
+                           int batch, int max_seqlen, const std::vector<int32_t>& seq_lens = {}) {
   const DeviceBuffer dx = Upload(x, dtype);
   DeviceBuffer out = Poisoned(T * kConvOutStride, dtype);
-  const DeviceBuffer dcu = UploadInts(cu), dslots = UploadInts(slots);
+  const DeviceBuffer dcu = UploadInts(cu), dslots = UploadInts(slots), dlens = UploadInts(seq_lens);
   LinearAttentionBatch seqs;
   seqs.cu_seqlens = cu.empty() ? nullptr : dcu.as<int32_t>();
   seqs.state_slots = slots.empty() ? nullptr : dslots.as<int32_t>();
+  seqs.seq_lens = seq_lens.empty() ? nullptr : dlens.as<int32_t>();
   seqs.batch = batch;
   seqs.max_seqlen = max_seqlen;
   cuda::CausalConv1dSilu(
@@ -217,6 +218,47 @@ TEST(CudaCausalConvTest, PackedBatchWithSlotsMatchesCpuPerSequence) {
       EXPECT_EQ(state.ToHost<float>(ref_state.size()), ref_state);
     }
   }
+}
+
+// Bounded segments (a sync-free UniPrefill drop): sequence b owns cu rows but only its first
+// seq_lens[b] are real. The real rows and the states equal the CPU's on the real rows alone; the
+// padding rows are never written (still poison).
+TEST(CudaCausalConvTest, BoundedSegmentsLeavePaddingRowsAlone) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  const std::vector<int> caps = {40, 9, 130, 3};
+  const std::vector<int32_t> real = {17, 9, 100, 0}, slots = {2, 0, 3, 1};
+  const int batch = static_cast<int>(caps.size()), K = 4;
+  std::mt19937 rng(3);
+  const std::vector<int32_t> cu = CuSeqlens(caps);
+  const int64_t T = cu.back();
+  const std::vector<float> x = ut::RandomBf16Values(rng, T * kConvXStride, -2.0f, 2.0f);
+  std::vector<float> weight = ut::RandomBf16Values(rng, kConvChannels * K, -1.0f, 1.0f);
+  const int64_t slot_size = (K - 1) * kConvChannels;
+  std::vector<float> ref_state = ut::RandomBf16Values(rng, batch * slot_size, -2, 2);
+  const DeviceBuffer dweight = DeviceBuffer::FromHost(weight);
+  DeviceBuffer state = DeviceBuffer::FromHost(ref_state);
+  std::vector<float> ref(T * kConvOutStride, 0.0f);
+  for (int b = 0; b < batch; ++b) {
+    CpuConv(x, cu[b], real[b], weight, K, ref_state.data() + slots[b] * slot_size, ref);
+  }
+  const std::vector<float> got =
+      GpuConv(ctx, DType::kF32, x, T, dweight, K, state, cu, slots, batch, 130, real);
+  std::vector<float> got_real, ref_real;
+  for (int b = 0; b < batch; ++b) {
+    for (int64_t r = cu[b]; r < cu[b + 1]; ++r) {
+      for (int64_t c = 0; c < kConvChannels; ++c) {
+        const float v = got[r * kConvOutStride + c];
+        if (r - cu[b] < real[b]) {
+          got_real.push_back(v);
+          ref_real.push_back(ref[r * kConvOutStride + c]);
+        } else {
+          ASSERT_TRUE(std::isnan(v)) << "padding row " << r << " was written";
+        }
+      }
+    }
+  }
+  EXPECT_LT(ut::NormalizedError(got_real, ref_real), kF32Bound);
+  EXPECT_EQ(state.ToHost<float>(ref_state.size()), ref_state);
 }
 
 // ---- L2 norm --------------------------------------------------------------------------------
@@ -336,15 +378,17 @@ std::vector<float> CpuDeltaRule(const DeltaShape& s, const DeltaTokens& x, float
 std::vector<float> GpuDeltaRule(DeviceContext& ctx, DType dtype, const DeltaShape& s,
                                 const DeltaTokens& x, DeviceBuffer& state,
                                 const std::vector<int32_t>& cu, const std::vector<int32_t>& slots,
-                                int batch, int max_seqlen, DeltaRuleKernel kernel) {
+                                int batch, int max_seqlen, DeltaRuleKernel kernel,
+                                const std::vector<int32_t>& seq_lens = {}) {
   const int64_t T = x.rows, W = s.width();
   const DeviceBuffer fused = Upload(x.fused, dtype);
   const DeviceBuffer g = DeviceBuffer::FromHost(x.g), beta = DeviceBuffer::FromHost(x.beta);
   DeviceBuffer out = Poisoned(T * s.hv * s.dv, dtype);
-  const DeviceBuffer dcu = UploadInts(cu), dslots = UploadInts(slots);
+  const DeviceBuffer dcu = UploadInts(cu), dslots = UploadInts(slots), dlens = UploadInts(seq_lens);
   LinearAttentionBatch seqs;
   seqs.cu_seqlens = cu.empty() ? nullptr : dcu.as<int32_t>();
   seqs.state_slots = slots.empty() ? nullptr : dslots.as<int32_t>();
+  seqs.seq_lens = seq_lens.empty() ? nullptr : dlens.as<int32_t>();
   seqs.batch = batch;
   seqs.max_seqlen = max_seqlen;
   cuda::GatedDeltaRule(
@@ -453,6 +497,40 @@ TEST(CudaGatedDeltaNetTest, PackedBatchWithSlotsMatchesCpuPerSequence) {
       EXPECT_TRUE(std::equal(got_state.begin() + spare, got_state.begin() + spare + s.state_size(),
                              ref_state.begin() + spare));
     }
+  }
+}
+
+// Bounded segments, as for the conv: real rows and final states equal the CPU's on the real rows
+// alone, padding rows stay poison, for both kernels.
+TEST(CudaGatedDeltaNetTest, BoundedSegmentsLeavePaddingRowsAlone) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  const std::vector<int> caps = {80, 9, 200, 5};
+  const std::vector<int32_t> real = {65, 9, 130, 0}, slots = {1, 3, 0, 2};
+  const int batch = static_cast<int>(caps.size());
+  const std::vector<int32_t> cu = CuSeqlens(caps);
+  const DeltaShape s{2, 4, 128, 128};
+  for (DeltaRuleKernel kernel : {DeltaRuleKernel::kChunked, DeltaRuleKernel::kRecurrent}) {
+    SCOPED_TRACE(KernelName(kernel));
+    std::mt19937 rng(21);
+    const DeltaTokens x = RandomTokens(rng, s, cu.back(), DType::kF32);
+    std::vector<float> ref_state = ut::RandomBf16Values(rng, batch * s.state_size(), -0.5f, 0.5f);
+    DeviceBuffer state = DeviceBuffer::FromHost(ref_state);
+    const std::vector<float> got =
+        GpuDeltaRule(ctx, DType::kF32, s, x, state, cu, slots, batch, 200, kernel, real);
+    const int64_t row = s.hv * s.dv;
+    std::vector<float> got_real, ref_real;
+    for (int b = 0; b < batch; ++b) {
+      const std::vector<float> o = CpuDeltaRule(s, x.Slice(s, cu[b], real[b]),
+                                                ref_state.data() + slots[b] * s.state_size());
+      ref_real.insert(ref_real.end(), o.begin(), o.end());
+      got_real.insert(got_real.end(), got.begin() + cu[b] * row,
+                      got.begin() + (cu[b] + real[b]) * row);
+      for (int64_t i = (cu[b] + real[b]) * row; i < cu[b + 1] * row; ++i) {
+        ASSERT_TRUE(std::isnan(got[i])) << "padding of sequence " << b << " was written";
+      }
+    }
+    EXPECT_LT(ut::NormalizedError(got_real, ref_real), kF32Bound);
+    EXPECT_LT(ut::NormalizedError(state.ToHost<float>(ref_state.size()), ref_state), kStateBound);
   }
 }
 

@@ -419,7 +419,8 @@ TEST(CudaSelectTokensTest, DeviceSideLengthEqualsCpuOnThatLength) {
   }
 }
 
-// The fixed-ratio capacity bounds the kept count of every length up to it.
+// The fixed-ratio capacity bounds the kept count of every length up to it, and the minimum that
+// of every length from it on.
 TEST(CudaSelectTokensTest, FixedRatioCapacityBoundsEveryShorterLength) {
   std::mt19937 rng(5);
   for (float ratio : {0.1f, 0.3f, 0.5f, 0.77f, 1.0f}) {
@@ -430,11 +431,20 @@ TEST(CudaSelectTokensTest, FixedRatioCapacityBoundsEveryShorterLength) {
       p.block_size = block_size;
       for (int64_t capacity : {1, 255, 256, 257, 300, 1000, 4096, 8191}) {
         const int64_t bound = ops::cuda::FixedRatioCapacity(capacity, p);
+        const int64_t floor_bound = ops::cuda::FixedRatioMinimum(capacity, p);
         ASSERT_LE(bound, capacity);
+        ASSERT_LE(floor_bound, bound);
         for (int64_t n = std::max<int64_t>(0, capacity - 300); n <= capacity; ++n) {
           const std::vector<float> importance = MakeImportance(rng, n, Scores::kSkewed);
           ASSERT_LE(static_cast<int64_t>(sparsity::SelectTokens(importance, p).size()), bound)
               << "capacity " << capacity << " n " << n << " ratio " << ratio;
+        }
+        // The minimum: every length from `capacity` on keeps at least floor_bound tokens.
+        for (int64_t n = capacity; n <= capacity + 300; ++n) {
+          const std::vector<float> importance = MakeImportance(rng, n, Scores::kSkewed);
+          ASSERT_GE(static_cast<int64_t>(sparsity::SelectTokens(importance, p).size()),
+                    floor_bound)
+              << "minimum " << capacity << " n " << n << " ratio " << ratio;
         }
       }
     }
@@ -449,13 +459,16 @@ TEST(CudaBoundedSegmentsTest, TailRowsAndCompactionMatchHostReference) {
   for (int trial = 0; trial < 20; ++trial) {
     const int batch = 1 + static_cast<int>(rng() % 7);
     std::vector<int32_t> old_cu(batch + 1, 0), new_cu(batch + 1, 0), counts(batch), kept_count(batch);
+    std::vector<int32_t> pass(batch), index_base(batch);
     std::vector<std::vector<int32_t>> kept(batch);
     for (int r = 0; r < batch; ++r) {
       const int32_t capacity = 1 + static_cast<int32_t>(rng() % 300);
       counts[r] = 1 + static_cast<int32_t>(rng() % capacity);
       old_cu[r + 1] = old_cu[r] + capacity;
+      pass[r] = rng() % 4 == 0;  // keeps its rows without a selection
+      index_base[r] = static_cast<int32_t>(rng() % 1000);
       for (int32_t i = 0; i < counts[r]; ++i) {
-        if (rng() % 3 != 0) kept[r].push_back(i);
+        if (pass[r] || rng() % 3 != 0) kept[r].push_back(i);
       }
       kept_count[r] = static_cast<int32_t>(kept[r].size());
       new_cu[r + 1] = new_cu[r] + kept_count[r] + static_cast<int32_t>(rng() % 20);  // + padding
@@ -463,14 +476,18 @@ TEST(CudaBoundedSegmentsTest, TailRowsAndCompactionMatchHostReference) {
     const int32_t old_rows = old_cu[batch], new_rows = new_cu[batch];
     std::vector<int32_t> kept_rows(old_rows, -7), old_pos(old_rows);
     for (int32_t i = 0; i < old_rows; ++i) old_pos[i] = 3 * i + 1;
-    for (int r = 0; r < batch; ++r) {
-      std::copy(kept[r].begin(), kept[r].end(), kept_rows.begin() + old_cu[r]);
+    for (int r = 0; r < batch; ++r) {  // a pass-through request's list stays poisoned
+      if (!pass[r]) std::copy(kept[r].begin(), kept[r].end(), kept_rows.begin() + old_cu[r]);
     }
     DeviceBuffer old_cu_dev = DeviceBuffer::FromHost(old_cu), new_cu_dev = DeviceBuffer::FromHost(new_cu);
     DeviceBuffer counts_dev = DeviceBuffer::FromHost(counts);
     DeviceBuffer kept_count_dev = DeviceBuffer::FromHost(kept_count);
     DeviceBuffer kept_rows_dev = DeviceBuffer::FromHost(kept_rows);
     DeviceBuffer old_pos_dev = DeviceBuffer::FromHost(old_pos);
+    DeviceBuffer pass_dev = DeviceBuffer::FromHost(pass);
+    DeviceBuffer index_base_dev = DeviceBuffer::FromHost(index_base);
+    DeviceBuffer new_index(sizeof(int32_t) * new_rows);
+    new_index.Fill(0x55);
     DeviceBuffer source(sizeof(int32_t) * new_rows), new_pos(sizeof(int32_t) * new_rows);
     DeviceBuffer last(sizeof(int32_t) * batch);
     source.Fill(0x55);
@@ -482,7 +499,9 @@ TEST(CudaBoundedSegmentsTest, TailRowsAndCompactionMatchHostReference) {
     ops::cuda::CompactSegments(gpu, source.as<int32_t>(), new_pos.as<int32_t>(),
                                kept_rows_dev.as<int32_t>(), kept_count_dev.as<int32_t>(),
                                old_cu_dev.as<int32_t>(), new_cu_dev.as<int32_t>(),
-                               old_pos_dev.as<int32_t>(), batch, new_rows);
+                               old_pos_dev.as<int32_t>(), batch, new_rows,
+                               new_index.as<int32_t>(), index_base_dev.as<int32_t>(),
+                               pass_dev.as<int32_t>());
     // Gather 3-wide f32 rows (value = 10 * row + column) through the list.
     std::vector<float> values(old_rows * 3);
     for (int32_t i = 0; i < old_rows * 3; ++i) values[i] = static_cast<float>(10 * (i / 3) + i % 3 + 1);
@@ -496,6 +515,7 @@ TEST(CudaBoundedSegmentsTest, TailRowsAndCompactionMatchHostReference) {
     const std::vector<int32_t> got_last = last.ToHost<int32_t>(batch);
     const std::vector<int32_t> got_source = source.ToHost<int32_t>(new_rows);
     const std::vector<int32_t> got_pos = new_pos.ToHost<int32_t>(new_rows);
+    const std::vector<int32_t> got_index = new_index.ToHost<int32_t>(new_rows);
     const std::vector<float> got_rows = gathered.ToHost<float>(new_rows * 3);
     for (int r = 0; r < batch; ++r) {
       EXPECT_EQ(got_last[r], old_cu[r] + counts[r] - 1) << "request " << r;
@@ -504,6 +524,7 @@ TEST(CudaBoundedSegmentsTest, TailRowsAndCompactionMatchHostReference) {
         const int32_t want = local < kept_count[r] ? old_cu[r] + kept[r][local] : -1;
         ASSERT_EQ(got_source[j], want) << "trial " << trial << " request " << r << " row " << j;
         ASSERT_EQ(got_pos[j], want >= 0 ? old_pos[want] : ops::cuda::kPaddingPosition);
+        ASSERT_EQ(got_index[j], want >= 0 ? index_base[r] + local : ops::cuda::kPaddingPosition);
         for (int c = 0; c < 3; ++c) {
           ASSERT_EQ(got_rows[j * 3 + c], want >= 0 ? values[want * 3 + c] : 0.0f);
         }
