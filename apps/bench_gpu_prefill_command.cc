@@ -258,12 +258,11 @@ int BenchGpuPrefillCommand(const BenchGpuPrefillOptions& o) {
           }
         }
         rows.push_back(row);
-        std::printf("%-8lld %5lld %-13s %10.1f %9.1f %6.1f%% %8s %10.1f %8.2f%%\n",
+        std::printf("%-8lld %5lld %-13s %10.1f %9.1f %6.1f%% %7.3fx %10.1f %8.2f%%\n",
                     static_cast<long long>(n), static_cast<long long>(b), name.c_str(), ms,
                     name == "dense" ? tflops : 0.0,
                     name == "dense" ? 100 * tflops / kDatasheetBf16Tflops : 0.0,
-                    name == "dense" ? "1.00x"
-                                    : (std::to_string(dense_ms / ms).substr(0, 4) + "x").c_str(),
+                    name == "dense" ? 1.0 : dense_ms / ms,
                     name == "dense" ? 0.0 : Median(overhead),
                     name == "dense" ? 0.0 : 100 * Median(overhead) / ms);
         std::fflush(stdout);

@@ -46,6 +46,13 @@ echo "== eval fidelity --device cuda"
 u eval fidelity --model "$model" --device cuda --lengths 2048,8192 --samples 4 --greedy-tokens 16 \
   -o "$out/fidelity_cuda.json" 2>&1 | tail -8
 
+echo "== fixed ratio (keep 0.5): sync-free drops on the real model"
+u bench-prefill --model "$model" --device cuda --prompt-file /tmp/longer.txt --keep-ratio 0.5 \
+  --lengths 4096,16384,32000 --repeats 3 --json "$out/bench_prefill_cuda_keep05.json" 2>&1 | tail -6
+grep -o '"uniprefill_host_syncs": *[0-9]*' "$out/bench_prefill_cuda_keep05.json" | sort | uniq -c
+u eval fidelity --model "$model" --device cuda --keep-ratio 0.5 --lengths 2048,8192 --samples 4 \
+  --greedy-tokens 16 -o "$out/fidelity_cuda_keep05.json" 2>&1 | tail -8
+
 echo "== serve --device cuda"
 u serve --model "$model" --device cuda --port 8019 --kv-cache-memory 2GiB > "$out/serve.log" 2>&1 &
 pid=$!

@@ -53,12 +53,13 @@ constexpr float kL2NormEps = 1e-6f;
 
 
 // Grows b to at least `bytes`, zero-filled: rows a kernel never writes (the padding rows of
-// bounded segments) then hold zeros or values of earlier layers, never NaN bit patterns.
-Status Ensure(DeviceBuffer& b, size_t bytes) {
+// bounded segments) then hold zeros or values of earlier layers, never NaN bit patterns. The fill
+// goes on the forward's own stream (non-blocking: a legacy-stream memset would race its kernels).
+Status Ensure(DeviceBuffer& b, size_t bytes, cudaStream_t stream) {
   if (b.size() >= bytes) return OkStatus();
   b = DeviceBuffer();
   UP_ASSIGN_OR_RETURN(b, DeviceBuffer::Allocate(std::max<size_t>(bytes, 256)));
-  UP_CUDA_CHECK(cudaMemset(b.data(), 0, b.size()));
+  UP_CUDA_CHECK(cudaMemsetAsync(b.data(), 0, b.size(), stream));
   return OkStatus();
 }
 
@@ -111,6 +112,7 @@ class CudaModel final : public Model {
 
  private:
   Status EnsureWork(int64_t rows, int batch);
+  Status Grow(DeviceBuffer& b, size_t bytes) { return Ensure(b, bytes, ctx_.cuda().stream()); }
 
   // Uploads the current segment's per-row arrays and per-request lists.
   Status UploadSegment(const std::vector<Req>& reqs);
@@ -239,26 +241,26 @@ Status CudaModel::Load(const ProgressFn& progress) {
 Status CudaModel::EnsureWork(int64_t T, int batch) {
   const int64_t H = cfg_.hidden;
   for (DeviceBuffer* b : {&residual_[0], &residual_[1], &normed_, &out_}) {
-    UP_RETURN_IF_ERROR(Ensure(*b, T * H * 2));
+    UP_RETURN_IF_ERROR(Grow(*b, T * H * 2));
   }
   // residual_ buffers must keep their contents across Ensure calls within a forward: EnsureWork
   // runs once per forward, before the embedding.
-  UP_RETURN_IF_ERROR(Ensure(qkv_, T * max_qkv_ * 2));
-  UP_RETURN_IF_ERROR(Ensure(q_kept_, T * max_qkv_ * 2));
-  UP_RETURN_IF_ERROR(Ensure(attn_, T * max_attn_ * 2));
-  UP_RETURN_IF_ERROR(Ensure(ffn_, T * max_ffn2_ * 2));
-  UP_RETURN_IF_ERROR(Ensure(conv_, T * max_conv_ * 2));
-  UP_RETURN_IF_ERROR(Ensure(gbeta_, T * max_hv_ * 2 * 4));
-  UP_RETURN_IF_ERROR(Ensure(importance_, T * 4));
-  UP_RETURN_IF_ERROR(Ensure(kept_rows_, T * 4));
-  UP_RETURN_IF_ERROR(Ensure(kept_count_, batch * 4));
-  UP_RETURN_IF_ERROR(Ensure(last_hidden_, batch * H * 2));
-  UP_RETURN_IF_ERROR(Ensure(logits_, static_cast<size_t>(batch) * cfg_.vocab_size * 2));
-  UP_RETURN_IF_ERROR(Ensure(logits_f32_, static_cast<size_t>(batch) * cfg_.vocab_size * 4));
+  UP_RETURN_IF_ERROR(Grow(qkv_, T * max_qkv_ * 2));
+  UP_RETURN_IF_ERROR(Grow(q_kept_, T * max_qkv_ * 2));
+  UP_RETURN_IF_ERROR(Grow(attn_, T * max_attn_ * 2));
+  UP_RETURN_IF_ERROR(Grow(ffn_, T * max_ffn2_ * 2));
+  UP_RETURN_IF_ERROR(Grow(conv_, T * max_conv_ * 2));
+  UP_RETURN_IF_ERROR(Grow(gbeta_, T * max_hv_ * 2 * 4));
+  UP_RETURN_IF_ERROR(Grow(importance_, T * 4));
+  UP_RETURN_IF_ERROR(Grow(kept_rows_, T * 4));
+  UP_RETURN_IF_ERROR(Grow(kept_count_, batch * 4));
+  UP_RETURN_IF_ERROR(Grow(last_hidden_, batch * H * 2));
+  UP_RETURN_IF_ERROR(Grow(logits_, static_cast<size_t>(batch) * cfg_.vocab_size * 2));
+  UP_RETURN_IF_ERROR(Grow(logits_f32_, static_cast<size_t>(batch) * cfg_.vocab_size * 4));
   for (const Layer& L : layers_) {
     if (L.moe) {
       const oc::MoeDeviceWeights w = L.moe->View();
-      UP_RETURN_IF_ERROR(Ensure(moe_scratch_, oc::MoeScratchBytes(T, w)));
+      UP_RETURN_IF_ERROR(Grow(moe_scratch_, oc::MoeScratchBytes(T, w)));
     }
   }
   return OkStatus();
@@ -443,7 +445,7 @@ Status CudaModel::AttentionMixer(int li, const AttentionLayer& L, std::vector<Re
               std::max(scratch_bytes, oc::SelectTokensScratchBytes(reqs[r].rows(), *params[r]));
         }
       }
-      UP_RETURN_IF_ERROR(Ensure(select_scratch_, scratch_bytes));
+      UP_RETURN_IF_ERROR(Grow(select_scratch_, scratch_bytes));
       for (int r = 0; r < B; ++r) {
         if (!eligible[r]) continue;
         oc::SelectTokens(ctx_, kept_rows_.as<int32_t>() + reqs[r].begin,
@@ -589,7 +591,7 @@ Status CudaModel::AttentionMixer(int li, const AttentionLayer& L, std::vector<Re
       pb.max_seq_len = max_len;
       const size_t bytes =
           oc::PagedDecodeAttentionScratchBytes(ctx_, n, Hq, Hkv, D, std::max(max_len, 1));
-      UP_RETURN_IF_ERROR(Ensure(decode_scratch_, bytes));
+      UP_RETURN_IF_ERROR(Grow(decode_scratch_, bytes));
       TensorView q_dec = q_rows;
       q_dec.data = static_cast<uint16_t*>(q_rows.data) + first * q_rows.stride[0];
       q_dec.shape[0] = n;
@@ -625,7 +627,7 @@ Status CudaModel::AttentionMixer(int li, const AttentionLayer& L, std::vector<Re
 Status CudaModel::Mark(cudaEvent_t* event) {
   if (!drop_events_) return OkStatus();
   UP_CUDA_CHECK(cudaEventCreate(event));
-  UP_CUDA_CHECK(cudaEventRecord(*event, ctx_.cuda().stream()));
+  UP_CUDA_CHECK(cudaEventRecord(*event));
   return OkStatus();
 }
 
@@ -658,7 +660,7 @@ Status CudaModel::BoundedDrop(const AttentionLayer& L, std::vector<Req>& reqs,
     scratch_bytes =
         std::max(scratch_bytes, oc::SelectTokensScratchBytes(reqs[r].rows(), *params[r]));
   }
-  UP_RETURN_IF_ERROR(Ensure(select_scratch_, scratch_bytes));
+  UP_RETURN_IF_ERROR(Grow(select_scratch_, scratch_bytes));
   UP_RETURN_IF_ERROR(Mark(&ev_score.first));
   const int32_t* counts = d_counts_;
   UP_ASSIGN_OR_RETURN(auto new_counts, staging_.Scratch(B));
