@@ -732,16 +732,16 @@ Status CudaModel::BoundedDrop(const AttentionLayer& L, std::vector<Req>& reqs,
   oc::CompactSegments(ctx_, source.first, new_pos.first, kept_rows_.as<int32_t>(),
                       new_counts.first, d_cu_, d_cu_next, d_pos_, B, t_out, new_index.first,
                       d_base, d_pass);
-  // The residual, the kept query (and gate) rows and their old mask coordinates; padding rows
-  // become zeros.
+  // The residual and the kept query (and gate) rows; padding rows become zeros.
   const int nxt = 1 - cur_;
   oc::GatherRows(ctx_, residual_[nxt].View(DType::kBF16, {t_out, H}),
                  residual_[cur_].View(DType::kBF16, {T, H}), source.first);
   cur_ = nxt;
   oc::GatherRows(ctx_, q_kept_.View(DType::kBF16, {t_out, q_cols}),
                  Rows(Bf16(qkv_), DType::kBF16, T, q_cols, width), source.first);
-  oc::GatherRows(ctx_, Rows(coord_kept.first, DType::kI32, t_out, 1, 1),
-                 Rows(const_cast<int32_t*>(kq->coord), DType::kI32, T, 1, 1), source.first);
+  // The kept queries' coordinates in the drop layer's (old) frame; padding rows at
+  // kPaddingPosition, so each segment's query coordinates stay ascending.
+  oc::GatherPositions(ctx_, coord_kept.first, kq->coord, source.first, t_out);
   kq->coord = coord_kept.first;
   kq->rows = Heads(Bf16(q_kept_), t_out, Hq, D, q_cols);
   kq->total = t_out;

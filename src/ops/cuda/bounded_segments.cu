@@ -60,7 +60,22 @@ __global__ void CompactSegmentsKernel(int32_t* source, int32_t* new_pos, const i
   }
 }
 
+__global__ void GatherPositionsKernel(int32_t* out, const int32_t* in, const int32_t* source,
+                                      int64_t n) {
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (j < n) out[j] = source[j] >= 0 ? in[source[j]] : kPaddingPosition;
+}
+
 }  // namespace
+
+void GatherPositions(DeviceContext& ctx, int32_t* out, const int32_t* in, const int32_t* source,
+                     int64_t n) {
+  assert(n >= 0);
+  if (n == 0) return;
+  GatherPositionsKernel<<<static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads, 0,
+                          ctx.cuda().stream()>>>(out, in, source, n);
+  UP_CUDA_CHECK_LAUNCH();
+}
 
 void SegmentTailRows(DeviceContext& ctx, int32_t* rows, const int32_t* begin, const int32_t* count,
                      int batch, int n) {

@@ -55,6 +55,12 @@ int64_t FixedRatioMinimum(int64_t minimum, const sparsity::SelectionParams& para
 void SegmentTailRows(DeviceContext& ctx, int32_t* rows, const int32_t* begin, const int32_t* count,
                      int batch, int n);
 
+// out device int32 [n]: out[j] = in[source[j]], or kPaddingPosition where source[j] < 0: the
+// mask coordinates of gathered rows, kept ascending within each segment (GatherRows would put 0
+// on padding rows, which breaks the ascending order attention kernels rely on).
+void GatherPositions(DeviceContext& ctx, int32_t* out, const int32_t* in, const int32_t* source,
+                     int64_t n);
+
 // The compaction of one drop over bounded segments. For request r, kept_rows (device int32, at the
 // old segment's offsets old_begin[r], local indices) lists kept_count[r] tokens. For each row j of
 // the new layout (new_cu device int32 [batch + 1], rows [0, new_cu[batch])): source[j] = the old

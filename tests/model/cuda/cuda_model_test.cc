@@ -289,13 +289,13 @@ TEST_P(CudaModelFamilyTest, PackedBatchEqualsEachAlone) {
 // Fixed ratio runs sync-free (capacities, padding rows, device-side counts, caches trimmed after
 // the final sync); UNIPREFILL_GPU_DROP_SYNC=1 forces the synced, exactly laid-out path. Both on a
 // packed batch of two prefills and a decode, then 6 decodes of every request.
-TEST_P(CudaModelFamilyTest, SyncFreeFixedRatioEqualsSyncedPath) {
-  UP_CUDA_TEST_CONTEXT(ctx);
-  Pair p = Load(ModelDir(GetParam()), ctx);
-  ASSERT_TRUE(p.gpu);
-  Model& m = *p.gpu;
+// Both window modes (sliding windows over alive indices or positions).
+void ExpectSyncFreeEqualsSynced(DeviceContext& ctx, Model& m, const std::string& label,
+                                WindowMode window_mode, double bound) {
+  SCOPED_TRACE(label);
   const ModelConfig& c = m.config();
   UniPrefillConfig up;
+  up.window_mode = window_mode;
   up.enabled = true;
   for (int i = 0; i < c.n_layers; ++i) {
     if (c.layer_kinds[i] == LayerKind::kFullAttention) up.drop_layers.push_back(i);
@@ -372,10 +372,36 @@ TEST_P(CudaModelFamilyTest, SyncFreeFixedRatioEqualsSyncedPath) {
   for (size_t i = 0; i < synced.logits.size(); ++i) {
     const double err = testing::NormalizedError(free_run.logits[i], synced.logits[i]);
     worst = std::max(worst, err);
-    EXPECT_LT(err, GetParam() == "qwen3_next" ? 3e-2 : 1e-2) << "step " << i;
+    EXPECT_LT(err, bound) << "step " << i;
   }
   std::printf("[%s] sync-free vs synced fixed ratio: kept %d/%d, worst logits error %.2e\n",
-              GetParam().c_str(), synced.kept[0].back().kept, synced.kept[0].front().alive, worst);
+              label.c_str(), synced.kept[0].back().kept, synced.kept[0].front().alive, worst);
+}
+
+TEST_P(CudaModelFamilyTest, SyncFreeFixedRatioEqualsSyncedPath) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  Pair p = Load(ModelDir(GetParam()), ctx);
+  ASSERT_TRUE(p.gpu);
+  for (WindowMode mode : {WindowMode::kAliveIndex, WindowMode::kPosition}) {
+    ExpectSyncFreeEqualsSynced(ctx, *p.gpu,
+                               GetParam() + (mode == WindowMode::kPosition ? " by position" : ""),
+                               mode, GetParam() == "qwen3_next" ? 3e-2 : 1e-2);
+  }
+}
+
+// The tiny GGUF has head dim 128: prefills run flash attention, whose query tiles then hold real
+// and padding rows together (the tiny checkpoints above, head dim 32, take the cache path).
+TEST(CudaModelTinyGgufTest, SyncFreeFixedRatioEqualsSyncedPath) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  const std::string path =
+      testing::WriteTempFile("cuda_tiny_gemma3.gguf", testing::BuildTinyGemma3());
+  Pair p = Load(path, ctx);
+  ASSERT_TRUE(p.gpu);
+  for (WindowMode mode : {WindowMode::kAliveIndex, WindowMode::kPosition}) {
+    ExpectSyncFreeEqualsSynced(
+        ctx, *p.gpu, mode == WindowMode::kPosition ? "tiny gguf by position" : "tiny gguf", mode,
+        1e-2);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, CudaModelFamilyTest,

@@ -502,6 +502,9 @@ TEST(CudaBoundedSegmentsTest, TailRowsAndCompactionMatchHostReference) {
                                old_pos_dev.as<int32_t>(), batch, new_rows,
                                new_index.as<int32_t>(), index_base_dev.as<int32_t>(),
                                pass_dev.as<int32_t>());
+    DeviceBuffer gathered_pos(sizeof(int32_t) * new_rows);
+    ops::cuda::GatherPositions(gpu, gathered_pos.as<int32_t>(), old_pos_dev.as<int32_t>(),
+                               source.as<int32_t>(), new_rows);
     // Gather 3-wide f32 rows (value = 10 * row + column) through the list.
     std::vector<float> values(old_rows * 3);
     for (int32_t i = 0; i < old_rows * 3; ++i) values[i] = static_cast<float>(10 * (i / 3) + i % 3 + 1);
@@ -516,6 +519,7 @@ TEST(CudaBoundedSegmentsTest, TailRowsAndCompactionMatchHostReference) {
     const std::vector<int32_t> got_source = source.ToHost<int32_t>(new_rows);
     const std::vector<int32_t> got_pos = new_pos.ToHost<int32_t>(new_rows);
     const std::vector<int32_t> got_index = new_index.ToHost<int32_t>(new_rows);
+    EXPECT_EQ(gathered_pos.ToHost<int32_t>(new_rows), got_pos);  // the same rule
     const std::vector<float> got_rows = gathered.ToHost<float>(new_rows * 3);
     for (int r = 0; r < batch; ++r) {
       EXPECT_EQ(got_last[r], old_cu[r] + counts[r] - 1) << "request " << r;
