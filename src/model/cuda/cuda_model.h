@@ -10,8 +10,11 @@
 //     cache attention (other head dims, several new tokens over a non-empty cache); Gated DeltaNet
 //     layers through the chunked / recurrent delta rule with per-request state slots; gated MLP or
 //     MoE;
-//   - at drop layers: device scoring and selection per prefill request, then one host sync to learn
-//     the kept rows (the host keeps positions and alive indices exact), then compaction.
+//   - at drop layers: device scoring and selection per prefill request, then compaction.
+//     Fixed-ratio selection never syncs: later layers run on each request's capacity
+//     (FixedRatioCapacity) with padding rows, the true counts stay on the device, and the caches
+//     are trimmed after the forward's one sync (the logits). Top-p learns the kept rows by one
+//     host sync per drop layer.
 // Caches come from NewCache (CudaSequenceCache on the model's device pool); UniPrefill drops need
 // the whole prompt in one step (as every engine path does).
 //

@@ -703,7 +703,8 @@ Result<PrefillTiming> SyntheticTransformerImpl::Prefill(const std::vector<int64_
     *logits_out = logits_f32_.ToHost<float>(static_cast<size_t>(batch) * s.vocab);
   }
   if (segment > 0) {  // the kept counts of every drop, read after the forward's one sync
-    const std::vector<int32_t> hist = kept_hist_.ToHost<int32_t>(static_cast<size_t>(segment) * batch);
+    const std::vector<int32_t> hist =
+        kept_hist_.ToHost<int32_t>(static_cast<size_t>(segment) * batch);
     for (int d = 0; d < segment; ++d) {
       for (int r = 0; r < batch; ++r) timing.kept[r].push_back(hist[d * batch + r]);
     }

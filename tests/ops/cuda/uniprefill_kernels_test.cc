@@ -458,7 +458,8 @@ TEST(CudaBoundedSegmentsTest, TailRowsAndCompactionMatchHostReference) {
   std::mt19937 rng(77);
   for (int trial = 0; trial < 20; ++trial) {
     const int batch = 1 + static_cast<int>(rng() % 7);
-    std::vector<int32_t> old_cu(batch + 1, 0), new_cu(batch + 1, 0), counts(batch), kept_count(batch);
+    std::vector<int32_t> old_cu(batch + 1, 0), new_cu(batch + 1, 0), counts(batch),
+        kept_count(batch);
     std::vector<int32_t> pass(batch), index_base(batch);
     std::vector<std::vector<int32_t>> kept(batch);
     for (int r = 0; r < batch; ++r) {
@@ -479,7 +480,8 @@ TEST(CudaBoundedSegmentsTest, TailRowsAndCompactionMatchHostReference) {
     for (int r = 0; r < batch; ++r) {  // a pass-through request's list stays poisoned
       if (!pass[r]) std::copy(kept[r].begin(), kept[r].end(), kept_rows.begin() + old_cu[r]);
     }
-    DeviceBuffer old_cu_dev = DeviceBuffer::FromHost(old_cu), new_cu_dev = DeviceBuffer::FromHost(new_cu);
+    DeviceBuffer old_cu_dev = DeviceBuffer::FromHost(old_cu);
+    DeviceBuffer new_cu_dev = DeviceBuffer::FromHost(new_cu);
     DeviceBuffer counts_dev = DeviceBuffer::FromHost(counts);
     DeviceBuffer kept_count_dev = DeviceBuffer::FromHost(kept_count);
     DeviceBuffer kept_rows_dev = DeviceBuffer::FromHost(kept_rows);
@@ -507,7 +509,9 @@ TEST(CudaBoundedSegmentsTest, TailRowsAndCompactionMatchHostReference) {
                                source.as<int32_t>(), new_rows);
     // Gather 3-wide f32 rows (value = 10 * row + column) through the list.
     std::vector<float> values(old_rows * 3);
-    for (int32_t i = 0; i < old_rows * 3; ++i) values[i] = static_cast<float>(10 * (i / 3) + i % 3 + 1);
+    for (int32_t i = 0; i < old_rows * 3; ++i) {
+      values[i] = static_cast<float>(10 * (i / 3) + i % 3 + 1);
+    }
     DeviceBuffer values_dev = DeviceBuffer::FromHost(values);
     DeviceBuffer gathered(sizeof(float) * new_rows * 3);
     gathered.Fill(0x55);

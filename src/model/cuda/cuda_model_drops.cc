@@ -1,0 +1,329 @@
+// UniPrefill drops of the CUDA model (cuda_model_impl.h), at a drop layer after its keys are
+// cached: score the last n queries' attention (AttentionImportance), select (SelectTokens), then
+// compact the residual and the kept queries. SyncedDrop learns the kept rows by one host sync and
+// lays the next segment out exactly (top-p); BoundedDrop never syncs (fixed ratio: capacities,
+// padding rows and device-side counts, ops/cuda/cuda_uniprefill.h), and ReconcileBoundedCaches
+// settles the caches and kept records after the forward's final sync.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/cuda_context.h"
+#include "core/cuda/device_buffer.h"
+#include "model/cuda/cuda_model_impl.h"
+#include "model/cuda/device_views.h"
+#include "ops/cuda/cuda_dense_ops.h"
+#include "ops/cuda/cuda_uniprefill.h"
+
+namespace uniprefill::cuda_model {
+
+namespace oc = ops::cuda;
+
+Status CudaModel::SyncedDrop(const AttentionLayer& L, std::vector<Req>& reqs,
+                             const DropLayer& drop, int segment, int64_t T, KeptQueries* kq) {
+  const AttentionWeights& a = *L.host;
+  cudaStream_t stream = ctx_.cuda().stream();
+  const int64_t H = cfg_.hidden, Hq = a.n_heads, Hkv = a.n_kv_heads, D = a.head_dim;
+  const int64_t qd = Hq * D, width = L.qkv.out;
+  const int64_t q_cols = a.gated_output ? 2 * qd : qd;  // q | gate
+  const int B = static_cast<int>(reqs.size());
+  const int32_t* k_coord = kq->coord;  // the drop layer's mask coordinates, pre-compaction
+  std::vector<int>& q_begin = kq->begin;
+  std::vector<int>& q_len = kq->len;
+  std::pair<cudaEvent_t, cudaEvent_t> ev_score{}, ev_select{}, ev_compact{};
+  auto mark = [&](std::pair<cudaEvent_t, cudaEvent_t>& p, bool first) {
+    return Mark(first ? &p.first : &p.second);
+  };
+  // Which prefill requests select (the others pass through to the next segment whole).
+  std::vector<char> eligible(B, 0);
+  std::vector<const sparsity::SelectionParams*> params(B);
+  bool any = false;
+  for (int r = 0; r < B; ++r) {
+    const SequenceStep& step = drop.steps[reqs[r].step];
+    const UniPrefillConfig* config = step.selection ? step.selection : drop.config;
+    params[r] = &config->selection;
+    const int n = reqs[r].rows();
+    if (n <= params[r]->sink + params[r]->last_n || !step.allow_drop) continue;
+    if (!reqs[r].fresh) {
+      return Unimplemented(
+          "UniPrefill on the GPU selects from a whole prompt: a request whose cache already "
+          "holds tokens cannot drop (send the prompt in one step, or disable UniPrefill for it)");
+    }
+    eligible[r] = 1;
+    any = true;
+  }
+  if (any) UP_RETURN_IF_ERROR(mark(ev_score, true));
+  if (any) UP_CUDA_CHECK(cudaMemsetAsync(importance_.data(), 0, T * 4, stream));
+  for (int r = 0; r < B && any; ++r) {
+    if (!eligible[r]) continue;
+    const int n = reqs[r].rows();
+    const int64_t n_obs = std::min<int64_t>(params[r]->last_n, n);
+    const int64_t b = reqs[r].begin;
+    oc::AttentionImportance(ctx_, importance_.as<float>() + b,
+                            Heads(Bf16(qkv_, (b + n - n_obs) * width), n_obs, Hq, D, width),
+                            Heads(Bf16(qkv_, b * width + q_cols), n, Hkv, D, width),
+                            d_index_ + b + n - n_obs, d_index_ + b, a.scale);
+  }
+  std::pair<int32_t*, int32_t*> counts{}, kept{};
+  if (any) {
+    UP_RETURN_IF_ERROR(mark(ev_score, false));
+    UP_RETURN_IF_ERROR(mark(ev_select, true));
+    size_t scratch_bytes = 0;
+    for (int r = 0; r < B; ++r) {
+      if (eligible[r]) {
+        scratch_bytes =
+            std::max(scratch_bytes, oc::SelectTokensScratchBytes(reqs[r].rows(), *params[r]));
+      }
+    }
+    UP_RETURN_IF_ERROR(Grow(select_scratch_, scratch_bytes));
+    for (int r = 0; r < B; ++r) {
+      if (!eligible[r]) continue;
+      oc::SelectTokens(ctx_, kept_rows_.as<int32_t>() + reqs[r].begin,
+                       kept_count_.as<int32_t>() + r, importance_.as<float>() + reqs[r].begin,
+                       reqs[r].rows(), *params[r], select_scratch_.data(),
+                       select_scratch_.size());
+    }
+    // The one host sync of a drop layer: the kept rows decide every later shape.
+    UP_ASSIGN_OR_RETURN(counts, staging_.Scratch(B));
+    UP_ASSIGN_OR_RETURN(kept, staging_.Scratch(T));
+    UP_CUDA_CHECK(cudaMemcpyAsync(counts.second, kept_count_.data(), B * 4,
+                                  cudaMemcpyDeviceToHost, stream));
+    UP_CUDA_CHECK(
+        cudaMemcpyAsync(kept.second, kept_rows_.data(), T * 4, cudaMemcpyDeviceToHost, stream));
+    UP_CUDA_CHECK(cudaStreamSynchronize(stream));
+    if (drop.stats) ++drop.stats->drop_host_syncs;
+    UP_RETURN_IF_ERROR(mark(ev_select, false));
+    UP_RETURN_IF_ERROR(mark(ev_compact, true));
+  }
+
+  // The next segment on the host: kept rows, their positions, their new alive indices.
+  std::vector<int32_t> gather;
+  int begin = 0;
+  for (int r = 0; r < B; ++r) {
+    Req& q_req = reqs[r];
+    const int n = q_req.rows();
+    q_req.added[segment] += n;
+    std::vector<int32_t> keep;
+    if (eligible[r]) {
+      const int c = counts.second[r];
+      keep.assign(kept.second + q_req.begin, kept.second + q_req.begin + c);
+      const SequenceStep& step = drop.steps[q_req.step];
+      if (step.kept) step.kept->push_back({drop.layer, c, n});
+    } else {
+      keep.resize(n);
+      std::iota(keep.begin(), keep.end(), 0);
+    }
+    std::vector<int32_t> pos, index;
+    const int base = q_req.cache->segment_length(segment + 1);
+    for (size_t i = 0; i < keep.size(); ++i) {
+      gather.push_back(q_req.begin + keep[i]);
+      pos.push_back(q_req.pos[keep[i]]);
+      index.push_back(base + static_cast<int>(i));
+    }
+    q_len[r] = static_cast<int>(keep.size());
+    q_begin[r] = begin;
+    q_req.begin = begin;
+    q_req.SetExactRows(std::move(pos), std::move(index));
+    begin += q_len[r];
+  }
+  const int64_t t_out = begin;
+  kq->total = t_out;
+  if (!any) {  // nothing dropped: same rows, renumbered for the next segment
+    return UploadSegment(reqs);
+  }
+  {
+    UP_ASSIGN_OR_RETURN(const int32_t* d_gather, staging_.Put(gather, stream));
+    // Compaction: the residual, the kept query (and gate) rows, their old mask coordinates.
+    const int nxt = 1 - cur_;
+    oc::GatherRows(ctx_, residual_[nxt].View(DType::kBF16, {t_out, H}),
+                   residual_[cur_].View(DType::kBF16, {T, H}), d_gather);
+    cur_ = nxt;
+    oc::GatherRows(ctx_, q_kept_.View(DType::kBF16, {t_out, q_cols}),
+                   Rows(Bf16(qkv_), DType::kBF16, T, q_cols, width), d_gather);
+    UP_ASSIGN_OR_RETURN(auto coord_kept, staging_.Scratch(t_out));
+    oc::GatherRows(ctx_, Rows(coord_kept.first, DType::kI32, t_out, 1, 1),
+                   Rows(const_cast<int32_t*>(k_coord), DType::kI32, T, 1, 1), d_gather);
+    kq->coord = coord_kept.first;
+    kq->rows = Heads(Bf16(q_kept_), t_out, Hq, D, q_cols);
+    UP_RETURN_IF_ERROR(UploadSegment(reqs));  // the next segment's positions and indices
+    UP_RETURN_IF_ERROR(mark(ev_compact, false));
+    if (drop_events_) {
+      drop_events_->push_back(ev_score);
+      drop_events_->push_back(ev_select);
+      drop_events_->push_back(ev_compact);
+    }
+    kq->compacted = true;
+  }
+  return OkStatus();
+}
+
+Status CudaModel::Mark(cudaEvent_t* event) {
+  if (!drop_events_) return OkStatus();
+  UP_CUDA_CHECK(cudaEventCreate(event));
+  UP_CUDA_CHECK(cudaEventRecord(*event, ctx_.cuda().stream()));
+  return OkStatus();
+}
+
+Status CudaModel::BoundedDrop(const AttentionLayer& L, std::vector<Req>& reqs,
+                              const DropLayer& drop, int segment, int64_t T, KeptQueries* kq) {
+  const AttentionWeights& a = *L.host;
+  cudaStream_t stream = ctx_.cuda().stream();
+  const int64_t H = cfg_.hidden, Hq = a.n_heads, Hkv = a.n_kv_heads, D = a.head_dim;
+  const int64_t qd = Hq * D, width = L.qkv.out;
+  const int64_t q_cols = a.gated_output ? 2 * qd : qd;  // q | gate
+  const int B = static_cast<int>(reqs.size());
+  std::pair<cudaEvent_t, cudaEvent_t> ev_score{}, ev_select{}, ev_compact{};
+
+  // Which requests select: the exact path's rule, with capacities for lengths (a request whose
+  // true count is <= S + n keeps everything on the device).
+  std::vector<int32_t> pass(B, 1);
+  std::vector<const sparsity::SelectionParams*> params(B);
+  size_t scratch_bytes = 0;
+  for (int r = 0; r < B; ++r) {
+    const SequenceStep& step = drop.steps[reqs[r].step];
+    const UniPrefillConfig* config = step.selection ? step.selection : drop.config;
+    params[r] = &config->selection;
+    if (reqs[r].rows() <= params[r]->sink + params[r]->last_n || !step.allow_drop) continue;
+    if (!reqs[r].fresh) {
+      return Unimplemented(
+          "UniPrefill on the GPU selects from a whole prompt: a request whose cache already "
+          "holds tokens cannot drop (send the prompt in one step, or disable UniPrefill for it)");
+    }
+    pass[r] = 0;
+    scratch_bytes =
+        std::max(scratch_bytes, oc::SelectTokensScratchBytes(reqs[r].rows(), *params[r]));
+  }
+  UP_RETURN_IF_ERROR(Grow(select_scratch_, scratch_bytes));
+  UP_RETURN_IF_ERROR(Mark(&ev_score.first));
+  const int32_t* counts = d_counts_;
+  UP_ASSIGN_OR_RETURN(auto new_counts, staging_.Scratch(B));
+  // Requests that pass through keep their counts; the selections overwrite the others'.
+  UP_CUDA_CHECK(cudaMemcpyAsync(new_counts.first, counts, B * 4, cudaMemcpyDeviceToDevice, stream));
+  UP_CUDA_CHECK(cudaMemsetAsync(importance_.data(), 0, T * 4, stream));
+  for (int r = 0; r < B; ++r) {
+    if (pass[r]) continue;
+    // The observation queries: the last n true rows (count >= S + n > n for a selecting request).
+    const int n_obs = params[r]->last_n;
+    const int64_t b = reqs[r].begin;
+    UP_ASSIGN_OR_RETURN(auto obs, staging_.Scratch(2 * static_cast<size_t>(n_obs)));
+    int32_t* obs_rows = obs.first;
+    int32_t* obs_coord = obs.first + n_obs;
+    oc::SegmentTailRows(ctx_, obs_rows, d_cu_ + r, counts + r, 1, n_obs);
+    oc::GatherRows(ctx_, q_kept_.View(DType::kBF16, {n_obs, qd}),
+                   Rows(Bf16(qkv_), DType::kBF16, T, qd, width), obs_rows);
+    oc::GatherRows(ctx_, Rows(obs_coord, DType::kI32, n_obs, 1, 1),
+                   Rows(const_cast<int32_t*>(d_index_), DType::kI32, T, 1, 1), obs_rows);
+    oc::AttentionImportance(ctx_, importance_.as<float>() + b,
+                            Heads(Bf16(q_kept_), n_obs, Hq, D, qd),
+                            Heads(Bf16(qkv_, b * width + q_cols), reqs[r].rows(), Hkv, D, width),
+                            obs_coord, d_index_ + b, a.scale);
+  }
+  UP_RETURN_IF_ERROR(Mark(&ev_score.second));
+  UP_RETURN_IF_ERROR(Mark(&ev_select.first));
+  for (int r = 0; r < B; ++r) {
+    if (pass[r]) continue;
+    oc::SelectTokens(ctx_, kept_rows_.as<int32_t>() + reqs[r].begin, new_counts.first + r,
+                     importance_.as<float>() + reqs[r].begin, reqs[r].rows(), *params[r],
+                     select_scratch_.data(), select_scratch_.size(), counts + r);
+  }
+  // The counts for the host's records, read after the forward's final sync.
+  UP_CUDA_CHECK(cudaMemcpyAsync(d_kept_hist_ + static_cast<size_t>(segment) * B, new_counts.first,
+                                B * 4, cudaMemcpyDeviceToDevice, stream));
+  UP_RETURN_IF_ERROR(Mark(&ev_select.second));
+  UP_RETURN_IF_ERROR(Mark(&ev_compact.first));
+
+  // The next segment's layout from capacities alone: no sync.
+  std::vector<int32_t> cu{0}, base(B);
+  max_rows_ = 0;
+  for (int r = 0; r < B; ++r) {
+    Req& q = reqs[r];
+    base[r] = q.cache->segment_length(segment + 1);
+    if (!pass[r]) {
+      q.n_min = static_cast<int>(oc::FixedRatioMinimum(q.n_min, *params[r]));
+      q.n = static_cast<int>(oc::FixedRatioCapacity(q.n, *params[r]));
+      q.exact = false;
+      q.pos.clear();
+      q.index.clear();
+      q.selected_at.push_back(segment);
+    } else if (q.exact) {  // kept whole: the same rows, renumbered for the next segment
+      for (int i = 0; i < q.n; ++i) q.index[i] = base[r] + i;
+    }
+    kq->begin[r] = cu.back();
+    kq->len[r] = q.n;
+    q.begin = cu.back();
+    cu.push_back(cu.back() + q.n);
+    max_rows_ = std::max(max_rows_, q.n);
+  }
+  const int64_t t_out = cu.back();
+  UP_ASSIGN_OR_RETURN(const int32_t* d_cu_next, staging_.Put(cu, stream));
+  UP_ASSIGN_OR_RETURN(const int32_t* d_base, staging_.Put(base, stream));
+  UP_ASSIGN_OR_RETURN(const int32_t* d_pass, staging_.Put(pass, stream));
+  UP_ASSIGN_OR_RETURN(auto source, staging_.Scratch(t_out));
+  UP_ASSIGN_OR_RETURN(auto new_pos, staging_.Scratch(t_out));
+  UP_ASSIGN_OR_RETURN(auto new_index, staging_.Scratch(t_out));
+  UP_ASSIGN_OR_RETURN(auto coord_kept, staging_.Scratch(t_out));
+  oc::CompactSegments(ctx_, source.first, new_pos.first, kept_rows_.as<int32_t>(),
+                      new_counts.first, d_cu_, d_cu_next, d_pos_, B, t_out, new_index.first,
+                      d_base, d_pass);
+  // The residual and the kept query (and gate) rows; padding rows become zeros.
+  const int nxt = 1 - cur_;
+  oc::GatherRows(ctx_, residual_[nxt].View(DType::kBF16, {t_out, H}),
+                 residual_[cur_].View(DType::kBF16, {T, H}), source.first);
+  cur_ = nxt;
+  oc::GatherRows(ctx_, q_kept_.View(DType::kBF16, {t_out, q_cols}),
+                 Rows(Bf16(qkv_), DType::kBF16, T, q_cols, width), source.first);
+  // The kept queries' coordinates in the drop layer's (old) frame; padding rows at
+  // kPaddingPosition, so each segment's query coordinates stay ascending.
+  oc::GatherPositions(ctx_, coord_kept.first, kq->coord, source.first, t_out);
+  kq->coord = coord_kept.first;
+  kq->rows = Heads(Bf16(q_kept_), t_out, Hq, D, q_cols);
+  kq->total = t_out;
+  kq->compacted = true;
+  d_pos_ = new_pos.first;
+  d_index_ = new_index.first;
+  d_cu_ = d_cu_next;
+  d_counts_ = new_counts.first;
+  UP_RETURN_IF_ERROR(Mark(&ev_compact.second));
+  if (drop_events_) {
+    drop_events_->push_back(ev_score);
+    drop_events_->push_back(ev_select);
+    drop_events_->push_back(ev_compact);
+  }
+  return OkStatus();
+}
+
+void CudaModel::ReconcileBoundedCaches(std::vector<Req>& reqs,
+                                       std::span<const SequenceStep> steps,
+                                       const std::vector<int>& drops) {
+  const int B = static_cast<int>(reqs.size());
+  const int n_segments = static_cast<int>(drops.size()) + 1;
+  for (int r = 0; r < B; ++r) {
+    Req& q = reqs[r];
+    // True rows per segment: the step's rows, then the count after each drop.
+    std::vector<int> rows(n_segments);
+    rows[0] = q.first_rows;
+    for (int s = 1; s < n_segments; ++s) {
+      rows[s] = h_kept_hist_[static_cast<size_t>(s - 1) * B + r];
+    }
+    for (int s = 0; s < n_segments; ++s) q.added[s] = rows[s];
+    for (size_t li = 0; li < q.appended.size(); ++li) {
+      const int extra = q.appended[li] - rows[layer_segment_[li]];
+      if (q.appended[li] > 0 && extra > 0) q.cache->DropTail(static_cast<int>(li), extra);
+    }
+    const SequenceStep& step = steps[q.step];
+    if (step.kept) {
+      for (int s : q.selected_at) step.kept->push_back({drops[s], rows[s + 1], rows[s]});
+    }
+  }
+}
+
+}  // namespace uniprefill::cuda_model

@@ -1,0 +1,152 @@
+// The CUDA model's private declarations, shared by its source files: cuda_model.cc (load, batch
+// layout, the forward's layer loop and logits), cuda_model_mixers.cc (the attention and Gated
+// DeltaNet mixers) and cuda_model_drops.cc (UniPrefill drops: synced, and sync-free over bounded
+// segments). Not for use outside src/model/cuda.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "core/cuda/device_buffer.h"
+#include "model/cuda/cuda_kv_cache.h"
+#include "model/cuda/cuda_model_weights.h"
+#include "model/cuda/pinned_staging.h"
+#include "model/model.h"
+#include "model/packed_batch.h"
+
+namespace uniprefill::cuda_model {
+
+// Device KV pages (the serving engine may fix another size).
+inline constexpr int kBlockTokens = 16;
+inline constexpr float kL2NormEps = 1e-6f;
+
+// Grows b to at least `bytes`, zero-filled on `stream` (see cuda_model.cc).
+Status Ensure(DeviceBuffer& b, size_t bytes, cudaStream_t stream);
+
+// One request of a forward, as the host tracks it.
+struct Req {
+  int step = 0;
+  CudaSequenceCache* cache = nullptr;
+  bool fresh = false;               // its cache held nothing before this step
+  int begin = 0;                    // first device row (current segment)
+  // Rows it owns in the current segment. After a sync-free drop (bounded segments) n is only a
+  // capacity: the true count is on the device, between n_min and n, and pos / index are unknown.
+  int n = 0, n_min = 0;
+  int first_rows = 0;  // the step's rows (segment 0 is always exact)
+  bool exact = true;
+  std::vector<int32_t> pos, index;  // exact: its alive rows' positions and alive indices
+  std::vector<int> added;           // rows appended per segment
+  std::vector<int> appended;        // entries appended per attention layer (bounded: capacities)
+  std::vector<int> selected_at;     // bounded: the segments whose drop it selected in
+  int rows() const { return n; }
+  void SetExactRows(std::vector<int32_t> p, std::vector<int32_t> i) {
+    pos = std::move(p);
+    index = std::move(i);
+    n = n_min = static_cast<int>(pos.size());
+    exact = true;
+  }
+};
+
+class CudaModel final : public Model {
+ public:
+  CudaModel(std::unique_ptr<Model> host, DeviceContext& ctx)
+      : host_(std::move(host)), ctx_(ctx), cfg_(host_->config()) {}
+
+  Status Load(const ProgressFn& progress);
+
+  const ModelConfig& config() const override { return cfg_; }
+  size_t resident_weight_bytes() const override { return weight_bytes_; }
+  Device device() const override { return Device::kCuda; }
+  std::unique_ptr<SequenceCache> NewCache(int max_tokens,
+                                          const std::vector<int>& drop_layers) const override {
+    return std::make_unique<CudaSequenceCache>(CacheLayoutFor(drop_layers), max_tokens,
+                                               pool_.get());
+  }
+  Status FixCachePool(int num_blocks, int block_tokens) override {
+    pool_ = std::make_unique<CudaKvPool>(ctx_, CacheLayoutFor({}), block_tokens);
+    return pool_->FixCapacity(num_blocks);
+  }
+  Status ForwardBatch(DeviceContext& ctx, std::span<const SequenceStep> steps,
+                      const UniPrefillConfig& uniprefill, const ProgressFn& progress,
+                      ForwardStats* stats) override;
+
+ private:
+  Status EnsureWork(int64_t rows, int batch);
+  Status Grow(DeviceBuffer& b, size_t bytes) { return Ensure(b, bytes, ctx_.cuda().stream()); }
+
+  // Uploads the current segment's per-row arrays and per-request lists.
+  Status UploadSegment(const std::vector<Req>& reqs);
+  Status AttentionMixer(int layer_index, const AttentionLayer& L, std::vector<Req>& reqs,
+                        const DropLayer* drop, WindowMode window_mode, int segment, int64_t* rows,
+                        TensorView out);
+  Status DeltaMixer(int layer_index, const DeltaLayer& L, const std::vector<Req>& reqs,
+                    int64_t rows, TensorView out);
+  // The query side of a drop: which rows get an attention output, where, at which coordinates.
+  struct KeptQueries {
+    TensorView rows;
+    const int32_t* coord = nullptr;
+    std::vector<int> begin, len;
+    int64_t total = 0;
+    bool compacted = false;  // rows are gathered kept rows (q_kept_)
+  };
+  // A drop that learns the kept rows by one host sync and lays the next segment out exactly (top-p,
+  // or UNIPREFILL_GPU_DROP_SYNC=1).
+  Status SyncedDrop(const AttentionLayer& L, std::vector<Req>& reqs, const DropLayer& drop,
+                    int segment, int64_t T, KeptQueries* kq);
+  // A fixed-ratio drop without a host sync (bounded segments, ops/cuda/cuda_uniprefill.h): the
+  // kept counts stay on the device; later launches are sized by FixedRatioCapacity; the host
+  // learns the counts after the forward's final sync (ReconcileBoundedCaches).
+  Status BoundedDrop(const AttentionLayer& L, std::vector<Req>& reqs, const DropLayer& drop,
+                     int segment, int64_t T, KeptQueries* kq);
+  // After the final sync: true segment lengths, cache entry counts and kept records.
+  void ReconcileBoundedCaches(std::vector<Req>& reqs, std::span<const SequenceStep> steps,
+                              const std::vector<int>& drops);
+  // Records *event on the forward's stream when drop timings are asked for (ForwardStats).
+  Status Mark(cudaEvent_t* event);
+
+  std::unique_ptr<Model> host_;
+  DeviceContext& ctx_;
+  ModelConfig cfg_;
+  int64_t weight_bytes_ = 0;
+  mutable std::unique_ptr<CudaKvPool> pool_;
+
+  DeviceBuffer embedding_;  // bf16 [V, hidden]
+  DeviceLinear head_;       // bf16 [V, hidden] (may alias embedding_ when tied: then empty)
+  bool head_is_embedding_ = false;
+  float embedding_scale_ = 1.0f;
+  bool has_linear_ = false;  // any Gated DeltaNet layer (state slots needed)
+  DeviceBuffer output_norm_;
+  std::vector<Layer> layers_;
+
+  // Work buffers (grow-only).
+  int64_t max_qkv_ = 0, max_attn_ = 0, max_ffn2_ = 0, max_conv_ = 0, max_hv_ = 0;
+  DeviceBuffer residual_[2], normed_, out_, qkv_, q_kept_, attn_, ffn_, conv_, gbeta_;
+  DeviceBuffer importance_, kept_rows_, kept_count_, select_scratch_, moe_scratch_, decode_scratch_,
+      logits_, logits_f32_, last_hidden_;
+  int cur_ = 0;  // live residual buffer
+  PinnedStaging staging_;
+
+  // The current segment's device arrays (staging regions).
+  const int32_t* d_pos_ = nullptr;
+  const int32_t* d_index_ = nullptr;
+  const int32_t* d_cu_ = nullptr;     // [B + 1] every request
+  const int32_t* d_slots_ = nullptr;  // [B] linear state slots
+  int max_rows_ = 0;                  // longest request's rows
+  int fresh_ = 0;                     // requests [0, fresh_) are fresh
+  // Sync-free drops (every selecting request is fixed-ratio): the current true row counts, the
+  // counts after each drop (device, and the pinned host copy read after the final sync), and the
+  // segment each attention layer wrote.
+  bool bounded_ = false;
+  const int32_t* d_counts_ = nullptr;  // [B]
+  int32_t* d_kept_hist_ = nullptr;     // [drops][B]
+  int32_t* h_kept_hist_ = nullptr;
+  std::vector<int> layer_segment_;
+  std::vector<std::pair<cudaEvent_t, cudaEvent_t>>* drop_events_ = nullptr;
+};
+
+}  // namespace uniprefill::cuda_model

@@ -1,0 +1,242 @@
+// The CUDA model's mixers (cuda_model_impl.h): attention (projections, q/k-norm, RoPE, the step's
+// keys and values into the cache, then flash / paged decode / cache attention and the output
+// projection; a drop layer hands its queries to cuda_model_drops.cc first) and Gated DeltaNet.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/cuda_context.h"
+#include "core/cuda/device_buffer.h"
+#include "model/cuda/cuda_model_impl.h"
+#include "model/cuda/cuda_model_kernels.h"
+#include "model/cuda/device_views.h"
+#include "ops/cuda/cuda_attention.h"
+#include "ops/cuda/cuda_cache_attention.h"
+#include "ops/cuda/cuda_dense_ops.h"
+#include "ops/cuda/cuda_linear_attention.h"
+#include "ops/cuda/cuda_paged_attention.h"
+
+namespace uniprefill::cuda_model {
+
+namespace oc = ops::cuda;
+
+Status CudaModel::DeltaMixer(int layer_index, const DeltaLayer& L, const std::vector<Req>& reqs,
+                             int64_t T, TensorView out) {
+  const GatedDeltaNetWeights& d = *L.host;
+  const int64_t hk = d.n_k_heads, hv = d.n_v_heads, dk = d.d_k, dv = d.d_v;
+  const int64_t key_dim = d.key_dim(), value_dim = d.value_dim(), conv_dim = d.conv_dim();
+  const int64_t width = L.in_proj.out;  // conv_dim + value_dim + 2 hv
+  oc::Gemm(ctx_, qkv_.View(DType::kBF16, {T, width}), normed_.View(DType::kBF16, {T, cfg_.hidden}),
+           L.in_proj.view());
+  float* g = gbeta_.as<float>();
+  float* beta = g + T * hv;
+  cuda_model::DeltaNetGates(ctx_, g, beta,
+                            Rows(Bf16(qkv_, conv_dim + value_dim), DType::kBF16, T, hv, width),
+                            Rows(Bf16(qkv_, conv_dim + value_dim + hv), DType::kBF16, T, hv, width),
+                            L.a_log.as<float>(), L.dt_bias.as<float>());
+  const int ordinal = pool_->linear_ordinal(layer_index);
+  oc::LinearAttentionBatch seqs;
+  seqs.cu_seqlens = d_cu_;
+  seqs.seq_lens = bounded_ ? d_counts_ : nullptr;  // bounded segments end in padding rows
+  seqs.state_slots = d_slots_;
+  seqs.batch = static_cast<int>(reqs.size());
+  seqs.max_seqlen = max_rows_;
+  TensorView conv = conv_.View(DType::kBF16, {T, conv_dim});
+  oc::CausalConv1dSilu(ctx_, conv, Rows(Bf16(qkv_), DType::kBF16, T, conv_dim, width),
+                       L.conv_w.View(DType::kF32, {conv_dim, d.conv_kernel}),
+                       pool_->conv_state(ordinal), seqs);
+  TensorView q = Heads(Bf16(conv_), T, hk, dk, conv_dim);
+  TensorView k = Heads(Bf16(conv_, key_dim), T, hk, dk, conv_dim);
+  TensorView v = Heads(Bf16(conv_, 2 * key_dim), T, hv, dv, conv_dim);
+  oc::L2NormalizeHeads(ctx_, q, kL2NormEps, 1.0f / std::sqrt(static_cast<float>(dk)));
+  oc::L2NormalizeHeads(ctx_, k, kL2NormEps);
+  TensorView core = Heads(Bf16(attn_), T, hv, dv, value_dim);
+  // UNIPREFILL_DELTA_RULE_KERNEL=chunked|recurrent forces one kernel (diagnostics; default auto).
+  oc::DeltaRuleKernel kernel = oc::DeltaRuleKernel::kAuto;
+  if (const char* e = std::getenv("UNIPREFILL_DELTA_RULE_KERNEL")) {
+    if (std::string(e) == "chunked") kernel = oc::DeltaRuleKernel::kChunked;
+    if (std::string(e) == "recurrent") kernel = oc::DeltaRuleKernel::kRecurrent;
+  }
+  oc::GatedDeltaRule(ctx_, core, q, k, v,
+                     TensorView::Contiguous(g, DType::kF32, {T, hv}, Device::kCuda),
+                     TensorView::Contiguous(beta, DType::kF32, {T, hv}, Device::kCuda),
+                     pool_->recurrent_state(ordinal), seqs, kernel);
+  // Gated RMSNorm per value head: norm(core) * w * silu(z), written over z's columns.
+  oc::RmsNorm(ctx_, core, core, L.norm.as<float>(), d.eps);
+  TensorView z = Rows(Bf16(qkv_, conv_dim), DType::kBF16, T, value_dim, width);
+  oc::GatedActivation(ctx_, z, z, Rows(Bf16(attn_), DType::kBF16, T, value_dim, value_dim),
+                      ops::Activation::kSilu);
+  oc::Gemm(ctx_, out, z, L.out_proj.view());
+  return OkStatus();
+}
+
+Status CudaModel::AttentionMixer(int li, const AttentionLayer& L, std::vector<Req>& reqs,
+                                 const DropLayer* drop, WindowMode window_mode, int segment,
+                                 int64_t* rows, TensorView out) {
+  const AttentionWeights& a = *L.host;
+  cudaStream_t stream = ctx_.cuda().stream();
+  const int64_t T = *rows, H = cfg_.hidden;
+  const int64_t Hq = a.n_heads, Hkv = a.n_kv_heads, D = a.head_dim;
+  const int64_t qd = Hq * D, kvd = Hkv * D, width = L.qkv.out;
+  const int64_t q_cols = a.gated_output ? 2 * qd : qd;  // q | gate
+  const int B = static_cast<int>(reqs.size());
+  oc::Gemm(ctx_, qkv_.View(DType::kBF16, {T, width}), normed_.View(DType::kBF16, {T, H}),
+           L.qkv.view());
+  TensorView q = Heads(Bf16(qkv_), T, Hq, D, width);
+  TensorView k = Heads(Bf16(qkv_, q_cols), T, Hkv, D, width);
+  TensorView v = Heads(Bf16(qkv_, q_cols + kvd), T, Hkv, D, width);
+  if (L.q_norm.size()) oc::RmsNorm(ctx_, q, q, L.q_norm.as<float>(), a.norm_eps);
+  if (L.k_norm.size()) oc::RmsNorm(ctx_, k, k, L.k_norm.as<float>(), a.norm_eps);
+  oc::Rope(ctx_, q, d_pos_, L.inv_freq.as<float>(), a.rot_dims, a.rope_style);
+  oc::Rope(ctx_, k, d_pos_, L.inv_freq.as<float>(), a.rot_dims, a.rope_style);
+
+  // The step's keys and values into each request's cache blocks.
+  // A fresh request's sliding-window prefill reads the step's own keys (flash attention), so only
+  // the entries later queries can see are stored (windows over alive indices).
+  const bool fast_d = D == 64 || D == 128 || D == 256;
+  const bool by_position = window_mode == WindowMode::kPosition && a.window > 0;
+  std::vector<int32_t> slots;
+  slots.reserve(T);
+  layer_segment_[li] = segment;
+  for (Req& r : reqs) {
+    int first_stored = 0;
+    if (r.fresh && fast_d && a.window > 0 && !by_position) {
+      // From the fewest rows it may have on: a bounded segment's true count is >= n_min.
+      first_stored = r.cache->count(li) + r.n_min - a.window + 1;
+    }
+    UP_RETURN_IF_ERROR(r.cache->AppendSlots(li, r.rows(), first_stored, &slots));
+    r.appended[li] = r.rows();
+  }
+  UP_ASSIGN_OR_RETURN(const int32_t* d_slots, staging_.Put(slots, stream));
+  oc::PagedKvAppend(ctx_, pool_->kv(), pool_->coords(true),
+                    Rows(k.data, DType::kBF16, T, kvd, width),
+                    Rows(v.data, DType::kBF16, T, kvd, width), d_slots, nullptr);
+  cuda_model::WriteSlotMeta(ctx_, pool_->meta(), pool_->block_tokens(), d_slots, d_pos_, d_index_,
+                            T);
+
+  const int32_t* k_coord = by_position ? d_pos_ : d_index_;  // this step's keys, pre-compaction
+  std::vector<int> k_len(B);
+  KeptQueries kq;  // the query rows that get an output
+  kq.rows = q;
+  kq.coord = k_coord;
+  kq.begin.resize(B);
+  kq.len.resize(B);
+  kq.total = T;
+  for (int r = 0; r < B; ++r) {
+    kq.begin[r] = reqs[r].begin;
+    kq.len[r] = k_len[r] = reqs[r].rows();
+  }
+
+  if (drop != nullptr) {
+    UP_RETURN_IF_ERROR(bounded_ ? BoundedDrop(L, reqs, *drop, segment, T, &kq)
+                                : SyncedDrop(L, reqs, *drop, segment, T, &kq));
+    *rows = kq.total;
+  }
+  const int64_t t_out = kq.total;
+  const TensorView& q_rows = kq.rows;
+  const int32_t* q_coord = kq.coord;
+  const std::vector<int>& q_begin = kq.begin;
+  const std::vector<int>& q_len = kq.len;
+
+  // Attention of the kept query rows. attn bf16 [t_out, Hq, D].
+  TensorView attn = attn_.View(DType::kBF16, {t_out, Hq, D});
+  ops::AttentionParams ap;
+  ap.scale = a.scale;
+  ap.window = a.window;
+  const int fresh = fast_d ? fresh_ : 0;  // requests served by flash attention
+  if (fresh > 0) {
+    std::vector<int32_t> cu_q{0}, cu_k{0};
+    int max_q = 0, max_k = 0;
+    for (int r = 0; r < fresh; ++r) {
+      cu_q.push_back(cu_q.back() + q_len[r]);
+      cu_k.push_back(cu_k.back() + k_len[r]);
+      max_q = std::max(max_q, q_len[r]);
+      max_k = std::max(max_k, k_len[r]);
+    }
+    UP_ASSIGN_OR_RETURN(const int32_t* d_cu_q, staging_.Put(cu_q, stream));
+    UP_ASSIGN_OR_RETURN(const int32_t* d_cu_k, staging_.Put(cu_k, stream));
+    oc::VarlenBatch vb;
+    vb.cu_seqlens_q = d_cu_q;
+    vb.cu_seqlens_k = d_cu_k;
+    vb.batch = fresh;
+    vb.max_seqlen_q = max_q;
+    vb.max_seqlen_k = max_k;
+    oc::FlashAttention(ctx_, attn, q_rows, k, v, q_coord, k_coord, vb, ap);
+  }
+  if (fresh < B) {
+    // The other requests over their cache blocks.
+    const int n = B - fresh;
+    int max_blocks = 1, max_len = 0, max_q = 0;
+    bool single = true;
+    for (int r = fresh; r < B; ++r) {
+      max_blocks = std::max<int>(max_blocks, reqs[r].cache->blocks(li).size());
+      max_len = std::max(max_len, reqs[r].cache->count(li));
+      max_q = std::max(max_q, q_len[r]);
+      single = single && q_len[r] == 1;
+    }
+    std::vector<int32_t> tables(static_cast<size_t>(n) * max_blocks, -1), lens(n), starts(n),
+        qlens(n);
+    for (int r = fresh; r < B; ++r) {
+      const std::vector<int32_t>& bl = reqs[r].cache->blocks(li);
+      std::copy(bl.begin(), bl.end(), tables.begin() + static_cast<size_t>(r - fresh) * max_blocks);
+      lens[r - fresh] = reqs[r].cache->count(li);
+      starts[r - fresh] = q_begin[r];
+      qlens[r - fresh] = q_len[r];
+    }
+    UP_ASSIGN_OR_RETURN(const int32_t* d_tables, staging_.Put(tables, stream));
+    UP_ASSIGN_OR_RETURN(const int32_t* d_lens, staging_.Put(lens, stream));
+    const TensorView coords = pool_->coords(by_position);
+    if (single && fast_d) {
+      // One query row per request, rows contiguous from q_begin[fresh].
+      const int64_t first = q_begin[fresh];
+      oc::PagedDecodeBatch pb;
+      pb.block_tables = d_tables;
+      pb.max_blocks_per_seq = max_blocks;
+      pb.seq_lens = d_lens;
+      pb.q_pos = q_coord + first;
+      pb.max_seq_len = max_len;
+      const size_t bytes =
+          oc::PagedDecodeAttentionScratchBytes(ctx_, n, Hq, Hkv, D, std::max(max_len, 1));
+      UP_RETURN_IF_ERROR(Grow(decode_scratch_, bytes));
+      TensorView q_dec = q_rows;
+      q_dec.data = static_cast<uint16_t*>(q_rows.data) + first * q_rows.stride[0];
+      q_dec.shape[0] = n;
+      oc::PagedDecodeAttention(ctx_, attn.Slice0(first, n), q_dec, pool_->kv(), coords, pb, ap,
+                               decode_scratch_.data(), decode_scratch_.size());
+    } else {
+      UP_ASSIGN_OR_RETURN(const int32_t* d_starts, staging_.Put(starts, stream));
+      UP_ASSIGN_OR_RETURN(const int32_t* d_qlens, staging_.Put(qlens, stream));
+      oc::CacheAttentionBatch cb;
+      cb.q_start = d_starts;
+      cb.q_len = d_qlens;
+      cb.q_coord = q_coord;
+      cb.block_tables = d_tables;
+      cb.max_blocks_per_seq = max_blocks;
+      cb.seq_lens = d_lens;
+      cb.batch = n;
+      cb.max_q_len = max_q;
+      cb.max_seq_len = max_len;
+      oc::CacheAttention(ctx_, attn, q_rows, pool_->kv(), coords, cb, ap);
+    }
+  }
+  if (a.gated_output) {
+    const TensorView gate = kq.compacted ? Heads(Bf16(q_kept_, qd), t_out, Hq, D, q_cols)
+                                      : Heads(Bf16(qkv_, qd), t_out, Hq, D, width);
+    cuda_model::SigmoidGateMul(ctx_, attn, gate);
+  }
+  TensorView o_out = out;
+  o_out.shape[0] = t_out;
+  oc::Gemm(ctx_, o_out, attn_.View(DType::kBF16, {t_out, qd}), L.o.view());
+  return OkStatus();
+}
+
+}  // namespace uniprefill::cuda_model
