@@ -43,6 +43,7 @@
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_context.h"
+#include "ops/cuda/attention_lanes.cuh"
 #include "ops/cuda/cuda_cache_attention.h"
 
 namespace uniprefill::ops::cuda {
@@ -54,23 +55,10 @@ constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kMaxItems = 32;  // (row, head) items per CTA
 constexpr int kMaxDim = 256;
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kNegInf = -__builtin_huge_valf();
-
-__device__ __forceinline__ float Exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
-__device__ __forceinline__ void Unpack8(const uint4 raw, float (&f)[8]) {
-  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    f[2 * i] = __uint_as_float(w[i] << 16);
-    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-  }
-}
+using lanes::Exp2;
+using lanes::kLog2e;
+using lanes::kNegInf;
+using lanes::Unpack8;
 
 // 8 consecutive bf16 as raw bits: one 16-byte load when aligned, else 8 element loads.
 template <bool kVec>
@@ -281,25 +269,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtas) CacheAttentionKernel(const
   }
 
   // Merge the sub-warps (lanes dl, dl + L, ... own the same dims).
-#pragma unroll
-  for (int o = L; o < 32; o <<= 1) {
-#pragma unroll
-    for (int i = 0; i < I; ++i) {
-      const float om = __shfl_xor_sync(0xffffffffu, m[i], o);
-      const float ol = __shfl_xor_sync(0xffffffffu, l[i], o);
-      float oacc[8];
-#pragma unroll
-      for (int e = 0; e < 8; ++e) oacc[e] = __shfl_xor_sync(0xffffffffu, acc[i][e], o);
-      const float m_new = fmaxf(m[i], om);
-      if (m_new != kNegInf) {
-        const float ca = Exp2(m[i] - m_new), cb = Exp2(om - m_new);
-        l[i] = l[i] * ca + ol * cb;
-#pragma unroll
-        for (int e = 0; e < 8; ++e) acc[i][e] = acc[i][e] * ca + oacc[e] * cb;
-        m[i] = m_new;
-      }
-    }
-  }
+  lanes::MergeLaneStates<L>(m, l, acc);
 
   if (a.wpc == 1) {
     // The warp alone holds its items: write them.

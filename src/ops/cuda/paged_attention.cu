@@ -35,6 +35,7 @@
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_context.h"
+#include "ops/cuda/attention_lanes.cuh"
 #include "ops/cuda/cuda_paged_attention.h"
 
 namespace uniprefill::ops::cuda {
@@ -49,35 +50,12 @@ constexpr int kTargetCtasPerSm = 4;
 constexpr int kMinKeysPerSplit = 256;
 constexpr int kSplitAlign = 64;
 constexpr int kMaxSplits = 256;
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kNegInf = -__builtin_huge_valf();
 constexpr size_t kScratchAlign = 256;
-
-// 2^x (ex2.approx: relative error ~2^-22; ex2(-inf) = +0).
-__device__ __forceinline__ float Exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
-// 8 bf16 (one 16-byte vector) as f32.
-__device__ __forceinline__ void Unpack8(const uint4 raw, float (&f)[8]) {
-  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    f[2 * i] = __uint_as_float(w[i] << 16);
-    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-  }
-}
-__device__ __forceinline__ uint4 Pack8(const float (&f)[8]) {
-  uint32_t w[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
-    w[i] = *reinterpret_cast<const uint32_t*>(&v);
-  }
-  return make_uint4(w[0], w[1], w[2], w[3]);
-}
+using lanes::Exp2;
+using lanes::kLog2e;
+using lanes::kNegInf;
+using lanes::Pack8;
+using lanes::Unpack8;
 
 struct DecodeArgs {
   const bf16* q;
@@ -241,25 +219,7 @@ __global__ void __launch_bounds__(kThreads) PagedDecodeKernel(const DecodeArgs a
   }
 
   // Merge the sub-warps of the warp (lanes dl, dl + L, dl + 2L, ... own the same dims).
-#pragma unroll
-  for (int o = S::kL; o < 32; o <<= 1) {
-#pragma unroll
-    for (int g = 0; g < G; ++g) {
-      const float om = __shfl_xor_sync(0xffffffffu, m[g], o);
-      const float ol = __shfl_xor_sync(0xffffffffu, l[g], o);
-      float oacc[8];
-#pragma unroll
-      for (int e = 0; e < 8; ++e) oacc[e] = __shfl_xor_sync(0xffffffffu, acc[g][e], o);
-      const float m_new = fmaxf(m[g], om);
-      if (m_new != kNegInf) {
-        const float ca = Exp2(m[g] - m_new), cb = Exp2(om - m_new);
-        l[g] = l[g] * ca + ol * cb;
-#pragma unroll
-        for (int e = 0; e < 8; ++e) acc[g][e] = acc[g][e] * ca + oacc[e] * cb;
-        m[g] = m_new;
-      }
-    }
-  }
+  lanes::MergeLaneStates<S::kL>(m, l, acc);
   if (sub == 0) {
 #pragma unroll
     for (int g = 0; g < G; ++g) {
