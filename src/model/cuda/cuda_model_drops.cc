@@ -28,6 +28,44 @@ namespace uniprefill::cuda_model {
 
 namespace oc = ops::cuda;
 
+namespace {
+
+// Which requests select at a drop layer (the others pass through to the next segment whole): a
+// step that allows dropping, longer than S + n (for a bounded segment its capacity stands in for
+// its length; a shorter true count keeps everything on the device). Only whole prompts select.
+struct Selecting {
+  std::vector<char> selects;                            // [B]
+  std::vector<const sparsity::SelectionParams*> params;  // [B]: each request's selection
+  bool any = false;
+  size_t scratch_bytes = 0;  // SelectTokens scratch for the largest selecting request
+};
+
+Result<Selecting> SelectingRequests(const std::vector<Req>& reqs, const DropLayer& drop) {
+  const int B = static_cast<int>(reqs.size());
+  Selecting out;
+  out.selects.assign(B, 0);
+  out.params.resize(B);
+  for (int r = 0; r < B; ++r) {
+    const SequenceStep& step = drop.steps[reqs[r].step];
+    const UniPrefillConfig* config = step.selection ? step.selection : drop.config;
+    const sparsity::SelectionParams& p = config->selection;
+    out.params[r] = &p;
+    if (reqs[r].rows() <= p.sink + p.last_n || !step.allow_drop) continue;
+    if (!reqs[r].fresh) {
+      return Unimplemented(
+          "UniPrefill on the GPU selects from a whole prompt: a request whose cache already "
+          "holds tokens cannot drop (send the prompt in one step, or disable UniPrefill for it)");
+    }
+    out.selects[r] = 1;
+    out.any = true;
+    out.scratch_bytes =
+        std::max(out.scratch_bytes, oc::SelectTokensScratchBytes(reqs[r].rows(), p));
+  }
+  return out;
+}
+
+}  // namespace
+
 Status CudaModel::SyncedDrop(const AttentionLayer& L, std::vector<Req>& reqs,
                              const DropLayer& drop, int segment, int64_t T, KeptQueries* kq) {
   const AttentionWeights& a = *L.host;
@@ -43,24 +81,10 @@ Status CudaModel::SyncedDrop(const AttentionLayer& L, std::vector<Req>& reqs,
   auto mark = [&](std::pair<cudaEvent_t, cudaEvent_t>& p, bool first) {
     return Mark(first ? &p.first : &p.second);
   };
-  // Which prefill requests select (the others pass through to the next segment whole).
-  std::vector<char> eligible(B, 0);
-  std::vector<const sparsity::SelectionParams*> params(B);
-  bool any = false;
-  for (int r = 0; r < B; ++r) {
-    const SequenceStep& step = drop.steps[reqs[r].step];
-    const UniPrefillConfig* config = step.selection ? step.selection : drop.config;
-    params[r] = &config->selection;
-    const int n = reqs[r].rows();
-    if (n <= params[r]->sink + params[r]->last_n || !step.allow_drop) continue;
-    if (!reqs[r].fresh) {
-      return Unimplemented(
-          "UniPrefill on the GPU selects from a whole prompt: a request whose cache already "
-          "holds tokens cannot drop (send the prompt in one step, or disable UniPrefill for it)");
-    }
-    eligible[r] = 1;
-    any = true;
-  }
+  UP_ASSIGN_OR_RETURN(const Selecting selecting, SelectingRequests(reqs, drop));
+  const std::vector<char>& eligible = selecting.selects;
+  const std::vector<const sparsity::SelectionParams*>& params = selecting.params;
+  const bool any = selecting.any;
   if (any) UP_RETURN_IF_ERROR(mark(ev_score, true));
   if (any) UP_CUDA_CHECK(cudaMemsetAsync(importance_.data(), 0, T * 4, stream));
   for (int r = 0; r < B && any; ++r) {
@@ -77,14 +101,7 @@ Status CudaModel::SyncedDrop(const AttentionLayer& L, std::vector<Req>& reqs,
   if (any) {
     UP_RETURN_IF_ERROR(mark(ev_score, false));
     UP_RETURN_IF_ERROR(mark(ev_select, true));
-    size_t scratch_bytes = 0;
-    for (int r = 0; r < B; ++r) {
-      if (eligible[r]) {
-        scratch_bytes =
-            std::max(scratch_bytes, oc::SelectTokensScratchBytes(reqs[r].rows(), *params[r]));
-      }
-    }
-    UP_RETURN_IF_ERROR(Grow(select_scratch_, scratch_bytes));
+    UP_RETURN_IF_ERROR(Grow(select_scratch_, selecting.scratch_bytes));
     for (int r = 0; r < B; ++r) {
       if (!eligible[r]) continue;
       oc::SelectTokens(ctx_, kept_rows_.as<int32_t>() + reqs[r].begin,
@@ -183,26 +200,11 @@ Status CudaModel::BoundedDrop(const AttentionLayer& L, std::vector<Req>& reqs,
   const int B = static_cast<int>(reqs.size());
   std::pair<cudaEvent_t, cudaEvent_t> ev_score{}, ev_select{}, ev_compact{};
 
-  // Which requests select: the exact path's rule, with capacities for lengths (a request whose
-  // true count is <= S + n keeps everything on the device).
-  std::vector<int32_t> pass(B, 1);
-  std::vector<const sparsity::SelectionParams*> params(B);
-  size_t scratch_bytes = 0;
-  for (int r = 0; r < B; ++r) {
-    const SequenceStep& step = drop.steps[reqs[r].step];
-    const UniPrefillConfig* config = step.selection ? step.selection : drop.config;
-    params[r] = &config->selection;
-    if (reqs[r].rows() <= params[r]->sink + params[r]->last_n || !step.allow_drop) continue;
-    if (!reqs[r].fresh) {
-      return Unimplemented(
-          "UniPrefill on the GPU selects from a whole prompt: a request whose cache already "
-          "holds tokens cannot drop (send the prompt in one step, or disable UniPrefill for it)");
-    }
-    pass[r] = 0;
-    scratch_bytes =
-        std::max(scratch_bytes, oc::SelectTokensScratchBytes(reqs[r].rows(), *params[r]));
-  }
-  UP_RETURN_IF_ERROR(Grow(select_scratch_, scratch_bytes));
+  UP_ASSIGN_OR_RETURN(const Selecting selecting, SelectingRequests(reqs, drop));
+  const std::vector<const sparsity::SelectionParams*>& params = selecting.params;
+  std::vector<int32_t> pass(B);  // device flags for CompactSegments: 1 = kept whole
+  for (int r = 0; r < B; ++r) pass[r] = selecting.selects[r] ? 0 : 1;
+  UP_RETURN_IF_ERROR(Grow(select_scratch_, selecting.scratch_bytes));
   UP_RETURN_IF_ERROR(Mark(&ev_score.first));
   const int32_t* counts = d_counts_;
   UP_ASSIGN_OR_RETURN(auto new_counts, staging_.Scratch(B));
