@@ -3,9 +3,12 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -13,6 +16,7 @@
 #include "cli/cli_runner.h"
 #include "core/device_context.h"
 #include "testing/tiny_gemma3.h"
+#include "uniprefill/engine.h"
 
 namespace uniprefill {
 namespace {
@@ -178,17 +182,71 @@ class CliUniPrefillTest : public ::testing::Test {
 std::string* CliUniPrefillTest::model_ = nullptr;
 std::string* CliUniPrefillTest::ids_ = nullptr;
 
+// The fewest and most tokens a fixed-ratio drop keeps of `alive` (G 64, S 128, n 128, the model
+// defaults): floor(ratio * blocks) blocks (at least one) chosen by score, plus the first S and the
+// last n tokens. Which blocks win depends on the weights; how many tokens each block adds outside
+// the sink and window does not, so the bounds take the blocks that add least and most.
+std::pair<int, int> FixedRatioKeptBounds(int alive, double ratio) {
+  constexpr int kG = 64, kS = 128, kN = 128;
+  if (alive <= kS + kN) return {alive, alive};
+  const int blocks = (alive + kG - 1) / kG;
+  const int chosen = std::clamp(static_cast<int>(std::floor(ratio * blocks + 1e-9)), 1, blocks);
+  std::vector<int> extra;
+  for (int b = 0; b < blocks; ++b) {
+    int n = 0;
+    for (int i = b * kG; i < std::min(alive, (b + 1) * kG); ++i) n += i >= kS && i < alive - kN;
+    extra.push_back(n);
+  }
+  std::sort(extra.begin(), extra.end());
+  const int always = kS + kN;
+  return {always + std::accumulate(extra.begin(), extra.begin() + chosen, 0),
+          always + std::accumulate(extra.end() - chosen, extra.end(), 0)};
+}
+
 TEST_F(CliUniPrefillTest, PrintsKeptTokensPerDropLayer) {
   const std::string json = testing::TempPath("up.json");
   CliResult r = RunCli(Run("--drop-layers 5,11 --uniprefill-mode fixed-ratio --keep-ratio 0.5 "
                            "--json " + json));
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  // 600 tokens = 10 blocks; half the blocks, plus sink and window blocks, are kept at layer 5.
-  EXPECT_NE(r.err.find("uniprefill: request 0 layer 5 kept "), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("/600 tokens"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("uniprefill: request 0 layer 11 kept "), std::string::npos) << r.err;
-  const std::string j = ReadAll(json);
-  EXPECT_NE(j.find("\"layer\": 11"), std::string::npos) << j;
+  // The engine itself, on the same tokens and settings, is what the command must report.
+  EngineOptions o;
+  o.model_path = *model_;
+  o.threads = 2;
+  o.uniprefill.drop_layers = std::vector<int>{5, 11};
+  o.uniprefill.mode = "fixed-ratio";
+  o.uniprefill.keep_ratio = 0.5f;
+  Result<std::unique_ptr<Engine>> engine = Engine::Load(o);
+  ASSERT_TRUE(engine.ok()) << engine.status().message();
+  const nlohmann::json ids = nlohmann::json::parse(ReadAll(*ids_));
+  SamplingParams greedy;
+  greedy.max_tokens = 3;
+  greedy.ignore_eos = true;
+  Result<GenerationResult> want = (*engine)->Generate(ids.get<std::vector<int32_t>>(), greedy);
+  ASSERT_TRUE(want.ok()) << want.status().message();
+  ASSERT_EQ(want->kept.size(), 2u);
+
+  const nlohmann::json j = nlohmann::json::parse(ReadAll(json));
+  ASSERT_EQ(j["uniprefill"].size(), 2u) << j.dump();
+  int alive = 600;  // the first drop layer sees the whole prompt; selections nest
+  for (int d = 0; d < 2; ++d) {
+    const nlohmann::json& got = j["uniprefill"][d];
+    const KeptTokensInfo& ref = want->kept[d];
+    SCOPED_TRACE("drop layer " + std::to_string(ref.layer));
+    EXPECT_EQ(got["layer"], d == 0 ? 5 : 11);
+    EXPECT_EQ(got["layer"], ref.layer);
+    EXPECT_EQ(got["alive"], alive);
+    EXPECT_EQ(got["kept"], ref.kept);
+    EXPECT_EQ(ref.alive, alive);
+    // 600 tokens = 10 blocks: 5 chosen blocks plus the sink and window tokens; at layer 11 half
+    // the survivors' blocks again.
+    const auto [lo, hi] = FixedRatioKeptBounds(alive, 0.5);
+    EXPECT_GE(ref.kept, lo);
+    EXPECT_LE(ref.kept, hi);
+    const std::string line = "uniprefill: request 0 layer " + std::to_string(ref.layer) + " kept " +
+                             std::to_string(ref.kept) + "/" + std::to_string(alive) + " tokens\n";
+    EXPECT_NE(r.err.find(line), std::string::npos) << "want the line '" << line << "' in\n" << r.err;
+    alive = ref.kept;
+  }
 }
 
 TEST_F(CliUniPrefillTest, OffMeansNoSelection) {

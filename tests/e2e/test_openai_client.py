@@ -27,6 +27,21 @@ def extension(obj) -> dict | None:
     return extra.get("uniprefill")
 
 
+def fixed_ratio_kept_bounds(alive: int, ratio: float, g: int, sink: int, last_n: int):
+    """The fewest and most tokens a fixed-ratio drop can keep of `alive` (docs/uniprefill.md):
+    floor(ratio * blocks) blocks of g tokens (at least one) chosen by score, plus the first `sink`
+    and the last `last_n` tokens. Which blocks win depends on the model; the count of each block's
+    tokens outside the sink and window does not, so the bounds take the blocks adding least/most."""
+    if alive <= sink + last_n:
+        return alive, alive
+    blocks = -(-alive // g)
+    chosen = min(blocks, max(1, math.floor(ratio * blocks + 1e-9)))
+    always = set(range(sink)) | set(range(alive - last_n, alive))
+    extra = sorted(sum(1 for i in range(b * g, min(alive, (b + 1) * g)) if i not in always)
+                   for b in range(blocks))
+    return len(always) + sum(extra[:chosen]), len(always) + sum(extra[-chosen:])
+
+
 class OpenAIClientTest(unittest.TestCase):
     server: Server
     client: openai.OpenAI
@@ -320,21 +335,26 @@ class OpenAIClientTest(unittest.TestCase):
     def test_uniprefill_long_prompt_fixed_ratio(self):
         # ~3000 tokens: past the drop layer's sink + observation window, so tokens are dropped.
         prompt = (long_text(190) + "\n\nQuestion: what was the first note about? Answer:")
+        g, sink, last_n = 64, 128, 128
         r = self.client.completions.create(
             model=self.model, prompt=prompt, max_tokens=4, temperature=0,
-            extra_body={"uniprefill": {"mode": "fixed-ratio", "keep_ratio": 0.5}})
+            extra_body={"uniprefill": {"mode": "fixed-ratio", "keep_ratio": 0.5, "block_size": g,
+                                       "sink": sink, "last_n": last_n}})
         n = r.usage.prompt_tokens
         self.assertGreater(n, 2000, "the long prompt should be ~3000 tokens")
         ext = extension(r)
         self.assertIsNotNone(ext, f"no uniprefill extension in {r.model_extra}")
-        self.assertLess(ext["keep_ratio"], 0.75, ext)
-        self.assertGreater(ext["keep_ratio"], 0.25, ext)
         kept = ext["kept"]
         self.assertGreaterEqual(len(kept), 1)
+        alive = n  # the first drop layer sees the whole prompt; selections nest
         for k in kept:
-            self.assertLess(k["kept"], k["alive"])
-            self.assertLessEqual(k["alive"], n)
             self.assertIsInstance(k["layer"], int)
+            self.assertEqual(k["alive"], alive, ext)
+            lo, hi = fixed_ratio_kept_bounds(alive, 0.5, g, sink, last_n)
+            self.assertGreaterEqual(k["kept"], lo, f"layer {k['layer']}: {ext}")
+            self.assertLessEqual(k["kept"], hi, f"layer {k['layer']}: {ext}")
+            self.assertLess(k["kept"], k["alive"])
+            alive = k["kept"]
         self.assertAlmostEqual(ext["keep_ratio"], kept[-1]["kept"] / kept[-1]["alive"], places=3)
 
         # Chat, streaming, top-p: the extension rides on the finish chunk.

@@ -20,6 +20,7 @@
 #include "io/gguf.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/spm_tokenizer.h"
+#include "testing/required_asset.h"
 
 namespace uniprefill::eval {
 namespace {
@@ -476,7 +477,10 @@ class RulerRealTokenizer : public ::testing::Test {
     tokenizer_ = nullptr;
   }
   void SetUp() override {
-    if (tokenizer_ == nullptr) GTEST_SKIP() << "model not found at " << kModelPath;
+    if (tokenizer_ == nullptr) {
+      UP_REQUIRE_ASSET(kModelPath, "the default model (its tokenizer)");
+      FAIL() << "the tokenizer of " << kModelPath << " did not load (see the suite set-up failure)";
+    }
   }
 
   // The prompt as the engine builds it: Gemma chat template, answer prefix, <bos>.

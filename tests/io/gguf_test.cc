@@ -13,6 +13,7 @@
 
 #include "gguf_builder.h"
 #include "io/dequant.h"
+#include "testing/required_asset.h"
 
 namespace uniprefill::gguf {
 namespace {
@@ -425,7 +426,7 @@ const std::vector<RowExpectation>& GemmaExpectations() {
 
 TEST(GgufRealModel, Gemma3_270mParsesAndDequantizesLikeTheGgufPythonPackage) {
   const std::string path = std::string(UP_SOURCE_DIR) + "/models/gemma-3-270m-q4_k_m.gguf";
-  if (!std::ifstream(path).good()) GTEST_SKIP() << "model not present (run scripts/setup.sh): " << path;
+  UP_REQUIRE_ASSET(path, "the default model");
   auto f = GgufFile::Open(path);
   ASSERT_TRUE(f.ok()) << f.status().message();
   const GgufFile& g = *f.value();

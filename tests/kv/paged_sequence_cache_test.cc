@@ -24,6 +24,7 @@
 #include "kv/kv_block_manager.h"
 #include "model/model.h"
 #include "testing/tiny_gemma3.h"
+#include "testing/compare.h"
 
 namespace uniprefill {
 namespace {
@@ -447,9 +448,7 @@ int Argmax(const std::vector<float>& v) {
 void ExpectSameLogits(const std::vector<float>& want, const std::vector<float>& got,
                       const std::string& what) {
   ASSERT_EQ(want.size(), got.size());
-  float diff = 0;
-  for (size_t i = 0; i < want.size(); ++i) diff = std::max(diff, std::fabs(want[i] - got[i]));
-  EXPECT_EQ(want, got) << what << ": max |diff| " << diff;
+  EXPECT_EQ(want, got) << what << ": max |diff| " << testing::MaxAbsDiff(want, got);
 }
 
 std::vector<int> SegmentLengths(const SequenceCache& c) {
@@ -695,12 +694,7 @@ TEST(PagedSequenceCacheModelTest, PackedPrefillAndDecodeThroughTheScheduler) {
     ASSERT_EQ(r.fed.size(), static_cast<size_t>(r.max_tokens));
     for (size_t step = 0; step < r.fed.size(); ++step) {
       const std::vector<float> want = RunOne(*m, *ctx, *alone, r.fed[step], c);
-      float scale = 0, diff = 0;
-      for (size_t i = 0; i < want.size(); ++i) {
-        scale = std::max(scale, std::fabs(want[i]));
-        diff = std::max(diff, std::fabs(want[i] - r.logits[step][i]));
-      }
-      EXPECT_LE(diff, 1e-4f * scale) << "step " << step << ": max diff " << diff;
+      EXPECT_TRUE(testing::AllCloseToScale(want, r.logits[step], 1e-4)) << "step " << step;
       EXPECT_EQ(Argmax(want), Argmax(r.logits[step])) << "step " << step;
     }
   }

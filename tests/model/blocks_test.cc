@@ -15,6 +15,7 @@
 #include "model/blocks/gated_deltanet.h"
 #include "model/blocks/moe.h"
 #include "ops/ops.h"
+#include "testing/compare.h"
 
 namespace uniprefill {
 namespace {
@@ -26,15 +27,7 @@ std::vector<float> Uniform(std::mt19937& rng, size_t n, float lo, float hi) {
   return v;
 }
 
-// max |a - b| / rms(b): errors relative to the output scale.
-double NormalisedError(const std::vector<float>& a, const std::vector<float>& b) {
-  double ss = 0, mx = 0;
-  for (size_t i = 0; i < b.size(); ++i) {
-    ss += static_cast<double>(b[i]) * b[i];
-    mx = std::max(mx, std::fabs(static_cast<double>(a[i]) - b[i]));
-  }
-  return mx / std::max(std::sqrt(ss / b.size()), 1e-12);
-}
+using testing::MaxErrorOverRms;  // max |a - b| / rms(b), infinite on NaN or Inf
 
 TensorView View(std::vector<float>& v, int64_t rows, int64_t cols) {
   return TensorView::Contiguous(v.data(), DType::kF32, {rows, cols});
@@ -232,16 +225,16 @@ TEST(DeltaNetBlockTest, PackedBatchEqualsEachSequenceAloneThroughPrefillAndDecod
     const std::vector<float> want(packed.begin() + seqs[s].begin * H,
                                   packed.begin() + seqs[s].end * H);
     // The GEMMs pick sgemm or the matvec by row count: rounding-level differences only.
-    EXPECT_LT(NormalisedError(ys, want), 1e-5) << "sequence " << s;
+    EXPECT_LT(MaxErrorOverRms(ys, want), 1e-5) << "sequence " << s;
     std::vector<float> xds(xd.begin() + s * H, xd.begin() + (s + 1) * H), yd(H);
     const std::vector<SequenceRows> row = {{0, 1}};
     GatedDeltaNetForward(*ctx, w, View(xds, 1, H), row, p, View(yd, 1, H));
     const std::vector<float> want_d(packed_d.begin() + s * H, packed_d.begin() + (s + 1) * H);
-    EXPECT_LT(NormalisedError(yd, want_d), 1e-5) << "decode of sequence " << s;
+    EXPECT_LT(MaxErrorOverRms(yd, want_d), 1e-5) << "decode of sequence " << s;
     const float* a = alone_state[0].recurrent_data();
     const float* b = packed_states[s].recurrent_data();
     const size_t n_rec = alone_state[0].recurrent.size() / sizeof(float);
-    EXPECT_LT(NormalisedError(std::vector<float>(a, a + n_rec), std::vector<float>(b, b + n_rec)),
+    EXPECT_LT(MaxErrorOverRms(std::vector<float>(a, a + n_rec), std::vector<float>(b, b + n_rec)),
               1e-5);
   }
 }
@@ -289,7 +282,7 @@ TEST(DeltaNetBlockTest, MatchesPerTokenScalarImplementation) {
           want.push_back(static_cast<float>(v));
       }
       // f32 GEMMs, conv and recurrence against double throughout (seen: up to 3e-6).
-      EXPECT_LT(NormalisedError(outputs[s], want), 2e-5)
+      EXPECT_LT(MaxErrorOverRms(outputs[s], want), 2e-5)
           << "sequence " << s << " n_k " << c.n_k << " n_v " << c.n_v << " d_k " << c.d_k;
     }
   }
@@ -372,7 +365,7 @@ TEST(MoeTest, MatchesDenseScalarLoopOverAllExperts) {
       for (int t = 0; t < T; ++t) {
         for (double v : DenseMoeRow(w, x.data() + t * H, H)) want.push_back(static_cast<float>(v));
       }
-      EXPECT_LT(NormalisedError(y, want), 1e-5) << "norm " << norm << " f32 " << with_f32;
+      EXPECT_LT(MaxErrorOverRms(y, want), 1e-5) << "norm " << norm << " f32 " << with_f32;
     }
   }
 }
@@ -394,14 +387,14 @@ TEST(MoeTest, RowsGiveTheSameResultInAnyBatch) {
     MoeForward(*ctx, w, View(xs, e - b, H), View(ys, e - b, H));
     parts.insert(parts.end(), ys.begin(), ys.end());
   }
-  EXPECT_LT(NormalisedError(parts, whole), 5e-6);
+  EXPECT_LT(MaxErrorOverRms(parts, whole), 5e-6);
   std::vector<float> xr(T * H), yr(T * H), back(T * H);
   for (int t = 0; t < T; ++t) std::copy_n(x.begin() + t * H, H, xr.begin() + (T - 1 - t) * H);
   MoeForward(*ctx, w, View(xr, T, H), View(yr, T, H));
   for (int t = 0; t < T; ++t) std::copy_n(yr.begin() + (T - 1 - t) * H, H, back.begin() + t * H);
   // Per-row summation order is fixed; only the GEMM kernels' rounding differs with a row's
   // position and its expert group's size.
-  EXPECT_LT(NormalisedError(back, whole), 5e-6);
+  EXPECT_LT(MaxErrorOverRms(back, whole), 5e-6);
 }
 
 TEST(MoeTest, RouteRowBreaksTiesTowardsTheLowerExpertIndex) {

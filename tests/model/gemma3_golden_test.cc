@@ -17,6 +17,8 @@
 
 #include "engine/sampler.h"
 #include "model/model.h"
+#include "testing/compare.h"
+#include "testing/required_asset.h"
 
 namespace uniprefill {
 namespace {
@@ -47,8 +49,8 @@ class Gemma3GoldenTest : public ::testing::TestWithParam<GoldenCase> {};
 TEST_P(Gemma3GoldenTest, MatchesFp32ReferenceAndLlamaCpp) {
   const GoldenCase gc = GetParam();
   const std::string json_path = kGoldens + "prompt" + std::to_string(gc.prompt) + ".json";
-  if (!std::filesystem::exists(kModel)) GTEST_SKIP() << "model missing: run scripts/setup.sh";
-  if (!std::filesystem::exists(json_path)) GTEST_SKIP() << "golden missing: " << json_path;
+  UP_REQUIRE_ASSET(kModel, "the default model");
+  UP_REQUIRE_ASSET(json_path, "the committed golden file");
   const nlohmann::json g = nlohmann::json::parse(std::ifstream(json_path));
   const std::vector<int32_t> ids = g["ids"].get<std::vector<int32_t>>();
   const std::vector<int32_t> fp32_greedy = g["fp32"]["greedy"].get<std::vector<int32_t>>();
@@ -75,12 +77,8 @@ TEST_P(Gemma3GoldenTest, MatchesFp32ReferenceAndLlamaCpp) {
   std::vector<float> logits(model.config().vocab_size);
   ASSERT_TRUE(model.Forward(*ctx, ids, *cache, logits.data()).ok());
 
-  float max_abs = 0, ref_max = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    max_abs = std::max(max_abs, std::fabs(logits[i] - ref[i]));
-    ref_max = std::max(ref_max, std::fabs(ref[i]));
-  }
-  const float max_rel = max_abs / ref_max;  // relative to the largest |logit|
+  const double max_abs = testing::MaxAbsDiff(logits, ref);
+  const double max_rel = testing::MaxErrorOverMaxAbs(logits, ref);  // relative to the largest |logit|
   EXPECT_EQ(TopK(logits, 5), TopK(ref, 5));
   // f32 everywhere: only summation order differs from the reference (~5e-5 measured). int16
   // activations in the head add ~3e-3 (llama.cpp's int8 activations: ~0.9).

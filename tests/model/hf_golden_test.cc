@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "model/model.h"
+#include "testing/compare.h"
 
 namespace uniprefill {
 namespace {
@@ -60,12 +61,8 @@ TEST_P(HfGoldenTest, LogitsAndGreedyTokensMatchTransformers) {
     std::vector<float> logits(m.config().vocab_size);
     ASSERT_TRUE(m.Forward(*ctx, ids, *cache, logits.data()).ok());
     ASSERT_EQ(want.size(), logits.size());
-    float scale = 0, diff = 0;
-    for (size_t i = 0; i < want.size(); ++i) {
-      scale = std::max(scale, std::fabs(want[i]));
-      diff = std::max(diff, std::fabs(want[i] - logits[i]));
-    }
-    EXPECT_LE(diff, 5e-5f * scale) << "max |logit diff| " << diff << " at scale " << scale;
+    const double scale = testing::MaxAbs(want), diff = testing::MaxAbsDiff(want, logits);
+    EXPECT_LE(diff, 5e-5 * scale) << "max |logit diff| " << diff << " at scale " << scale;
     std::printf("%s, %zu tokens: max |logit - transformers| %.2e at logit scale %.2f\n",
                 param.c_str(), ids.size(), diff, scale);
     // Greedy continuation, feeding the reference's tokens so one near-tie cannot derail the rest.
@@ -94,14 +91,10 @@ TEST(HfGemma3Test, SafetensorsEqualsGgufWithTheSameWeights) {
   auto ca = (*st)->NewCache(256), cb = (*gg)->NewCache(256);
   ASSERT_TRUE((*st)->Forward(*ctx, ids, *ca, a.data()).ok());
   ASSERT_TRUE((*gg)->Forward(*ctx, ids, *cb, b.data()).ok());
-  float scale = 0, diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    scale = std::max(scale, std::fabs(a[i]));
-    diff = std::max(diff, std::fabs(a[i] - b[i]));
-  }
+  const double scale = testing::MaxAbs(a), diff = testing::MaxAbsDiff(a, b);
   // bf16 safetensors vs the GGUF's f32 copy of the same values; the norms' +1 is added in f32 at
   // load on one side and baked by the converter on the other.
-  EXPECT_LE(diff, 1e-5f * std::max(1.0f, scale)) << "max diff " << diff;
+  EXPECT_LE(diff, 1e-5 * std::max(1.0, scale)) << "max diff " << diff;
   EXPECT_EQ(Argmax(a), Argmax(b));
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "model/model.h"
+#include "testing/compare.h"
 
 namespace uniprefill {
 namespace {
@@ -124,12 +125,7 @@ TEST_P(UniPrefillFamilyTest, MixedBatchWithDropsEqualsAlone) {
   }
   ASSERT_TRUE(m.ForwardBatch(*ctx_, steps, up).ok());
   for (int i = 0; i < 3; ++i) {
-    float scale = 0, diff = 0;
-    for (int v = 0; v < V; ++v) {
-      scale = std::max(scale, std::fabs(want[i][v]));
-      diff = std::max(diff, std::fabs(want[i][v] - got[i][v]));
-    }
-    EXPECT_LE(diff, 1e-4f * scale) << "request " << i;
+    EXPECT_TRUE(testing::AllCloseToScale(want[i], got[i], 1e-4)) << "request " << i;
     EXPECT_EQ(Argmax(want[i]), Argmax(got[i])) << "request " << i;
     ASSERT_EQ(kept_alone[i].size(), kept_batched[i].size());
     for (size_t k = 0; k < kept_alone[i].size(); ++k) {

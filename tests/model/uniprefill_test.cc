@@ -14,6 +14,7 @@
 #include "model/model.h"
 #include "testing/naive_gemma3.h"
 #include "testing/tiny_gemma3.h"
+#include "testing/compare.h"
 
 namespace uniprefill {
 namespace {
@@ -80,14 +81,9 @@ void ExpectSameGreedy(const std::vector<float>& ref, const std::vector<float>& g
                                 << ") without a near-tie";
 }
 
-// max |a - b| <= tol * max |a|
+// max |a - b| <= tol * max |a|, and every value finite.
 void ExpectClose(const std::vector<float>& ref, const std::vector<float>& got, float tol) {
-  float scale = 0, diff = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    scale = std::max(scale, std::fabs(ref[i]));
-    diff = std::max(diff, std::fabs(ref[i] - got[i]));
-  }
-  EXPECT_LE(diff, tol * scale) << "max diff " << diff << " at logit scale " << scale;
+  EXPECT_TRUE(testing::AllCloseToScale(ref, got, tol));
 }
 
 TEST(UniPrefillModelTest, POneAndNoDropLayersEqualDenseExactly) {

@@ -15,7 +15,7 @@
 namespace uniprefill::ops {
 namespace {
 
-using testing::NormalisedError;
+using testing::MaxErrorOverRms;
 using testing::RandomFloats;
 
 struct Case {
@@ -47,7 +47,7 @@ void RunCase(DeviceContext& ctx, const Case& c, std::mt19937& rng) {
   params.window = c.window;
   Attention(ctx, ov, qv, kv_k, kv_v, q_pos.data(), k_pos.data(), params);
   reference::Attention(rv, qv, kv_k, kv_v, q_pos.data(), k_pos.data(), params);
-  EXPECT_LT(NormalisedError(out, ref), 5e-5)
+  EXPECT_LT(MaxErrorOverRms(out, ref), 5e-5)
       << "tq " << c.tq << " tk " << c.tk << " hq " << c.hq << " hkv " << c.hkv << " d " << c.d
       << " window " << c.window << " q_offset " << c.q_offset << " gap " << c.key_gap
       << " threads " << ctx.threads();

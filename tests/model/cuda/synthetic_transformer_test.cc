@@ -64,7 +64,7 @@ TEST(CudaSyntheticTransformerTest, PackedBatchEqualsEachAlone) {
     ASSERT_TRUE(ta.ok() && tb.ok());
     const size_t v = a.size();
     std::vector<float> first(both.begin(), both.begin() + v);
-    EXPECT_LT(testing::NormalizedError(first, a), 2e-2) << "drop=" << drop;
+    EXPECT_LT(testing::RelativeL2Error(first, a), 2e-2) << "drop=" << drop;
     if (drop) {
       EXPECT_EQ(ta->kept[0], tb->kept[0]);
       EXPECT_LT(tb->kept[0][0], 700);
@@ -143,7 +143,7 @@ TEST(CudaSyntheticTransformerTest, FixedRatioWithoutSyncEqualsSyncedLayout) {
       EXPECT_LT(free_run->kept[0][1], free_run->kept[0][0]);  // the second drop did drop
       EXPECT_EQ(free_run->kept[3][0], 200);                   // S + n = 256: kept whole
       for (float v : free_logits) ASSERT_TRUE(std::isfinite(v));
-      EXPECT_LT(testing::NormalizedError(free_logits, synced_logits), 2e-2) << "ratio " << ratio;
+      EXPECT_LT(testing::RelativeL2Error(free_logits, synced_logits), 2e-2) << "ratio " << ratio;
     }
   }
 }

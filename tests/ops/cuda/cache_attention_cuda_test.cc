@@ -11,7 +11,7 @@
 // strides and offsets: the element-wise load path).
 // Poison: every pool slot that holds no key, the spare table entries' block and released pages hold
 // bf16 NaN, and out starts as 0xFF bytes (NaN): covered rows must match the reference (NaN never
-// passes NormalizedError), and rows not covered by any request (gaps, q_len 0 requests, the tail)
+// passes RelativeL2Error), and rows not covered by any request (gaps, q_len 0 requests, the tail)
 // and the padding between out rows must still be NaN afterwards.
 // Bound: normalised error ||out - ref|| / ||ref|| < 1e-2 over all covered rows (the bf16 output
 // alone rounds by ~3e-3 relative), as for PagedDecodeAttention.
@@ -293,7 +293,7 @@ CacheResult RunCache(DeviceContext& ctx, const CacheCase& c) {
 
 void ExpectMatches(DeviceContext& ctx, const CacheCase& c) {
   const CacheResult r = RunCache(ctx, c);
-  EXPECT_LT(ut::NormalizedError(r.out, r.ref), kBound) << c.Describe();
+  EXPECT_LT(ut::RelativeL2Error(r.out, r.ref), kBound) << c.Describe();
   EXPECT_EQ(r.poison_broken, 0) << "elements written outside the covered rows: " << c.Describe();
 }
 
@@ -559,7 +559,7 @@ TEST(CudaCacheAttentionTest, DISABLED_DecodeTimingVsPagedDecode) {
               us_cache, bytes / us_cache * 1e-3, us_paged, bytes / us_paged * 1e-3);
   const std::vector<float> a = ut::FromBf16(out.ToHost<uint16_t>(out.size() / 2));
   const std::vector<float> p = ut::FromBf16(out2.ToHost<uint16_t>(out2.size() / 2));
-  const double diff = ut::NormalizedError(a, p);
+  const double diff = ut::RelativeL2Error(a, p);
   std::printf("[ timing ] CacheAttention vs PagedDecodeAttention normalised difference %.2e\n",
               diff);
   EXPECT_LT(diff, kBound);

@@ -155,7 +155,7 @@ TEST(CudaDenseOpsTest, GemmMatchesDoubleLoopOverShapes) {
         Bf16Matrix out = PoisonedMatrix(M, N, N);
         cuda::Gemm(ctx, out.DeviceView(), x.DeviceView(), w.DeviceView());
         ctx.cuda().Synchronize();
-        EXPECT_LT(ut::NormalizedError(out.Values(), GemmReference(x, w, AllRows(M))), kGemmBound)
+        EXPECT_LT(ut::RelativeL2Error(out.Values(), GemmReference(x, w, AllRows(M))), kGemmBound)
             << "M " << M << " N " << N << " K " << K;
       }
     }
@@ -180,7 +180,7 @@ TEST(CudaDenseOpsTest, GemmStridedRowsOffsetPointersAndCachedPlans) {
       ctx.cuda().Synchronize();
       const std::vector<float> ref =
           offset_x ? GemmReference(x, w, AllRows(M)) : GemmReference(x_all, w, AllRows(M));
-      EXPECT_LT(ut::NormalizedError(out.Values(), ref), kGemmBound)
+      EXPECT_LT(ut::RelativeL2Error(out.Values(), ref), kGemmBound)
           << "round " << round << " offset " << offset_x;
       EXPECT_TRUE(out.PaddingIsPoison()) << "round " << round << " offset " << offset_x;
     }
@@ -225,7 +225,7 @@ TEST(CudaDenseOpsTest, GemmHandlesLongPrefillsAndHugeOutputs) {
       const std::vector<float> f = ut::FromBf16(bits);
       got.insert(got.end(), f.begin(), f.end());
     }
-    EXPECT_LT(ut::NormalizedError(got, GemmReference(x, w, rows)), kGemmBound)
+    EXPECT_LT(ut::RelativeL2Error(got, GemmReference(x, w, rows)), kGemmBound)
         << "M " << s.M << " N " << s.N << " K " << s.K;
   }
 }
@@ -261,7 +261,7 @@ TEST(CudaDenseOpsTest, RmsNormMatchesCpuOutOfPlaceAndInPlace) {
       ops::RmsNorm(Cpu(), View2(ref.data(), DType::kF32, c.rows, c.d, c.stride, Device::kCpu),
                    x.HostView(), w.data(), eps);
       Bf16Matrix ref_m{c.rows, c.d, c.stride, ref, DeviceBuffer()};
-      EXPECT_LT(ut::NormalizedError(dst.Values(), ref_m.HostValues()), kElementwiseBound)
+      EXPECT_LT(ut::RelativeL2Error(dst.Values(), ref_m.HostValues()), kElementwiseBound)
           << c.rows << "x" << c.d << " stride " << c.stride << " in place " << in_place;
       EXPECT_TRUE(in_place ? x.PaddingUnchanged() : out.PaddingIsPoison())
           << c.rows << "x" << c.d << " in place " << in_place;
@@ -292,7 +292,7 @@ TEST(CudaDenseOpsTest, RmsNormOnStridedHeadViewInPlace) {
       ops::RmsNorm(Cpu(), blk, blk, w.data(), 1e-6f);
     }
     const std::vector<float> got = qkv.Values();
-    EXPECT_LT(ut::NormalizedError(got, ref), kElementwiseBound) << "D " << D;
+    EXPECT_LT(ut::RelativeL2Error(got, ref), kElementwiseBound) << "D " << D;
     // q and v heads untouched.
     for (int64_t t = 0; t < T; ++t) {
       for (int64_t i = 0; i < row; ++i) {
@@ -331,7 +331,7 @@ TEST(CudaDenseOpsTest, AddRmsNormUpdatesResidualExactlyAndNormalisesIt) {
       std::vector<float> ref(c.rows * c.d);
       ops::RmsNorm(Cpu(), View2(ref.data(), DType::kF32, c.rows, c.d, c.d, Device::kCpu),
                    sum.HostView(), w.data(), eps);
-      EXPECT_LT(ut::NormalizedError(dst.Values(), ref), kElementwiseBound)
+      EXPECT_LT(ut::RelativeL2Error(dst.Values(), ref), kElementwiseBound)
           << c.rows << "x" << c.d << " stride " << c.stride << " out is x " << out_is_x;
       EXPECT_TRUE(residual.PaddingUnchanged()) << c.rows << "x" << c.d;
       if (!out_is_x) {
@@ -393,7 +393,7 @@ TEST(CudaDenseOpsTest, RopeMatchesCpuForBothStylesAndPartialRotation) {
           }
         }
       }
-      EXPECT_LT(ut::NormalizedError(got_rot, ref_rot), kElementwiseBound)
+      EXPECT_LT(ut::RelativeL2Error(got_rot, ref_rot), kElementwiseBound)
           << "style " << static_cast<int>(style) << " T " << c.T << " H " << c.H << " D " << c.D
           << " rot " << c.rot << " pad " << c.pad;
     }
@@ -436,7 +436,7 @@ TEST(CudaDenseOpsTest, GatedActivationMatchesCpuOnFusedHalvesAndInPlace) {
           } else {
             got = out.Values();
           }
-          EXPECT_LT(ut::NormalizedError(got, ref), kElementwiseBound)
+          EXPECT_LT(ut::RelativeL2Error(got, ref), kElementwiseBound)
               << "act " << static_cast<int>(act) << " T " << T << " F " << F << " in place "
               << in_place;
         }
@@ -469,7 +469,7 @@ TEST(CudaDenseOpsTest, EmbeddingMatchesCpuWithRepeatedIds) {
         Cpu(), View2(ref.data(), DType::kF32, T, D, D, Device::kCpu),
         View2(const_cast<uint16_t*>(table_bits.data()), DType::kBF16, V, D, D, Device::kCpu),
         ids.data(), scale);
-    EXPECT_LT(ut::NormalizedError(out.Values(), ref), kElementwiseBound) << "D " << D;
+    EXPECT_LT(ut::RelativeL2Error(out.Values(), ref), kElementwiseBound) << "D " << D;
     EXPECT_EQ(out.Values(), RoundBf16(ref)) << "D " << D;  // one f32 product, rounded once
     EXPECT_TRUE(out.PaddingIsPoison()) << "D " << D;
   }
@@ -703,7 +703,7 @@ TEST(CudaDenseOpsTest, ElementwiseOpsIndexPast2To31Elements) {
       Cpu(), View2(ref.data(), DType::kF32, check_rows, D, D, Device::kCpu),
       View2(const_cast<float*>(a_tail.data()), DType::kF32, check_rows, D, D, Device::kCpu),
       w.data(), 1e-6f);
-  EXPECT_LT(ut::NormalizedError(read_tail(out), ref), kElementwiseBound);
+  EXPECT_LT(ut::RelativeL2Error(read_tail(out), ref), kElementwiseBound);
 }
 
 }  // namespace

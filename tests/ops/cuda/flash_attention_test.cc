@@ -33,7 +33,7 @@ namespace {
 
 using ::uniprefill::testing::Bf16BitsToF32;
 using ::uniprefill::testing::F32ToBf16Bits;
-using ::uniprefill::testing::NormalizedError;
+using ::uniprefill::testing::RelativeL2Error;
 using ::uniprefill::testing::RandomBf16Values;
 using ::uniprefill::testing::ToBf16;
 
@@ -203,7 +203,7 @@ Outcome RunAndCheck(DeviceContext& gpu, DeviceContext& cpu, const Problem& p, ui
     for (int64_t e = 0; e < hq * d; ++e)
       got[t * hq * d + e] = Bf16BitsToF32(result.out[t * o_row + e]);
   }
-  EXPECT_LT(NormalizedError(got, ref), kTolerance) << Describe(p);
+  EXPECT_LT(RelativeL2Error(got, ref), kTolerance) << Describe(p);
 
   // A query with no visible key must give exact zeros (not NaN, not a stale or uniform average).
   int bad_zero_rows = 0;
@@ -473,7 +473,7 @@ TEST_F(CudaFlashAttentionTest, DISABLED_Throughput32kCausal) {
                                    TensorView::Contiguous(ref.data(), DType::kF32, {1, hq, d}), rq,
                                    rk, rv, pos.data() + row, pos.data(), params);
       for (int e = 0; e < hq * d; ++e) got[e] = Bf16BitsToF32(out[int64_t{row} * hq * d + e]);
-      EXPECT_LT(NormalizedError(got, ref), kTolerance) << "row " << row << " D " << d;
+      EXPECT_LT(RelativeL2Error(got, ref), kTolerance) << "row " << row << " D " << d;
     }
   }
 }

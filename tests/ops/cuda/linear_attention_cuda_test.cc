@@ -4,7 +4,7 @@
 // delta-rule kernels, packed batches with permuted state slots, and a prefill continued by 1-row
 // decodes against one CPU call on the whole sequence. q, k, v are column ranges of one fused
 // [T, 2 Hk Dk + Hv Dv] buffer, as in the mixer. Outputs are poisoned with 0xFF bytes first (NaN in
-// bf16 and f32), so an element a kernel forgets fails (NormalizedError is inf on NaN).
+// bf16 and f32), so an element a kernel forgets fails (RelativeL2Error is inf on NaN).
 // Error bounds (normalised, ||gpu - cpu|| / ||cpu||):
 //   f32 activations: < 1e-4 (f32 rounding, different summation orders; the chunked form
 //                    reassociates the recurrence, measured ~2e-7 against a double loop);
@@ -175,7 +175,7 @@ TEST(CudaCausalConvTest, PrefillThenDecodesMatchCpuOverLengths) {
         const std::vector<float> o = GpuConv(ctx, dtype, row, 1, dweight, K, state, {}, {}, 1, 1);
         got.insert(got.end(), o.begin(), o.end());
       }
-      EXPECT_LT(ut::NormalizedError(Valid(got, rows, kConvChannels, kConvOutStride),
+      EXPECT_LT(ut::RelativeL2Error(Valid(got, rows, kConvChannels, kConvOutStride),
                                     Valid(ref, rows, kConvChannels, kConvOutStride)),
                 OutBound(dtype));
       EXPECT_EQ(state.ToHost<float>(ref_state.size()), ref_state);
@@ -212,7 +212,7 @@ TEST(CudaCausalConvTest, PackedBatchWithSlotsMatchesCpuPerSequence) {
       const std::vector<float> got =
           GpuConv(ctx, dtype, x, T, dweight, K, state, cu, slots, batch, max_len);
       EXPECT_TRUE(PaddingIsNan(got, T, kConvChannels, kConvOutStride));
-      EXPECT_LT(ut::NormalizedError(Valid(got, T, kConvChannels, kConvOutStride),
+      EXPECT_LT(ut::RelativeL2Error(Valid(got, T, kConvChannels, kConvOutStride),
                                     Valid(ref, T, kConvChannels, kConvOutStride)),
                 OutBound(dtype));
       EXPECT_EQ(state.ToHost<float>(ref_state.size()), ref_state);
@@ -257,7 +257,7 @@ TEST(CudaCausalConvTest, BoundedSegmentsLeavePaddingRowsAlone) {
       }
     }
   }
-  EXPECT_LT(ut::NormalizedError(got_real, ref_real), kF32Bound);
+  EXPECT_LT(ut::RelativeL2Error(got_real, ref_real), kF32Bound);
   EXPECT_EQ(state.ToHost<float>(ref_state.size()), ref_state);
 }
 
@@ -294,7 +294,7 @@ TEST(CudaL2NormTest, MatchesCpuInPlaceOnStridedHeadViews) {
           }
         }
       }
-      EXPECT_LT(ut::NormalizedError(got_heads, ref_heads), dtype == DType::kBF16 ? 5e-3 : 1e-5);
+      EXPECT_LT(ut::RelativeL2Error(got_heads, ref_heads), dtype == DType::kBF16 ? 5e-3 : 1e-5);
     }
   }
 }
@@ -426,8 +426,8 @@ void ExpectOneSequenceMatchesCpu(DeviceContext& ctx, DeltaRuleKernel kernel,
           const std::vector<float> ref = CpuDeltaRule(s, x, ref_state.data());
           const std::vector<float> got =
               GpuDeltaRule(ctx, dtype, s, x, state, {}, {}, 1, static_cast<int>(T), kernel);
-          EXPECT_LT(ut::NormalizedError(got, ref), OutBound(dtype));
-          EXPECT_LT(ut::NormalizedError(state.ToHost<float>(ref_state.size()), ref_state),
+          EXPECT_LT(ut::RelativeL2Error(got, ref), OutBound(dtype));
+          EXPECT_LT(ut::RelativeL2Error(state.ToHost<float>(ref_state.size()), ref_state),
                     kStateBound);
         }
       }
@@ -458,8 +458,8 @@ TEST(CudaGatedDeltaNetTest, UnalignedHeadDimsMatchCpu) {
       const std::vector<float> ref = CpuDeltaRule(s, x, ref_state.data());
       const std::vector<float> got =
           GpuDeltaRule(ctx, DType::kF32, s, x, state, {}, {}, 1, 130, kernel);
-      EXPECT_LT(ut::NormalizedError(got, ref), kF32Bound);
-      EXPECT_LT(ut::NormalizedError(state.ToHost<float>(ref_state.size()), ref_state), kStateBound);
+      EXPECT_LT(ut::RelativeL2Error(got, ref), kF32Bound);
+      EXPECT_LT(ut::RelativeL2Error(state.ToHost<float>(ref_state.size()), ref_state), kStateBound);
     }
   }
 }
@@ -490,9 +490,9 @@ TEST(CudaGatedDeltaNetTest, PackedBatchWithSlotsMatchesCpuPerSequence) {
       }
       const std::vector<float> got =
           GpuDeltaRule(ctx, dtype, s, x, state, cu, slots, batch, max_len, kernel);
-      EXPECT_LT(ut::NormalizedError(got, ref), OutBound(dtype));
+      EXPECT_LT(ut::RelativeL2Error(got, ref), OutBound(dtype));
       const std::vector<float> got_state = state.ToHost<float>(ref_state.size());
-      EXPECT_LT(ut::NormalizedError(got_state, ref_state), kStateBound);
+      EXPECT_LT(ut::RelativeL2Error(got_state, ref_state), kStateBound);
       const int64_t spare = 3 * s.state_size();
       EXPECT_TRUE(std::equal(got_state.begin() + spare, got_state.begin() + spare + s.state_size(),
                              ref_state.begin() + spare));
@@ -529,8 +529,8 @@ TEST(CudaGatedDeltaNetTest, BoundedSegmentsLeavePaddingRowsAlone) {
         ASSERT_TRUE(std::isnan(got[i])) << "padding of sequence " << b << " was written";
       }
     }
-    EXPECT_LT(ut::NormalizedError(got_real, ref_real), kF32Bound);
-    EXPECT_LT(ut::NormalizedError(state.ToHost<float>(ref_state.size()), ref_state), kStateBound);
+    EXPECT_LT(ut::RelativeL2Error(got_real, ref_real), kF32Bound);
+    EXPECT_LT(ut::RelativeL2Error(state.ToHost<float>(ref_state.size()), ref_state), kStateBound);
   }
 }
 
@@ -579,10 +579,10 @@ TEST(CudaGatedDeltaNetTest, PrefillThenDecodesMatchCpuOnWholeSequences) {
       SCOPED_TRACE("sequence " + std::to_string(b));
       std::vector<float> ref_state(s.state_size(), 0.0f);
       const std::vector<float> ref = CpuDeltaRule(s, seq[b], ref_state.data());
-      EXPECT_LT(ut::NormalizedError(got[b], ref), OutBound(dtype));
+      EXPECT_LT(ut::RelativeL2Error(got[b], ref), OutBound(dtype));
       const std::vector<float> st(got_state.begin() + slots[b] * s.state_size(),
                                   got_state.begin() + (slots[b] + 1) * s.state_size());
-      EXPECT_LT(ut::NormalizedError(st, ref_state), kStateBound);
+      EXPECT_LT(ut::RelativeL2Error(st, ref_state), kStateBound);
     }
   }
 }

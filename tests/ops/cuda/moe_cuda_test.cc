@@ -176,7 +176,7 @@ void CheckCase(DeviceContext& ctx, const MoeSpec& spec, const std::vector<int64_
     const std::vector<float> x = ut::RandomBf16Values(rng, T * stride_x);
     const std::vector<float> got = RunGpu(ctx, f, x, T, stride_x, stride_out);
     const std::vector<float> want = RunCpu(f, x, T, stride_x);
-    const double err = ut::NormalizedError(got, want);
+    const double err = ut::RelativeL2Error(got, want);
     std::printf("MoE E=%lld top%lld H=%lld I=%lld Is=%lld norm=%d T=%lld: normalised error %.2e\n",
                 static_cast<long long>(spec.e), static_cast<long long>(spec.k),
                 static_cast<long long>(spec.h), static_cast<long long>(spec.inter),
@@ -253,9 +253,9 @@ TEST(CudaMoeTest, RoutingTiesGoToTheLowerExpertIndex) {
   for (int64_t t = 0; t < T; ++t) {
     const std::vector<float> g(got.begin() + t * s.h, got.begin() + (t + 1) * s.h);
     const std::vector<float> w(want.begin() + t * s.h, want.begin() + (t + 1) * s.h);
-    EXPECT_LT(ut::NormalizedError(g, w), 2e-2) << "row " << t;
+    EXPECT_LT(ut::RelativeL2Error(g, w), 2e-2) << "row " << t;
   }
-  EXPECT_LT(ut::NormalizedError(got, want), kMoeBound);
+  EXPECT_LT(ut::RelativeL2Error(got, want), kMoeBound);
 }
 
 // A row's output bits do not depend on the other rows of the batch (nor on the slots the

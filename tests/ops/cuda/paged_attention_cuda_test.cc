@@ -6,7 +6,7 @@
 // that see only part of their keys or none, strided pool / q / out layouts. Unread memory is
 // poisoned: every pool slot that holds no key, the spare table entries' block and the pool padding
 // hold bf16 NaN, and outputs and scratch start as 0xFF bytes (NaN), so a kernel that reads past a
-// request's keys or forgets an output fails NormalizedError. Bound: normalised error < 1e-2 (the
+// request's keys or forgets an output fails RelativeL2Error. Bound: normalised error < 1e-2 (the
 // bf16 output alone rounds by ~3e-3 relative). PagedKvAppend is checked bit for bit over the whole
 // pool.
 #include <gtest/gtest.h>
@@ -229,7 +229,7 @@ PagedResult RunPaged(DeviceContext& ctx, const PagedCase& c) {
 
 void ExpectMatches(DeviceContext& ctx, const PagedCase& c) {
   const PagedResult r = RunPaged(ctx, c);
-  EXPECT_LT(ut::NormalizedError(r.out, r.ref), kBound) << c.Describe();
+  EXPECT_LT(ut::RelativeL2Error(r.out, r.ref), kBound) << c.Describe();
 }
 
 TEST(CudaPagedAttentionTest, MatchesCpuOverHeadDimsGroupsAndBlockSizes) {
@@ -372,7 +372,7 @@ TEST(CudaPagedAttentionTest, OneLongRequestIsSplitOverManyCtas) {
   c.seed = 800;
   const PagedResult r = RunPaged(ctx, c);
   EXPECT_GT(r.scratch_bytes, 0u) << "a single 32K-key request should be split";
-  EXPECT_LT(ut::NormalizedError(r.out, r.ref), kBound) << c.Describe();
+  EXPECT_LT(ut::RelativeL2Error(r.out, r.ref), kBound) << c.Describe();
 }
 
 // ---- PagedKvAppend ----
@@ -550,7 +550,7 @@ TEST(CudaPagedAttentionTest, AppendThenDecodeSeesTheNewToken) {
               TensorView::Contiguous(values[b].data(), DType::kF32, {L, hkv, D}), &q_pos[b],
               key_pos[b].data(), params);
   }
-  EXPECT_LT(ut::NormalizedError(out, ref), kBound);
+  EXPECT_LT(ut::RelativeL2Error(out, ref), kBound);
 }
 
 // Not a correctness test: the decode kernel's time and effective bandwidth (K + V bytes read per

@@ -147,8 +147,8 @@ TEST_P(CudaImportanceTest, MatchesCpuOnBf16Inputs) {
     want_inc[i] = want[i] - base[i];
     mass += got_inc[i];
   }
-  EXPECT_LT(testing::NormalizedError(got, want), 1e-4);
-  EXPECT_LT(testing::NormalizedError(got_inc, want_inc), 1e-4);
+  EXPECT_LT(testing::RelativeL2Error(got, want), 1e-4);
+  EXPECT_LT(testing::RelativeL2Error(got_inc, want_inc), 1e-4);
   // Each (query, head) with a visible key hands out probability 1.
   int64_t seeing = 0;
   for (int32_t p : q_pos) seeing += p >= k_pos.front();
