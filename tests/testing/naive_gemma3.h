@@ -1,8 +1,9 @@
 // A deliberately naive Gemma 3 for UniPrefill checks: one request, token lists held as plain
 // vectors, every layer's keys/values in a per-layer list, the scalar reference ops, and a UniPrefill
 // drop that *physically removes* the dropped rows (hidden state, positions) so later layers and
-// later decodes can only ever see the kept tokens. Its selection is its own (TokenImportanceReference
-// + SelectTokens on its own queries and keys). Shares no code with the engine's forward.
+// later decodes can only ever see the kept tokens. Its selection is its own (the independent
+// testing/selection_reference.h on its own queries and keys). Shares no code with the engine's
+// forward or selection.
 #pragma once
 
 #include <cmath>
@@ -13,7 +14,8 @@
 #include "io/dequant.h"
 #include "io/gguf.h"
 #include "ops/reference.h"
-#include "sparsity/token_selection.h"
+#include "sparsity/token_selection.h"  // SelectionParams
+#include "testing/selection_reference.h"
 
 namespace uniprefill::testing {
 
@@ -105,9 +107,9 @@ class NaiveGemma3 {
         const sparsity::SelectionParams& p = opt_.selection;
         if (R > p.sink + p.last_n && length_ == 0) {
           // Scores over this prefill's rows: queries and keys exactly as cached above.
-          std::vector<float> importance = sparsity::TokenImportanceReference(
+          const std::vector<double> importance = ReferenceTokenImportance(
               q.data(), k.data(), idx.data(), R, Hq_, Hkv_, D_, p.last_n, ap.scale);
-          keep = sparsity::SelectTokens(importance, p);
+          keep = ReferenceKeptTokens(importance, p);
           kept_.push_back(static_cast<int>(keep.size()));
         } else {
           for (int r = 0; r < R; ++r) keep.push_back(r);
