@@ -1,14 +1,20 @@
-// The CUDA model (bf16 weights, KV cache and activations) against the host model (f32) on the tiny
-// checkpoints of every family (Gemma 3 sliding/full, Llama full, Qwen3-Next DeltaNet/MoE hybrid)
-// and on the real Gemma 3 270M, 4 prompts each:
+// The CUDA model (bf16 weights, KV cache and activations) against the host model (f32) and against
+// itself, on the tiny checkpoints of every family (Gemma 3 sliding/full, Llama full, Qwen3-Next
+// DeltaNet/MoE hybrid), the tiny GGUF (head dim 128: flash and paged decode attention) and the real
+// Gemma 3 270M (4 golden prompts; its absence fails unless UNIPREFILL_ALLOW_MISSING_ASSETS=1):
 // - first-token logits within a bf16 bound (normalised error, below) and the same top-5 ids, except
 //   where the host's neighbouring logits are closer than the bound allows (a near-tie, printed);
 // - 32-token greedy continuations equal until a near-tie (the host's top-2 gap at the diverging
 //   step is checked and printed);
-// - UniPrefill drops on the GPU: kept counts within one block of the host's (bf16 scoring), logits
-//   within the bound; a packed batch (prefills beside a decode) equals each request alone;
+// - UniPrefill drops on the GPU: kept counts equal to the host's exactly, logits within the bound;
+// - UniPrefill that keeps everything (p = 1, keep ratio 1) equals dense bit for bit: a prefill,
+//   the decodes after it, and a packed batch (two prefills and a decode) with its decodes;
+// - a packed batch (prefills beside a decode) equals each request alone: dense, and with drops
+//   (kept records exactly, the same greedy tokens over 4 decodes, logits bit for bit on the HF
+//   tiny checkpoints and within 1e-3 on the tiny GGUF, as measured);
 // - fixed-ratio drops without a host sync (bounded segments) equal the synced path: kept records,
-//   logits, every cache's per-layer entry counts and held pages, and the decodes that follow.
+//   logits, every cache's per-layer entry counts and held pages, and the decodes that follow;
+// - Qwen3-Next's real top-2 routing within a routing-flip bound that a wrongly routed MoE exceeds.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -24,7 +30,9 @@
 
 #include "model/cuda/cuda_kv_cache.h"
 #include "model/model.h"
+#include "testing/compare.h"
 #include "testing/cuda_test_util.h"
+#include "testing/required_asset.h"
 #include "testing/tiny_gemma3.h"
 
 namespace uniprefill {
@@ -74,11 +82,15 @@ std::vector<int> TopK(const std::vector<float>& v, int k) {
   return idx;
 }
 
+double Rms(const std::vector<float>& v) {
+  double ss = 0;
+  for (float x : v) ss += double(x) * x;
+  return v.empty() ? 0.0 : std::sqrt(ss / v.size());
+}
+
 // A near-tie tolerance for logits: the bound as an absolute error on this logit vector.
 float TieTolerance(const std::vector<float>& cpu, double bound) {
-  double ss = 0;
-  for (float x : cpu) ss += double(x) * x;
-  return static_cast<float>(4.0 * bound * std::sqrt(ss / cpu.size()));
+  return static_cast<float>(4.0 * bound * Rms(cpu));
 }
 
 struct Pair {
@@ -140,7 +152,7 @@ void ComparePrompt(Pair& p, DeviceContext& gpu_ctx, const std::vector<int32_t>& 
       Greedy(*p.cpu, *p.cpu_ctx, prompt, 32, up, &cpu_tokens, &cpu_steps, &cpu_kept);
   const std::vector<float> gpu =
       Greedy(*p.gpu, gpu_ctx, prompt, 32, up, &gpu_tokens, nullptr, &gpu_kept);
-  const double err = testing::NormalizedError(gpu, cpu);
+  const double err = testing::RelativeL2Error(gpu, cpu);
   std::printf("[%s] %zu tokens: first-logit normalised error %.2e\n", label.c_str(), prompt.size(),
               err);
   const double bound = BoundFor(label);
@@ -158,13 +170,18 @@ void ComparePrompt(Pair& p, DeviceContext& gpu_ctx, const std::vector<int32_t>& 
     EXPECT_TRUE(std::min(gap_prev, gap_next) < tol) << label << " rank " << i;
   }
 
+  // Kept counts exactly equal. A legitimate difference is conceivable (the GPU scores from bf16
+  // q / k, the host from f32: two blocks whose scores agree to bf16 precision may swap ranks, or
+  // the top-p boundary block move), but the host model does not expose its block scores, so the
+  // test cannot tell such a near-tie from a wrong selection; on these prompts every count was
+  // measured equal on the H200 (bench/results/gpu/cuda_model_tests.log), and a difference fails.
   ASSERT_EQ(cpu_kept.size(), gpu_kept.size()) << label;
   for (size_t i = 0; i < cpu_kept.size(); ++i) {
-    const int block = up.selection.block_size;
     std::printf("[%s] drop layer %d kept cpu %d gpu %d of %d\n", label.c_str(), cpu_kept[i].layer,
                 cpu_kept[i].kept, gpu_kept[i].kept, cpu_kept[i].alive);
-    EXPECT_EQ(cpu_kept[i].layer, gpu_kept[i].layer);
-    EXPECT_LE(std::abs(cpu_kept[i].kept - gpu_kept[i].kept), block) << label;
+    EXPECT_EQ(cpu_kept[i].layer, gpu_kept[i].layer) << label;
+    EXPECT_EQ(cpu_kept[i].kept, gpu_kept[i].kept) << label << ", drop layer " << cpu_kept[i].layer;
+    EXPECT_EQ(cpu_kept[i].alive, gpu_kept[i].alive) << label << ", drop layer " << cpu_kept[i].layer;
   }
 
   for (size_t i = 0; i < cpu_tokens.size(); ++i) {
@@ -217,25 +234,40 @@ TEST_P(CudaModelFamilyTest, MatchesHostModelDense) {
   }
 }
 
+// The drop layers of the UniPrefill tests: every full-attention layer but the last (so layers run
+// after the drop), or the only one.
+std::vector<int> TestDropLayers(const ModelConfig& c) {
+  std::vector<int> drops;
+  for (int i = 0; i < c.n_layers; ++i) {
+    if (c.layer_kinds[i] == LayerKind::kFullAttention) drops.push_back(i);
+  }
+  if (drops.size() > 1) drops.pop_back();
+  return drops;
+}
+
+// UniPrefill at TestDropLayers with small blocks (G 8, S 4, n 8): prompts longer than 12 tokens
+// select.
+UniPrefillConfig SmallBlocks(const ModelConfig& c, sparsity::SelectionMode mode,
+                             float top_p = 0.9f, float keep_ratio = 0.5f) {
+  UniPrefillConfig up;
+  up.enabled = true;
+  up.drop_layers = TestDropLayers(c);
+  up.selection.block_size = 8;
+  up.selection.sink = 4;
+  up.selection.last_n = 8;
+  up.selection.mode = mode;
+  up.selection.top_p = top_p;
+  up.selection.keep_ratio = keep_ratio;
+  return up;
+}
+
 TEST_P(CudaModelFamilyTest, MatchesHostModelWithUniPrefillDrops) {
   UP_CUDA_TEST_CONTEXT(ctx);
   Pair p = Load(ModelDir(GetParam()), ctx);
   ASSERT_TRUE(p.cpu && p.gpu);
   const ModelConfig& c = p.cpu->config();
-  UniPrefillConfig up;
-  up.enabled = true;
-  for (int i = 0; i < c.n_layers; ++i) {
-    if (c.layer_kinds[i] == LayerKind::kFullAttention) up.drop_layers.push_back(i);
-  }
-  if (up.drop_layers.size() > 1) up.drop_layers.pop_back();  // leave layers after the drop
-  up.selection.block_size = 8;
-  up.selection.sink = 4;
-  up.selection.last_n = 8;
   for (auto mode : {sparsity::SelectionMode::kFixedRatio, sparsity::SelectionMode::kTopP}) {
-    up.selection.mode = mode;
-    up.selection.keep_ratio = 0.5f;
-    up.selection.top_p = 0.9f;
-    ComparePrompt(p, ctx, RandomTokens(200, c.vocab_size, 77), up,
+    ComparePrompt(p, ctx, RandomTokens(200, c.vocab_size, 77), SmallBlocks(c, mode),
                   GetParam() + (mode == sparsity::SelectionMode::kTopP ? " top-p" : " ratio"));
   }
 }
@@ -278,12 +310,305 @@ TEST_P(CudaModelFamilyTest, PackedBatchEqualsEachAlone) {
       {ca.get(), a, ta.data()}, {cc.get(), one, tc.data()}, {cb.get(), b, tb.data()}};
   ASSERT_TRUE(m.ForwardBatch(ctx, steps, dense).ok());
   // bf16 GEMMs of another row count may take another kernel: equal up to bf16 rounding.
-  EXPECT_LT(testing::NormalizedError(ta, la), 1e-2);
-  EXPECT_LT(testing::NormalizedError(tb, lb), 1e-2);
-  EXPECT_LT(testing::NormalizedError(tc, lc_decode), 1e-2);
+  EXPECT_LT(testing::RelativeL2Error(ta, la), 1e-2);
+  EXPECT_LT(testing::RelativeL2Error(tb, lb), 1e-2);
+  EXPECT_LT(testing::RelativeL2Error(tc, lc_decode), 1e-2);
   std::printf("[%s] batch vs alone: %.2e %.2e %.2e\n", GetParam().c_str(),
-              testing::NormalizedError(ta, la), testing::NormalizedError(tb, lb),
-              testing::NormalizedError(tc, lc_decode));
+              testing::RelativeL2Error(ta, la), testing::RelativeL2Error(tb, lb),
+              testing::RelativeL2Error(tc, lc_decode));
+}
+
+// ---- UniPrefill that keeps everything equals dense, bit for bit ----
+//
+// p = 1 (top-p) and keep ratio 1 (fixed ratio) keep every token (sparsity::SelectTokens' keep-all
+// rule, which ops::cuda::SelectTokens mirrors). The CUDA model does not skip the drop for them: a
+// prompt longer than S + n still takes the drop layer's path (cuda_model_drops.cc: scoring, a
+// selection that keeps every row, for top-p the host sync, then the compaction's gathers; fixed
+// ratio runs its bounded segments at capacity = the full length). Every one of those steps copies
+// or leaves the values alone: the kept rows are gathered unchanged (bf16 bits), the next segment's
+// positions and alive indices are the dense ones, and every later kernel and GEMM gets the same
+// shapes and values (the attention of the drop layer reads its queries from the gathered copy).
+// So the logits must be equal bit for bit; a difference means the drop path changed something it
+// should only have copied. Measured on the H200: all 18 logit vectors identical for every family
+// and the tiny GGUF, in both modes.
+
+// Every logits vector of one scenario, in order, and every request's kept records.
+struct Trace {
+  std::vector<std::vector<float>> logits;
+  std::vector<std::string> what;  // which request and step each logits vector is
+  std::vector<std::vector<KeptTokens>> kept = std::vector<std::vector<KeptTokens>>(4);
+};
+constexpr int kScenarioLengths[4] = {200, 150, 90, 40};
+
+// One scenario on the GPU model under `up`. Request 0 alone: a 200-token prefill, then 4 decodes.
+// Requests 1..3 packed: request 3's 40-token prompt alone, then one step with the prefills of
+// requests 1 (150 tokens) and 2 (90 tokens) beside request 3's decode (as PackedBatchEqualsEachAlone
+// packs them), then 3 packed decodes of all three. Decoded ids are fixed, not greedy, so every run
+// feeds the same tokens.
+Trace RunScenario(Model& m, DeviceContext& ctx, const UniPrefillConfig& up) {
+  const int V = m.config().vocab_size;
+  const std::vector<int> drops = up.active_drop_layers();
+  const auto fixed_id = [V](int step, int r) {
+    return static_cast<int32_t>((11 + 7 * step + 3 * r) % V);
+  };
+  Trace t;
+  const auto forward = [&](const std::vector<SequenceStep>& steps, const std::string& what) {
+    const Status st = m.ForwardBatch(ctx, steps, up);
+    EXPECT_TRUE(st.ok()) << what << ": " << st.message();
+  };
+  const auto record = [&](const std::vector<float>& logits, const std::string& what) {
+    t.logits.push_back(logits);
+    t.what.push_back(what);
+  };
+  {
+    auto cache = m.NewCache(256, drops);
+    std::vector<float> logits(V);
+    std::vector<int32_t> tokens = RandomTokens(kScenarioLengths[0], V, 61);
+    for (int step = 0; step < 5; ++step) {
+      const std::string what =
+          step == 0 ? "request 0 prefill" : "request 0 decode " + std::to_string(step);
+      forward({{cache.get(), tokens, logits.data(), &t.kept[0]}}, what);
+      record(logits, what);
+      tokens = {fixed_id(step, 0)};
+    }
+  }
+  const std::vector<int32_t> p1 = RandomTokens(kScenarioLengths[1], V, 62),
+                             p2 = RandomTokens(kScenarioLengths[2], V, 63),
+                             p3 = RandomTokens(kScenarioLengths[3], V, 64);
+  auto c1 = m.NewCache(256, drops), c2 = m.NewCache(256, drops), c3 = m.NewCache(256, drops);
+  std::vector<float> l1(V), l2(V), l3(V);
+  forward({{c3.get(), p3, l3.data(), &t.kept[3]}}, "request 3 prefill");
+  record(l3, "request 3 prefill");
+  std::vector<int32_t> t1 = p1, t2 = p2, t3{fixed_id(0, 3)};
+  for (int step = 0; step < 4; ++step) {
+    const std::string at = " (packed step " + std::to_string(step) + ")";
+    forward({{c1.get(), t1, l1.data(), &t.kept[1]},
+             {c3.get(), t3, l3.data(), &t.kept[3]},
+             {c2.get(), t2, l2.data(), &t.kept[2]}},
+            "packed step " + std::to_string(step));
+    record(l1, (step == 0 ? "request 1 prefill" : "request 1 decode") + at);
+    record(l2, (step == 0 ? "request 2 prefill" : "request 2 decode") + at);
+    record(l3, "request 3 decode" + at);
+    t1 = {fixed_id(step + 1, 1)};
+    t2 = {fixed_id(step + 1, 2)};
+    t3 = {fixed_id(step + 1, 3)};
+  }
+  return t;
+}
+
+// Both keep-all settings against dense: every logits vector bit for bit (EXPECT_EQ on the
+// vectors: equal floats, NaN never equal), and the drop path ran (it records what it kept) and
+// kept every token of every prefill.
+void ExpectKeepAllEqualsDense(DeviceContext& ctx, Model& m, const std::string& label) {
+  const Trace dense = RunScenario(m, ctx, Dense());
+  for (size_t i = 0; i < dense.logits.size(); ++i) {
+    EXPECT_TRUE(std::isfinite(testing::MaxAbs(dense.logits[i]))) << label << ", " << dense.what[i];
+  }
+  for (int r = 0; r < 4; ++r) EXPECT_TRUE(dense.kept[r].empty()) << "request " << r;
+  for (auto mode : {sparsity::SelectionMode::kTopP, sparsity::SelectionMode::kFixedRatio}) {
+    const UniPrefillConfig up = SmallBlocks(m.config(), mode, /*top_p=*/1.0f, /*keep_ratio=*/1.0f);
+    const std::string name =
+        label + (mode == sparsity::SelectionMode::kTopP ? " p = 1" : " keep ratio 1");
+    SCOPED_TRACE(name);
+    const Trace all = RunScenario(m, ctx, up);
+    ASSERT_EQ(all.logits.size(), dense.logits.size());
+    int identical = 0;
+    for (size_t i = 0; i < dense.logits.size(); ++i) {
+      EXPECT_EQ(all.logits[i], dense.logits[i])
+          << dense.what[i] << ": max |diff| " << testing::MaxAbsDiff(all.logits[i], dense.logits[i]);
+      identical += all.logits[i] == dense.logits[i] ? 1 : 0;
+    }
+    for (int r = 0; r < 4; ++r) {
+      ASSERT_EQ(all.kept[r].size(), up.drop_layers.size()) << "request " << r;
+      for (size_t i = 0; i < up.drop_layers.size(); ++i) {
+        EXPECT_EQ(all.kept[r][i].layer, up.drop_layers[i]) << "request " << r;
+        EXPECT_EQ(all.kept[r][i].kept, kScenarioLengths[r]) << "request " << r;
+        EXPECT_EQ(all.kept[r][i].alive, kScenarioLengths[r]) << "request " << r;
+      }
+    }
+    std::printf("[%s] keep-all vs dense: %d of %zu logit vectors bit-identical\n", name.c_str(),
+                identical, dense.logits.size());
+  }
+}
+
+TEST_P(CudaModelFamilyTest, KeepAllEqualsDenseBitForBit) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  Pair p = Load(TinyDir(GetParam()), ctx);  // Qwen3-Next as shipped: top-2 routing included
+  ASSERT_TRUE(p.gpu);
+  ExpectKeepAllEqualsDense(ctx, *p.gpu, GetParam());
+}
+
+// The tiny GGUF (head dim 128): fresh prefills through flash attention, decodes through paged
+// decode attention.
+TEST(CudaModelTinyGgufTest, KeepAllEqualsDenseBitForBit) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  const std::string path =
+      testing::WriteTempFile("cuda_tiny_gemma3.gguf", testing::BuildTinyGemma3());
+  Pair p = Load(path, ctx);
+  ASSERT_TRUE(p.gpu);
+  ExpectKeepAllEqualsDense(ctx, *p.gpu, "tiny gguf");
+}
+
+// ---- A packed batch with drops equals each request alone ----
+//
+// Kept records equal exactly, the same greedy tokens, and logits within `bound` of the request run
+// alone (0: bit for bit). The batch changes kernel configurations, not what is computed:
+// CacheAttention picks its work split (query rows per tile, heads per CTA, items and keys per warp
+// step, warps per chunk) from the batch size and longest query to fill the SMs
+// (cache_attention.cu), and cuBLASLt plans are chosen per row count, so a row's f32 sums may run
+// in another order. The bf16 stores usually hide that, not always: the dense batch test above
+// measures 0 for llama and qwen3_next but 4.1e-3 / 8.6e-3 for gemma3
+// (bench/results/gpu/cuda_model_tests.log). Measured on the H200 for the scenario below, the same
+// in 3 runs: every family's logits bit-identical, so asserted bit for bit as measured, although
+// the kernels do not promise it (a change of their work split may legitimately end it; then
+// kBatchFlipBound is the fallback); the tiny GGUF 13 of 15 vectors identical, the others at most
+// 1.2e-6 off (one logit's bf16 rounding, see its test). kBatchFlipBound = 1e-3 is ~1000x that and
+// 20x below the dense batch test's 2e-2; a request mixed up with another, a wrong row or a wrong
+// kept set is O(1).
+constexpr double kBatchFlipBound = 1e-3;
+
+struct AloneRun {
+  std::vector<std::vector<float>> logits;  // the prefill's, then every decode's
+  std::vector<int32_t> tokens;             // the greedy token each decode was fed
+  std::vector<KeptTokens> kept;
+};
+
+// `prompt` alone on the model under `up`, then `decodes` greedy decodes.
+AloneRun RunAlone(Model& m, DeviceContext& ctx, const std::vector<int32_t>& prompt, int decodes,
+                  const UniPrefillConfig& up) {
+  AloneRun out;
+  auto cache = m.NewCache(256, up.active_drop_layers());
+  std::vector<float> logits(m.config().vocab_size);
+  std::vector<int32_t> tokens = prompt;
+  for (int step = 0; step <= decodes; ++step) {
+    SequenceStep s{cache.get(), tokens, logits.data(), &out.kept};
+    const Status st = m.ForwardBatch(ctx, std::span<const SequenceStep>(&s, 1), up);
+    EXPECT_TRUE(st.ok()) << st.message();
+    out.logits.push_back(logits);
+    if (step == decodes) break;
+    out.tokens.push_back(TopK(logits, 1)[0]);
+    tokens = {out.tokens.back()};
+  }
+  return out;
+}
+
+void ExpectSameKept(const std::vector<KeptTokens>& got, const std::vector<KeptTokens>& want,
+                    const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(got[i].layer, want[i].layer) << what << ", record " << i;
+    EXPECT_EQ(got[i].kept, want[i].kept) << what << ", drop layer " << want[i].layer;
+    EXPECT_EQ(got[i].alive, want[i].alive) << what << ", drop layer " << want[i].layer;
+  }
+}
+
+// Alone: a (150 tokens) and b (90) prefill then decode 4 greedy tokens; c (40) prefills then
+// decodes 5. Together: c's prompt alone, then c's first decode packed between the prefills of a
+// and b, then 4 packed decodes of all three, each fed the token its alone run chose (so every step
+// compares like with like). Both selection modes (fixed ratio runs sync-free in both).
+void ExpectPackedBatchWithDropsEqualsAlone(DeviceContext& ctx, Model& m, const std::string& label,
+                                           double bound) {
+  const ModelConfig& c = m.config();
+  const int V = c.vocab_size;
+  constexpr int kDecodes = 4;
+  const std::vector<int32_t> pa = RandomTokens(150, V, 71), pb = RandomTokens(90, V, 72),
+                             pc = RandomTokens(40, V, 73);
+  for (auto mode : {sparsity::SelectionMode::kFixedRatio, sparsity::SelectionMode::kTopP}) {
+    const UniPrefillConfig up = SmallBlocks(c, mode);
+    const std::string name =
+        label + (mode == sparsity::SelectionMode::kTopP ? " top-p 0.9" : " ratio 0.5");
+    SCOPED_TRACE(name);
+    const AloneRun a = RunAlone(m, ctx, pa, kDecodes, up), b = RunAlone(m, ctx, pb, kDecodes, up),
+                   cc = RunAlone(m, ctx, pc, kDecodes + 1, up);
+    ASSERT_FALSE(a.kept.empty());
+    EXPECT_LT(a.kept.back().kept, a.kept.front().alive) << "the drops must drop";
+
+    const std::vector<int> drops = up.active_drop_layers();
+    auto cache_a = m.NewCache(256, drops), cache_b = m.NewCache(256, drops),
+         cache_c = m.NewCache(256, drops);
+    std::vector<KeptTokens> ka, kb, kc;
+    std::vector<float> la(V), lb(V), lc(V);
+    {
+      SequenceStep s{cache_c.get(), pc, lc.data(), &kc};
+      ASSERT_TRUE(m.ForwardBatch(ctx, std::span<const SequenceStep>(&s, 1), up).ok());
+    }
+    double worst = 0;
+    int exact = 0, compared = 0;
+    const auto compare = [&](const std::vector<float>& got, const std::vector<float>& want,
+                             const std::string& what) {
+      const double err = testing::RelativeL2Error(got, want);
+      worst = std::max(worst, err);
+      ++compared;
+      if (got == want) {
+        ++exact;
+      } else {
+        std::printf("[%s] %s: not bit-identical, normalised error %.2e, max |diff| %.3g\n",
+                    name.c_str(), what.c_str(), err, testing::MaxAbsDiff(got, want));
+      }
+      if (bound == 0) {
+        EXPECT_EQ(got, want) << what << ": max |diff| " << testing::MaxAbsDiff(got, want);
+      } else {
+        EXPECT_LT(err, bound) << what << ": max |diff| " << testing::MaxAbsDiff(got, want);
+      }
+      // The batch's greedy choice is the alone run's, unless the alone logits of the two tokens
+      // are closer than the bound allows (a near-tie; none with bound 0).
+      const int want_id = TopK(want, 1)[0], got_id = TopK(got, 1)[0];
+      if (got_id == want_id) return;
+      const float gap = want[want_id] - want[got_id], tol = TieTolerance(want, bound);
+      std::printf("[%s] %s: greedy %d in the batch, %d alone (alone gap %.3g, tol %.3g)\n",
+                  name.c_str(), what.c_str(), got_id, want_id, gap, tol);
+      EXPECT_LT(gap, tol) << what << ": the greedy token differs without a near-tie";
+    };
+    std::vector<int32_t> ta = pa, tb = pb, tc{cc.tokens[0]};
+    for (int step = 0; step <= kDecodes; ++step) {
+      const std::vector<SequenceStep> steps{{cache_a.get(), ta, la.data(), &ka},
+                                            {cache_c.get(), tc, lc.data(), &kc},
+                                            {cache_b.get(), tb, lb.data(), &kb}};
+      const Status st = m.ForwardBatch(ctx, steps, up);
+      ASSERT_TRUE(st.ok()) << st.message();
+      const std::string at = "packed step " + std::to_string(step);
+      compare(la, a.logits[step], "a, " + at);
+      compare(lb, b.logits[step], "b, " + at);
+      compare(lc, cc.logits[step + 1], "c, " + at);
+      if (step == kDecodes) break;
+      ta = {a.tokens[step]};
+      tb = {b.tokens[step]};
+      tc = {cc.tokens[step + 1]};
+    }
+    ExpectSameKept(ka, a.kept, "a");
+    ExpectSameKept(kb, b.kept, "b");
+    ExpectSameKept(kc, cc.kept, "c");
+    std::printf(
+        "[%s] packed batch with drops vs alone: kept a %d/150 b %d/90 c %d/40, worst logits "
+        "error %.2e (%d of %d vectors bit-identical)\n",
+        name.c_str(), a.kept.back().kept, b.kept.empty() ? 90 : b.kept.back().kept,
+        cc.kept.empty() ? 40 : cc.kept.back().kept, worst, exact, compared);
+  }
+}
+
+// Qwen3-Next with all experts routed (ModelDir): with top-2 routing, a router near-tie that the
+// batch's different rounding flips would change a row by O(1), beyond any tight bound.
+TEST_P(CudaModelFamilyTest, PackedBatchWithDropsEqualsEachAlone) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  Pair p = Load(ModelDir(GetParam()), ctx);
+  ASSERT_TRUE(p.gpu);
+  ExpectPackedBatchWithDropsEqualsAlone(ctx, *p.gpu, GetParam(), /*bound=*/0);
+}
+
+// Within kBatchFlipBound, not bit for bit: measured on the H200 (the same in 3 runs, both modes),
+// 13 of the 15 logit vectors are identical; b's decode packed beside two others (step 3) is 1.2e-6
+// off (max |diff| 1.5e-5, one bf16 step of a logit near 0.003) and c's last decode 8.9e-9 (max
+// 1.2e-7). Both are decode steps, whose paged attention does not split its keys here (fewer than
+// 256), so the likely cause (not isolated) is the GEMMs: cuBLASLt picks its algorithm per row
+// count, 3 rows packed against 1 alone, and this model's widths (256 .. 512) are where the order
+// of the f32 sums shows through the bf16 outputs.
+TEST(CudaModelTinyGgufTest, PackedBatchWithDropsEqualsEachAlone) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  const std::string path =
+      testing::WriteTempFile("cuda_tiny_gemma3.gguf", testing::BuildTinyGemma3());
+  Pair p = Load(path, ctx);
+  ASSERT_TRUE(p.gpu);
+  ExpectPackedBatchWithDropsEqualsAlone(ctx, *p.gpu, "tiny gguf", kBatchFlipBound);
 }
 
 // Fixed ratio runs sync-free (capacities, padding rows, device-side counts, caches trimmed after
@@ -370,7 +695,7 @@ void ExpectSyncFreeEqualsSynced(DeviceContext& ctx, Model& m, const std::string&
   EXPECT_LT(synced.kept[0].back().kept, synced.kept[0].front().alive);
   double worst = 0;
   for (size_t i = 0; i < synced.logits.size(); ++i) {
-    const double err = testing::NormalizedError(free_run.logits[i], synced.logits[i]);
+    const double err = testing::RelativeL2Error(free_run.logits[i], synced.logits[i]);
     worst = std::max(worst, err);
     EXPECT_LT(err, bound) << "step " << i;
   }
@@ -407,22 +732,51 @@ TEST(CudaModelTinyGgufTest, SyncFreeFixedRatioEqualsSyncedPath) {
 INSTANTIATE_TEST_SUITE_P(Families, CudaModelFamilyTest,
                          ::testing::Values("gemma3", "llama", "qwen3_next"));
 
-// The tiny Qwen3-Next as shipped (top-2 of 4 experts): logits within a bound that allows a few
-// flipped expert choices (measured 2e-2 .. 1.6e-1 on the H200), MoE and DeltaNet run end to end.
+// The tiny Qwen3-Next as shipped (top-2 of 4 experts). Its router probabilities are often within
+// bf16 noise of each other (random weights), so the GPU sends some rows to another expert than the
+// host does, and a flipped row changes by O(1): the logits' error, measured 2.1e-2 .. 1.56e-1 on
+// the H200 (bench/results/gpu/cuda_model_tests.log), cannot be held to kQwenLogitsBound. The
+// host's routing margins are internal to the model, so the checks are:
+// - the error is below kRoutingFlipBound = 0.2 (1.3x the worst measured);
+// - the bound separates flips from a wrong MoE: the host's all-experts copy (same weights, the
+//   routing of every row changed) is 0.45 .. 1.1 from the host's top-2 logits on these prompts
+//   (measured on the CPU), and the test asserts that distance stays above twice the bound, so a
+//   GPU MoE that ignores the top-k choice, or routes most rows wrongly, fails the first check;
+// - the GPU's greedy token is the host's, unless the host's logits of the two are closer than twice
+//   the rms logit error the bound allows (2 x bound x rms(logits): a near-tie, printed).
+// The MoE's arithmetic is held to the strict bound by the all-experts copy (CudaModelFamilyTest).
 TEST(CudaModelQwen3NextTest, TopTwoRoutingWithinTheRoutingFlipBound) {
   UP_CUDA_TEST_CONTEXT(ctx);
+  constexpr double kRoutingFlipBound = 0.2;
   Pair p = Load(TinyDir("qwen3_next"), ctx);
   ASSERT_TRUE(p.cpu && p.gpu);
+  LoadOptions lo;
+  lo.f32_decode = true;
+  auto all_experts = LoadModel(QwenAllExpertsDir(), *p.cpu_ctx, lo);
+  ASSERT_TRUE(all_experts.ok()) << all_experts.status().message();
   int seed = 1;
   for (int n : {5, 37, 130, 301}) {
-    std::vector<int32_t> tokens_cpu, tokens_gpu;
+    std::vector<int32_t> unused;
     const std::vector<int32_t> prompt = RandomTokens(n, p.cpu->config().vocab_size, seed++);
-    const std::vector<float> cpu =
-        Greedy(*p.cpu, *p.cpu_ctx, prompt, 0, Dense(), &tokens_cpu, nullptr);
-    const std::vector<float> gpu = Greedy(*p.gpu, ctx, prompt, 0, Dense(), &tokens_gpu, nullptr);
-    const double err = testing::NormalizedError(gpu, cpu);
-    std::printf("[qwen3_next top-2 routing] %d tokens: normalised error %.2e\n", n, err);
-    EXPECT_LT(err, 0.3);
+    const std::vector<float> cpu = Greedy(*p.cpu, *p.cpu_ctx, prompt, 0, Dense(), &unused, nullptr);
+    const std::vector<float> gpu = Greedy(*p.gpu, ctx, prompt, 0, Dense(), &unused, nullptr);
+    const std::vector<float> cpu_all =
+        Greedy(**all_experts, *p.cpu_ctx, prompt, 0, Dense(), &unused, nullptr);
+    const double err = testing::RelativeL2Error(gpu, cpu);
+    const double rerouted = testing::RelativeL2Error(cpu_all, cpu);
+    const int cpu_id = TopK(cpu, 1)[0], gpu_id = TopK(gpu, 1)[0];
+    const float gap = cpu[cpu_id] - cpu[gpu_id];
+    const float tie = static_cast<float>(2.0 * kRoutingFlipBound * Rms(cpu));
+    std::printf(
+        "[qwen3_next top-2 routing] %d tokens: normalised error %.2e (host all-experts copy "
+        "%.2e); greedy cpu %d gpu %d (host gap %.3g, tie tolerance %.3g)\n",
+        n, err, rerouted, cpu_id, gpu_id, gap, tie);
+    EXPECT_LT(err, kRoutingFlipBound) << n << " tokens";
+    EXPECT_GT(rerouted, 2 * kRoutingFlipBound)
+        << n << " tokens: the bound would not tell a wrongly routed MoE from routing flips";
+    if (gpu_id != cpu_id) {
+      EXPECT_LT(gap, tie) << n << " tokens: the greedy token differs without a near-tie";
+    }
   }
 }
 
@@ -440,7 +794,7 @@ TEST(CudaModelQwen3NextTest, DISABLED_ErrorByDepth) {
       const std::vector<int32_t> prompt = RandomTokens(n, p.cpu->config().vocab_size, seed++);
       const std::vector<float> cpu = Greedy(*p.cpu, *p.cpu_ctx, prompt, 0, Dense(), &t, nullptr);
       const std::vector<float> gpu = Greedy(*p.gpu, ctx, prompt, 0, Dense(), &t, nullptr);
-      std::printf(" %d tok %.2e", n, testing::NormalizedError(gpu, cpu));
+      std::printf(" %d tok %.2e", n, testing::RelativeL2Error(gpu, cpu));
     }
     std::printf("\n");
   }
@@ -450,7 +804,8 @@ TEST(CudaModelQwen3NextTest, DISABLED_ErrorByDepth) {
 // against the host model (f32) and the committed fp32 transformers logits.
 TEST(CudaModelGemma270mTest, MatchesHostAndFp32Goldens) {
   UP_CUDA_TEST_CONTEXT(ctx);
-  if (!std::filesystem::exists(Gemma270m())) GTEST_SKIP() << "model missing: run scripts/setup.sh";
+  // Missing is a failure (UNIPREFILL_ALLOW_MISSING_ASSETS=1 turns it into a skip).
+  UP_REQUIRE_ASSET(Gemma270m(), "the default model (Gemma 3 270M, Q4_K_M GGUF)");
   Pair p = Load(Gemma270m(), ctx);
   ASSERT_TRUE(p.cpu && p.gpu);
   const std::string goldens = SourceDir() + "/tests/goldens/model_gemma3/";
@@ -467,7 +822,7 @@ TEST(CudaModelGemma270mTest, MatchesHostAndFp32Goldens) {
     auto cache = p.gpu->NewCache(static_cast<int>(ids.size()) + 1);
     std::vector<float> logits(ref.size());
     ASSERT_TRUE(p.gpu->Forward(ctx, ids, *cache, logits.data()).ok());
-    const double err = testing::NormalizedError(logits, ref);
+    const double err = testing::RelativeL2Error(logits, ref);
     std::printf(
         "[gemma-3-270m prompt%d] vs transformers fp32: normalised error %.2e, argmax %d/%d\n",
         prompt, err, TopK(logits, 1)[0], TopK(ref, 1)[0]);
