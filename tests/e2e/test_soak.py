@@ -1,8 +1,10 @@
 """Load beyond capacity and a long soak against `uniprefill serve`.
 
-burst: a small --kv-cache-memory and 24 concurrent ~1500-token requests (32 output tokens each):
-every request succeeds, the scheduler queues (requests_waiting > 0 while polling /metrics) or
-preempts, and all KV blocks are free afterwards.
+burst: a small --kv-cache-memory and 16 concurrent greedy 96-token requests (48 output tokens
+each): every request succeeds, the scheduler preempts (uniprefill_preemptions_total grows), all KV
+blocks are free afterwards, and every request's output equals the same request sent alone
+afterwards (or parts from it only at a near tie of the alone run), so a preempted request resumed
+from the right state.
 
 soak: 2,000 requests at concurrency 64 (prompts of 10..60 token ids, max_tokens 1..8, streaming and
 not, a few streams cancelled by closing the connection): no errors, and at the end nothing running
@@ -15,6 +17,7 @@ from __future__ import annotations
 import concurrent.futures
 import http.client
 import json
+import math
 import os
 import random
 import socket
@@ -29,12 +32,23 @@ from server_harness import (CONFIG, MetricsPoller, Server, log, parse_sse,  # no
 
 BOS = 2
 
-# Burst: (requests, prompt tokens, output tokens, --kv-cache-memory). Gemma 3 270M holds 1 KiB
-# per token per attention layer (18 layers, 15 of them sliding with window 512); admission
-# reserves a prefill dense in every layer, so 128MiB (4096 blocks of 16 tokens) admits ~4
-# requests of 1000-1500 tokens at a time and queues the rest.
-BURST_SIZES = {"quick": (8, 1000, 32, "128MiB"), "default": (16, 1000, 32, "128MiB"),
-               "full": (24, 1500, 32, "128MiB")}
+# Burst: (requests, prompt tokens, output tokens, --kv-cache-memory). Gemma 3 270M holds 2 KiB (f32
+# K + V) per token per attention layer, 18 layers (15 sliding with window 512): a block of 16
+# tokens of one layer is 32 KiB. Prompt and output stay inside the window, so every layer grows by
+# a block each 16 tokens: a 96-token prompt is admitted when 18 * 6 = 108 blocks are free, and at
+# its last token (143) holds 18 * 9 = 162. The pool (768 / 1536 / 2304 blocks) admits about
+# 7 / 14 / 21 requests at once, which would need 1134 / 2268 / 3402 blocks to reach their last
+# token: decodes run out of blocks and the newest running requests are preempted (recomputed
+# later), even when the requests arrive over several steps.
+BURST_SIZES = {"quick": (8, 96, 48, "24MiB"), "default": (16, 96, 48, "48MiB"),
+               "full": (24, 96, 48, "72MiB")}
+# A burst request may part from its alone run only where the alone run's top-2 logprobs are closer
+# than this (a near tie that other arithmetic may flip), as in test_concurrency.py; up to there its
+# token logprobs stay this close to the alone run's (they differ by ~1e-5: a recompute sums in
+# another order), so a request that resumed over a slightly wrong cache fails even if its text
+# survives.
+GAP_TOLERANCE = 1e-3
+LOGPROB_TOLERANCE = 1e-3
 # Soak: (requests, concurrency).
 SOAK_SIZES = {"quick": (300, 64), "default": (1000, 64), "full": (2000, 64)}
 
@@ -64,23 +78,63 @@ def finished_total(m) -> dict:
             for k, v in m.family("uniprefill_requests_total").items()}
 
 
+class Completion:
+    """A /v1/completions answer with logprobs, streamed (SSE) or not: text, token texts, the top
+    logprobs of each token and the usage."""
+
+    def __init__(self, data: bytes, stream: bool):
+        if stream:
+            events = parse_sse(data.decode())
+            if events[-1] != "[DONE]":
+                raise AssertionError("stream not ended by [DONE]")
+            if any(isinstance(e, dict) and "error" in e for e in events):
+                raise AssertionError(f"error event in stream: {events}")
+            choices = [e["choices"][0] for e in events[:-1] if e.get("choices")]
+            self.usage = events[-2]["usage"]
+        else:
+            body = json.loads(data)
+            choices = body["choices"]
+            self.usage = body["usage"]
+        self.text = "".join(c.get("text", "") for c in choices)
+        self.tokens, self.token_logprobs, self.top = [], [], []
+        for c in choices:
+            if c.get("logprobs"):
+                self.tokens += c["logprobs"]["tokens"]
+                self.token_logprobs += c["logprobs"]["token_logprobs"]
+                self.top += c["logprobs"]["top_logprobs"]
+
+    def gap(self, pos: int) -> float:
+        """Top-1 minus top-2 logprob at output `pos` (inf when one alternative is listed)."""
+        vals = sorted(self.top[pos].values(), reverse=True)
+        return vals[0] - vals[1] if len(vals) >= 2 else math.inf
+
+
 class BurstTest(unittest.TestCase):
     def test_burst_over_kv_memory(self):
         n, prompt_len, out_len, kv = BURST_SIZES[CONFIG.size]
-        with Server(["--kv-cache-memory", kv, "--max-num-seqs", "64"], name="burst") as srv:
+        # --f32-decode: a recompute prefills the tokens a request had decoded, and only with f32
+        # decodes do both paths share their arithmetic (int16 decode activations would make a
+        # recomputed request's logits differ from its alone run's by more than rounding).
+        with Server(["--kv-cache-memory", kv, "--max-num-seqs", "64", "--f32-decode"],
+                    name="burst") as srv:
             m0 = srv.metrics()
             blocks_total = m0.get("uniprefill_kv_blocks_total", default=-1)
             model = json.loads(srv.get_text("/v1/models")[1])["data"][0]["id"]
             prompts = [[BOS] + token_prompt(prompt_len - 1, seed=500 + i) for i in range(n)]
             results = [None] * n
 
+            def body(i: int, stream: bool) -> dict:
+                # Dense ("uniprefill": false): a UniPrefill recompute selects anew over prompt +
+                # output, so a preempted request would legitimately part from its alone run (the
+                # C++ BatchEngine tests check that case against its own reference).
+                b = {"model": model, "prompt": prompts[i], "max_tokens": out_len,
+                     "temperature": 0, "ignore_eos": True, "logprobs": 2, "uniprefill": False}
+                if stream:
+                    b.update(stream=True, stream_options={"include_usage": True})
+                return b
+
             def one(i):
-                body = {"model": model, "prompt": prompts[i], "max_tokens": out_len,
-                        "temperature": 0, "ignore_eos": True}
-                if i % 2:  # every other request streams
-                    body.update(stream=True, stream_options={"include_usage": True})
-                status, data = post(srv.port, "/v1/completions", body)
-                results[i] = (status, data)
+                results[i] = post(srv.port, "/v1/completions", body(i, stream=i % 2 == 1))
 
             t0 = time.monotonic()
             with MetricsPoller(srv, ["uniprefill_requests_waiting", "uniprefill_requests_running",
@@ -89,27 +143,22 @@ class BurstTest(unittest.TestCase):
                 with concurrent.futures.ThreadPoolExecutor(max_workers=n) as pool:
                     list(pool.map(one, range(n)))
             wall = time.monotonic() - t0
+            burst = []
             for i, (status, data) in enumerate(results):
                 self.assertEqual(status, 200, f"request {i}: {data[:500]!r}")
-                if i % 2:
-                    events = parse_sse(data.decode())
-                    self.assertEqual(events[-1], "[DONE]")
-                    self.assertFalse(any(isinstance(e, dict) and "error" in e for e in events),
-                                     f"request {i}: error event in stream")
-                    usage = events[-2]["usage"]
-                else:
-                    usage = json.loads(data)["usage"]
-                self.assertEqual(usage["completion_tokens"], out_len, f"request {i}")
+                burst.append(Completion(data, stream=i % 2 == 1))
+                self.assertEqual(burst[i].usage["completion_tokens"], out_len, f"request {i}")
+                self.assertEqual(len(burst[i].tokens), out_len, f"request {i}")
             m = wait_until(lambda: quiescent(srv), 30, what="KV blocks freed after the burst")
-            preempt = m.get("uniprefill_preemptions_total")
+            preempt = m.get("uniprefill_preemptions_total") - m0.get(
+                "uniprefill_preemptions_total")
             log(f"    burst: {n} x {prompt_len}+{out_len} tokens in {wall:.1f} s; peaks: waiting "
                 f"{poller.max['uniprefill_requests_waiting']:.0f}, running "
                 f"{poller.max['uniprefill_requests_running']:.0f}, KV blocks "
                 f"{poller.max['uniprefill_kv_blocks_used']:.0f}/{blocks_total:.0f}; preemptions "
                 f"{preempt:.0f}; {poller.polls} polls")
             self.assertGreater(poller.polls, 3)
-            self.assertTrue(poller.max["uniprefill_requests_waiting"] > 0 or preempt > 0,
-                            "the burst never queued nor preempted: KV memory was not the limit")
+            self.assertGreater(preempt, 0, "the burst never preempted: nothing was recomputed")
             if blocks_total > 0:
                 self.assertLessEqual(poller.max["uniprefill_kv_blocks_used"], blocks_total)
                 # KV memory, not only the token budget, held requests back.
@@ -119,6 +168,47 @@ class BurstTest(unittest.TestCase):
             self.assertEqual(m.get("uniprefill_kv_bytes_used"), 0)
             totals = finished_total(m)
             self.assertEqual(totals.get("length", 0), n, totals)
+
+            # The same requests alone, one after another: nothing to preempt them.
+            t0 = time.monotonic()
+            alone = []
+            for i in range(n):
+                status, data = post(srv.port, "/v1/completions", body(i, stream=False))
+                self.assertEqual(status, 200, f"request {i} alone: {data[:500]!r}")
+                alone.append(Completion(data, stream=False))
+            alone_wall = time.monotonic() - t0
+            preempt_alone = srv.metrics().get("uniprefill_preemptions_total") - m.get(
+                "uniprefill_preemptions_total")
+            self.assertEqual(preempt_alone, 0, "a request alone was preempted")
+
+        exact, tolerated, failures = 0, [], []
+        max_lp_diff = 0.0
+        for i, (a, b) in enumerate(zip(alone, burst)):
+            div = next((j for j in range(out_len) if a.tokens[j] != b.tokens[j]), None)
+            for j in range(out_len if div is None else div):
+                max_lp_diff = max(max_lp_diff, abs(a.token_logprobs[j] - b.token_logprobs[j]))
+            if div is None:
+                if a.text != b.text:
+                    failures.append(f"request {i}: same tokens, different text: alone "
+                                    f"{a.text!r} burst {b.text!r}")
+                else:
+                    exact += 1
+                continue
+            gap = a.gap(div)
+            line = (f"request {i} diverges at output {div}: alone {a.tokens[div]!r} burst "
+                    f"{b.tokens[div]!r}, alone top-2 gap {gap:.2e}, alone top {a.top[div]} "
+                    f"burst top {b.top[div]}")
+            (tolerated if gap < GAP_TOLERANCE else failures).append(line)
+        log(f"    alone: {n} requests in {alone_wall:.1f} s; {exact}/{n} burst outputs identical, "
+            f"{len(tolerated)} near-tie divergences, {len(failures)} real; max |logprob diff| over "
+            f"matching tokens {max_lp_diff:.2e}")
+        for line in tolerated:
+            log("      tolerated: " + line)
+        for line in failures:
+            log("      FAILED: " + line)
+        self.assertFalse(failures, "burst outputs differ from the same requests alone")
+        self.assertLess(max_lp_diff, LOGPROB_TOLERANCE,
+                        "burst logprobs differ from the same requests alone")
 
 
 class ConnectionBurstTest(unittest.TestCase):

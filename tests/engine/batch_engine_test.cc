@@ -1,16 +1,20 @@
 // BatchEngine on the tiny random-weight Gemma 3 (12 layers, full attention at 5 and 11, UniPrefill
 // dropping at layer 5 with small blocks so ~100-token prompts drop): requests alone and together
-// give Engine::Generate's tokens, every request of a burst larger than the KV memory completes
-// (preempted ones are recomputed), cancel frees KV, bad requests are refused before any work.
+// give Engine::Generate's tokens, every request of a burst larger than the KV memory completes,
+// preempted requests (recomputed) produce what they produce alone (dense, greedy or seeded) or what
+// a prefill of their prompt and output so far produces (UniPrefill), cancel frees KV, bad requests
+// are refused before any work.
 #include "uniprefill/batch_engine.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -60,7 +64,33 @@ struct Collector {
     std::lock_guard<std::mutex> lock(mu);
     return updates.back();
   }
+  // Every output token with its logprobs, in order.
+  std::vector<SampledToken> Sampled() {
+    std::lock_guard<std::mutex> lock(mu);
+    std::vector<SampledToken> t;
+    for (const RequestUpdate& u : updates) t.insert(t.end(), u.tokens.begin(), u.tokens.end());
+    return t;
+  }
+  // The number of output tokens the request had when it was preempted, once per preemption: an
+  // update carries the usage at the step that sampled its tokens, so the first token sampled after
+  // the recompute is the first one whose update counts the preemption.
+  std::vector<int> TokensAtPreemptions() {
+    std::lock_guard<std::mutex> lock(mu);
+    std::vector<int> at;
+    int tokens = 0;
+    for (const RequestUpdate& u : updates) {
+      while (static_cast<int>(at.size()) < u.usage.preemptions) at.push_back(tokens);
+      tokens += static_cast<int>(u.tokens.size());
+    }
+    return at;
+  }
 };
+
+std::vector<int32_t> Ids(const std::vector<SampledToken>& tokens) {
+  std::vector<int32_t> ids;
+  for (const SampledToken& t : tokens) ids.push_back(t.id);
+  return ids;
+}
 
 class BatchEngineTest : public ::testing::Test {
  protected:
@@ -107,6 +137,82 @@ class BatchEngineTest : public ::testing::Test {
     return b.ok() ? std::move(*b) : nullptr;
   }
 
+  // One request of a preemption test.
+  struct Request {
+    std::vector<int32_t> prompt;
+    SamplingParams params;
+  };
+
+  static constexpr int kBurstOutputTokens = 48;  // PreemptingPool() is sized for it
+
+  // The preemption tests' burst: 8 requests of 29 prompt tokens (each its own) and `params`, with 4
+  // logprob alternatives (the near-tie rule needs two, the logprob check compares them all) and a
+  // strong repetition penalty: without it the tiny random model repeats one token, and a recompute
+  // that fed the wrong generated tokens would feed the right ones by luck.
+  static std::vector<Request> Burst(const SamplingParams& params) {
+    std::vector<Request> r;
+    for (int i = 0; i < 8; ++i) {
+      r.push_back({Prompt(20, 200 + i), params});
+      r.back().params.logprobs = 4;
+      r.back().params.repetition_penalty = 4.0f;
+    }
+    return r;
+  }
+
+  // A pool that admits the burst's prefills but cannot hold the decodes that follow: 220 blocks of
+  // 8 tokens. A prefill is admitted when its dense reservation is free (4 pages of each of the 12
+  // layers: 48 blocks) and after its step holds 28 (its full-attention pages and the sliding
+  // layers' last two pages, window 8), so about seven requests get in; at their last token (76)
+  // each holds 30-40 blocks, ~250 for seven: decodes run out of blocks and running requests are
+  // preempted (3-4 times here, at least once even with the submissions spread over steps).
+  static ServingOptions PreemptingPool() {
+    ServingOptions o;
+    o.kv_block_tokens = 8;
+    o.kv_cache_memory = int64_t{220} * 8 * 1024;  // K+V of one token of one layer: 1 KiB
+    return o;
+  }
+
+  // Every request alone, one after another, in the default pool (room for all of them, nothing
+  // preempted): each one's reference.
+  static std::vector<std::vector<SampledToken>> RunAlone(const std::vector<Request>& requests) {
+    auto batch = Start();
+    std::vector<std::vector<SampledToken>> out;
+    for (const Request& r : requests) {
+      Collector c;
+      EXPECT_TRUE(batch->Submit(r.prompt, r.params, c.Callback()).ok());
+      EXPECT_TRUE(c.Wait());
+      out.push_back(c.Sampled());
+    }
+    EXPECT_EQ(batch->Metrics().preemptions, 0);
+    return out;
+  }
+
+  // Every request at once into PreemptingPool(); `c` (one collector per request) receives what
+  // each produced. Returns the metrics once all have finished.
+  static ServingMetrics RunPreempting(const std::vector<Request>& requests,
+                                      std::vector<Collector>& c) {
+    auto batch = Start(PreemptingPool());
+    for (size_t i = 0; i < requests.size(); ++i) {
+      EXPECT_TRUE(
+          batch->Submit(requests[i].prompt, requests[i].params, c[i].Callback()).ok());
+    }
+    int preempted = 0;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      EXPECT_TRUE(c[i].Wait()) << "request " << i << " never finished";
+      EXPECT_EQ(c[i].Final().finish_reason, "length") << "request " << i;
+      preempted += c[i].Final().usage.preemptions > 0;
+      const std::vector<int32_t> tokens = c[i].Tokens();
+      EXPECT_GT(std::set<int32_t>(tokens.begin(), tokens.end()).size(), 24u)
+          << "request " << i << " repeats itself: its recompute would not depend on its tokens";
+    }
+    const ServingMetrics m = batch->Metrics();
+    EXPECT_GT(m.preemptions, 0) << "the pool held every request: nothing was recomputed";
+    EXPECT_GT(preempted, 0) << "no request reports a preemption";
+    EXPECT_EQ(m.kv_blocks_used, 0);
+    RecordProperty("preemptions", std::to_string(m.preemptions));
+    return m;
+  }
+
   static Engine* engine_;
 };
 Engine* BatchEngineTest::engine_ = nullptr;
@@ -124,6 +230,32 @@ void ExpectSameOrNearTie(const std::vector<int32_t>& got, const std::vector<int3
   ASSERT_GE(t.top.size(), 2u) << what;
   EXPECT_LT(t.top[0].logprob - t.top[1].logprob, 1e-3f)
       << what << ": tokens part at " << i << " without a near-tie";
+}
+
+// Up to where the tokens part, each token's logprob and its alternatives' (rank by rank) equal the
+// reference's within 1e-4 (a recompute and the decodes it replaces differ by a few 1e-6). The tiny
+// random model often repeats one token whatever its context holds, so a request that resumed over
+// a wrong cache can keep its tokens; it does not keep its logits.
+void ExpectSameLogprobs(const std::vector<SampledToken>& got, const std::vector<SampledToken>& want,
+                        const std::string& what) {
+  for (size_t i = 0; i < got.size() && i < want.size() && got[i].id == want[i].id; ++i) {
+    ASSERT_EQ(got[i].top.size(), want[i].top.size()) << what;
+    float diff = std::fabs(got[i].logprob - want[i].logprob);
+    for (size_t k = 0; k < got[i].top.size(); ++k) {
+      diff = std::max(diff, std::fabs(got[i].top[k].logprob - want[i].top[k].logprob));
+    }
+    if (diff > 1e-4f) {
+      ADD_FAILURE() << what << ": the logprobs of output token " << i << " differ by " << diff;
+      return;
+    }
+  }
+}
+
+// ExpectSameOrNearTie on the ids, then ExpectSameLogprobs.
+void ExpectSameOutput(const std::vector<SampledToken>& got, const std::vector<SampledToken>& want,
+                      const std::string& what) {
+  ExpectSameOrNearTie(Ids(got), Ids(want), want, what);
+  ExpectSameLogprobs(got, want, what);
 }
 
 TEST_F(BatchEngineTest, OneRequestEqualsEngineGenerate) {
@@ -226,6 +358,99 @@ TEST_F(BatchEngineTest, BurstLargerThanKvMemoryCompletesEveryRequest) {
   EXPECT_EQ(m.kv_blocks_used, 0);
   EXPECT_EQ(m.kv_bytes_used, 0);
   EXPECT_EQ(m.requests_finished_length, n);
+}
+
+// A preempted request is recomputed from its prompt and the tokens it had generated; dense, that
+// prefill rebuilds the cache its decodes had built, so every request of a burst that the KV pool
+// cannot hold produces its alone output however often it was preempted.
+TEST_F(BatchEngineTest, PreemptedDenseRequestsProduceTheirAloneOutput) {
+  SamplingParams p = Greedy(kBurstOutputTokens);
+  p.uniprefill = false;
+  const std::vector<Request> requests = Burst(p);
+  const std::vector<std::vector<SampledToken>> alone = RunAlone(requests);
+  std::vector<Collector> c(requests.size());
+  RunPreempting(requests, c);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const RequestUpdate f = c[i].Final();
+    EXPECT_TRUE(f.usage.kept.empty()) << "request " << i << " dropped tokens";
+    ExpectSameOutput(c[i].Sampled(), alone[i],
+                     "request " + std::to_string(i) + " (preempted " +
+                         std::to_string(f.usage.preemptions) + " times)");
+  }
+}
+
+// The same with seeded sampling: a request keeps its sampler (random generator, penalty history)
+// through a preemption, so a recomputed request draws the tokens it draws alone. Exact ids: a draw
+// flips only where a ~1e-6 change of the logits moves a cumulative probability across the uniform
+// number drawn, which practically never happens.
+TEST_F(BatchEngineTest, PreemptedSeededRequestsDrawTheirAloneTokens) {
+  SamplingParams p = Greedy(kBurstOutputTokens);
+  p.uniprefill = false;
+  p.temperature = 1.0f;
+  p.top_k = 0;
+  p.top_p = 1.0f;
+  std::vector<Request> requests = Burst(p);
+  for (size_t i = 0; i < requests.size(); ++i) requests[i].params.seed = 1000 + i;
+  const std::vector<std::vector<SampledToken>> alone = RunAlone(requests);
+  std::vector<Collector> c(requests.size());
+  RunPreempting(requests, c);
+  int not_argmax = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const std::vector<SampledToken> got = c[i].Sampled();
+    const std::string what =
+        "request " + std::to_string(i) + " (preempted " +
+        std::to_string(c[i].Final().usage.preemptions) + " times)";
+    EXPECT_EQ(Ids(got), Ids(alone[i])) << what;
+    ExpectSameLogprobs(got, alone[i], what);
+    for (const SampledToken& t : got) not_argmax += t.id != t.top[0].id;
+  }
+  EXPECT_GT(not_argmax, 0) << "every draw took the most likely token: nothing was sampled";
+}
+
+// With UniPrefill a recompute is a new prefill of prompt + generated tokens, and it selects anew
+// (over more tokens, the generated ones being the last queries), so a preempted request
+// legitimately parts from its alone run (its logits move far beyond rounding). What it must
+// reproduce is that prefill: from each preemption on, its output is that of a request whose prompt
+// is the original one plus the tokens generated before the preemption, run alone (the repetition
+// window, the last 64 tokens of prompt and output, is the same for both). Greedy only: such a
+// request starts its own random generator, which the preempted request does not.
+TEST_F(BatchEngineTest, PreemptedUniPrefillRequestsContinueAsAPrefillOfWhatTheyGenerated) {
+  const std::vector<Request> requests = Burst(Greedy(kBurstOutputTokens));
+  std::vector<Collector> c(requests.size());
+  RunPreempting(requests, c);
+  // The references: each request's output from its start, then from each preemption, up to the
+  // next one.
+  struct Piece {
+    size_t request;
+    int from, to;  // output tokens [from, to) of the request
+  };
+  std::vector<Piece> pieces;
+  std::vector<Request> references;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const RequestUpdate f = c[i].Final();
+    ASSERT_EQ(f.usage.kept.size(), 1u) << "request " << i;
+    EXPECT_LT(f.usage.kept[0].kept, f.usage.kept[0].alive) << "request " << i << " kept all";
+    std::vector<int> cuts = c[i].TokensAtPreemptions();
+    ASSERT_EQ(static_cast<int>(cuts.size()), f.usage.preemptions) << "request " << i;
+    const std::vector<int32_t> got = c[i].Tokens();
+    cuts.insert(cuts.begin(), 0);
+    cuts.push_back(static_cast<int>(got.size()));
+    for (size_t k = 0; k + 1 < cuts.size(); ++k) {
+      pieces.push_back({i, cuts[k], cuts[k + 1]});
+      Request r = requests[i];
+      r.prompt.insert(r.prompt.end(), got.begin(), got.begin() + cuts[k]);
+      r.params.max_tokens = cuts[k + 1] - cuts[k];
+      references.push_back(std::move(r));
+    }
+  }
+  const std::vector<std::vector<SampledToken>> alone = RunAlone(references);
+  for (size_t k = 0; k < pieces.size(); ++k) {
+    const Piece& p = pieces[k];
+    const std::vector<SampledToken> got = c[p.request].Sampled();
+    ExpectSameOutput({got.begin() + p.from, got.begin() + p.to}, alone[k],
+                     "request " + std::to_string(p.request) + ", output tokens from " +
+                         std::to_string(p.from));
+  }
 }
 
 TEST_F(BatchEngineTest, CancelEndsTheRequestAndFreesItsKv) {
