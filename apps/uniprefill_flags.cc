@@ -68,10 +68,8 @@ bool ToUniPrefillOptions(const UniPrefillFlags& f, UniPrefillOptions* out, std::
   if (!f.mode.empty()) out->mode = f.mode;
   if (!f.window.empty()) out->window = f.window == "alive" ? "alive" : "position";
   if (f.top_p_opt && f.top_p_opt->count()) out->top_p = f.top_p;
-  if (f.keep_ratio_opt && f.keep_ratio_opt->count()) {
-    out->keep_ratio = f.keep_ratio;
-    if (!out->mode) out->mode = "fixed-ratio";  // a keep ratio only means something there
-  }
+  if (f.keep_ratio_opt && f.keep_ratio_opt->count()) out->keep_ratio = f.keep_ratio;
+  ApplyKeepRatioImpliesFixedRatio(*out);
   if (f.block_size_opt && f.block_size_opt->count()) out->block_size = f.block_size;
   if (f.sink_opt && f.sink_opt->count()) out->sink = f.sink;
   if (f.last_n_opt && f.last_n_opt->count()) out->last_n = f.last_n;

@@ -235,7 +235,7 @@ Result<int64_t> BatchEngine::Submit(std::vector<int32_t> prompt, const SamplingP
       return InvalidArgument("uniprefill.drop_layers cannot change per request on this server "
                              "(it serves drop layers " +
                              LayerListToString(core.uniprefill.drop_layers) +
-                             "); restart it with --uniprefill-drop-layers");
+                             "); restart it with --drop-layers");
     }
     UP_ASSIGN_OR_RETURN(selection, ApplyUniPrefillOptions(core.uniprefill, o, mc));
     if (selection.window_mode != core.uniprefill.window_mode) {

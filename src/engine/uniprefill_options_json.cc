@@ -1,27 +1,74 @@
 #include "engine/uniprefill_options_json.h"
 
+#include <algorithm>
 #include <fstream>
-#include <set>
+#include <iterator>
+
+#include "sparsity/token_selection.h"
 
 namespace uniprefill {
 namespace {
+
+// The schema's keys, in the order documentation lists them.
+constexpr const char* kKeys[] = {"enabled", "drop_layers", "mode",   "top_p", "keep_ratio",
+                                 "block_size", "sink",     "last_n", "window"};
 
 Status TypeError(const std::string& key, const std::string& expected) {
   return InvalidArgument("UniPrefill option '" + key + "' must be " + expected);
 }
 
+// The value ranges of the selection fields that are set, by the engine's own rule
+// (sparsity::ValidateSelectionParams), checked one field at a time over valid defaults so that
+// the error names the field.
+Status ValidateSelectionFields(const UniPrefillOptions& o) {
+  const auto check = [](const char* key, auto set) -> Status {
+    sparsity::SelectionParams p;
+    set(p);
+    Status s = sparsity::ValidateSelectionParams(p);
+    if (s.ok()) return s;
+    return InvalidArgument("UniPrefill option '" + std::string(key) + "': " + s.message());
+  };
+  if (o.top_p) UP_RETURN_IF_ERROR(check("top_p", [&](auto& p) { p.top_p = *o.top_p; }));
+  if (o.keep_ratio) {
+    UP_RETURN_IF_ERROR(check("keep_ratio", [&](auto& p) { p.keep_ratio = *o.keep_ratio; }));
+  }
+  if (o.block_size) {
+    UP_RETURN_IF_ERROR(check("block_size", [&](auto& p) { p.block_size = *o.block_size; }));
+  }
+  if (o.sink) UP_RETURN_IF_ERROR(check("sink", [&](auto& p) { p.sink = *o.sink; }));
+  if (o.last_n) UP_RETURN_IF_ERROR(check("last_n", [&](auto& p) { p.last_n = *o.last_n; }));
+  if (o.mode && *o.mode != "top-p" && *o.mode != "fixed-ratio") {
+    return InvalidArgument("UniPrefill option 'mode' must be \"top-p\" or \"fixed-ratio\" (got \"" +
+                           *o.mode + "\")");
+  }
+  if (o.window && *o.window != "alive" && *o.window != "position") {
+    return InvalidArgument("UniPrefill option 'window' must be \"alive\" or \"position\" (got \"" +
+                           *o.window + "\")");
+  }
+  return OkStatus();
+}
+
 }  // namespace
+
+const std::string& UniPrefillOptionKeys() {
+  static const std::string* keys = [] {
+    auto* s = new std::string;
+    for (const char* k : kKeys) *s += (s->empty() ? "" : ", ") + std::string(k);
+    return s;
+  }();
+  return *keys;
+}
+
+void ApplyKeepRatioImpliesFixedRatio(UniPrefillOptions& o) {
+  if (o.keep_ratio && !o.mode) o.mode = "fixed-ratio";
+}
 
 Result<UniPrefillOptions> UniPrefillOptionsFromJson(const nlohmann::json& j) {
   if (!j.is_object()) return InvalidArgument("UniPrefill options must be a JSON object");
-  static const std::set<std::string> kKeys = {"enabled", "drop_layers", "mode",
-                                              "top_p",   "keep_ratio",  "block_size",
-                                              "sink",    "last_n",      "window"};
   for (const auto& [key, value] : j.items()) {
-    if (!kKeys.count(key)) {
-      return InvalidArgument("unknown UniPrefill option '" + key +
-                             "' (known: enabled, drop_layers, mode, top_p, keep_ratio, "
-                             "block_size, sink, last_n, window)");
+    if (std::find(std::begin(kKeys), std::end(kKeys), key) == std::end(kKeys)) {
+      return InvalidArgument("unknown UniPrefill option '" + key + "' (known: " +
+                             UniPrefillOptionKeys() + ")");
     }
   }
   UniPrefillOptions o;
@@ -57,6 +104,8 @@ Result<UniPrefillOptions> UniPrefillOptionsFromJson(const nlohmann::json& j) {
     if (std::string(key) == "sink") o.sink = v;
     if (std::string(key) == "last_n") o.last_n = v;
   }
+  UP_RETURN_IF_ERROR(ValidateSelectionFields(o));
+  ApplyKeepRatioImpliesFixedRatio(o);
   return o;
 }
 

@@ -210,10 +210,9 @@ std::optional<ApiError> ParseUniPrefill(const json& body, SamplingParams* p) {
     return std::nullopt;
   }
   if (!u->is_object()) {
-    return BadRequest(
-        "uniprefill must be true, false or an object of UniPrefill options "
-        "(enabled, mode, top_p, keep_ratio, block_size, sink, last_n)",
-        "uniprefill");
+    return BadRequest("uniprefill must be true, false or an object of UniPrefill options (" +
+                          UniPrefillOptionKeys() + ")",
+                      "uniprefill");
   }
   auto options = UniPrefillOptionsFromJson(*u);
   if (!options.ok()) return BadRequest(options.status().message(), "uniprefill");

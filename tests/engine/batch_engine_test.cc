@@ -527,6 +527,9 @@ TEST_F(BatchEngineTest, BadRequestsAreRefusedNamingTheProblem) {
   other_layers.uniprefill_options = UniPrefillOptions{};
   other_layers.uniprefill_options->drop_layers = std::vector<int>{11};
   expect_error(Prompt(10, 1), other_layers, ErrorCode::kInvalidArgument, "drop_layers");
+  // ... and names the flag that does change them (`--drop-layers`, not a flag that does not exist).
+  expect_error(Prompt(10, 1), other_layers, ErrorCode::kInvalidArgument,
+               "restart it with --drop-layers");
   SamplingParams bad_ratio = Greedy(4);
   bad_ratio.uniprefill_options = UniPrefillOptions{};
   bad_ratio.uniprefill_options->keep_ratio = 2.0f;

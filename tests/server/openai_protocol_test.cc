@@ -289,6 +289,37 @@ TEST(OpenAiProtocolTest, UniPrefillExtension) {
   ExpectBad(Completion({{"uniprefill", {{"top_p", "high"}}}}), "uniprefill", "top_p");
 }
 
+TEST(OpenAiProtocolTest, UniPrefillKeepRatioWithoutModeMeansFixedRatio) {
+  CompletionRequest r = ParseOk(Completion({{"uniprefill", {{"keep_ratio", 0.5}}}}));
+  ASSERT_TRUE(r.params.uniprefill_options.has_value());
+  ASSERT_TRUE(r.params.uniprefill_options->mode.has_value());
+  EXPECT_EQ(*r.params.uniprefill_options->mode, "fixed-ratio");
+  // An explicit mode stays what it says.
+  r = ParseOk(Completion({{"uniprefill", {{"keep_ratio", 0.5}, {"mode", "top-p"}}}}));
+  EXPECT_EQ(*r.params.uniprefill_options->mode, "top-p");
+  r = ParseOk(Completion({{"uniprefill", {{"top_p", 0.9}}}}));
+  EXPECT_FALSE(r.params.uniprefill_options->mode.has_value());
+}
+
+TEST(OpenAiProtocolTest, UniPrefillErrorsListEveryKeyAndNameTheParam) {
+  const std::vector<std::string> keys = {"enabled", "drop_layers", "mode",   "top_p", "keep_ratio",
+                                         "block_size", "sink",     "last_n", "window"};
+  const ApiError not_an_object = ParseErr(Completion({{"uniprefill", "on"}}));
+  const ApiError unknown_key = ParseErr(Completion({{"uniprefill", {{"keep_ration", 0.5}}}}));
+  for (const ApiError& e : {not_an_object, unknown_key}) {
+    EXPECT_EQ(e.param, "uniprefill");
+    for (const std::string& key : keys) EXPECT_NE(e.message.find(key), std::string::npos) << key;
+  }
+  // Values out of range are refused at parse time, naming the option and the param.
+  ExpectBad(Completion({{"uniprefill", {{"keep_ratio", 2}}}}), "uniprefill", "keep_ratio");
+  ExpectBad(Completion({{"uniprefill", {{"top_p", 0}}}}), "uniprefill", "top_p");
+  ExpectBad(Completion({{"uniprefill", {{"block_size", 0}}}}), "uniprefill", "block_size");
+  ExpectBad(Completion({{"uniprefill", {{"sink", -1}}}}), "uniprefill", "sink");
+  ExpectBad(Completion({{"uniprefill", {{"last_n", 0}}}}), "uniprefill", "last_n");
+  ExpectBad(Completion({{"uniprefill", {{"mode", "topp"}}}}), "uniprefill", "topp");
+  ExpectBad(Completion({{"uniprefill", {{"window", "diagonal"}}}}), "uniprefill", "diagonal");
+}
+
 TEST(OpenAiProtocolTest, ErrorBodies) {
   ApiError e{400, "max_tokens must be an integer", "", "max_tokens", ""};
   json b = ErrorBody(e);

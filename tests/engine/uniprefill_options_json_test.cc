@@ -1,0 +1,73 @@
+// UniPrefillOptions from JSON (config files and the HTTP extension share the parser): a keep ratio
+// without a mode means fixed-ratio, as on the command line; errors name the key and list the
+// schema's keys; out-of-range values are refused by the engine's own ranges.
+#include "engine/uniprefill_options_json.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <string>
+
+#include "testing/tiny_gemma3.h"
+
+namespace uniprefill {
+namespace {
+
+TEST(UniPrefillOptionsJsonTest, KeepRatioWithoutModeMeansFixedRatio) {
+  Result<UniPrefillOptions> o = UniPrefillOptionsFromJson({{"keep_ratio", 0.5}});
+  ASSERT_TRUE(o.ok()) << o.status().message();
+  ASSERT_TRUE(o->mode.has_value());
+  EXPECT_EQ(*o->mode, "fixed-ratio");
+  EXPECT_FLOAT_EQ(*o->keep_ratio, 0.5f);
+  o = UniPrefillOptionsFromJson({{"keep_ratio", 0.5}, {"mode", "top-p"}});
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(*o->mode, "top-p");  // an explicit mode wins
+  o = UniPrefillOptionsFromJson({{"top_p", 0.9}});
+  ASSERT_TRUE(o.ok());
+  EXPECT_FALSE(o->mode.has_value());  // the model's default mode
+}
+
+TEST(UniPrefillOptionsJsonTest, ConfigFileWithOnlyAKeepRatioIsFixedRatio) {
+  const std::string path = testing::TempPath("keep_ratio_only.json");
+  std::ofstream(path) << R"({"keep_ratio": 0.4})";
+  Result<UniPrefillOptions> o = LoadUniPrefillOptionsFile(path);
+  ASSERT_TRUE(o.ok()) << o.status().message();
+  ASSERT_TRUE(o->mode.has_value());
+  EXPECT_EQ(*o->mode, "fixed-ratio");
+  EXPECT_EQ(o->source, "config " + path);
+}
+
+TEST(UniPrefillOptionsJsonTest, UnknownKeyListsEveryKey) {
+  Result<UniPrefillOptions> o = UniPrefillOptionsFromJson({{"keep_ration", 0.5}});
+  ASSERT_FALSE(o.ok());
+  const std::string& m = o.status().message();
+  EXPECT_NE(m.find("'keep_ration'"), std::string::npos) << m;
+  EXPECT_EQ(UniPrefillOptionKeys(),
+            "enabled, drop_layers, mode, top_p, keep_ratio, block_size, sink, last_n, window");
+  EXPECT_NE(m.find(UniPrefillOptionKeys()), std::string::npos) << m;
+}
+
+TEST(UniPrefillOptionsJsonTest, OutOfRangeValuesNameTheirKey) {
+  const std::pair<nlohmann::json, std::string> cases[] = {
+      {{{"keep_ratio", 0}}, "keep_ratio"},  {{{"keep_ratio", 1.5}}, "keep_ratio"},
+      {{{"top_p", 0}}, "top_p"},            {{{"top_p", 1.01}}, "top_p"},
+      {{{"block_size", 0}}, "block_size"},  {{{"sink", -1}}, "sink"},
+      {{{"last_n", 0}}, "last_n"},          {{{"mode", "topp"}}, "mode"},
+      {{{"window", "diagonal"}}, "window"},
+  };
+  for (const auto& [j, key] : cases) {
+    Result<UniPrefillOptions> o = UniPrefillOptionsFromJson(j);
+    ASSERT_FALSE(o.ok()) << j.dump();
+    EXPECT_NE(o.status().message().find("'" + key + "'"), std::string::npos)
+        << j.dump() << ": " << o.status().message();
+  }
+  // The edges of the ranges are valid.
+  for (const nlohmann::json& j :
+       {nlohmann::json{{"keep_ratio", 1}}, nlohmann::json{{"top_p", 1}},
+        nlohmann::json{{"sink", 0}}, nlohmann::json{{"block_size", 1}, {"last_n", 1}}}) {
+    EXPECT_TRUE(UniPrefillOptionsFromJson(j).ok()) << j.dump();
+  }
+}
+
+}  // namespace
+}  // namespace uniprefill
