@@ -472,3 +472,62 @@ class MetricsPoller:
     def __exit__(self, *exc):
         self._stop.set()
         self._thread.join(timeout=30)
+
+
+# A request run beside others may part from its alone run only where the alone run's top-2
+# logprobs are closer than this (a near tie that other arithmetic may flip).
+GAP_TOLERANCE = 1e-3
+
+
+def top2_gap(top: dict) -> float:
+    """Top-1 minus top-2 logprob of one output position (inf when one alternative is listed)."""
+    vals = sorted(top.values(), reverse=True)
+    return vals[0] - vals[1] if len(vals) >= 2 else float("inf")
+
+
+@dataclass
+class AloneComparison:
+    """How outputs run beside others compare with the same requests run alone."""
+    exact: int = 0                                    # identical tokens (and text, if checked)
+    tolerated: list = field(default_factory=list)     # parted at a near tie of the alone run
+    failures: list = field(default_factory=list)      # parted without one, or other mismatches
+    max_logprob_diff: float = 0.0                     # over the tokens before any parting
+
+    def log(self, n: int, what: str) -> None:
+        log(f"    {what}: {self.exact}/{n} identical, {len(self.tolerated)} near-tie "
+            f"divergences, {len(self.failures)} real; max |logprob diff| over matching tokens "
+            f"{self.max_logprob_diff:.2e}")
+        for line in self.tolerated:
+            log("      tolerated: " + line)
+        for line in self.failures:
+            log("      FAILED: " + line)
+
+
+def compare_with_alone(alone: list, others: list, other_name: str, labels: list[str],
+                       check_text: bool = False) -> AloneComparison:
+    """Compares outputs (objects with .tokens, .token_logprobs, .top and, with check_text,
+    .text) position by position with their alone runs: each must equal its alone run or part
+    from it where the alone run's top-2 gap is under GAP_TOLERANCE."""
+    out = AloneComparison()
+    for label, a, b in zip(labels, alone, others):
+        div = next((j for j in range(len(a.tokens)) if j >= len(b.tokens)
+                    or a.tokens[j] != b.tokens[j]), None)
+        for j in range(len(a.tokens) if div is None else div):
+            out.max_logprob_diff = max(out.max_logprob_diff,
+                                       abs(a.token_logprobs[j] - b.token_logprobs[j]))
+        if div is None:
+            if check_text and a.text != b.text:
+                out.failures.append(f"{label}: same tokens, different text: alone {a.text!r} "
+                                    f"{other_name} {b.text!r}")
+            else:
+                out.exact += 1
+            continue
+        if div >= len(b.tokens):
+            out.failures.append(f"{label}: {other_name} output ends at {div} tokens")
+            continue
+        gap = top2_gap(a.top[div])
+        line = (f"{label} diverges at output {div}: alone {a.tokens[div]!r} {other_name} "
+                f"{b.tokens[div]!r}, alone top-2 gap {gap:.2e}, alone top {a.top[div]} "
+                f"{other_name} top {b.top[div]}")
+        (out.tolerated if gap < GAP_TOLERANCE else out.failures).append(line)
+    return out

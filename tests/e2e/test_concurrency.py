@@ -16,7 +16,6 @@ log-uniform over 100..8000 (~60K prompt tokens, ~30 minutes on 2 busy cores).
 from __future__ import annotations
 
 import concurrent.futures
-import math
 import os
 import random
 import sys
@@ -26,9 +25,9 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import openai  # noqa: E402
 
-from server_harness import CONFIG, Server, log, token_prompt  # noqa: E402
+from server_harness import (CONFIG, Server, compare_with_alone, log,  # noqa: E402
+                            token_prompt)
 
-GAP_TOLERANCE = 1e-3
 BOS = 2
 
 
@@ -60,11 +59,6 @@ class Result:
         self.prompt_tokens = response.usage.prompt_tokens
         self.completion_tokens = response.usage.completion_tokens
         self.wall_s = wall_s
-
-    def gap(self, pos: int) -> float:
-        """Top-1 minus top-2 logprob at `pos` (inf when only one alternative is listed)."""
-        vals = sorted(self.top[pos].values(), reverse=True)
-        return vals[0] - vals[1] if len(vals) >= 2 else math.inf
 
 
 class ConcurrencyTest(unittest.TestCase):
@@ -120,34 +114,13 @@ class ConcurrencyTest(unittest.TestCase):
             log(f"    mixed steps: {mixed_before:.0f} -> {mixed_after:.0f}; preemptions "
                 f"{after.get('uniprefill_preemptions_total', default=0):.0f}")
 
-        exact, tolerated, failures = 0, [], []
-        max_lp_diff = 0.0
-        for i, (a, c) in enumerate(zip(alone, together)):
+        for a, c in zip(alone, together):
             self.assertEqual(c.completion_tokens, 16)
             self.assertEqual(c.prompt_tokens, a.prompt_tokens)
-            div = next((j for j in range(16) if a.tokens[j] != c.tokens[j]), None)
-            upto = 16 if div is None else div
-            for j in range(upto):
-                max_lp_diff = max(max_lp_diff, abs(a.token_logprobs[j] - c.token_logprobs[j]))
-            if div is None:
-                exact += 1
-                continue
-            gap = a.gap(div)
-            line = (f"request {i} ({lengths[i]} tokens) diverges at output {div}: alone "
-                    f"{a.tokens[div]!r} concurrent {c.tokens[div]!r}, alone top-2 gap {gap:.2e}, "
-                    f"alone top {a.top[div]} concurrent top {c.top[div]}")
-            if gap < GAP_TOLERANCE:
-                tolerated.append(line)
-            else:
-                failures.append(line)
-        log(f"    divergence: {exact}/{n} identical, {len(tolerated)} near-tie divergences, "
-            f"{len(failures)} real divergences; max |logprob diff| over matching tokens "
-            f"{max_lp_diff:.2e}")
-        for line in tolerated:
-            log("      tolerated: " + line)
-        for line in failures:
-            log("      FAILED: " + line)
-        self.assertFalse(failures, "concurrent outputs differ from the alone outputs")
+        cmp = compare_with_alone(alone, together, "concurrent",
+                                 [f"request {i} ({lengths[i]} tokens)" for i in range(n)])
+        cmp.log(n, "divergence")
+        self.assertFalse(cmp.failures, "concurrent outputs differ from the alone outputs")
         self.assertGreater(mixed_after, mixed_before,
                            "no step mixed prefills and decodes during the concurrent run")
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import concurrent.futures
 import http.client
 import json
-import math
 import os
 import random
 import socket
@@ -27,8 +26,8 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from server_harness import (CONFIG, MetricsPoller, Server, log, parse_sse,  # noqa: E402
-                            token_prompt, wait_until)
+from server_harness import (CONFIG, MetricsPoller, Server, compare_with_alone, log,  # noqa: E402
+                            parse_sse, token_prompt, wait_until)
 
 BOS = 2
 
@@ -42,12 +41,10 @@ BOS = 2
 # later), even when the requests arrive over several steps.
 BURST_SIZES = {"quick": (8, 96, 48, "24MiB"), "default": (16, 96, 48, "48MiB"),
                "full": (24, 96, 48, "72MiB")}
-# A burst request may part from its alone run only where the alone run's top-2 logprobs are closer
-# than this (a near tie that other arithmetic may flip), as in test_concurrency.py; up to there its
-# token logprobs stay this close to the alone run's (they differ by ~1e-5: a recompute sums in
-# another order), so a request that resumed over a slightly wrong cache fails even if its text
-# survives.
-GAP_TOLERANCE = 1e-3
+# A burst request may part from its alone run only at a near tie of the alone run
+# (server_harness.GAP_TOLERANCE); up to there its token logprobs stay this close to the alone
+# run's (they differ by ~1e-5: a recompute sums in another order), so a request that resumed over a
+# slightly wrong cache fails even if its text survives.
 LOGPROB_TOLERANCE = 1e-3
 # Soak: (requests, concurrency).
 SOAK_SIZES = {"quick": (300, 64), "default": (1000, 64), "full": (2000, 64)}
@@ -102,11 +99,6 @@ class Completion:
                 self.tokens += c["logprobs"]["tokens"]
                 self.token_logprobs += c["logprobs"]["token_logprobs"]
                 self.top += c["logprobs"]["top_logprobs"]
-
-    def gap(self, pos: int) -> float:
-        """Top-1 minus top-2 logprob at output `pos` (inf when one alternative is listed)."""
-        vals = sorted(self.top[pos].values(), reverse=True)
-        return vals[0] - vals[1] if len(vals) >= 2 else math.inf
 
 
 class BurstTest(unittest.TestCase):
@@ -181,33 +173,12 @@ class BurstTest(unittest.TestCase):
                 "uniprefill_preemptions_total")
             self.assertEqual(preempt_alone, 0, "a request alone was preempted")
 
-        exact, tolerated, failures = 0, [], []
-        max_lp_diff = 0.0
-        for i, (a, b) in enumerate(zip(alone, burst)):
-            div = next((j for j in range(out_len) if a.tokens[j] != b.tokens[j]), None)
-            for j in range(out_len if div is None else div):
-                max_lp_diff = max(max_lp_diff, abs(a.token_logprobs[j] - b.token_logprobs[j]))
-            if div is None:
-                if a.text != b.text:
-                    failures.append(f"request {i}: same tokens, different text: alone "
-                                    f"{a.text!r} burst {b.text!r}")
-                else:
-                    exact += 1
-                continue
-            gap = a.gap(div)
-            line = (f"request {i} diverges at output {div}: alone {a.tokens[div]!r} burst "
-                    f"{b.tokens[div]!r}, alone top-2 gap {gap:.2e}, alone top {a.top[div]} "
-                    f"burst top {b.top[div]}")
-            (tolerated if gap < GAP_TOLERANCE else failures).append(line)
-        log(f"    alone: {n} requests in {alone_wall:.1f} s; {exact}/{n} burst outputs identical, "
-            f"{len(tolerated)} near-tie divergences, {len(failures)} real; max |logprob diff| over "
-            f"matching tokens {max_lp_diff:.2e}")
-        for line in tolerated:
-            log("      tolerated: " + line)
-        for line in failures:
-            log("      FAILED: " + line)
-        self.assertFalse(failures, "burst outputs differ from the same requests alone")
-        self.assertLess(max_lp_diff, LOGPROB_TOLERANCE,
+        cmp = compare_with_alone(alone, burst, "burst", [f"request {i}" for i in range(n)],
+                                 check_text=True)
+        log(f"    alone: {n} requests in {alone_wall:.1f} s")
+        cmp.log(n, "burst vs alone")
+        self.assertFalse(cmp.failures, "burst outputs differ from the same requests alone")
+        self.assertLess(cmp.max_logprob_diff, LOGPROB_TOLERANCE,
                         "burst logprobs differ from the same requests alone")
 
 
