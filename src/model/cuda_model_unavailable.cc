@@ -6,7 +6,7 @@
 namespace uniprefill {
 
 Result<std::unique_ptr<Model>> MakeCudaModel(std::unique_ptr<Model>, DeviceContext&,
-                                             const ProgressFn&) {
+                                             const LoadOptions&) {
   return Unimplemented(
       "this uniprefill was built without the CUDA backend; rebuild with "
       "`bash scripts/build.sh -DUNIPREFILL_CUDA=ON` on a machine with nvcc, or use --device cpu");

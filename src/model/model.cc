@@ -111,7 +111,7 @@ Result<std::unique_ptr<Model>> LoadOnDevice(DeviceContext& ctx, const LoadOption
   host_options.f32_prefill_weights = false;
   host_options.progress = nullptr;
   UP_ASSIGN_OR_RETURN(std::unique_ptr<Model> host, load_host(*cpu, host_options));
-  return MakeCudaModel(std::move(host), ctx, options.progress);
+  return MakeCudaModel(std::move(host), ctx, options);
 }
 
 }  // namespace

@@ -97,6 +97,9 @@ class LayeredModel : public Model {
   virtual void Head(DeviceContext& ctx, TensorView x, TensorView logits) = 0;
 };
 
+// Which Gated DeltaNet delta-rule kernel the GPU runs (diagnostics; kAuto picks by chunk length).
+enum class DeltaRuleChoice { kAuto, kChunked, kRecurrent };
+
 struct LoadOptions {
   // Dequantise linear weights to f32 for fast many-token GEMMs (prefill). Costs ~4 bytes per
   // weight of memory; off means every matmul runs fused on the quantised weights.
@@ -104,6 +107,7 @@ struct LoadOptions {
   // Decode (one-row) matmuls quantise the activation row to int16 for integer kernels (~2x faster
   // on AVX2, error ~1e-5 of the row's max). true: f32 activations throughout (exact, slower).
   bool f32_decode = false;
+  DeltaRuleChoice gpu_delta_rule = DeltaRuleChoice::kAuto;  // GPU only
   ProgressFn progress;
 };
 

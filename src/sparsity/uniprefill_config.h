@@ -24,11 +24,22 @@ enum class WindowMode {
   kPosition,    // keys whose original position is within W of the query's
 };
 
+// How a device backend learns what a drop layer kept (the CPU always knows at once).
+enum class DropSync {
+  // Fixed ratio runs without a host sync (later layers on a bound, counts on the device); top-p
+  // syncs once per drop layer, since its kept count has no useful bound.
+  kOnlyWhenNeeded,
+  // One host sync per drop layer in every mode: exactly laid-out segments (the sync-free path's
+  // reference in tests and diagnostics).
+  kEveryDrop,
+};
+
 struct UniPrefillConfig {
   bool enabled = true;
   std::vector<int> drop_layers;        // ascending full-attention layer indices
   sparsity::SelectionParams selection;
   WindowMode window_mode = WindowMode::kAliveIndex;
+  DropSync drop_sync = DropSync::kOnlyWhenNeeded;  // execution only: kept tokens are the same
   std::string origin;                  // why these settings: "reference default for ...", "rule"
 
   // The drop layers in effect (none when disabled).

@@ -203,7 +203,9 @@ TEST(UniPrefillModelTest, MixedBatchEqualsEachRequestAlone) {
     for (size_t k = 0; k < reqs[i].kept_alone.size(); ++k) {
       EXPECT_EQ(reqs[i].kept_alone[k].kept, reqs[i].kept_batched[k].kept);
     }
-    if (i < prefill_lengths.size()) EXPECT_EQ(reqs[i].kept_batched.size(), 2u);
+    if (i < prefill_lengths.size()) {
+      EXPECT_EQ(reqs[i].kept_batched.size(), 2u);
+    }
   }
   // Then every request decodes together (after dropped prefills) vs alone.
   steps.clear();

@@ -204,8 +204,8 @@ Status CudaModel::ForwardBatch(DeviceContext& ctx, std::span<const SequenceStep>
 
   // Sync-free drops when some request may select and every such request does so at a fixed
   // ratio (top-p's kept count is unbounded until known; a forward where nobody selects, e.g. a
-  // decode batch, keeps the plain path). UNIPREFILL_GPU_DROP_SYNC=1 forces the synced path
-  // (diagnostics and tests).
+  // decode batch, keeps the plain path). UniPrefillConfig::drop_sync = kEveryDrop forces the
+  // synced path (diagnostics and tests).
   bool any_selects = false, all_fixed = true;
   int max_last_n = uniprefill.selection.last_n;
   for (size_t r = 0; r < steps.size(); ++r) {
@@ -218,10 +218,8 @@ Status CudaModel::ForwardBatch(DeviceContext& ctx, std::span<const SequenceStep>
       any_selects = true;
     }
   }
-  bounded_ = !drops.empty() && any_selects && all_fixed;
-  if (const char* e = std::getenv("UNIPREFILL_GPU_DROP_SYNC"); e && std::string(e) == "1") {
-    bounded_ = false;
-  }
+  bounded_ = !drops.empty() && any_selects && all_fixed &&
+             uniprefill.drop_sync == DropSync::kOnlyWhenNeeded;
   layer_segment_.assign(c.n_layers, 0);
 
   // Staging for every small array of this forward: an upper bound of what the layers Put (each
@@ -370,12 +368,12 @@ Status CudaModel::ForwardBatch(DeviceContext& ctx, std::span<const SequenceStep>
 }  // namespace cuda_model
 
 Result<std::unique_ptr<Model>> MakeCudaModel(std::unique_ptr<Model> host, DeviceContext& ctx,
-                                             const ProgressFn& progress) {
+                                             const LoadOptions& options) {
   if (ctx.device() != Device::kCuda) {
     return InvalidArgument("MakeCudaModel needs a CUDA context");
   }
-  auto model = std::make_unique<cuda_model::CudaModel>(std::move(host), ctx);
-  UP_RETURN_IF_ERROR(model->Load(progress));
+  auto model = std::make_unique<cuda_model::CudaModel>(std::move(host), ctx, options.gpu_delta_rule);
+  UP_RETURN_IF_ERROR(model->Load(options.progress));
   return std::unique_ptr<Model>(std::move(model));
 }
 

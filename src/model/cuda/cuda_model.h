@@ -30,8 +30,9 @@
 namespace uniprefill {
 
 // Uploads `host` (kept alive inside: it owns the mapped file) to the GPU of `ctx` (a CUDA context,
-// which must outlive the model). progress: layers uploaded of all layers.
+// which must outlive the model). From `options`: progress (layers uploaded of all layers) and
+// gpu_delta_rule; the host-side fields were applied when `host` was loaded.
 Result<std::unique_ptr<Model>> MakeCudaModel(std::unique_ptr<Model> host, DeviceContext& ctx,
-                                             const ProgressFn& progress = nullptr);
+                                             const LoadOptions& options = {});
 
 }  // namespace uniprefill

@@ -54,8 +54,8 @@ struct Req {
 
 class CudaModel final : public Model {
  public:
-  CudaModel(std::unique_ptr<Model> host, DeviceContext& ctx)
-      : host_(std::move(host)), ctx_(ctx), cfg_(host_->config()) {}
+  CudaModel(std::unique_ptr<Model> host, DeviceContext& ctx, DeltaRuleChoice delta_rule)
+      : host_(std::move(host)), ctx_(ctx), cfg_(host_->config()), delta_rule_(delta_rule) {}
 
   Status Load(const ProgressFn& progress);
 
@@ -95,7 +95,7 @@ class CudaModel final : public Model {
     bool compacted = false;  // rows are gathered kept rows (q_kept_)
   };
   // A drop that learns the kept rows by one host sync and lays the next segment out exactly (top-p,
-  // or UNIPREFILL_GPU_DROP_SYNC=1).
+  // or UniPrefillConfig::drop_sync = DropSync::kEveryDrop).
   Status SyncedDrop(const AttentionLayer& L, std::vector<Req>& reqs, const DropLayer& drop,
                     int segment, int64_t T, KeptQueries* kq);
   // A fixed-ratio drop without a host sync (bounded segments, ops/cuda/cuda_uniprefill.h): the
@@ -120,6 +120,7 @@ class CudaModel final : public Model {
   bool head_is_embedding_ = false;
   float embedding_scale_ = 1.0f;
   bool has_linear_ = false;  // any Gated DeltaNet layer (state slots needed)
+  DeltaRuleChoice delta_rule_ = DeltaRuleChoice::kAuto;  // LoadOptions::gpu_delta_rule
   DeviceBuffer output_norm_;
   std::vector<Layer> layers_;
 

@@ -60,12 +60,12 @@ Status CudaModel::DeltaMixer(int layer_index, const DeltaLayer& L, const std::ve
   oc::L2NormalizeHeads(ctx_, q, kL2NormEps, 1.0f / std::sqrt(static_cast<float>(dk)));
   oc::L2NormalizeHeads(ctx_, k, kL2NormEps);
   TensorView core = Heads(Bf16(attn_), T, hv, dv, value_dim);
-  // UNIPREFILL_DELTA_RULE_KERNEL=chunked|recurrent forces one kernel (diagnostics; default auto).
-  oc::DeltaRuleKernel kernel = oc::DeltaRuleKernel::kAuto;
-  if (const char* e = std::getenv("UNIPREFILL_DELTA_RULE_KERNEL")) {
-    if (std::string(e) == "chunked") kernel = oc::DeltaRuleKernel::kChunked;
-    if (std::string(e) == "recurrent") kernel = oc::DeltaRuleKernel::kRecurrent;
-  }
+  // LoadOptions::gpu_delta_rule may force one kernel (diagnostics; default auto).
+  const oc::DeltaRuleKernel kernel = delta_rule_ == DeltaRuleChoice::kChunked
+                                         ? oc::DeltaRuleKernel::kChunked
+                                     : delta_rule_ == DeltaRuleChoice::kRecurrent
+                                         ? oc::DeltaRuleKernel::kRecurrent
+                                         : oc::DeltaRuleKernel::kAuto;
   oc::GatedDeltaRule(ctx_, core, q, k, v,
                      TensorView::Contiguous(g, DType::kF32, {T, hv}, Device::kCuda),
                      TensorView::Contiguous(beta, DType::kF32, {T, hv}, Device::kCuda),

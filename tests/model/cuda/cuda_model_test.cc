@@ -98,11 +98,13 @@ struct Pair {
   std::unique_ptr<Model> cpu, gpu;
 };
 
-Pair Load(const std::string& path, DeviceContext& gpu_ctx) {
+Pair Load(const std::string& path, DeviceContext& gpu_ctx,
+          DeltaRuleChoice delta_rule = DeltaRuleChoice::kAuto) {
   Pair p;
   p.cpu_ctx = DeviceContext::Cpu(0);
   LoadOptions lo;
   lo.f32_decode = true;
+  lo.gpu_delta_rule = delta_rule;
   auto cpu = LoadModel(path, *p.cpu_ctx, lo);
   EXPECT_TRUE(cpu.ok()) << cpu.status().message();
   auto gpu = LoadModel(path, gpu_ctx, lo);
@@ -612,7 +614,7 @@ TEST(CudaModelTinyGgufTest, PackedBatchWithDropsEqualsEachAlone) {
 }
 
 // Fixed ratio runs sync-free (capacities, padding rows, device-side counts, caches trimmed after
-// the final sync); UNIPREFILL_GPU_DROP_SYNC=1 forces the synced, exactly laid-out path. Both on a
+// the final sync); DropSync::kEveryDrop forces the synced, exactly laid-out path. Both on a
 // packed batch of two prefills and a decode, then 6 decodes of every request.
 // Both window modes (sliding windows over alive indices or positions).
 void ExpectSyncFreeEqualsSynced(DeviceContext& ctx, Model& m, const std::string& label,
@@ -640,14 +642,16 @@ void ExpectSyncFreeEqualsSynced(DeviceContext& ctx, Model& m, const std::string&
     std::vector<std::vector<float>> logits;  // per step, 3 requests concatenated
     ForwardStats prefill_stats;              // of the packed step with the two prefills
   };
+  UniPrefillConfig up_synced = up;
+  up_synced.drop_sync = DropSync::kEveryDrop;
   auto run = [&](bool synced) {
-    if (synced) setenv("UNIPREFILL_GPU_DROP_SYNC", "1", 1);
+    const UniPrefillConfig& config = synced ? up_synced : up;
     Run out;
-    for (int i = 0; i < 3; ++i) out.caches.push_back(m.NewCache(512, up.active_drop_layers()));
+    for (int i = 0; i < 3; ++i) out.caches.push_back(m.NewCache(512, config.active_drop_layers()));
     std::vector<float> l0(V), l1(V), l2(V);
     {  // request 1 has its prompt already: this step decodes it
       SequenceStep s{out.caches[1].get(), d, l1.data()};
-      EXPECT_TRUE(m.ForwardBatch(ctx, std::span<const SequenceStep>(&s, 1), up).ok());
+      EXPECT_TRUE(m.ForwardBatch(ctx, std::span<const SequenceStep>(&s, 1), config).ok());
     }
     std::vector<int32_t> one{5};
     std::vector<SequenceStep> steps{{out.caches[0].get(), a, l0.data(), &out.kept[0]},
@@ -656,7 +660,7 @@ void ExpectSyncFreeEqualsSynced(DeviceContext& ctx, Model& m, const std::string&
     std::vector<std::vector<int32_t>> next(3);
     for (int step = 0; step < 7; ++step) {
       const Status st =
-          m.ForwardBatch(ctx, steps, up, nullptr, step == 0 ? &out.prefill_stats : nullptr);
+          m.ForwardBatch(ctx, steps, config, nullptr, step == 0 ? &out.prefill_stats : nullptr);
       EXPECT_TRUE(st.ok()) << st.message();
       std::vector<float> all(l0);
       all.insert(all.end(), l1.begin(), l1.end());
@@ -668,7 +672,6 @@ void ExpectSyncFreeEqualsSynced(DeviceContext& ctx, Model& m, const std::string&
         steps[r].tokens = next[r];
       }
     }
-    unsetenv("UNIPREFILL_GPU_DROP_SYNC");
     return out;
   };
   const Run free_run = run(false), synced = run(true);
@@ -781,13 +784,19 @@ TEST(CudaModelQwen3NextTest, TopTwoRoutingWithinTheRoutingFlipBound) {
 }
 
 // Diagnostic (run explicitly): GPU vs host error of the tiny Qwen3-Next (all experts) cut to 1..8
-// layers, for a few prompts: where the error grows, layer by layer.
+// layers, for a few prompts, with each delta-rule kernel: where the error grows, layer by layer.
 TEST(CudaModelQwen3NextTest, DISABLED_ErrorByDepth) {
   UP_CUDA_TEST_CONTEXT(ctx);
-  for (int layers = 1; layers <= 8; ++layers) {
-    Pair p = Load(QwenAllExpertsDir(layers), ctx);
+  const std::pair<DeltaRuleChoice, const char*> kernels[] = {
+      {DeltaRuleChoice::kAuto, "auto"},
+      {DeltaRuleChoice::kChunked, "chunked"},
+      {DeltaRuleChoice::kRecurrent, "recurrent"}};
+  for (int run = 0; run < 8 * 3; ++run) {
+    const int layers = 1 + run / 3;
+    const auto& [kernel, name] = kernels[run % 3];
+    Pair p = Load(QwenAllExpertsDir(layers), ctx, kernel);
     ASSERT_TRUE(p.cpu && p.gpu);
-    std::printf("[qwen3_next depth %d]", layers);
+    std::printf("[qwen3_next depth %d, %s delta rule]", layers, name);
     int seed = 1;
     for (int n : {5, 37, 130, 301}) {
       std::vector<int32_t> t;
