@@ -12,16 +12,16 @@
 
 #include "output_files.h"
 #include "progress_bar.h"
-#include "server/load_generator.h"
-#include "server/sse_client.h"
+#include "loadgen/load_generator.h"
+#include "loadgen/sse_client.h"
 
 namespace uniprefill::cli {
 namespace {
 
-using server::BenchMode;
-using server::ModeSummary;
-using server::RequestSpec;
-using server::RunResult;
+using loadgen::BenchMode;
+using loadgen::ModeSummary;
+using loadgen::RequestSpec;
+using loadgen::RunResult;
 
 // One `error:` line; returns 2, the exit code of a bad flag.
 int FlagError(const std::string& message) {
@@ -99,12 +99,12 @@ void PrintTable(const std::vector<ModeRun>& runs) {
   row("E2E p90 (s)", [](const ModeRun& r) { return Cell(r.summary.e2e_s.p90, 1, 3); });
   row("E2E p99 (s)", [](const ModeRun& r) { return Cell(r.summary.e2e_s.p99, 1, 3); });
   row("mean keep ratio", [](const ModeRun& r) { return Cell(r.summary.mean_keep_ratio, 1, 3); });
-  auto kv = [&](double server::KvMetrics::*field) {
+  auto kv = [&](double loadgen::KvMetrics::*field) {
     return [=](const ModeRun& r) { return r.run.metrics.available ? Cell(r.run.metrics.*field, kMiB, 2) : "-"; };
   };
-  row("KV peak used (MiB)", kv(&server::KvMetrics::kv_bytes_used_peak));
-  row("KV peak dense-equiv. (MiB)", kv(&server::KvMetrics::kv_bytes_dense_equivalent_peak));
-  row("KV peak saved (MiB)", kv(&server::KvMetrics::kv_bytes_saved_peak));
+  row("KV peak used (MiB)", kv(&loadgen::KvMetrics::kv_bytes_used_peak));
+  row("KV peak dense-equiv. (MiB)", kv(&loadgen::KvMetrics::kv_bytes_dense_equivalent_peak));
+  row("KV peak saved (MiB)", kv(&loadgen::KvMetrics::kv_bytes_saved_peak));
   row("mixed prefill+decode steps", [](const ModeRun& r) {
     return r.run.metrics.available ? Cell(r.run.metrics.mixed_steps, 1, 0) : "-";
   });
@@ -206,31 +206,31 @@ int BenchServeCommand(const BenchServeOptions& o) {
                        "' is not LO,HI with 0 <= LO <= HI (token ids)");
     }
   }
-  Result<std::vector<BenchMode>> modes = server::ParseModes(o.modes);
+  Result<std::vector<BenchMode>> modes = loadgen::ParseModes(o.modes);
   if (!modes.ok()) return FlagError(modes.status().message());
-  Result<server::ServerUrl> url = server::ParseServerUrl(o.url);
+  Result<loadgen::ServerUrl> url = loadgen::ParseServerUrl(o.url);
   if (!url.ok()) return FlagError("--url: " + url.status().message());
   std::vector<RequestSpec> requests, warmups;
   if (!o.dataset.empty()) {
-    auto lines = server::LoadDatasetJsonl(o.dataset, o.output_tokens);
+    auto lines = loadgen::LoadDatasetJsonl(o.dataset, o.output_tokens);
     if (!lines.ok()) return FlagError("--dataset: " + lines.status().message());
     for (int i = 0; i < o.num_requests; ++i) requests.push_back((*lines)[i % lines->size()]);
     for (int i = 0; i < o.warmup; ++i) warmups.push_back((*lines)[i % lines->size()]);
   } else {
     // Warm-up prompts are drawn after the measured ones, so they never prime a prefix cache.
-    requests = server::RandomTokenRequests(o.num_requests + o.warmup, o.prompt_tokens,
+    requests = loadgen::RandomTokenRequests(o.num_requests + o.warmup, o.prompt_tokens,
                                            o.output_tokens, vocab_lo, vocab_hi, o.seed);
     warmups.assign(requests.begin() + o.num_requests, requests.end());
     requests.resize(o.num_requests);
   }
   if (!CheckOutputWritable(o.json_out, "--output")) return 1;
 
-  server::HttpClientOptions http;
+  loadgen::HttpClientOptions http;
   http.api_key = o.api_key;
   http.read_timeout_s = o.timeout_s;
-  const server::HttpClient client(*url, http);
+  const loadgen::HttpClient client(*url, http);
   const std::string where = url->ToString();
-  Result<server::HttpResponse> models = client.Get("/v1/models");
+  Result<loadgen::HttpResponse> models = client.Get("/v1/models");
   if (!models.ok()) {
     if (models.status().code() == ErrorCode::kNotFound) {
       std::fprintf(stderr, "error: %s; is the server running? Start one with `uniprefill serve "
@@ -257,7 +257,7 @@ int BenchServeCommand(const BenchServeOptions& o) {
                    models->status == 200
                        ? "lists no model"
                        : ("answered HTTP " + std::to_string(models->status) + ": " +
-                          server::ErrorMessageFromBody(models->body)).c_str());
+                          loadgen::ErrorMessageFromBody(models->body)).c_str());
       return 1;
     }
     model = served[0];
@@ -266,7 +266,7 @@ int BenchServeCommand(const BenchServeOptions& o) {
                  served[0].c_str(), model.c_str());
   }
 
-  server::LoadOptions load;
+  loadgen::LoadOptions load;
   load.model = model;
   load.concurrency = std::max(o.concurrency, 0);
   load.rate = o.concurrency > 0 ? 0 : o.rate;
@@ -286,18 +286,18 @@ int BenchServeCommand(const BenchServeOptions& o) {
   std::vector<ModeRun> runs;
   for (const BenchMode& mode : *modes) {
     for (const RequestSpec& w : warmups) {
-      const std::string body = server::BuildCompletionRequest(model, w, mode)
+      const std::string body = loadgen::BuildCompletionRequest(model, w, mode)
                                    .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-      server::RequestRecord r = server::SendCompletion(client, body, o.timeout_s);
+      loadgen::RequestRecord r = loadgen::SendCompletion(client, body, o.timeout_s);
       if (!r.ok) std::fprintf(stderr, "warning: %s warm-up request failed: %s\n",
                               mode.name.c_str(), r.error.c_str());
     }
     ProgressBar bar(mode.name, "requests", /*enabled=*/true);
     ModeRun mr{mode, {}, {}};
-    mr.run = server::RunLoad(client, load, mode, requests,
+    mr.run = loadgen::RunLoad(client, load, mode, requests,
                              [&](int done, int total) { bar.Update(done, total); });
     bar.Finish();
-    mr.summary = server::SummarizeRun(mr.run);
+    mr.summary = loadgen::SummarizeRun(mr.run);
     std::fprintf(stderr, "%s: %d ok, %d failed in %.2f s\n", mode.name.c_str(), mr.summary.ok,
                  mr.summary.failed, mr.summary.duration_s);
     runs.push_back(std::move(mr));
@@ -343,11 +343,11 @@ int BenchServeCommand(const BenchServeOptions& o) {
     nlohmann::json mode_json = nlohmann::json::array();
     for (const ModeRun& r : runs) {
       nlohmann::json records = nlohmann::json::array();
-      for (const server::RequestRecord& rec : r.run.records) records.push_back(server::ToJson(rec));
+      for (const loadgen::RequestRecord& rec : r.run.records) records.push_back(loadgen::ToJson(rec));
       mode_json.push_back({{"mode", r.mode.name},
                            {"uniprefill_field", r.mode.field},
-                           {"summary", server::ToJson(r.summary)},
-                           {"kv_metrics", server::ToJson(r.run.metrics)},
+                           {"summary", loadgen::ToJson(r.summary)},
+                           {"kv_metrics", loadgen::ToJson(r.run.metrics)},
                            {"requests", records}});
     }
     const nlohmann::json j = {

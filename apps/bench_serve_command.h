@@ -3,7 +3,7 @@
 // streaming /v1/completions requests, at a fixed concurrency or at Poisson arrival times, and
 // reports TTFT, inter-token and end-to-end latency percentiles, throughput, keep ratios and the KV
 // memory peaks seen on /metrics; a table on stdout, everything (per request too) as JSON with -o.
-// The measuring itself is server/load_generator.h.
+// The measuring itself is loadgen/load_generator.h.
 #pragma once
 
 #include <CLI/CLI.hpp>

@@ -1,4 +1,4 @@
-#include "server/sse_client.h"
+#include "loadgen/sse_client.h"
 
 #include <httplib.h>
 
@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <utility>
 
-namespace uniprefill::server {
+namespace uniprefill::loadgen {
 
 bool SseParser::Feed(std::string_view bytes, const DataCallback& on_data) {
   for (char c : bytes) {
@@ -192,4 +192,4 @@ std::string ErrorMessageFromBody(const std::string& body) {
   return cut.empty() ? "(empty body)" : cut;
 }
 
-}  // namespace uniprefill::server
+}  // namespace uniprefill::loadgen

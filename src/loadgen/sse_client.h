@@ -13,7 +13,7 @@
 
 #include "core/status.h"
 
-namespace uniprefill::server {
+namespace uniprefill::loadgen {
 
 // Splits a byte stream into Server-Sent Events and hands over each event's data: the `data:`
 // lines of one event joined by '\n' (the leading space after the colon dropped). Lines may end in
@@ -88,4 +88,4 @@ class HttpClient {
 // {"error": "..."} or {"message": ...}); otherwise the body itself, cut to 300 bytes.
 std::string ErrorMessageFromBody(const std::string& body);
 
-}  // namespace uniprefill::server
+}  // namespace uniprefill::loadgen

@@ -24,9 +24,9 @@
 #include <vector>
 
 #include "core/status.h"
-#include "server/sse_client.h"
+#include "loadgen/sse_client.h"
 
-namespace uniprefill::server {
+namespace uniprefill::loadgen {
 
 // ---- Workload ----
 
@@ -180,4 +180,4 @@ nlohmann::json ToJson(const LatencyStats& s);
 nlohmann::json ToJson(const ModeSummary& s);
 nlohmann::json ToJson(const KvMetrics& m);
 
-}  // namespace uniprefill::server
+}  // namespace uniprefill::loadgen

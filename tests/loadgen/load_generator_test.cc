@@ -2,7 +2,7 @@
 // completion chunks, Prometheus text, and whole runs against a small fake OpenAI-compatible server
 // (httplib, port 0) that streams a token per chunk and records how many requests it had at once;
 // then `uniprefill bench serve` itself against that server (flags, exit codes, table, JSON).
-#include "server/load_generator.h"
+#include "loadgen/load_generator.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -20,9 +20,9 @@
 #include <thread>
 
 #include "cli/cli_runner.h"
-#include "server/sse_client.h"
+#include "loadgen/sse_client.h"
 
-namespace uniprefill::server {
+namespace uniprefill::loadgen {
 namespace {
 
 // ---- Statistics ----
@@ -631,4 +631,4 @@ TEST(BenchServeCliTest, ComparesDenseAndUniPrefillAgainstFakeServer) {
 }
 
 }  // namespace
-}  // namespace uniprefill::server
+}  // namespace uniprefill::loadgen

@@ -1,4 +1,4 @@
-#include "server/load_generator.h"
+#include "loadgen/load_generator.h"
 
 #include <algorithm>
 #include <atomic>
@@ -13,7 +13,7 @@
 #include <sstream>
 #include <thread>
 
-namespace uniprefill::server {
+namespace uniprefill::loadgen {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -615,4 +615,4 @@ nlohmann::json ToJson(const KvMetrics& m) {
           {"mixed_steps", m.mixed_steps}};
 }
 
-}  // namespace uniprefill::server
+}  // namespace uniprefill::loadgen
