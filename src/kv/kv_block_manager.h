@@ -3,7 +3,7 @@
 // (a PagedSequenceCache) reads the block tables to find where each token's keys and values live.
 //
 // Unit of memory. One block holds `block_tokens` consecutive alive indices of ONE attention layer
-// (its keys and values): block_bytes = block_tokens * layer_token_bytes. Segments (DESIGN.md
+// (its keys and values): block_bytes = block_tokens * layer_token_bytes. Segments (docs/design.md
 // section 2) hold different numbers of layers (Llama-3.1-8B with drops at 7, 11, ..., 27 has 8
 // layers in segment 0 and 4 in the others), so a block sized for "all layers of a segment" would
 // not be one fixed size; a per-layer block keeps one pool of equal blocks shared by every segment,

@@ -2,10 +2,11 @@
 // values of the tokens alive in that layer's segment, per linear-attention layer its recurrent and
 // conv state, and per segment the number of tokens it holds.
 //
-// Segments (DESIGN.md section 2): the drop layers d_1 < d_2 < ... cut the stack; segment 0 is layers
-// 0..d_1, segment s is d_s + 1 .. d_{s+1}. Every layer of a segment sees the same token set, so a
-// token appended to a segment gets the same *alive index* (its rank in that segment) in each of its
-// layers. Later segments hold fewer tokens after a UniPrefill drop; decode appends to every segment.
+// Segments (docs/design.md section 2): the drop layers d_1 < d_2 < ... cut the stack; segment 0 is
+// layers 0..d_1, segment s is d_s + 1 .. d_{s+1}. Every layer of a segment sees the same token set,
+// so a token appended to a segment gets the same *alive index* (its rank in that segment) in each
+// of its layers. Later segments hold fewer tokens after a UniPrefill drop; decode appends to every
+// segment.
 //
 // Each KV entry carries its original position (RoPE used it; kept tokens keep positions) and its
 // alive index (causal order and the sliding window are by alive index, as the reference's paged

@@ -1,9 +1,10 @@
 // Model: a loaded architecture that turns packed batches of token ids into next-token logits.
 //
 // One ForwardBatch runs several requests together (prefills of any length and single-token decodes,
-// DESIGN.md section 2), layer by layer over all their rows, with UniPrefill drops at the configured
-// layers. Host architectures derive from LayeredModel and implement three hooks (embed, one layer,
-// head); the CUDA model (model/cuda/cuda_model.h) runs an exported host model on the GPU.
+// docs/design.md section 2), layer by layer over all their rows, with UniPrefill drops at the
+// configured layers. Host architectures derive from LayeredModel and implement three hooks (embed,
+// one layer, head); the CUDA model (model/cuda/cuda_model.h) runs an exported host model on the
+// GPU.
 //
 // Invariants: ForwardBatch appends each request's tokens to its cache; logits are f32 [vocab] of each
 // request's last token. A model holds its weights and no per-request state (that lives in the

@@ -1,4 +1,5 @@
-// PackedBatch: the rows of one forward over several requests, packed together (DESIGN.md section 2).
+// PackedBatch: the rows of one forward over several requests, packed together (docs/design.md
+// section 2).
 //
 // Request r owns rows [seq(r).begin, seq(r).end) (cu_seqlens); each row carries its original
 // position (for RoPE) and its alive index in the current segment (causal order and sliding

@@ -74,11 +74,11 @@ struct AttentionParams {
 void Attention(DeviceContext& ctx, TensorView out, TensorView q, TensorView k, TensorView v,
                const int32_t* q_pos, const int32_t* k_pos, const AttentionParams& params);
 
-// UniPrefill scoring (DESIGN.md section 1, steps 2-3): for each query j of q and each query head h,
-// the fp32 softmax over the keys visible to j (k_pos[i] <= q_pos[j]) of scale * q[j,h] . k[i,kv(h)];
-// importance[i] += the sum of those probabilities over j and h. q f32 [n, Hq, D] (row stride may
-// exceed Hq * D); k f32 [N, Hkv, D] (row stride may exceed Hkv * D); importance f32 [N], accumulated
-// into (zero it first). k_pos ascending.
+// UniPrefill scoring (docs/design.md section 1, steps 2-3): for each query j of q and each query
+// head h, the fp32 softmax over the keys visible to j (k_pos[i] <= q_pos[j]) of
+// scale * q[j,h] . k[i,kv(h)]; importance[i] += the sum of those probabilities over j and h. q f32
+// [n, Hq, D] (row stride may exceed Hq * D); k f32 [N, Hkv, D] (row stride may exceed Hkv * D);
+// importance f32 [N], accumulated into (zero it first). k_pos ascending.
 void AttentionImportance(DeviceContext& ctx, float* importance, TensorView q, TensorView k,
                          const int32_t* q_pos, const int32_t* k_pos, float scale);
 

@@ -1,4 +1,4 @@
-// UniPrefill token selection (DESIGN.md section 1, steps 2-7) as pure functions on the CPU:
+// UniPrefill token selection (docs/design.md section 1, steps 2-7) as pure functions on the CPU:
 // attention-mass importance of each alive token from the last n queries, block scores, and the
 // kept-token list under the top-p or fixed-ratio rule. These are the reference semantics the
 // batched model forward (and later the CUDA kernels) build on; they take no model, no batch.

@@ -72,7 +72,7 @@ TEST(TokenSelectionTest, ShortPrefillsAndPOneKeepEverything) {
   EXPECT_EQ(SelectTokens(b, Params(4, 4, 4, 1.0f)).size(), 100u);  // p = 1
 }
 
-// An independent, literal transcription of DESIGN.md steps 4-7.
+// An independent, literal transcription of docs/design.md section 1, steps 4-7.
 std::vector<int32_t> Literal(const std::vector<float>& a, int G, int S, int n, double p) {
   const int N = static_cast<int>(a.size());
   if (N <= S + n || p >= 1.0) {

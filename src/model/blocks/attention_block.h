@@ -1,6 +1,6 @@
 // The attention mixer of one layer over a packed batch, shared by every architecture (Gemma 3
 // sliding/full, Llama full, Qwen3-Next gated full), including the UniPrefill selection at drop
-// layers (DESIGN.md section 1).
+// layers (docs/design.md section 1).
 //
 // At a drop layer, after the layer's queries and keys are computed (norms and RoPE applied) and the
 // keys/values of every alive row are cached, each prefill request with more than S + n alive rows

@@ -1,6 +1,6 @@
 // The CUDA model: any host model that can Export() (Gemma 3, Llama, Qwen3-Next), uploaded to the
 // GPU as bf16 and run there with the same batch, cache and UniPrefill semantics as the host
-// forward (DESIGN.md sections 1-2):
+// forward (docs/design.md sections 1-2):
 //   - packed batches of prefills and decodes; requests whose cache is empty (prefills) first, then
 //     the others; logits of each request's last token, f32;
 //   - per layer: fused add + RMSNorm, one fused projection GEMM (q | gate | k | v, or the DeltaNet

@@ -1,7 +1,7 @@
-// CUDA UniPrefill kernels (DESIGN.md section 1): attention-mass scoring from the last n queries,
-// block reduction, per-request top-p / fixed-ratio block selection and the compaction row list, all
-// on the device. GPU twins of ops::AttentionImportance and sparsity::SelectTokens; the selection
-// equals the CPU one on the same importance (ties broken the same way).
+// CUDA UniPrefill kernels (docs/design.md section 1): attention-mass scoring from the last n
+// queries, block reduction, per-request top-p / fixed-ratio block selection and the compaction row
+// list, all on the device. GPU twins of ops::AttentionImportance and sparsity::SelectTokens; the
+// selection equals the CPU one on the same importance (ties broken the same way).
 #pragma once
 
 #include <cstdint>
