@@ -131,6 +131,7 @@ int BenchPrefillCommand(const BenchPrefillOptions& o) {
     runs.push_back({{"tokens", len}, {"dense_ttft_s", dense}, {"uniprefill_ttft_s", sparse},
                     {"dense_median_s", d}, {"uniprefill_median_s", u}, {"speedup", d / u},
                     {"overhead_share_median", ov}, {"kept", kept_json},
+                    {"keep_ratio", KeepRatio(kept)},
                     {"uniprefill_host_syncs", host_syncs}});
   }
   if (!o.json_out.empty()) {

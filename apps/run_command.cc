@@ -246,6 +246,7 @@ bool WriteResultJson(const RunOptions& o, const GenerationResult& r, int threads
                             {"decode_tok_s", s.decode_tok_s},
                             {"threads", threads},
                             {"uniprefill", KeptJson(r)},
+                            {"keep_ratio", KeepRatio(r.kept)},
                             {"peak_rss_mib", PeakRssMiB()}};
   std::ofstream out(o.json_out);
   if (!out) return false;

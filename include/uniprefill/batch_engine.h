@@ -100,6 +100,9 @@ struct ServingMetrics {
   int64_t kv_block_bytes = 0, kv_bytes_used = 0, kv_bytes_dense = 0, kv_bytes_saved = 0;
   // UniPrefill: tokens alive at drop layers and kept by them, summed over prefills.
   int64_t uniprefill_alive_tokens = 0, uniprefill_kept_tokens = 0;
+  // Over the prefills that selected: tokens they started with (alive at their first drop layer) and
+  // tokens their last drop layer kept; their ratio is the aggregate KeepRatio (engine.h).
+  int64_t uniprefill_prefill_tokens = 0, uniprefill_prefill_kept_tokens = 0;
   Histogram ttft_s, inter_token_s, e2e_s;
 };
 

@@ -99,6 +99,13 @@ struct KeptTokensInfo {
   int alive = 0;
 };
 
+// The keep ratio of one prefill: the tokens its last drop layer kept / the tokens it started with
+// (alive at its first drop layer: the prompt, or prompt + output so far when a preempted request is
+// recomputed). 1 when nothing was selected. This is the one meaning of "keep_ratio" wherever the
+// engine reports one (HTTP responses, /metrics, run --json, bench-prefill, eval, calibrate;
+// docs/uniprefill.md "Reported figures").
+double KeepRatio(const std::vector<KeptTokensInfo>& kept);
+
 struct GenerationResult {
   // Generated ids, including the one that completed a stop string; never EOS or a stop token id.
   std::vector<int32_t> tokens;

@@ -453,6 +453,10 @@ void BatchEngine::Impl::RunStep() {
         counters.uniprefill_alive_tokens += k.alive;
         counters.uniprefill_kept_tokens += k.kept;
       }
+      if (!l.usage.kept.empty()) {
+        counters.uniprefill_prefill_tokens += l.usage.kept.front().alive;
+        counters.uniprefill_prefill_kept_tokens += l.usage.kept.back().kept;
+      }
     }
     const int32_t token = l.sampler.Sample(l.logits);
     l.sampler.Accept(token);

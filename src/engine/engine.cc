@@ -96,6 +96,11 @@ Result<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options,
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 
+double KeepRatio(const std::vector<KeptTokensInfo>& kept) {
+  if (kept.empty() || kept.front().alive <= 0) return 1.0;
+  return static_cast<double>(kept.back().kept) / static_cast<double>(kept.front().alive);
+}
+
 bool Engine::can_tokenize() const { return impl_->tokenizer->can_encode(); }
 
 std::vector<int32_t> Engine::Tokenize(std::string_view text, bool add_bos) const {

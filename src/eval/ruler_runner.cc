@@ -85,9 +85,7 @@ Result<RulerOutcome> RunRulerCase(Engine& engine, const RulerCase& c, bool unipr
   out.score = ScoreRulerPrediction(c.sample, r.text);
   out.prefill_s = r.stats.ttft_s;
   out.kept = r.kept;
-  if (!r.kept.empty()) {
-    out.keep_ratio = double(r.kept.back().kept) / static_cast<double>(c.ids.size());
-  }
+  out.keep_ratio = KeepRatio(r.kept);
   return out;
 }
 

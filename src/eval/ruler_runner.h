@@ -44,7 +44,7 @@ Result<std::vector<RulerCase>> BuildRulerCases(const Engine& engine,
 struct RulerOutcome {
   double score = 0;       // 0..100 (RULER's metric of the task)
   double prefill_s = 0;   // time to first token
-  double keep_ratio = 1;  // tokens alive after the last drop layer / prompt tokens (1 = dense)
+  double keep_ratio = 1;  // KeepRatio (uniprefill/engine.h): last drop's kept / prompt (1 = dense)
   std::vector<KeptTokensInfo> kept;
   std::string prediction;
 };

@@ -421,10 +421,7 @@ nlohmann::json UniPrefillJson(const std::vector<KeptTokensInfo>& kept) {
   for (const KeptTokensInfo& k : kept) {
     layers.push_back({{"layer", k.layer}, {"kept", k.kept}, {"alive", k.alive}});
   }
-  const double ratio = kept.empty() || kept.back().alive == 0
-                           ? 1.0
-                           : double(kept.back().kept) / double(kept.back().alive);
-  return {{"kept", layers}, {"keep_ratio", ratio}};
+  return {{"kept", layers}, {"keep_ratio", KeepRatio(kept)}};
 }
 
 nlohmann::json UsageJson(const RequestUsage& u) {

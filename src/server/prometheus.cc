@@ -101,11 +101,15 @@ std::string FormatPrometheus(const ServingMetrics& m, const std::string& model_n
           "Bytes the running requests' KV would use without UniPrefill.", double(m.kv_bytes_dense));
   w.Gauge("uniprefill_kv_bytes_saved", "KV bytes UniPrefill saves on the running requests.",
           double(m.kv_bytes_saved));
-  const double keep_ratio = m.uniprefill_alive_tokens > 0 ? double(m.uniprefill_kept_tokens) /
-                                                                double(m.uniprefill_alive_tokens)
-                                                          : 1.0;
+  // KeepRatio (uniprefill/engine.h) over all prefills that selected: the same figure as each
+  // response's keep_ratio, aggregated.
+  const double keep_ratio = m.uniprefill_prefill_tokens > 0
+                                ? double(m.uniprefill_prefill_kept_tokens) /
+                                      double(m.uniprefill_prefill_tokens)
+                                : 1.0;
   w.Gauge("uniprefill_keep_ratio",
-          "UniPrefill tokens kept / alive at drop layers over all prefills (1: none dropped).",
+          "Tokens kept by the last UniPrefill drop layer / tokens at the first, over all prefills "
+          "that selected (1: none did).",
           keep_ratio);
 
   w.Family("uniprefill_requests_total", "counter", "Finished requests by finish reason.");
@@ -128,11 +132,17 @@ std::string FormatPrometheus(const ServingMetrics& m, const std::string& model_n
              "status=\"" + std::to_string(status) + "\"");
   }
   w.Counter("uniprefill_uniprefill_kept_tokens_total",
-            "Tokens kept by UniPrefill drop layers, summed over prefills.",
+            "Tokens kept by UniPrefill drop layers, summed over drop layers and prefills.",
             double(m.uniprefill_kept_tokens));
   w.Counter("uniprefill_uniprefill_alive_tokens_total",
-            "Tokens alive at UniPrefill drop layers, summed over prefills.",
+            "Tokens alive at UniPrefill drop layers, summed over drop layers and prefills.",
             double(m.uniprefill_alive_tokens));
+  w.Counter("uniprefill_uniprefill_prefill_tokens_total",
+            "Tokens of prefills that UniPrefill selected from (alive at their first drop layer).",
+            double(m.uniprefill_prefill_tokens));
+  w.Counter("uniprefill_uniprefill_prefill_kept_tokens_total",
+            "Of those, tokens kept by their last drop layer (keep_ratio's numerator).",
+            double(m.uniprefill_prefill_kept_tokens));
   return w.Take();
 }
 

@@ -4,6 +4,10 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -16,6 +20,10 @@
 #include "cli/cli_runner.h"
 #include "core/device_context.h"
 #include "testing/tiny_gemma3.h"
+#include "eval/ruler_runner.h"
+#include "server/openai_protocol.h"
+#include "server/prometheus.h"
+#include "uniprefill/batch_engine.h"
 #include "uniprefill/engine.h"
 
 namespace uniprefill {
@@ -247,6 +255,83 @@ TEST_F(CliUniPrefillTest, PrintsKeptTokensPerDropLayer) {
     EXPECT_NE(r.err.find(line), std::string::npos) << "want the line '" << line << "' in\n" << r.err;
     alive = ref.kept;
   }
+}
+
+// "keep_ratio" has one meaning wherever it is reported (KeepRatio, uniprefill/engine.h): the
+// tokens the last drop layer kept over the tokens the prefill started with. One request, two drop
+// layers (so the last layer's kept / alive would differ): the CLI's JSON, the engine, the RULER
+// runner (eval, calibrate), the HTTP response body, /metrics and bench-prefill agree.
+TEST_F(CliUniPrefillTest, KeepRatioMeansTheSameEverywhere) {
+  const std::string flags = "--drop-layers 5,11 --uniprefill-mode fixed-ratio --keep-ratio 0.5 ";
+  const std::string json = testing::TempPath("keep_ratio.json");
+  CliResult r = RunCli(Run(flags + "--json " + json));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const double run_json = nlohmann::json::parse(ReadAll(json))["keep_ratio"].get<double>();
+
+  EngineOptions o;
+  o.model_path = *model_;
+  o.threads = 2;
+  o.uniprefill.drop_layers = std::vector<int>{5, 11};
+  o.uniprefill.mode = "fixed-ratio";
+  o.uniprefill.keep_ratio = 0.5f;
+  Result<std::unique_ptr<Engine>> engine = Engine::Load(o);
+  ASSERT_TRUE(engine.ok()) << engine.status().message();
+  const std::vector<int32_t> ids =
+      nlohmann::json::parse(ReadAll(*ids_)).get<std::vector<int32_t>>();
+  SamplingParams greedy;
+  greedy.max_tokens = 3;
+  greedy.ignore_eos = true;
+  Result<GenerationResult> gen = (*engine)->Generate(ids, greedy);
+  ASSERT_TRUE(gen.ok()) << gen.status().message();
+  ASSERT_EQ(gen->kept.size(), 2u);
+  const double by_hand = double(gen->kept[1].kept) / 600;
+  EXPECT_NE(by_hand, double(gen->kept[1].kept) / gen->kept[1].alive);  // the meanings differ here
+  EXPECT_DOUBLE_EQ(KeepRatio(gen->kept), by_hand);
+  EXPECT_DOUBLE_EQ(run_json, by_hand);
+
+  eval::RulerCase c;
+  c.ids = ids;
+  c.sample.max_new_tokens = 3;
+  Result<eval::RulerOutcome> ruler = eval::RunRulerCase(**engine, c, /*uniprefill=*/true, std::nullopt);
+  ASSERT_TRUE(ruler.ok()) << ruler.status().message();
+  EXPECT_DOUBLE_EQ(ruler->keep_ratio, by_hand);
+
+  Result<std::unique_ptr<BatchEngine>> batch = BatchEngine::Start(**engine, ServingOptions{});
+  ASSERT_TRUE(batch.ok()) << batch.status().message();
+  std::mutex mu;
+  std::condition_variable cv;
+  std::optional<RequestUsage> usage;
+  ASSERT_TRUE((*batch)->Submit(ids, greedy, [&](const RequestUpdate& u) {
+    if (!u.finished) return;
+    std::lock_guard<std::mutex> lock(mu);
+    usage = u.usage;
+    cv.notify_all();
+  }).ok());
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(120), [&] { return usage.has_value(); }));
+  }
+  EXPECT_DOUBLE_EQ(server::UniPrefillJson(usage->kept)["keep_ratio"].get<double>(), by_hand);
+  const std::string metrics = server::FormatPrometheus((*batch)->Metrics(), "tiny");
+  const size_t at = metrics.find("\nuniprefill_keep_ratio{");  // the sample line (with labels)
+  ASSERT_NE(at, std::string::npos) << metrics;
+  const size_t value = metrics.find("} ", at);
+  ASSERT_NE(value, std::string::npos) << metrics;
+  EXPECT_NEAR(std::stod(metrics.substr(value + 2)), by_hand, 1e-12);
+
+  // bench-prefill draws its own prompt: its keep_ratio must be KeepRatio of its own records.
+  const std::string bench_json = testing::TempPath("keep_ratio_bench.json");
+  CliResult b = RunCli("bench-prefill --model " + *model_ + " --random-tokens --lengths 600 " +
+                       "--repeats 1 --threads 2 " + flags + "--json " + bench_json);
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  const nlohmann::json row = nlohmann::json::parse(ReadAll(bench_json))["runs"][0];
+  std::vector<KeptTokensInfo> bench_kept;
+  for (const nlohmann::json& k : row["kept"]) {
+    bench_kept.push_back({k["layer"].get<int>(), k["kept"].get<int>(), k["alive"].get<int>()});
+  }
+  ASSERT_EQ(bench_kept.size(), 2u) << row.dump();
+  EXPECT_DOUBLE_EQ(row["keep_ratio"].get<double>(), KeepRatio(bench_kept));
+  EXPECT_DOUBLE_EQ(row["keep_ratio"].get<double>(), double(bench_kept[1].kept) / 600);
 }
 
 TEST_F(CliUniPrefillTest, OffMeansNoSelection) {

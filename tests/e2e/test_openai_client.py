@@ -355,7 +355,8 @@ class OpenAIClientTest(unittest.TestCase):
             self.assertLessEqual(k["kept"], hi, f"layer {k['layer']}: {ext}")
             self.assertLess(k["kept"], k["alive"])
             alive = k["kept"]
-        self.assertAlmostEqual(ext["keep_ratio"], kept[-1]["kept"] / kept[-1]["alive"], places=3)
+        # keep_ratio: the last drop layer's kept over the prompt (docs/uniprefill.md).
+        self.assertAlmostEqual(ext["keep_ratio"], kept[-1]["kept"] / n, places=3)
 
         # Chat, streaming, top-p: the extension rides on the finish chunk.
         chunks = list(self.client.chat.completions.create(

@@ -391,7 +391,8 @@ TEST(OpenAiProtocolTest, CompletionResponseShape) {
   EXPECT_EQ(j["usage"]["total_tokens"], 5);
   EXPECT_EQ(j["uniprefill"]["kept"].size(), 2u);
   EXPECT_EQ(j["uniprefill"]["kept"][1]["layer"], 11);
-  EXPECT_DOUBLE_EQ(j["uniprefill"]["keep_ratio"].get<double>(), 0.5);
+  // KeepRatio: the last drop layer's kept over the first's alive (20 / 100), not 20 / 40.
+  EXPECT_DOUBLE_EQ(j["uniprefill"]["keep_ratio"].get<double>(), 0.2);
   EXPECT_EQ(ResponseId(Endpoint::kCompletions, 4), "cmpl-4");
 
   CompletionRequest plain = ParseOk(Completion());

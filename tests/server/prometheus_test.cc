@@ -120,6 +120,8 @@ ServingMetrics SampleMetrics() {
   m.kv_bytes_saved = 2 << 20;
   m.uniprefill_alive_tokens = 1000;
   m.uniprefill_kept_tokens = 400;
+  m.uniprefill_prefill_tokens = 500;
+  m.uniprefill_prefill_kept_tokens = 100;
   m.ttft_s.bounds = {0.1, 0.5, 1.0};
   m.ttft_s.counts = {3, 0, 2, 1};
   m.ttft_s.count = 6;
@@ -223,9 +225,13 @@ TEST(PrometheusFormatTest, ValuesAreTheSnapshots) {
   EXPECT_EQ(Value(p, "uniprefill_kv_bytes_used"), 1 << 20);
   EXPECT_EQ(Value(p, "uniprefill_kv_bytes_dense_equivalent"), 3 << 20);
   EXPECT_EQ(Value(p, "uniprefill_kv_bytes_saved"), 2 << 20);
-  EXPECT_DOUBLE_EQ(Value(p, "uniprefill_keep_ratio"), 0.4);
+  // KeepRatio aggregated (last drop's kept / first drop's alive over the prefills), not the
+  // per-drop-layer sums' ratio (400 / 1000).
+  EXPECT_DOUBLE_EQ(Value(p, "uniprefill_keep_ratio"), 0.2);
   EXPECT_EQ(Value(p, "uniprefill_uniprefill_kept_tokens_total"), 400);
   EXPECT_EQ(Value(p, "uniprefill_uniprefill_alive_tokens_total"), 1000);
+  EXPECT_EQ(Value(p, "uniprefill_uniprefill_prefill_tokens_total"), 500);
+  EXPECT_EQ(Value(p, "uniprefill_uniprefill_prefill_kept_tokens_total"), 100);
   EXPECT_EQ(Value(p, "uniprefill_http_requests_total", {{"status", "200"}}), 5);
   EXPECT_EQ(Value(p, "uniprefill_http_requests_total", {{"status", "413"}}), 1);
 }
