@@ -343,7 +343,9 @@ int BenchServeCommand(const BenchServeOptions& o) {
     nlohmann::json mode_json = nlohmann::json::array();
     for (const ModeRun& r : runs) {
       nlohmann::json records = nlohmann::json::array();
-      for (const loadgen::RequestRecord& rec : r.run.records) records.push_back(loadgen::ToJson(rec));
+      for (const loadgen::RequestRecord& rec : r.run.records) {
+        records.push_back(loadgen::ToJson(rec));
+      }
       mode_json.push_back({{"mode", r.mode.name},
                            {"uniprefill_field", r.mode.field},
                            {"summary", loadgen::ToJson(r.summary)},

@@ -50,13 +50,10 @@ Status ValidateSelectionFields(const UniPrefillOptions& o) {
 
 }  // namespace
 
-const std::string& UniPrefillOptionKeys() {
-  static const std::string* keys = [] {
-    auto* s = new std::string;
-    for (const char* k : kKeys) *s += (s->empty() ? "" : ", ") + std::string(k);
-    return s;
-  }();
-  return *keys;
+std::string UniPrefillOptionKeys() {
+  std::string keys;
+  for (const char* k : kKeys) keys += (keys.empty() ? "" : ", ") + std::string(k);
+  return keys;
 }
 
 void ApplyKeepRatioImpliesFixedRatio(UniPrefillOptions& o) {

@@ -17,7 +17,7 @@
 namespace uniprefill {
 
 // The schema's keys, comma-separated, for error messages ("enabled, drop_layers, ...").
-const std::string& UniPrefillOptionKeys();
+std::string UniPrefillOptionKeys();
 
 // A keep ratio given without a mode selects the fixed-ratio mode (it means nothing in top-p
 // mode). Every source of options (flags, config files, the HTTP extension) applies it.

@@ -252,7 +252,8 @@ TEST_F(CliUniPrefillTest, PrintsKeptTokensPerDropLayer) {
     EXPECT_LE(ref.kept, hi);
     const std::string line = "uniprefill: request 0 layer " + std::to_string(ref.layer) + " kept " +
                              std::to_string(ref.kept) + "/" + std::to_string(alive) + " tokens\n";
-    EXPECT_NE(r.err.find(line), std::string::npos) << "want the line '" << line << "' in\n" << r.err;
+    EXPECT_NE(r.err.find(line), std::string::npos)
+        << "want the line '" << line << "' in\n" << r.err;
     alive = ref.kept;
   }
 }
@@ -292,7 +293,8 @@ TEST_F(CliUniPrefillTest, KeepRatioMeansTheSameEverywhere) {
   eval::RulerCase c;
   c.ids = ids;
   c.sample.max_new_tokens = 3;
-  Result<eval::RulerOutcome> ruler = eval::RunRulerCase(**engine, c, /*uniprefill=*/true, std::nullopt);
+  Result<eval::RulerOutcome> ruler =
+      eval::RunRulerCase(**engine, c, /*uniprefill=*/true, std::nullopt);
   ASSERT_TRUE(ruler.ok()) << ruler.status().message();
   EXPECT_DOUBLE_EQ(ruler->keep_ratio, by_hand);
 

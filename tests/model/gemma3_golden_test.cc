@@ -78,7 +78,7 @@ TEST_P(Gemma3GoldenTest, MatchesFp32ReferenceAndLlamaCpp) {
   ASSERT_TRUE(model.Forward(*ctx, ids, *cache, logits.data()).ok());
 
   const double max_abs = testing::MaxAbsDiff(logits, ref);
-  const double max_rel = testing::MaxErrorOverMaxAbs(logits, ref);  // relative to the largest |logit|
+  const double max_rel = testing::MaxErrorOverMaxAbs(logits, ref);  // over the largest |logit|
   EXPECT_EQ(TopK(logits, 5), TopK(ref, 5));
   // f32 everywhere: only summation order differs from the reference (~5e-5 measured). int16
   // activations in the head add ~3e-3 (llama.cpp's int8 activations: ~0.9).

@@ -372,7 +372,8 @@ Result<std::unique_ptr<Model>> MakeCudaModel(std::unique_ptr<Model> host, Device
   if (ctx.device() != Device::kCuda) {
     return InvalidArgument("MakeCudaModel needs a CUDA context");
   }
-  auto model = std::make_unique<cuda_model::CudaModel>(std::move(host), ctx, options.gpu_delta_rule);
+  auto model =
+      std::make_unique<cuda_model::CudaModel>(std::move(host), ctx, options.gpu_delta_rule);
   UP_RETURN_IF_ERROR(model->Load(options.progress));
   return std::unique_ptr<Model>(std::move(model));
 }

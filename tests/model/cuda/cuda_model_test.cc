@@ -183,7 +183,8 @@ void ComparePrompt(Pair& p, DeviceContext& gpu_ctx, const std::vector<int32_t>& 
                 cpu_kept[i].kept, gpu_kept[i].kept, cpu_kept[i].alive);
     EXPECT_EQ(cpu_kept[i].layer, gpu_kept[i].layer) << label;
     EXPECT_EQ(cpu_kept[i].kept, gpu_kept[i].kept) << label << ", drop layer " << cpu_kept[i].layer;
-    EXPECT_EQ(cpu_kept[i].alive, gpu_kept[i].alive) << label << ", drop layer " << cpu_kept[i].layer;
+    EXPECT_EQ(cpu_kept[i].alive, gpu_kept[i].alive)
+        << label << ", drop layer " << cpu_kept[i].layer;
   }
 
   for (size_t i = 0; i < cpu_tokens.size(); ++i) {
@@ -344,8 +345,8 @@ constexpr int kScenarioLengths[4] = {200, 150, 90, 40};
 
 // One scenario on the GPU model under `up`. Request 0 alone: a 200-token prefill, then 4 decodes.
 // Requests 1..3 packed: request 3's 40-token prompt alone, then one step with the prefills of
-// requests 1 (150 tokens) and 2 (90 tokens) beside request 3's decode (as PackedBatchEqualsEachAlone
-// packs them), then 3 packed decodes of all three. Decoded ids are fixed, not greedy, so every run
+// requests 1 (150 tokens) and 2 (90 tokens) beside request 3's decode (packed as in
+// PackedBatchEqualsEachAlone), then 3 packed decodes of all three. Decoded ids are fixed, not greedy, so every run
 // feeds the same tokens.
 Trace RunScenario(Model& m, DeviceContext& ctx, const UniPrefillConfig& up) {
   const int V = m.config().vocab_size;
@@ -417,7 +418,8 @@ void ExpectKeepAllEqualsDense(DeviceContext& ctx, Model& m, const std::string& l
     int identical = 0;
     for (size_t i = 0; i < dense.logits.size(); ++i) {
       EXPECT_EQ(all.logits[i], dense.logits[i])
-          << dense.what[i] << ": max |diff| " << testing::MaxAbsDiff(all.logits[i], dense.logits[i]);
+          << dense.what[i]
+          << ": max |diff| " << testing::MaxAbsDiff(all.logits[i], dense.logits[i]);
       identical += all.logits[i] == dense.logits[i] ? 1 : 0;
     }
     for (int r = 0; r < 4; ++r) {
