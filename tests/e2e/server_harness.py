@@ -22,6 +22,7 @@ from __future__ import annotations
 import atexit
 import http.client
 import json
+import math
 import os
 import random
 import re
@@ -513,8 +514,9 @@ def compare_with_alone(alone: list, others: list, other_name: str, labels: list[
         div = next((j for j in range(len(a.tokens)) if j >= len(b.tokens)
                     or a.tokens[j] != b.tokens[j]), None)
         for j in range(len(a.tokens) if div is None else div):
-            out.max_logprob_diff = max(out.max_logprob_diff,
-                                       abs(a.token_logprobs[j] - b.token_logprobs[j]))
+            d = abs(a.token_logprobs[j] - b.token_logprobs[j])
+            # max() keeps the old value against NaN: a NaN logprob counts as an infinite difference.
+            out.max_logprob_diff = max(out.max_logprob_diff, math.inf if math.isnan(d) else d)
         if div is None:
             if check_text and a.text != b.text:
                 out.failures.append(f"{label}: same tokens, different text: alone {a.text!r} "

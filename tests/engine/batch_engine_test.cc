@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "testing/compare.h"
 #include "testing/tiny_gemma3.h"
 #include "uniprefill/engine.h"
 
@@ -240,11 +241,13 @@ void ExpectSameLogprobs(const std::vector<SampledToken>& got, const std::vector<
                         const std::string& what) {
   for (size_t i = 0; i < got.size() && i < want.size() && got[i].id == want[i].id; ++i) {
     ASSERT_EQ(got[i].top.size(), want[i].top.size()) << what;
-    float diff = std::fabs(got[i].logprob - want[i].logprob);
+    std::vector<float> g = {got[i].logprob}, w = {want[i].logprob};
     for (size_t k = 0; k < got[i].top.size(); ++k) {
-      diff = std::max(diff, std::fabs(got[i].top[k].logprob - want[i].top[k].logprob));
+      g.push_back(got[i].top[k].logprob);
+      w.push_back(want[i].top[k].logprob);
     }
-    if (diff > 1e-4f) {
+    const double diff = testing::MaxAbsDiff(g, w);  // infinite if any logprob is NaN
+    if (!(diff <= 1e-4)) {
       ADD_FAILURE() << what << ": the logprobs of output token " << i << " differ by " << diff;
       return;
     }
