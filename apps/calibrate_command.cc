@@ -82,12 +82,13 @@ struct Candidate {
 
 std::string Label(const UniPrefillOptions& o) {
   char buf[128];
-  if (*o.mode == "top-p") {
+  const std::string window(ToString(*o.window));
+  if (*o.mode == SelectionMode::kTopP) {
     std::snprintf(buf, sizeof buf, "layers %s top-p %.3g %s",
-                  LayerListToString(*o.drop_layers).c_str(), *o.top_p, o.window->c_str());
+                  LayerListToString(*o.drop_layers).c_str(), *o.top_p, window.c_str());
   } else {
     std::snprintf(buf, sizeof buf, "layers %s keep %.2g %s",
-                  LayerListToString(*o.drop_layers).c_str(), *o.keep_ratio, o.window->c_str());
+                  LayerListToString(*o.drop_layers).c_str(), *o.keep_ratio, window.c_str());
   }
   return buf;
 }
@@ -163,15 +164,16 @@ int CalibrateCommand(const CalibrateOptions& o) {
       !CheckOutputWritable(o.write_config, "--write-config")) {
     return 1;
   }
-  std::vector<std::string> windows;
+  std::vector<WindowMode> windows;
   {
     std::stringstream ss(o.window_modes);
     for (std::string w; std::getline(ss, w, ',');) {
-      if (w != "alive" && w != "position") {
+      const std::optional<WindowMode> window = WindowModeFromString(w);
+      if (!window) {
         std::fprintf(stderr, "error: --window-modes: '%s' is not alive or position\n", w.c_str());
         return 1;
       }
-      windows.push_back(w);
+      windows.push_back(*window);
     }
     if (windows.empty()) {
       std::fprintf(stderr, "error: --window-modes is empty (give alive, position or both)\n");
@@ -196,8 +198,8 @@ int CalibrateCommand(const CalibrateOptions& o) {
   const UniPrefillOptions base = engine.uniprefill_options();
   std::vector<Candidate> candidates;
   for (const std::vector<int>& layers : *sets) {
-    for (const std::string& window : windows) {
-      auto add = [&](const std::string& mode, float value) {
+    for (const WindowMode window : windows) {
+      auto add = [&](SelectionMode mode, float value) {
         Candidate c;
         c.options = base;
         c.options.source = "calibrate";
@@ -206,12 +208,12 @@ int CalibrateCommand(const CalibrateOptions& o) {
         c.options.mode = mode;
         c.options.top_p.reset();
         c.options.keep_ratio.reset();
-        (mode == "top-p" ? c.options.top_p : c.options.keep_ratio) = value;
+        (mode == SelectionMode::kTopP ? c.options.top_p : c.options.keep_ratio) = value;
         c.label = Label(c.options);
         candidates.push_back(c);
       };
-      for (float p : *ps) add("top-p", p);
-      for (float k : *keeps) add("fixed-ratio", k);
+      for (float p : *ps) add(SelectionMode::kTopP, p);
+      for (float k : *keeps) add(SelectionMode::kFixedRatio, k);
     }
   }
   for (const Candidate& c : candidates) {

@@ -11,38 +11,23 @@ namespace uniprefill::cli {
 
 void AddUniPrefillFlags(CLI::App& cmd, UniPrefillFlags& f) {
   const std::string group = "UniPrefill";
-  f.enabled_opt = cmd.add_option("--uniprefill", f.enabled, "Token dropping in prefill: on or off")
-                      ->check(CLI::IsMember({"on", "off"}))
-                      ->capture_default_str()
-                      ->group(group);
   cmd.add_option("--uniprefill-config", f.config_file,
                  "JSON file of UniPrefill settings (as `uniprefill calibrate` writes); flags given "
                  "beside it override its fields")
+      ->type_name("FILE")
       ->group(group);
-  f.drop_layers_opt = cmd.add_option("--drop-layers", f.drop_layers,
-                                     "Full-attention layers that select tokens, e.g. 7,11,15 "
-                                     "(default: the model's)")
-                          ->group(group);
-  f.top_p_opt = cmd.add_option("--uniprefill-p", f.top_p,
-                               "Keep blocks holding this share of attention (top-p mode)")
-                    ->group(group);
-  cmd.add_option("--uniprefill-mode", f.mode, "Selection: top-p or fixed-ratio")
-      ->check(CLI::IsMember({"top-p", "fixed-ratio"}))
-      ->group(group);
-  f.keep_ratio_opt = cmd.add_option("--keep-ratio", f.keep_ratio,
-                                    "Fraction of blocks kept per drop layer (fixed-ratio mode)")
-                         ->group(group);
-  f.block_size_opt =
-      cmd.add_option("--block-size", f.block_size, "Tokens per scored block (G)")->group(group);
-  f.sink_opt = cmd.add_option("--sink", f.sink, "First tokens always kept (S)")->group(group);
-  f.last_n_opt = cmd.add_option("--last-n", f.last_n,
-                                "Observation window: last tokens that score, always kept (n)")
-                     ->group(group);
-  cmd.add_option("--window-mode", f.window,
-                 "Sliding windows after a drop count alive tokens (alive, the reference) or "
-                 "positions (position)")
-      ->check(CLI::IsMember({"alive", "position"}))
-      ->group(group);
+  for (const UniPrefillField& field : UniPrefillFields()) {
+    // std::map nodes are stable, so CLI11 may keep a reference to the string.
+    std::string& text = f.text[std::string(field.key)];
+    CLI::Option* opt = cmd.add_option(std::string(field.flag), text, std::string(field.help))
+                           ->type_name(std::string(field.value))
+                           ->group(group);
+    if (field.key == "enabled") {
+      text = "on";
+      opt->capture_default_str();
+    }
+    f.option[std::string(field.key)] = opt;
+  }
 }
 
 bool ToUniPrefillOptions(const UniPrefillFlags& f, UniPrefillOptions* out, std::string* error) {
@@ -53,26 +38,22 @@ bool ToUniPrefillOptions(const UniPrefillFlags& f, UniPrefillOptions* out, std::
       return false;
     }
     *out = *file;
-    if (f.enabled_opt && f.enabled_opt->count()) out->enabled = f.enabled != "off";
-  } else {
-    out->enabled = f.enabled != "off";
   }
-  if (f.drop_layers_opt && f.drop_layers_opt->count()) {
-    auto layers = ParseLayerList(f.drop_layers);
-    if (!layers.ok()) {
-      *error = "--drop-layers: " + layers.status().message();
+  for (const UniPrefillField& field : UniPrefillFields()) {
+    const auto opt = f.option.find(field.key);
+    if (opt == f.option.end() || opt->second->count() == 0) continue;
+    const std::string flag(field.flag);
+    Result<nlohmann::json> value = field.parse_text(f.text.find(field.key)->second);
+    if (!value.ok()) {
+      *error = flag + ": " + value.status().message();
       return false;
     }
-    out->drop_layers = *layers;
+    if (Status s = field.read(*value, *out); !s.ok()) {
+      *error = flag + ": " + s.message();
+      return false;
+    }
   }
-  if (!f.mode.empty()) out->mode = f.mode;
-  if (!f.window.empty()) out->window = f.window == "alive" ? "alive" : "position";
-  if (f.top_p_opt && f.top_p_opt->count()) out->top_p = f.top_p;
-  if (f.keep_ratio_opt && f.keep_ratio_opt->count()) out->keep_ratio = f.keep_ratio;
   ApplyKeepRatioImpliesFixedRatio(*out);
-  if (f.block_size_opt && f.block_size_opt->count()) out->block_size = f.block_size;
-  if (f.sink_opt && f.sink_opt->count()) out->sink = f.sink;
-  if (f.last_n_opt && f.last_n_opt->count()) out->last_n = f.last_n;
   return true;
 }
 

@@ -1,10 +1,12 @@
-// The UniPrefill flags shared by every command that runs a model (run, and later serve, bench,
-// eval): --uniprefill on|off, --drop-layers, --uniprefill-p, --uniprefill-mode, --keep-ratio,
-// --block-size, --sink, --last-n, --window-mode, --uniprefill-config FILE. Unset flags keep the
-// config file's values, and those the model's defaults.
+// The UniPrefill flags shared by every command that runs a model (run, serve, bench-prefill, eval):
+// one per field of the options' table (engine/uniprefill_options_json.h: --uniprefill on|off,
+// --drop-layers, --uniprefill-mode, --uniprefill-p, --keep-ratio, --block-size, --sink, --last-n,
+// --window-mode) and --uniprefill-config FILE. Unset flags keep the config file's values, and
+// those the model's defaults. Values are checked by the same readers as config files and HTTP.
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -14,16 +16,10 @@ namespace uniprefill::cli {
 
 struct UniPrefillFlags {
   std::string config_file;  // --uniprefill-config: JSON options (uniprefill calibrate writes one)
-  std::string enabled = "on";
-  std::string drop_layers;
-  float top_p = 0;
-  std::string mode;
-  float keep_ratio = 0;
-  int block_size = 0, sink = 0, last_n = 0;
-  std::string window;
-  // Which options the user gave (CLI11 options, set by AddUniPrefillFlags).
-  CLI::Option *enabled_opt = nullptr, *drop_layers_opt = nullptr, *top_p_opt = nullptr, *keep_ratio_opt = nullptr,
-              *block_size_opt = nullptr, *sink_opt = nullptr, *last_n_opt = nullptr;
+  // Each field's flag text by JSON key, and its CLI11 option (to tell whether it was given): one
+  // flag per row of the options' table (engine/uniprefill_options_json.h).
+  std::map<std::string, std::string, std::less<>> text;
+  std::map<std::string, CLI::Option*, std::less<>> option;
 };
 
 void AddUniPrefillFlags(CLI::App& cmd, UniPrefillFlags& flags);

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "uniprefill/uniprefill_modes.h"
 
 namespace uniprefill {
 
@@ -22,13 +23,13 @@ namespace uniprefill {
 struct UniPrefillOptions {
   bool enabled = true;
   std::optional<std::vector<int>> drop_layers;  // full-attention layer indices, ascending
-  std::optional<std::string> mode;               // "top-p" or "fixed-ratio"
+  std::optional<SelectionMode> mode;             // top-p or fixed-ratio (uniprefill_modes.h)
   std::optional<float> top_p;                    // p of the top-p mode
   std::optional<float> keep_ratio;               // fraction of blocks in the fixed-ratio mode
   std::optional<int> block_size;                 // G
   std::optional<int> sink;                       // S
   std::optional<int> last_n;                     // n
-  std::optional<std::string> window;             // sliding windows after a drop: "alive" or "position"
+  std::optional<WindowMode> window;              // sliding windows after a drop: alive or position
   std::string source = "command line";  // where the set fields came from (shown in descriptions)
 };
 

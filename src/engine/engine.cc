@@ -217,7 +217,7 @@ UniPrefillOptions Engine::uniprefill_options() const {
   o.enabled = c.enabled;
   o.drop_layers = c.drop_layers;
   const bool top_p = c.selection.mode == sparsity::SelectionMode::kTopP;
-  o.mode = top_p ? "top-p" : "fixed-ratio";
+  o.mode = c.selection.mode;
   if (top_p) {
     o.top_p = c.selection.top_p;
   } else {
@@ -226,7 +226,7 @@ UniPrefillOptions Engine::uniprefill_options() const {
   o.block_size = c.selection.block_size;
   o.sink = c.selection.sink;
   o.last_n = c.selection.last_n;
-  o.window = c.window_mode == WindowMode::kAliveIndex ? "alive" : "position";
+  o.window = c.window_mode;
   o.source = c.origin;
   return o;
 }

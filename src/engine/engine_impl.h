@@ -40,26 +40,8 @@ inline Result<UniPrefillConfig> ApplyUniPrefillOptions(UniPrefillConfig c,
     c.origin = o.source;
   }
   if (o.drop_layers) c.drop_layers = *o.drop_layers;
-  if (o.mode) {
-    if (*o.mode == "top-p") {
-      c.selection.mode = sparsity::SelectionMode::kTopP;
-    } else if (*o.mode == "fixed-ratio") {
-      c.selection.mode = sparsity::SelectionMode::kFixedRatio;
-    } else {
-      return InvalidArgument("unknown UniPrefill mode '" + *o.mode +
-                             "' (expected top-p or fixed-ratio)");
-    }
-  }
-  if (o.window) {
-    if (*o.window == "alive") {
-      c.window_mode = WindowMode::kAliveIndex;
-    } else if (*o.window == "position") {
-      c.window_mode = WindowMode::kPosition;
-    } else {
-      return InvalidArgument("unknown sliding-window mode '" + *o.window +
-                             "' (expected alive or position)");
-    }
-  }
+  if (o.mode) c.selection.mode = *o.mode;
+  if (o.window) c.window_mode = *o.window;
   if (o.top_p) c.selection.top_p = *o.top_p;
   if (o.keep_ratio) c.selection.keep_ratio = *o.keep_ratio;
   if (o.block_size) c.selection.block_size = *o.block_size;

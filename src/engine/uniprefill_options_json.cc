@@ -1,128 +1,236 @@
 #include "engine/uniprefill_options_json.h"
 
-#include <algorithm>
+#include <charconv>
 #include <fstream>
-#include <iterator>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "sparsity/token_selection.h"
+#include "sparsity/uniprefill_config.h"
 
 namespace uniprefill {
 namespace {
 
-// The schema's keys, in the order documentation lists them.
-constexpr const char* kKeys[] = {"enabled", "drop_layers", "mode",   "top_p", "keep_ratio",
-                                 "block_size", "sink",     "last_n", "window"};
+using nlohmann::json;
 
-Status TypeError(const std::string& key, const std::string& expected) {
-  return InvalidArgument("UniPrefill option '" + key + "' must be " + expected);
+Status TypeError(std::string_view key, const std::string& expected) {
+  return InvalidArgument("UniPrefill option '" + std::string(key) + "' must be " + expected);
 }
 
-// The value ranges of the selection fields that are set, by the engine's own rule
-// (sparsity::ValidateSelectionParams), checked one field at a time over valid defaults so that
-// the error names the field.
-Status ValidateSelectionFields(const UniPrefillOptions& o) {
-  const auto check = [](const char* key, auto set) -> Status {
-    sparsity::SelectionParams p;
-    set(p);
-    Status s = sparsity::ValidateSelectionParams(p);
-    if (s.ok()) return s;
-    return InvalidArgument("UniPrefill option '" + std::string(key) + "': " + s.message());
-  };
-  if (o.top_p) UP_RETURN_IF_ERROR(check("top_p", [&](auto& p) { p.top_p = *o.top_p; }));
-  if (o.keep_ratio) {
-    UP_RETURN_IF_ERROR(check("keep_ratio", [&](auto& p) { p.keep_ratio = *o.keep_ratio; }));
-  }
-  if (o.block_size) {
-    UP_RETURN_IF_ERROR(check("block_size", [&](auto& p) { p.block_size = *o.block_size; }));
-  }
-  if (o.sink) UP_RETURN_IF_ERROR(check("sink", [&](auto& p) { p.sink = *o.sink; }));
-  if (o.last_n) UP_RETURN_IF_ERROR(check("last_n", [&](auto& p) { p.last_n = *o.last_n; }));
-  if (o.mode && *o.mode != "top-p" && *o.mode != "fixed-ratio") {
-    return InvalidArgument("UniPrefill option 'mode' must be \"top-p\" or \"fixed-ratio\" (got \"" +
-                           *o.mode + "\")");
-  }
-  if (o.window && *o.window != "alive" && *o.window != "position") {
-    return InvalidArgument("UniPrefill option 'window' must be \"alive\" or \"position\" (got \"" +
-                           *o.window + "\")");
-  }
+// A range by the engine's own rule (sparsity::ValidateSelectionParams): `set` writes the value
+// into otherwise valid defaults, so the error is this field's.
+template <typename Set>
+Status CheckRange(std::string_view key, Set set) {
+  sparsity::SelectionParams p;
+  set(p);
+  Status s = sparsity::ValidateSelectionParams(p);
+  if (s.ok()) return s;
+  return InvalidArgument("UniPrefill option '" + std::string(key) + "': " + s.message());
+}
+
+// --- readers: JSON value -> field (type and range checked) ---------------------------------------
+
+Status ReadEnabled(const json& v, UniPrefillOptions& o) {
+  if (!v.is_boolean()) return TypeError("enabled", "true or false");
+  o.enabled = v.get<bool>();
   return OkStatus();
+}
+
+Status ReadDropLayers(const json& v, UniPrefillOptions& o) {
+  const std::string expected = "an array of layer indices";
+  if (!v.is_array()) return TypeError("drop_layers", expected);
+  std::vector<int> layers;
+  for (const json& x : v) {
+    if (!x.is_number_integer()) return TypeError("drop_layers", expected);
+    layers.push_back(x.get<int>());
+  }
+  o.drop_layers = layers;
+  return OkStatus();
+}
+
+Status ReadMode(const json& v, UniPrefillOptions& o) {
+  const auto mode = v.is_string() ? SelectionModeFromString(v.get<std::string>()) : std::nullopt;
+  if (!mode) return TypeError("mode", "\"top-p\" or \"fixed-ratio\" (got " + v.dump() + ")");
+  o.mode = *mode;
+  return OkStatus();
+}
+
+Status ReadWindow(const json& v, UniPrefillOptions& o) {
+  const auto window = v.is_string() ? WindowModeFromString(v.get<std::string>()) : std::nullopt;
+  if (!window) return TypeError("window", "\"alive\" or \"position\" (got " + v.dump() + ")");
+  o.window = *window;
+  return OkStatus();
+}
+
+Status ReadTopP(const json& v, UniPrefillOptions& o) {
+  if (!v.is_number()) return TypeError("top_p", "a number");
+  const float x = v.get<float>();
+  UP_RETURN_IF_ERROR(CheckRange("top_p", [x](auto& p) { p.top_p = x; }));
+  o.top_p = x;
+  return OkStatus();
+}
+
+Status ReadKeepRatio(const json& v, UniPrefillOptions& o) {
+  if (!v.is_number()) return TypeError("keep_ratio", "a number");
+  const float x = v.get<float>();
+  UP_RETURN_IF_ERROR(CheckRange("keep_ratio", [x](auto& p) { p.keep_ratio = x; }));
+  o.keep_ratio = x;
+  return OkStatus();
+}
+
+Status ReadBlockSize(const json& v, UniPrefillOptions& o) {
+  if (!v.is_number_integer()) return TypeError("block_size", "an integer");
+  const int x = v.get<int>();
+  UP_RETURN_IF_ERROR(CheckRange("block_size", [x](auto& p) { p.block_size = x; }));
+  o.block_size = x;
+  return OkStatus();
+}
+
+Status ReadSink(const json& v, UniPrefillOptions& o) {
+  if (!v.is_number_integer()) return TypeError("sink", "an integer");
+  const int x = v.get<int>();
+  UP_RETURN_IF_ERROR(CheckRange("sink", [x](auto& p) { p.sink = x; }));
+  o.sink = x;
+  return OkStatus();
+}
+
+Status ReadLastN(const json& v, UniPrefillOptions& o) {
+  if (!v.is_number_integer()) return TypeError("last_n", "an integer");
+  const int x = v.get<int>();
+  UP_RETURN_IF_ERROR(CheckRange("last_n", [x](auto& p) { p.last_n = x; }));
+  o.last_n = x;
+  return OkStatus();
+}
+
+// --- writers: field -> JSON (null when unset) ----------------------------------------------------
+
+template <typename T>
+json Opt(const std::optional<T>& v) {
+  return v ? json(*v) : json();
+}
+json WriteEnabled(const UniPrefillOptions& o) { return o.enabled; }
+json WriteDropLayers(const UniPrefillOptions& o) { return Opt(o.drop_layers); }
+json WriteMode(const UniPrefillOptions& o) { return o.mode ? json(ToString(*o.mode)) : json(); }
+json WriteWindow(const UniPrefillOptions& o) {
+  return o.window ? json(ToString(*o.window)) : json();
+}
+json WriteTopP(const UniPrefillOptions& o) { return Opt(o.top_p); }
+json WriteKeepRatio(const UniPrefillOptions& o) { return Opt(o.keep_ratio); }
+json WriteBlockSize(const UniPrefillOptions& o) { return Opt(o.block_size); }
+json WriteSink(const UniPrefillOptions& o) { return Opt(o.sink); }
+json WriteLastN(const UniPrefillOptions& o) { return Opt(o.last_n); }
+
+// --- flag text -> JSON value ---------------------------------------------------------------------
+
+Result<json> OnOffText(std::string_view t) {
+  if (t == "on") return json(true);
+  if (t == "off") return json(false);
+  return InvalidArgument("expected on or off (got '" + std::string(t) + "')");
+}
+
+Result<json> LayerListText(std::string_view t) {
+  UP_ASSIGN_OR_RETURN(std::vector<int> layers, ParseLayerList(std::string(t)));
+  return json(layers);
+}
+
+Result<json> StringText(std::string_view t) { return json(std::string(t)); }
+
+Result<json> NumberText(std::string_view t) {
+  float x = 0;
+  const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), x);
+  if (ec != std::errc() || end != t.data() + t.size() || t.empty()) {
+    return InvalidArgument("expected a number (got '" + std::string(t) + "')");
+  }
+  return json(x);
+}
+
+Result<json> IntegerText(std::string_view t) {
+  int x = 0;
+  const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), x);
+  if (ec != std::errc() || end != t.data() + t.size() || t.empty()) {
+    return InvalidArgument("expected an integer (got '" + std::string(t) + "')");
+  }
+  return json(x);
+}
+
+// The table. Help texts are what `--help` prints.
+constexpr UniPrefillField kFields[] = {
+    {"enabled", "--uniprefill", "on|off", "Token dropping in prefill: on or off", ReadEnabled,
+     WriteEnabled, OnOffText},
+    {"drop_layers", "--drop-layers", "LAYERS",
+     "Full-attention layers that select tokens, e.g. 7,11,15 (default: the model's)",
+     ReadDropLayers, WriteDropLayers, LayerListText},
+    {"mode", "--uniprefill-mode", "top-p|fixed-ratio",
+     "Selection: top-p or fixed-ratio (a keep ratio given without a mode means fixed-ratio)",
+     ReadMode, WriteMode, StringText},
+    {"top_p", "--uniprefill-p", "P", "Keep blocks holding this share of attention (top-p mode)",
+     ReadTopP, WriteTopP, NumberText},
+    {"keep_ratio", "--keep-ratio", "R",
+     "Fraction of blocks kept per drop layer (fixed-ratio mode)", ReadKeepRatio, WriteKeepRatio,
+     NumberText},
+    {"block_size", "--block-size", "G", "Tokens per scored block (G)", ReadBlockSize,
+     WriteBlockSize, IntegerText},
+    {"sink", "--sink", "S", "First tokens always kept (S)", ReadSink, WriteSink, IntegerText},
+    {"last_n", "--last-n", "N", "Observation window: last tokens that score, always kept (n)",
+     ReadLastN, WriteLastN, IntegerText},
+    {"window", "--window-mode", "alive|position",
+     "Sliding windows after a drop count alive tokens (alive, the reference) or positions "
+     "(position)",
+     ReadWindow, WriteWindow, StringText},
+};
+
+const UniPrefillField* FindField(std::string_view key) {
+  for (const UniPrefillField& f : kFields) {
+    if (f.key == key) return &f;
+  }
+  return nullptr;
 }
 
 }  // namespace
 
+std::span<const UniPrefillField> UniPrefillFields() { return kFields; }
+
 std::string UniPrefillOptionKeys() {
   std::string keys;
-  for (const char* k : kKeys) keys += (keys.empty() ? "" : ", ") + std::string(k);
+  for (const UniPrefillField& f : kFields) keys += (keys.empty() ? "" : ", ") + std::string(f.key);
   return keys;
 }
 
 void ApplyKeepRatioImpliesFixedRatio(UniPrefillOptions& o) {
-  if (o.keep_ratio && !o.mode) o.mode = "fixed-ratio";
+  if (o.keep_ratio && !o.mode) o.mode = SelectionMode::kFixedRatio;
 }
 
-Result<UniPrefillOptions> UniPrefillOptionsFromJson(const nlohmann::json& j) {
+Result<UniPrefillOptions> UniPrefillOptionsFromJson(const json& j) {
   if (!j.is_object()) return InvalidArgument("UniPrefill options must be a JSON object");
   for (const auto& [key, value] : j.items()) {
-    if (std::find(std::begin(kKeys), std::end(kKeys), key) == std::end(kKeys)) {
+    if (FindField(key) == nullptr) {
       return InvalidArgument("unknown UniPrefill option '" + key + "' (known: " +
                              UniPrefillOptionKeys() + ")");
     }
   }
   UniPrefillOptions o;
-  if (j.contains("enabled")) {
-    if (!j["enabled"].is_boolean()) return TypeError("enabled", "true or false");
-    o.enabled = j["enabled"].get<bool>();
+  for (const UniPrefillField& f : kFields) {
+    const auto it = j.find(f.key);
+    if (it != j.end()) UP_RETURN_IF_ERROR(f.read(*it, o));
   }
-  if (j.contains("drop_layers")) {
-    const auto& d = j["drop_layers"];
-    if (!d.is_array()) return TypeError("drop_layers", "an array of layer indices");
-    std::vector<int> layers;
-    for (const auto& v : d) {
-      if (!v.is_number_integer()) return TypeError("drop_layers", "an array of layer indices");
-      layers.push_back(v.get<int>());
-    }
-    o.drop_layers = layers;
-  }
-  for (const char* key : {"mode", "window"}) {
-    if (!j.contains(key)) continue;
-    if (!j[key].is_string()) return TypeError(key, "a string");
-    (std::string(key) == "mode" ? o.mode : o.window) = j[key].get<std::string>();
-  }
-  for (const char* key : {"top_p", "keep_ratio"}) {
-    if (!j.contains(key)) continue;
-    if (!j[key].is_number()) return TypeError(key, "a number");
-    (std::string(key) == "top_p" ? o.top_p : o.keep_ratio) = j[key].get<float>();
-  }
-  for (const char* key : {"block_size", "sink", "last_n"}) {
-    if (!j.contains(key)) continue;
-    if (!j[key].is_number_integer()) return TypeError(key, "an integer");
-    const int v = j[key].get<int>();
-    if (std::string(key) == "block_size") o.block_size = v;
-    if (std::string(key) == "sink") o.sink = v;
-    if (std::string(key) == "last_n") o.last_n = v;
-  }
-  UP_RETURN_IF_ERROR(ValidateSelectionFields(o));
   ApplyKeepRatioImpliesFixedRatio(o);
   return o;
 }
 
-nlohmann::json UniPrefillOptionsToJson(const UniPrefillOptions& o) {
-  nlohmann::json j = {{"enabled", o.enabled}};
-  if (o.drop_layers) j["drop_layers"] = *o.drop_layers;
-  if (o.mode) j["mode"] = *o.mode;
-  if (o.top_p) j["top_p"] = *o.top_p;
-  if (o.keep_ratio) j["keep_ratio"] = *o.keep_ratio;
-  if (o.block_size) j["block_size"] = *o.block_size;
-  if (o.sink) j["sink"] = *o.sink;
-  if (o.last_n) j["last_n"] = *o.last_n;
-  if (o.window) j["window"] = *o.window;
+json UniPrefillOptionsToJson(const UniPrefillOptions& o) {
+  json j = json::object();
+  for (const UniPrefillField& f : kFields) {
+    json v = f.write(o);
+    if (!v.is_null()) j[std::string(f.key)] = std::move(v);
+  }
   return j;
 }
 
 Result<UniPrefillOptions> LoadUniPrefillOptionsFile(const std::string& path) {
   std::ifstream in(path);
   if (!in) return NotFound("cannot read UniPrefill config file '" + path + "'");
-  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) {
     return InvalidArgument("UniPrefill config file '" + path + "' is not valid JSON");
   }

@@ -13,10 +13,11 @@
 #include <vector>
 
 #include "core/status.h"
+#include "uniprefill/uniprefill_modes.h"
 
 namespace uniprefill::sparsity {
 
-enum class SelectionMode { kTopP, kFixedRatio };
+using SelectionMode = ::uniprefill::SelectionMode;  // the public enum (uniprefill_modes.h)
 
 struct SelectionParams {
   int block_size = 64;   // G

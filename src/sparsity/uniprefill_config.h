@@ -18,12 +18,6 @@
 
 namespace uniprefill {
 
-// How a sliding-window layer counts its window after a drop.
-enum class WindowMode {
-  kAliveIndex,  // the last W alive tokens (the reference: a paged cache of compacted tokens)
-  kPosition,    // keys whose original position is within W of the query's
-};
-
 // How a device backend learns what a drop layer kept (the CPU always knows at once).
 enum class DropSync {
   // Fixed ratio runs without a host sync (later layers on a bound, counts on the device); top-p

@@ -221,7 +221,7 @@ TEST_F(CliUniPrefillTest, PrintsKeptTokensPerDropLayer) {
   o.model_path = *model_;
   o.threads = 2;
   o.uniprefill.drop_layers = std::vector<int>{5, 11};
-  o.uniprefill.mode = "fixed-ratio";
+  o.uniprefill.mode = SelectionMode::kFixedRatio;
   o.uniprefill.keep_ratio = 0.5f;
   Result<std::unique_ptr<Engine>> engine = Engine::Load(o);
   ASSERT_TRUE(engine.ok()) << engine.status().message();
@@ -273,7 +273,7 @@ TEST_F(CliUniPrefillTest, KeepRatioMeansTheSameEverywhere) {
   o.model_path = *model_;
   o.threads = 2;
   o.uniprefill.drop_layers = std::vector<int>{5, 11};
-  o.uniprefill.mode = "fixed-ratio";
+  o.uniprefill.mode = SelectionMode::kFixedRatio;
   o.uniprefill.keep_ratio = 0.5f;
   Result<std::unique_ptr<Engine>> engine = Engine::Load(o);
   ASSERT_TRUE(engine.ok()) << engine.status().message();
@@ -370,6 +370,10 @@ TEST_F(CliUniPrefillTest, BadValuesAreCleanErrors) {
   ExpectCleanError(Run("--last-n 0"), "last-n");
   ExpectCleanError(Run("--uniprefill maybe"), "--uniprefill");
   ExpectCleanError(Run("--uniprefill-mode best"), "--uniprefill-mode");
+  // The flags are checked by the config files' and the HTTP extension's readers.
+  ExpectCleanError(Run("--keep-ratio 2"), "--keep-ratio: UniPrefill option 'keep_ratio'");
+  ExpectCleanError(Run("--block-size 0"), "--block-size: UniPrefill option 'block_size'");
+  ExpectCleanError(Run("--sink 1.5"), "--sink: expected an integer");
 }
 
 TEST_F(CliUniPrefillTest, RunsHuggingFaceCheckpointsFromTokenIds) {

@@ -103,7 +103,7 @@ class BatchEngineTest : public ::testing::Test {
     o.threads = 2;
     o.f32_decode = true;  // one-row and many-row matmuls then share f32 arithmetic
     o.uniprefill.drop_layers = std::vector<int>{5};
-    o.uniprefill.mode = "fixed-ratio";
+    o.uniprefill.mode = SelectionMode::kFixedRatio;
     o.uniprefill.keep_ratio = 0.5f;
     o.uniprefill.block_size = 8;
     o.uniprefill.sink = 8;

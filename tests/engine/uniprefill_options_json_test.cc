@@ -17,11 +17,11 @@ TEST(UniPrefillOptionsJsonTest, KeepRatioWithoutModeMeansFixedRatio) {
   Result<UniPrefillOptions> o = UniPrefillOptionsFromJson({{"keep_ratio", 0.5}});
   ASSERT_TRUE(o.ok()) << o.status().message();
   ASSERT_TRUE(o->mode.has_value());
-  EXPECT_EQ(*o->mode, "fixed-ratio");
+  EXPECT_EQ(*o->mode, SelectionMode::kFixedRatio);
   EXPECT_FLOAT_EQ(*o->keep_ratio, 0.5f);
   o = UniPrefillOptionsFromJson({{"keep_ratio", 0.5}, {"mode", "top-p"}});
   ASSERT_TRUE(o.ok());
-  EXPECT_EQ(*o->mode, "top-p");  // an explicit mode wins
+  EXPECT_EQ(*o->mode, SelectionMode::kTopP);  // an explicit mode wins
   o = UniPrefillOptionsFromJson({{"top_p", 0.9}});
   ASSERT_TRUE(o.ok());
   EXPECT_FALSE(o->mode.has_value());  // the model's default mode
@@ -33,7 +33,7 @@ TEST(UniPrefillOptionsJsonTest, ConfigFileWithOnlyAKeepRatioIsFixedRatio) {
   Result<UniPrefillOptions> o = LoadUniPrefillOptionsFile(path);
   ASSERT_TRUE(o.ok()) << o.status().message();
   ASSERT_TRUE(o->mode.has_value());
-  EXPECT_EQ(*o->mode, "fixed-ratio");
+  EXPECT_EQ(*o->mode, SelectionMode::kFixedRatio);
   EXPECT_EQ(o->source, "config " + path);
 }
 
@@ -66,6 +66,54 @@ TEST(UniPrefillOptionsJsonTest, OutOfRangeValuesNameTheirKey) {
        {nlohmann::json{{"keep_ratio", 1}}, nlohmann::json{{"top_p", 1}},
         nlohmann::json{{"sink", 0}}, nlohmann::json{{"block_size", 1}, {"last_n", 1}}}) {
     EXPECT_TRUE(UniPrefillOptionsFromJson(j).ok()) << j.dump();
+  }
+}
+
+TEST(UniPrefillOptionsJsonTest, EveryFieldRoundTrips) {
+  UniPrefillOptions o;
+  o.enabled = false;
+  o.drop_layers = std::vector<int>{3, 7};
+  o.mode = SelectionMode::kTopP;
+  o.top_p = 0.875f;
+  o.keep_ratio = 0.25f;
+  o.block_size = 32;
+  o.sink = 16;
+  o.last_n = 48;
+  o.window = WindowMode::kPosition;
+  const nlohmann::json j = UniPrefillOptionsToJson(o);
+  EXPECT_EQ(j.size(), UniPrefillFields().size()) << j.dump();
+  Result<UniPrefillOptions> back = UniPrefillOptionsFromJson(j);
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(UniPrefillOptionsToJson(*back), j);
+  // Unset fields stay unset (the model's defaults apply); `enabled` is always written.
+  EXPECT_EQ(UniPrefillOptionsToJson(UniPrefillOptions{}), (nlohmann::json{{"enabled", true}}));
+}
+
+// Every field's flag text goes through the same reader as its JSON value.
+TEST(UniPrefillOptionsJsonTest, FlagTextsBecomeTheJsonValues) {
+  const std::pair<std::string_view, std::string_view> texts[] = {
+      {"enabled", "off"}, {"drop_layers", "3,7"}, {"mode", "fixed-ratio"}, {"top_p", "0.875"},
+      {"keep_ratio", "0.25"}, {"block_size", "32"}, {"sink", "16"}, {"last_n", "48"},
+      {"window", "position"}};
+  UniPrefillOptions o;
+  for (const auto& [key, text] : texts) {
+    bool found = false;
+    for (const UniPrefillField& f : UniPrefillFields()) {
+      if (f.key != key) continue;
+      found = true;
+      Result<nlohmann::json> v = f.parse_text(text);
+      ASSERT_TRUE(v.ok()) << key << ": " << v.status().message();
+      ASSERT_TRUE(f.read(*v, o).ok()) << key;
+    }
+    EXPECT_TRUE(found) << key;
+  }
+  EXPECT_EQ(UniPrefillOptionsToJson(o),
+            (nlohmann::json{{"enabled", false}, {"drop_layers", {3, 7}}, {"mode", "fixed-ratio"},
+                            {"top_p", 0.875}, {"keep_ratio", 0.25}, {"block_size", 32},
+                            {"sink", 16}, {"last_n", 48}, {"window", "position"}}));
+  for (const UniPrefillField& f : UniPrefillFields()) {
+    if (f.key == "mode" || f.key == "window") continue;  // strings: the reader refuses them
+    EXPECT_FALSE(f.parse_text("x1").ok()) << f.key;
   }
 }
 

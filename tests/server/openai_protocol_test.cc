@@ -281,7 +281,7 @@ TEST(OpenAiProtocolTest, UniPrefillExtension) {
       {{"uniprefill", {{"enabled", true}, {"mode", "fixed-ratio"}, {"keep_ratio", 0.25}}}}));
   EXPECT_TRUE(r.params.uniprefill);
   ASSERT_TRUE(r.params.uniprefill_options.has_value());
-  EXPECT_EQ(*r.params.uniprefill_options->mode, "fixed-ratio");
+  EXPECT_EQ(*r.params.uniprefill_options->mode, SelectionMode::kFixedRatio);
   EXPECT_FLOAT_EQ(*r.params.uniprefill_options->keep_ratio, 0.25f);
   EXPECT_EQ(r.params.uniprefill_options->source, "request");
   EXPECT_FALSE(ParseOk(Completion({{"uniprefill", {{"enabled", false}}}})).params.uniprefill);
@@ -293,10 +293,10 @@ TEST(OpenAiProtocolTest, UniPrefillKeepRatioWithoutModeMeansFixedRatio) {
   CompletionRequest r = ParseOk(Completion({{"uniprefill", {{"keep_ratio", 0.5}}}}));
   ASSERT_TRUE(r.params.uniprefill_options.has_value());
   ASSERT_TRUE(r.params.uniprefill_options->mode.has_value());
-  EXPECT_EQ(*r.params.uniprefill_options->mode, "fixed-ratio");
+  EXPECT_EQ(*r.params.uniprefill_options->mode, SelectionMode::kFixedRatio);
   // An explicit mode stays what it says.
   r = ParseOk(Completion({{"uniprefill", {{"keep_ratio", 0.5}, {"mode", "top-p"}}}}));
-  EXPECT_EQ(*r.params.uniprefill_options->mode, "top-p");
+  EXPECT_EQ(*r.params.uniprefill_options->mode, SelectionMode::kTopP);
   r = ParseOk(Completion({{"uniprefill", {{"top_p", 0.9}}}}));
   EXPECT_FALSE(r.params.uniprefill_options->mode.has_value());
 }
