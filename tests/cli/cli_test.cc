@@ -184,6 +184,17 @@ class CliUniPrefillTest : public ::testing::Test {
     return "run --model " + *model_ + " --prompt-tokens-file " + *ids_ +
            " --max-tokens 3 --ignore-eos -q " + flags;
   }
+  // The engine itself on the tiny model, with what the tests' flags ask for (--drop-layers 5,11
+  // --uniprefill-mode fixed-ratio --keep-ratio 0.5): what the commands must report.
+  static Result<std::unique_ptr<Engine>> LoadEngineWithTheFlags() {
+    EngineOptions o;
+    o.model_path = *model_;
+    o.threads = 2;
+    o.uniprefill.drop_layers = std::vector<int>{5, 11};
+    o.uniprefill.mode = SelectionMode::kFixedRatio;
+    o.uniprefill.keep_ratio = 0.5f;
+    return Engine::Load(o);
+  }
   static std::string* model_;
   static std::string* ids_;
 };
@@ -217,13 +228,7 @@ TEST_F(CliUniPrefillTest, PrintsKeptTokensPerDropLayer) {
                            "--json " + json));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   // The engine itself, on the same tokens and settings, is what the command must report.
-  EngineOptions o;
-  o.model_path = *model_;
-  o.threads = 2;
-  o.uniprefill.drop_layers = std::vector<int>{5, 11};
-  o.uniprefill.mode = SelectionMode::kFixedRatio;
-  o.uniprefill.keep_ratio = 0.5f;
-  Result<std::unique_ptr<Engine>> engine = Engine::Load(o);
+  Result<std::unique_ptr<Engine>> engine = LoadEngineWithTheFlags();
   ASSERT_TRUE(engine.ok()) << engine.status().message();
   const nlohmann::json ids = nlohmann::json::parse(ReadAll(*ids_));
   SamplingParams greedy;
@@ -269,13 +274,7 @@ TEST_F(CliUniPrefillTest, KeepRatioMeansTheSameEverywhere) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const double run_json = nlohmann::json::parse(ReadAll(json))["keep_ratio"].get<double>();
 
-  EngineOptions o;
-  o.model_path = *model_;
-  o.threads = 2;
-  o.uniprefill.drop_layers = std::vector<int>{5, 11};
-  o.uniprefill.mode = SelectionMode::kFixedRatio;
-  o.uniprefill.keep_ratio = 0.5f;
-  Result<std::unique_ptr<Engine>> engine = Engine::Load(o);
+  Result<std::unique_ptr<Engine>> engine = LoadEngineWithTheFlags();
   ASSERT_TRUE(engine.ok()) << engine.status().message();
   const std::vector<int32_t> ids =
       nlohmann::json::parse(ReadAll(*ids_)).get<std::vector<int32_t>>();
