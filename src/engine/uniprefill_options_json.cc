@@ -4,6 +4,7 @@
 #include <fstream>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "sparsity/token_selection.h"
@@ -16,17 +17,6 @@ using nlohmann::json;
 
 Status TypeError(std::string_view key, const std::string& expected) {
   return InvalidArgument("UniPrefill option '" + std::string(key) + "' must be " + expected);
-}
-
-// A range by the engine's own rule (sparsity::ValidateSelectionParams): `set` writes the value
-// into otherwise valid defaults, so the error is this field's.
-template <typename Set>
-Status CheckRange(std::string_view key, Set set) {
-  sparsity::SelectionParams p;
-  set(p);
-  Status s = sparsity::ValidateSelectionParams(p);
-  if (s.ok()) return s;
-  return InvalidArgument("UniPrefill option '" + std::string(key) + "': " + s.message());
 }
 
 // --- readers: JSON value -> field (type and range checked) ---------------------------------------
@@ -63,44 +53,44 @@ Status ReadWindow(const json& v, UniPrefillOptions& o) {
   return OkStatus();
 }
 
+// A number of the selection (top_p, keep_ratio, block_size, sink, last_n): type checked, range
+// checked by the engine's own rule (sparsity::ValidateSelectionParams on otherwise valid
+// defaults, so the error is this field's), then stored.
+template <typename T>
+Status ReadSelectionNumber(const json& v, std::string_view key,
+                           std::optional<T> UniPrefillOptions::*field,
+                           T sparsity::SelectionParams::*param, UniPrefillOptions& o) {
+  constexpr bool kInteger = std::is_integral_v<T>;
+  if (kInteger ? !v.is_number_integer() : !v.is_number()) {
+    return TypeError(key, kInteger ? "an integer" : "a number");
+  }
+  const T x = v.get<T>();
+  sparsity::SelectionParams p;
+  p.*param = x;
+  if (Status s = sparsity::ValidateSelectionParams(p); !s.ok()) {
+    return InvalidArgument("UniPrefill option '" + std::string(key) + "': " + s.message());
+  }
+  o.*field = x;
+  return OkStatus();
+}
+
+using Params = sparsity::SelectionParams;
 Status ReadTopP(const json& v, UniPrefillOptions& o) {
-  if (!v.is_number()) return TypeError("top_p", "a number");
-  const float x = v.get<float>();
-  UP_RETURN_IF_ERROR(CheckRange("top_p", [x](auto& p) { p.top_p = x; }));
-  o.top_p = x;
-  return OkStatus();
+  return ReadSelectionNumber(v, "top_p", &UniPrefillOptions::top_p, &Params::top_p, o);
 }
-
 Status ReadKeepRatio(const json& v, UniPrefillOptions& o) {
-  if (!v.is_number()) return TypeError("keep_ratio", "a number");
-  const float x = v.get<float>();
-  UP_RETURN_IF_ERROR(CheckRange("keep_ratio", [x](auto& p) { p.keep_ratio = x; }));
-  o.keep_ratio = x;
-  return OkStatus();
+  return ReadSelectionNumber(v, "keep_ratio", &UniPrefillOptions::keep_ratio, &Params::keep_ratio,
+                             o);
 }
-
 Status ReadBlockSize(const json& v, UniPrefillOptions& o) {
-  if (!v.is_number_integer()) return TypeError("block_size", "an integer");
-  const int x = v.get<int>();
-  UP_RETURN_IF_ERROR(CheckRange("block_size", [x](auto& p) { p.block_size = x; }));
-  o.block_size = x;
-  return OkStatus();
+  return ReadSelectionNumber(v, "block_size", &UniPrefillOptions::block_size, &Params::block_size,
+                             o);
 }
-
 Status ReadSink(const json& v, UniPrefillOptions& o) {
-  if (!v.is_number_integer()) return TypeError("sink", "an integer");
-  const int x = v.get<int>();
-  UP_RETURN_IF_ERROR(CheckRange("sink", [x](auto& p) { p.sink = x; }));
-  o.sink = x;
-  return OkStatus();
+  return ReadSelectionNumber(v, "sink", &UniPrefillOptions::sink, &Params::sink, o);
 }
-
 Status ReadLastN(const json& v, UniPrefillOptions& o) {
-  if (!v.is_number_integer()) return TypeError("last_n", "an integer");
-  const int x = v.get<int>();
-  UP_RETURN_IF_ERROR(CheckRange("last_n", [x](auto& p) { p.last_n = x; }));
-  o.last_n = x;
-  return OkStatus();
+  return ReadSelectionNumber(v, "last_n", &UniPrefillOptions::last_n, &Params::last_n, o);
 }
 
 // --- writers: field -> JSON (null when unset) ----------------------------------------------------
