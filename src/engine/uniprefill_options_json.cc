@@ -126,23 +126,20 @@ Result<json> LayerListText(std::string_view t) {
 
 Result<json> StringText(std::string_view t) { return json(std::string(t)); }
 
-Result<json> NumberText(std::string_view t) {
-  float x = 0;
+// The whole text as a T (float or int), as JSON.
+template <typename T>
+Result<json> WholeText(std::string_view t) {
+  T x{};
   const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), x);
-  if (ec != std::errc() || end != t.data() + t.size() || t.empty()) {
-    return InvalidArgument("expected a number (got '" + std::string(t) + "')");
+  if (t.empty() || ec != std::errc() || end != t.data() + t.size()) {
+    return InvalidArgument(std::string(std::is_integral_v<T> ? "expected an integer"
+                                                             : "expected a number") +
+                           " (got '" + std::string(t) + "')");
   }
   return json(x);
 }
-
-Result<json> IntegerText(std::string_view t) {
-  int x = 0;
-  const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), x);
-  if (ec != std::errc() || end != t.data() + t.size() || t.empty()) {
-    return InvalidArgument("expected an integer (got '" + std::string(t) + "')");
-  }
-  return json(x);
-}
+Result<json> NumberText(std::string_view t) { return WholeText<float>(t); }
+Result<json> IntegerText(std::string_view t) { return WholeText<int>(t); }
 
 // The table. Help texts are what `--help` prints.
 constexpr UniPrefillField kFields[] = {
