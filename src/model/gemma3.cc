@@ -1,4 +1,5 @@
-// Gemma 3 (sliding-window / full-attention hybrid): its weights and its layer.
+// Gemma 3 (sliding-window / full-attention hybrid): its configuration and weights, as a model
+// definition.
 #include "model/gemma3.h"
 
 #include <nlohmann/json.hpp>
@@ -7,147 +8,66 @@
 #include <string>
 #include <vector>
 
-#include "model/blocks/attention_block.h"
-#include "model/blocks/feed_forward.h"
 #include "model/weight_source.h"
 #include "ops/ops.h"
 
 namespace uniprefill {
 namespace {
 
-struct Gemma3Layer {
-  std::vector<float> attn_norm, post_attn_norm, ffn_norm, post_ffn_norm;  // f32 [hidden], as applied
-  AttentionWeights attn;
-  GatedFfnWeights ffn;
-};
-
-class Gemma3Model final : public LayeredModel {
- public:
-  explicit Gemma3Model(ModelConfig cfg) : cfg_(std::move(cfg)) {}
-
-  // names: the source's tensor naming; norm_offset: 0 for GGUF (the +1 is baked in), 1 for HF.
-  Status Load(DeviceContext& ctx, const WeightSource& src, const Gemma3TensorNames& names,
-              float norm_offset, const LoadOptions& options);
-  void KeepAlive(std::shared_ptr<void> owner) { owner_ = std::move(owner); }
-
-  const ModelConfig& config() const override { return cfg_; }
-  size_t resident_weight_bytes() const override { return resident_bytes_; }
-  Result<ModelExport> Export() const override {
-    ModelExport e;
-    e.token_embedding = token_embd_;
-    e.embedding_scale = cfg_.embedding_scale;
-    e.output_norm = &output_norm_;
-    e.head = &head_;
-    for (const Gemma3Layer& L : layers_) {
-      ExportedLayer x;
-      x.mixer_norm = &L.attn_norm;
-      x.post_mixer_norm = &L.post_attn_norm;
-      x.ffn_norm = &L.ffn_norm;
-      x.post_ffn_norm = &L.post_ffn_norm;
-      x.attention = &L.attn;
-      x.ffn = &L.ffn;
-      e.layers.push_back(x);
-    }
-    return e;
-  }
-
- protected:
-  void Embed(DeviceContext& ctx, const int32_t* ids, TensorView x) override {
-    ops::Embedding(ctx, x, token_embd_, ids, cfg_.embedding_scale);
-  }
-  Status RunLayer(DeviceContext& ctx, int i, PackedBatch& batch, const DropLayer* drop,
-                  WindowMode window_mode) override;
-  void Head(DeviceContext& ctx, TensorView x, TensorView logits) override {
-    ops::RmsNorm(ctx, x, x, output_norm_.data(), cfg_.rms_eps);
-    ops::Linear(ctx, logits, x, head_);
-  }
-
- private:
-  ModelConfig cfg_;
-  std::shared_ptr<void> owner_;  // the mapped file(s) the weights point into
-  TensorView token_embd_;        // [vocab, hidden], as stored
-  ops::LinearWeight head_;       // tied: the same tensor, read in place
-  std::vector<float> output_norm_;
-  std::vector<Gemma3Layer> layers_;
-  size_t resident_bytes_ = 0;
-};
-
-Status Gemma3Model::Load(DeviceContext& ctx, const WeightSource& src, const Gemma3TensorNames& n,
-                         float norm_offset, const LoadOptions& options) {
-  const int64_t H = cfg_.hidden, Q = cfg_.q_dim(), KV = cfg_.kv_dim(), F = cfg_.ffn_hidden;
-  const int64_t D = cfg_.head_dim, V = cfg_.vocab_size;
-  UP_ASSIGN_OR_RETURN(token_embd_, src.Get(n.embedding, {V, H}));
-  UP_ASSIGN_OR_RETURN(output_norm_, LoadVector(src, n.output_norm, H, norm_offset));
-  cfg_.tied_embeddings = !src.Has(n.output);
-  UP_ASSIGN_OR_RETURN(head_, LoadLinear(ctx, src, {cfg_.tied_embeddings ? n.embedding : n.output},
+// Fills `d` (config set) with the weights of `src` named by `n`; norm_offset: 0 for GGUF (the +1 is
+// baked in), 1 for Hugging Face.
+Status LoadGemma3Weights(DeviceContext& ctx, const WeightSource& src, const Gemma3TensorNames& n,
+                         float norm_offset, const LoadOptions& options, ModelDefinition& d) {
+  ModelConfig& c = d.config;
+  const int64_t H = c.hidden, Q = c.q_dim(), KV = c.kv_dim(), F = c.ffn_hidden;
+  const int64_t D = c.head_dim, V = c.vocab_size;
+  UP_ASSIGN_OR_RETURN(d.token_embedding, LoadLinear(ctx, src, {n.embedding}, {{V, H}}, false));
+  UP_ASSIGN_OR_RETURN(d.output_norm, LoadVector(src, n.output_norm, H, norm_offset));
+  c.tied_embeddings = !src.Has(n.output);
+  UP_ASSIGN_OR_RETURN(d.head, LoadLinear(ctx, src, {c.tied_embeddings ? n.embedding : n.output},
                                         {{V, H}}, /*make_f32_copy=*/false));
-  head_.int16_decode_activations = !options.f32_decode;
+  d.head.int16_decode_activations = !options.f32_decode;
 
-  layers_.resize(cfg_.n_layers);
+  d.layers.resize(c.n_layers);
   const bool f32 = options.f32_prefill_weights;
-  for (int i = 0; i < cfg_.n_layers; ++i) {
-    Gemma3Layer& L = layers_[i];
+  for (int i = 0; i < c.n_layers; ++i) {
+    LayerDefinition& L = d.layers[i];
     auto name = [&](const std::string& pattern) { return n.Layer(pattern, i); };
-    UP_ASSIGN_OR_RETURN(L.attn_norm, LoadVector(src, name(n.attn_norm), H, norm_offset));
-    UP_ASSIGN_OR_RETURN(L.post_attn_norm, LoadVector(src, name(n.post_attn_norm), H, norm_offset));
+    UP_ASSIGN_OR_RETURN(L.mixer_norm, LoadVector(src, name(n.attn_norm), H, norm_offset));
+    UP_ASSIGN_OR_RETURN(L.post_mixer_norm, LoadVector(src, name(n.post_attn_norm), H, norm_offset));
     UP_ASSIGN_OR_RETURN(L.ffn_norm, LoadVector(src, name(n.ffn_norm), H, norm_offset));
     UP_ASSIGN_OR_RETURN(L.post_ffn_norm, LoadVector(src, name(n.post_ffn_norm), H, norm_offset));
-    AttentionWeights& a = L.attn;
+    AttentionWeights& a = L.attention.emplace();
+    GatedFfnWeights& ffn = L.ffn.emplace();
     UP_ASSIGN_OR_RETURN(a.q_norm, LoadVector(src, name(n.q_norm), D, norm_offset));
     UP_ASSIGN_OR_RETURN(a.k_norm, LoadVector(src, name(n.k_norm), D, norm_offset));
     UP_ASSIGN_OR_RETURN(a.q, LoadLinear(ctx, src, {name(n.q)}, {{Q, H}}, f32));
     UP_ASSIGN_OR_RETURN(a.k, LoadLinear(ctx, src, {name(n.k)}, {{KV, H}}, f32));
     UP_ASSIGN_OR_RETURN(a.v, LoadLinear(ctx, src, {name(n.v)}, {{KV, H}}, f32));
     UP_ASSIGN_OR_RETURN(a.o, LoadLinear(ctx, src, {name(n.o)}, {{H, Q}}, f32));
-    UP_ASSIGN_OR_RETURN(L.ffn.gate_up, LoadLinear(ctx, src, {name(n.gate), name(n.up)},
+    UP_ASSIGN_OR_RETURN(ffn.gate_up, LoadLinear(ctx, src, {name(n.gate), name(n.up)},
                                                   {{F, H}, {F, H}}, f32));
-    UP_ASSIGN_OR_RETURN(L.ffn.down, LoadLinear(ctx, src, {name(n.down)}, {{H, F}}, f32));
-    L.ffn.activation = ops::Activation::kGeluTanh;
-    for (ops::LinearWeight* w : {&a.q, &a.k, &a.v, &a.o, &L.ffn.gate_up, &L.ffn.down}) {
-      resident_bytes_ += w->f32.size();
+    UP_ASSIGN_OR_RETURN(ffn.down, LoadLinear(ctx, src, {name(n.down)}, {{H, F}}, f32));
+    ffn.activation = ops::Activation::kGeluTanh;
+    for (ops::LinearWeight* w : {&a.q, &a.k, &a.v, &a.o, &ffn.gate_up, &ffn.down}) {
+      d.host_copy_bytes += w->f32.size();
       w->int16_decode_activations = !options.f32_decode;
     }
-    const bool global = cfg_.layer_kinds[i] == LayerKind::kFullAttention;
-    a.rope_inv_freq = ops::RopeInvFreq(global ? cfg_.rope_theta_global : cfg_.rope_theta_local, D);
-    if (global && cfg_.rope_scale_global != 1.0f) {
-      for (float& f : a.rope_inv_freq) f /= cfg_.rope_scale_global;
+    const bool global = c.layer_kinds[i] == LayerKind::kFullAttention;
+    a.rope_inv_freq = ops::RopeInvFreq(global ? c.rope_theta_global : c.rope_theta_local, D);
+    if (global && c.rope_scale_global != 1.0f) {
+      for (float& f : a.rope_inv_freq) f /= c.rope_scale_global;
     }
     a.rot_dims = static_cast<int>(D);
     a.rope_style = ops::RopeStyle::kNeox;
-    a.n_heads = cfg_.n_heads;
-    a.n_kv_heads = cfg_.n_kv_heads;
-    a.head_dim = cfg_.head_dim;
-    a.scale = cfg_.attention_scale;
-    a.norm_eps = cfg_.rms_eps;
-    a.window = global ? 0 : cfg_.sliding_window;
-    if (options.progress) options.progress(i + 1, cfg_.n_layers);
+    a.n_heads = c.n_heads;
+    a.n_kv_heads = c.n_kv_heads;
+    a.head_dim = c.head_dim;
+    a.scale = c.attention_scale;
+    a.norm_eps = c.rms_eps;
+    a.window = global ? 0 : c.sliding_window;
+    if (options.progress) options.progress(i + 1, c.n_layers);
   }
-  return OkStatus();
-}
-
-Status Gemma3Model::RunLayer(DeviceContext& ctx, int i, PackedBatch& batch, const DropLayer* drop,
-                             WindowMode window_mode) {
-  const Gemma3Layer& L = layers_[i];
-  const int64_t H = cfg_.hidden;
-  // Attention: x += post_norm(attn(norm(x))); at a drop layer the batch shrinks inside.
-  {
-    Buffer h_buf(sizeof(float) * batch.rows() * H);
-    TensorView h = h_buf.View(DType::kF32, {batch.rows(), H});  // f32 [rows, hidden]
-    ops::RmsNorm(ctx, h, batch.x(), L.attn_norm.data(), cfg_.rms_eps);
-    Buffer a_buf;
-    UP_RETURN_IF_ERROR(AttentionForward(ctx, L.attn, i, batch, h, drop, window_mode, &a_buf));
-    TensorView a = a_buf.View(DType::kF32, {batch.rows(), H});  // f32 [rows', hidden]
-    ops::RmsNorm(ctx, a, a, L.post_attn_norm.data(), cfg_.rms_eps);
-    ops::Add(ctx, batch.x(), batch.x(), a);
-  }
-  // Feed-forward: x += post_norm(ffn(norm(x))).
-  Buffer h_buf(sizeof(float) * batch.rows() * H), f_buf(sizeof(float) * batch.rows() * H);
-  TensorView h = h_buf.View(DType::kF32, {batch.rows(), H});
-  TensorView f = f_buf.View(DType::kF32, {batch.rows(), H});
-  ops::RmsNorm(ctx, h, batch.x(), L.ffn_norm.data(), cfg_.rms_eps);
-  GatedFfnForward(ctx, L.ffn, h, f);
-  ops::RmsNorm(ctx, f, f, L.post_ffn_norm.data(), cfg_.rms_eps);
-  ops::Add(ctx, batch.x(), batch.x(), f);
   return OkStatus();
 }
 
@@ -338,25 +258,27 @@ Result<ModelConfig> Gemma3ConfigFromHf(const HfConfig& hf) {
   return c;
 }
 
-Result<std::unique_ptr<Model>> LoadGemma3(std::unique_ptr<gguf::GgufFile> file, DeviceContext& ctx,
+Result<ModelDefinition> LoadGemma3(std::unique_ptr<gguf::GgufFile> file, DeviceContext& ctx,
                                           const LoadOptions& options) {
   UP_ASSIGN_OR_RETURN(ModelConfig cfg, Gemma3ConfigFromGguf(*file));
-  auto model = std::make_unique<Gemma3Model>(std::move(cfg));
+  ModelDefinition d;
+  d.config = std::move(cfg);
   std::shared_ptr<gguf::GgufFile> owner(std::move(file));
-  UP_RETURN_IF_ERROR(model->Load(ctx, *GgufWeightSource(*owner), Gemma3TensorNames::Gguf(),
-                                 /*norm_offset=*/0.0f, options));
-  model->KeepAlive(owner);
-  return std::unique_ptr<Model>(std::move(model));
+  UP_RETURN_IF_ERROR(LoadGemma3Weights(ctx, *GgufWeightSource(*owner), Gemma3TensorNames::Gguf(),
+                                       /*norm_offset=*/0.0f, options, d));
+  d.owners.push_back(std::move(owner));
+  return d;
 }
 
-Result<std::unique_ptr<Model>> LoadGemma3(const ModelConfig& config, std::shared_ptr<void> owner,
+Result<ModelDefinition> LoadGemma3(const ModelConfig& config, std::shared_ptr<void> owner,
                                           const WeightSource& src, DeviceContext& ctx,
                                           const LoadOptions& options) {
-  auto model = std::make_unique<Gemma3Model>(config);
-  UP_RETURN_IF_ERROR(model->Load(ctx, src, Gemma3TensorNames::HuggingFace(), /*norm_offset=*/1.0f,
-                                 options));
-  model->KeepAlive(std::move(owner));
-  return std::unique_ptr<Model>(std::move(model));
+  ModelDefinition d;
+  d.config = config;
+  UP_RETURN_IF_ERROR(LoadGemma3Weights(ctx, src, Gemma3TensorNames::HuggingFace(),
+                                       /*norm_offset=*/1.0f, options, d));
+  d.owners.push_back(std::move(owner));
+  return d;
 }
 
 }  // namespace uniprefill

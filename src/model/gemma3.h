@@ -16,6 +16,7 @@
 #include "io/gguf.h"
 #include "io/hf_config.h"
 #include "model/model.h"
+#include "model/model_definition.h"
 #include "model/weight_source.h"
 
 namespace uniprefill {
@@ -34,10 +35,10 @@ Result<ModelConfig> Gemma3ConfigFromGguf(const gguf::GgufFile& file);
 // From config.json (the text part for multimodal checkpoints).
 Result<ModelConfig> Gemma3ConfigFromHf(const HfConfig& config);
 
-Result<std::unique_ptr<Model>> LoadGemma3(std::unique_ptr<gguf::GgufFile> file, DeviceContext& ctx,
+Result<ModelDefinition> LoadGemma3(std::unique_ptr<gguf::GgufFile> file, DeviceContext& ctx,
                                           const LoadOptions& options);
 // From a Hugging Face checkpoint's config and tensors; `owner` keeps the mapped files alive.
-Result<std::unique_ptr<Model>> LoadGemma3(const ModelConfig& config, std::shared_ptr<void> owner,
+Result<ModelDefinition> LoadGemma3(const ModelConfig& config, std::shared_ptr<void> owner,
                                           const WeightSource& src, DeviceContext& ctx,
                                           const LoadOptions& options);
 

@@ -38,7 +38,7 @@ std::unique_ptr<WeightSource> SafetensorsWeightSource(const safetensors::Checkpo
   return std::make_unique<SafetensorsSource>(checkpoint);
 }
 
-Result<std::unique_ptr<Model>> LoadHfModel(const std::string& dir, DeviceContext& ctx,
+Result<ModelDefinition> LoadHfDefinition(const std::string& dir, DeviceContext& ctx,
                                            const LoadOptions& options) {
   UP_ASSIGN_OR_RETURN(HfConfig root, HfConfig::Load(dir + "/config.json"));
   UP_ASSIGN_OR_RETURN(std::string type, root.GetString("model_type"));

@@ -1,4 +1,4 @@
-// Llama 3.x: its configuration, tensor names and layer.
+// Llama 3.x: its configuration and tensor names, as a model definition.
 #include "model/llama.h"
 
 #include <nlohmann/json.hpp>
@@ -7,8 +7,6 @@
 #include <string>
 #include <vector>
 
-#include "model/blocks/attention_block.h"
-#include "model/blocks/feed_forward.h"
 #include "ops/ops.h"
 
 namespace uniprefill {
@@ -39,119 +37,52 @@ LlamaTensorNames HfNames() {
           "model.layers.{}.mlp.down_proj.weight"};
 }
 
-struct LlamaLayer {
-  std::vector<float> attn_norm, ffn_norm;  // f32 [hidden]
-  AttentionWeights attn;
-  GatedFfnWeights ffn;
-};
-
-class LlamaModel final : public LayeredModel {
- public:
-  LlamaModel(ModelConfig cfg, std::vector<float> inv_freq, ops::RopeStyle style)
-      : cfg_(std::move(cfg)), inv_freq_(std::move(inv_freq)), rope_style_(style) {}
-
-  Status Load(DeviceContext& ctx, const WeightSource& src, const LlamaTensorNames& n,
-              const LoadOptions& options) {
-    const int64_t H = cfg_.hidden, Q = cfg_.q_dim(), KV = cfg_.kv_dim(), F = cfg_.ffn_hidden;
-    const int64_t V = cfg_.vocab_size;
-    UP_ASSIGN_OR_RETURN(token_embd_, src.Get(n.embedding, {V, H}));
-    UP_ASSIGN_OR_RETURN(output_norm_, LoadVector(src, n.output_norm, H));
-    cfg_.tied_embeddings = !src.Has(n.output);
-    UP_ASSIGN_OR_RETURN(head_, LoadLinear(ctx, src, {cfg_.tied_embeddings ? n.embedding : n.output},
-                                          {{V, H}}, /*make_f32_copy=*/false));
-    head_.int16_decode_activations = !options.f32_decode;
-    const bool f32 = options.f32_prefill_weights;
-    layers_.resize(cfg_.n_layers);
-    for (int i = 0; i < cfg_.n_layers; ++i) {
-      LlamaLayer& L = layers_[i];
-      auto name = [&](const std::string& p) { return n.Layer(p, i); };
-      UP_ASSIGN_OR_RETURN(L.attn_norm, LoadVector(src, name(n.attn_norm), H));
-      UP_ASSIGN_OR_RETURN(L.ffn_norm, LoadVector(src, name(n.ffn_norm), H));
-      AttentionWeights& a = L.attn;
-      UP_ASSIGN_OR_RETURN(a.q, LoadLinear(ctx, src, {name(n.q)}, {{Q, H}}, f32));
-      UP_ASSIGN_OR_RETURN(a.k, LoadLinear(ctx, src, {name(n.k)}, {{KV, H}}, f32));
-      UP_ASSIGN_OR_RETURN(a.v, LoadLinear(ctx, src, {name(n.v)}, {{KV, H}}, f32));
-      UP_ASSIGN_OR_RETURN(a.o, LoadLinear(ctx, src, {name(n.o)}, {{H, Q}}, f32));
-      UP_ASSIGN_OR_RETURN(L.ffn.gate_up, LoadLinear(ctx, src, {name(n.gate), name(n.up)},
-                                                    {{F, H}, {F, H}}, f32));
-      UP_ASSIGN_OR_RETURN(L.ffn.down, LoadLinear(ctx, src, {name(n.down)}, {{H, F}}, f32));
-      L.ffn.activation = ops::Activation::kSilu;
-      for (ops::LinearWeight* w : {&a.q, &a.k, &a.v, &a.o, &L.ffn.gate_up, &L.ffn.down}) {
-        resident_bytes_ += w->f32.size();
-        w->int16_decode_activations = !options.f32_decode;
-      }
-      a.rope_inv_freq = inv_freq_;
-      a.rot_dims = cfg_.head_dim;
-      a.rope_style = rope_style_;
-      a.n_heads = cfg_.n_heads;
-      a.n_kv_heads = cfg_.n_kv_heads;
-      a.head_dim = cfg_.head_dim;
-      a.scale = cfg_.attention_scale;
-      a.norm_eps = cfg_.rms_eps;
-      if (options.progress) options.progress(i + 1, cfg_.n_layers);
+// Fills `d` (config set) with the Llama weights of `src`, named by `n`.
+Status LoadLlamaWeights(DeviceContext& ctx, const WeightSource& src, const LlamaTensorNames& n,
+                        const std::vector<float>& inv_freq, ops::RopeStyle rope_style,
+                        const LoadOptions& options, ModelDefinition& d) {
+  ModelConfig& c = d.config;
+  const int64_t H = c.hidden, Q = c.q_dim(), KV = c.kv_dim(), F = c.ffn_hidden;
+  const int64_t V = c.vocab_size;
+  UP_ASSIGN_OR_RETURN(d.token_embedding, LoadLinear(ctx, src, {n.embedding}, {{V, H}}, false));
+  UP_ASSIGN_OR_RETURN(d.output_norm, LoadVector(src, n.output_norm, H));
+  c.tied_embeddings = !src.Has(n.output);
+  UP_ASSIGN_OR_RETURN(d.head, LoadLinear(ctx, src, {c.tied_embeddings ? n.embedding : n.output},
+                                         {{V, H}}, /*make_f32_copy=*/false));
+  d.head.int16_decode_activations = !options.f32_decode;
+  const bool f32 = options.f32_prefill_weights;
+  d.layers.resize(c.n_layers);
+  for (int i = 0; i < c.n_layers; ++i) {
+    LayerDefinition& L = d.layers[i];
+    auto name = [&](const std::string& p) { return n.Layer(p, i); };
+    UP_ASSIGN_OR_RETURN(L.mixer_norm, LoadVector(src, name(n.attn_norm), H));
+    UP_ASSIGN_OR_RETURN(L.ffn_norm, LoadVector(src, name(n.ffn_norm), H));
+    AttentionWeights& a = L.attention.emplace();
+    UP_ASSIGN_OR_RETURN(a.q, LoadLinear(ctx, src, {name(n.q)}, {{Q, H}}, f32));
+    UP_ASSIGN_OR_RETURN(a.k, LoadLinear(ctx, src, {name(n.k)}, {{KV, H}}, f32));
+    UP_ASSIGN_OR_RETURN(a.v, LoadLinear(ctx, src, {name(n.v)}, {{KV, H}}, f32));
+    UP_ASSIGN_OR_RETURN(a.o, LoadLinear(ctx, src, {name(n.o)}, {{H, Q}}, f32));
+    GatedFfnWeights& ffn = L.ffn.emplace();
+    UP_ASSIGN_OR_RETURN(ffn.gate_up, LoadLinear(ctx, src, {name(n.gate), name(n.up)},
+                                                {{F, H}, {F, H}}, f32));
+    UP_ASSIGN_OR_RETURN(ffn.down, LoadLinear(ctx, src, {name(n.down)}, {{H, F}}, f32));
+    ffn.activation = ops::Activation::kSilu;
+    for (ops::LinearWeight* w : {&a.q, &a.k, &a.v, &a.o, &ffn.gate_up, &ffn.down}) {
+      d.host_copy_bytes += w->f32.size();
+      w->int16_decode_activations = !options.f32_decode;
     }
-    return OkStatus();
+    a.rope_inv_freq = inv_freq;
+    a.rot_dims = c.head_dim;
+    a.rope_style = rope_style;
+    a.n_heads = c.n_heads;
+    a.n_kv_heads = c.n_kv_heads;
+    a.head_dim = c.head_dim;
+    a.scale = c.attention_scale;
+    a.norm_eps = c.rms_eps;
+    if (options.progress) options.progress(i + 1, c.n_layers);
   }
-  void KeepAlive(std::shared_ptr<void> owner) { owner_ = std::move(owner); }
-
-  const ModelConfig& config() const override { return cfg_; }
-  size_t resident_weight_bytes() const override { return resident_bytes_; }
-  Result<ModelExport> Export() const override {
-    ModelExport e;
-    e.token_embedding = token_embd_;
-    e.output_norm = &output_norm_;
-    e.head = &head_;
-    for (const LlamaLayer& L : layers_) {
-      ExportedLayer x;
-      x.mixer_norm = &L.attn_norm;
-      x.ffn_norm = &L.ffn_norm;
-      x.attention = &L.attn;
-      x.ffn = &L.ffn;
-      e.layers.push_back(x);
-    }
-    return e;
-  }
-
- protected:
-  void Embed(DeviceContext& ctx, const int32_t* ids, TensorView x) override {
-    ops::Embedding(ctx, x, token_embd_, ids, 1.0f);
-  }
-  Status RunLayer(DeviceContext& ctx, int i, PackedBatch& batch, const DropLayer* drop,
-                  WindowMode window_mode) override {
-    const LlamaLayer& L = layers_[i];
-    const int64_t H = cfg_.hidden;
-    {
-      Buffer h_buf(sizeof(float) * batch.rows() * H);
-      TensorView h = h_buf.View(DType::kF32, {batch.rows(), H});  // f32 [rows, hidden]
-      ops::RmsNorm(ctx, h, batch.x(), L.attn_norm.data(), cfg_.rms_eps);
-      Buffer a_buf;
-      UP_RETURN_IF_ERROR(AttentionForward(ctx, L.attn, i, batch, h, drop, window_mode, &a_buf));
-      ops::Add(ctx, batch.x(), batch.x(), a_buf.View(DType::kF32, {batch.rows(), H}));
-    }
-    Buffer h_buf(sizeof(float) * batch.rows() * H), f_buf(sizeof(float) * batch.rows() * H);
-    TensorView h = h_buf.View(DType::kF32, {batch.rows(), H});
-    TensorView f = f_buf.View(DType::kF32, {batch.rows(), H});
-    ops::RmsNorm(ctx, h, batch.x(), L.ffn_norm.data(), cfg_.rms_eps);
-    GatedFfnForward(ctx, L.ffn, h, f);
-    ops::Add(ctx, batch.x(), batch.x(), f);
-    return OkStatus();
-  }
-  void Head(DeviceContext& ctx, TensorView x, TensorView logits) override {
-    ops::RmsNorm(ctx, x, x, output_norm_.data(), cfg_.rms_eps);
-    ops::Linear(ctx, logits, x, head_);
-  }
-
- private:
-  ModelConfig cfg_;
-  std::vector<float> inv_freq_;
-  ops::RopeStyle rope_style_;
-  std::shared_ptr<void> owner_;
-  TensorView token_embd_;
-  ops::LinearWeight head_;
-  std::vector<float> output_norm_;
-  std::vector<LlamaLayer> layers_;
-  size_t resident_bytes_ = 0;
-};
+  return OkStatus();
+}
 
 Status CheckShape(const ModelConfig& c, const std::string& where) {
   if (c.n_layers < 1 || c.hidden < 1 || c.n_heads < 1 || c.n_kv_heads < 1 ||
@@ -187,7 +118,7 @@ std::vector<float> Llama3RopeInvFreq(double theta, int dims, double factor, doub
   return inv;
 }
 
-Result<std::unique_ptr<Model>> LoadLlama(std::unique_ptr<gguf::GgufFile> file, DeviceContext& ctx,
+Result<ModelDefinition> LoadLlama(std::unique_ptr<gguf::GgufFile> file, DeviceContext& ctx,
                                          const LoadOptions& options) {
   const gguf::GgufFile& f = *file;
   ModelConfig c;
@@ -232,14 +163,16 @@ Result<std::unique_ptr<Model>> LoadLlama(std::unique_ptr<gguf::GgufFile> file, D
     const float* div = reinterpret_cast<const float*>(rf->data);
     for (int i = 0; i < c.head_dim / 2; ++i) inv[i] /= div[i];
   }
-  auto model = std::make_unique<LlamaModel>(c, std::move(inv), ops::RopeStyle::kAdjacent);
+  ModelDefinition d;
+  d.config = c;
   std::shared_ptr<gguf::GgufFile> owner(std::move(file));
-  UP_RETURN_IF_ERROR(model->Load(ctx, *GgufWeightSource(*owner), GgufNames(), options));
-  model->KeepAlive(owner);
-  return std::unique_ptr<Model>(std::move(model));
+  UP_RETURN_IF_ERROR(LoadLlamaWeights(ctx, *GgufWeightSource(*owner), GgufNames(), inv,
+                                      ops::RopeStyle::kAdjacent, options, d));
+  d.owners.push_back(std::move(owner));
+  return d;
 }
 
-Result<std::unique_ptr<Model>> LoadLlama(const HfConfig& hf, std::shared_ptr<void> owner,
+Result<ModelDefinition> LoadLlama(const HfConfig& hf, std::shared_ptr<void> owner,
                                          const WeightSource& src, DeviceContext& ctx,
                                          const LoadOptions& options) {
   ModelConfig c;
@@ -290,12 +223,13 @@ Result<std::unique_ptr<Model>> LoadLlama(const HfConfig& hf, std::shared_ptr<voi
                            "' is not supported (llama3, linear)");
     }
   }
-  auto model = std::make_unique<LlamaModel>(c, std::move(inv), ops::RopeStyle::kNeox);
   LlamaTensorNames names = HfNames();
   if (tied) names.output = "(tied)";
-  UP_RETURN_IF_ERROR(model->Load(ctx, src, names, options));
-  model->KeepAlive(std::move(owner));
-  return std::unique_ptr<Model>(std::move(model));
+  ModelDefinition d;
+  d.config = c;
+  UP_RETURN_IF_ERROR(LoadLlamaWeights(ctx, src, names, inv, ops::RopeStyle::kNeox, options, d));
+  d.owners.push_back(std::move(owner));
+  return d;
 }
 
 }  // namespace uniprefill

@@ -1,6 +1,6 @@
 // Llama 3.x (full attention, GQA, llama3 RoPE scaling, SwiGLU) from GGUF or from a Hugging Face
-// checkpoint. Per layer: x += attn(attn_norm(x)); x += mlp(ffn_norm(x)); untied head (tied when the
-// file has no output tensor).
+// checkpoint, as a model definition (model_definition.h). Per layer: x += attn(attn_norm(x));
+// x += mlp(ffn_norm(x)); untied head (tied when the file has no output tensor).
 //
 // RoPE pairing differs by source: HF checkpoints rotate halves (i, i + d/2); llama.cpp's converter
 // permutes the q/k weight rows so that GGUF files rotate adjacent pairs (2i, 2i + 1). Each source is
@@ -13,13 +13,14 @@
 #include "io/gguf.h"
 #include "io/hf_config.h"
 #include "model/model.h"
+#include "model/model_definition.h"
 #include "model/weight_source.h"
 
 namespace uniprefill {
 
-Result<std::unique_ptr<Model>> LoadLlama(std::unique_ptr<gguf::GgufFile> file, DeviceContext& ctx,
+Result<ModelDefinition> LoadLlama(std::unique_ptr<gguf::GgufFile> file, DeviceContext& ctx,
                                          const LoadOptions& options);
-Result<std::unique_ptr<Model>> LoadLlama(const HfConfig& config, std::shared_ptr<void> owner,
+Result<ModelDefinition> LoadLlama(const HfConfig& config, std::shared_ptr<void> owner,
                                          const WeightSource& src, DeviceContext& ctx,
                                          const LoadOptions& options);
 

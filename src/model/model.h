@@ -2,9 +2,8 @@
 //
 // One ForwardBatch runs several requests together (prefills of any length and single-token decodes,
 // docs/design.md section 2), layer by layer over all their rows, with UniPrefill drops at the
-// configured layers. Host architectures derive from LayeredModel and implement three hooks (embed,
-// one layer, head); the CUDA model (model/cuda/cuda_model.h) runs an exported host model on the
-// GPU.
+// configured layers. The one implementation is TransformerModel (transformer_model.h): a model
+// definition (model_definition.h) walked layer by layer on a CPU or CUDA backend.
 //
 // Invariants: ForwardBatch appends each request's tokens to its cache; logits are f32 [vocab] of each
 // request's last token. A model holds its weights and no per-request state (that lives in the
@@ -23,7 +22,6 @@
 #include "io/gguf.h"
 #include "kv/sequence_cache.h"
 #include "model/model_config.h"
-#include "model/model_export.h"
 #include "model/packed_batch.h"
 #include "sparsity/uniprefill_config.h"
 
@@ -31,6 +29,10 @@ namespace uniprefill {
 
 // Called with (done, total) units of work, for progress bars.
 using ProgressFn = std::function<void(int64_t done, int64_t total)>;
+
+// The cache layout of a model of config `c` with the given ascending drop layers (one segment per
+// drop layer + 1).
+CacheLayout ModelCacheLayout(const ModelConfig& c, const std::vector<int>& drop_layers);
 
 class Model {
  public:
@@ -70,32 +72,6 @@ class Model {
   // One request, dense (no drop layers).
   Status Forward(DeviceContext& ctx, std::span<const int32_t> tokens, SequenceCache& cache,
                  float* logits, const ProgressFn& progress = nullptr);
-
-  // The weights and layer recipe, for backends that run this model elsewhere (the CUDA model
-  // uploads them). Pointers stay valid while this model lives.
-  virtual Result<ModelExport> Export() const {
-    return Unimplemented("model '" + config().architecture + "' cannot be exported");
-  }
-};
-
-// A model computed on the host, layer by layer: architectures implement three hooks (embed, one
-// layer, head); the batch bookkeeping, the segment walk and the logits gathering live here, once.
-class LayeredModel : public Model {
- public:
-  Status ForwardBatch(DeviceContext& ctx, std::span<const SequenceStep> steps,
-                      const UniPrefillConfig& uniprefill, const ProgressFn& progress = nullptr,
-                      ForwardStats* stats = nullptr) override;
-
- protected:
-  // x f32 [rows, hidden] = embeddings of ids [rows].
-  virtual void Embed(DeviceContext& ctx, const int32_t* ids, TensorView x) = 0;
-  // Layer i over the batch (its residual batch.x()). `drop` is set at drop layers; the layer then
-  // hands it to its attention block, which compacts the batch.
-  virtual Status RunLayer(DeviceContext& ctx, int i, PackedBatch& batch, const DropLayer* drop,
-                          WindowMode window_mode) = 0;
-  // logits f32 [R, vocab] of the final hidden rows x f32 [R, hidden] (final norm + lm head; x may be
-  // overwritten).
-  virtual void Head(DeviceContext& ctx, TensorView x, TensorView logits) = 0;
 };
 
 // Which Gated DeltaNet delta-rule kernel the GPU runs (diagnostics; kAuto picks by chunk length).
@@ -113,8 +89,8 @@ struct LoadOptions {
 };
 
 // Opens a model: a GGUF file, or a Hugging Face checkpoint directory (config.json + safetensors).
-// With a CUDA context the host model is loaded (no f32 copies), uploaded as bf16 and run by the CUDA
-// model (model/cuda/cuda_model.h).
+// With a CUDA context the definition is loaded without f32 copies and its weights uploaded as bf16
+// (backend/cuda/cuda_backend.h).
 // Errors name the file and what is wrong (missing, not a model, truncated, unsupported
 // architecture or quantisation, bad shapes).
 Result<std::unique_ptr<Model>> LoadModel(const std::string& path, DeviceContext& ctx,

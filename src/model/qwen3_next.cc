@@ -1,4 +1,4 @@
-// Qwen3-Next: its configuration, tensor names and layer.
+// Qwen3-Next: its configuration and tensor names, as a model definition.
 #include "model/qwen3_next.h"
 
 #include <cmath>
@@ -16,211 +16,119 @@
 namespace uniprefill {
 namespace {
 
-struct Qwen3NextLayer {
-  std::vector<float> input_norm, post_attn_norm;  // f32 [hidden], 1 + w
-  bool linear = false;
-  AttentionWeights attn;       // full-attention layers
-  GatedDeltaNetWeights delta;  // linear-attention layers
-  MoeWeights moe;
+// Shapes the config does not hold.
+struct Qwen3NextExtras {
+  int rot_dims = 0, n_experts = 0, top_k = 0, moe_ffn = 0, shared_ffn = 0;
+  bool norm_topk = true;
 };
 
-class Qwen3NextModel final : public LayeredModel {
- public:
-  Qwen3NextModel(ModelConfig cfg, int rot_dims, int n_experts, int top_k, bool norm_topk,
-                 int moe_ffn, int shared_ffn)
-      : cfg_(std::move(cfg)), rot_dims_(rot_dims), n_experts_(n_experts), top_k_(top_k),
-        norm_topk_(norm_topk), moe_ffn_(moe_ffn), shared_ffn_(shared_ffn) {}
-
-  Status Load(DeviceContext& ctx, const WeightSource& src, const LoadOptions& options);
-  void KeepAlive(std::shared_ptr<void> owner) { owner_ = std::move(owner); }
-  const ModelConfig& config() const override { return cfg_; }
-  size_t resident_weight_bytes() const override { return resident_bytes_; }
-  Result<ModelExport> Export() const override {
-    ModelExport e;
-    e.token_embedding = token_embd_;
-    e.output_norm = &output_norm_;
-    e.head = &head_;
-    for (const Qwen3NextLayer& L : layers_) {
-      ExportedLayer x;
-      x.mixer_norm = &L.input_norm;
-      x.ffn_norm = &L.post_attn_norm;  // the pre-MoE norm
-      if (L.linear) {
-        x.delta = &L.delta;
-      } else {
-        x.attention = &L.attn;
-      }
-      x.moe = &L.moe;
-      e.layers.push_back(x);
-    }
-    return e;
-  }
-
- protected:
-  void Embed(DeviceContext& ctx, const int32_t* ids, TensorView x) override {
-    ops::Embedding(ctx, x, token_embd_, ids, 1.0f);
-  }
-  Status RunLayer(DeviceContext& ctx, int i, PackedBatch& batch, const DropLayer* drop,
-                  WindowMode window_mode) override;
-  void Head(DeviceContext& ctx, TensorView x, TensorView logits) override {
-    ops::RmsNorm(ctx, x, x, output_norm_.data(), cfg_.rms_eps);
-    ops::Linear(ctx, logits, x, head_);
-  }
-
- private:
-  Result<ops::LinearWeight> Linear(DeviceContext& ctx, const WeightSource& src,
-                                   std::vector<std::string> names,
-                                   std::vector<std::vector<int64_t>> shapes, bool f32,
-                                   const LoadOptions& options) {
+// Fills `d` (config set) with the weights of a Hugging Face checkpoint.
+Status LoadQwen3NextWeights(DeviceContext& ctx, const WeightSource& src, const Qwen3NextExtras& x,
+                            const LoadOptions& options, ModelDefinition& d) {
+  ModelConfig& c = d.config;
+  // A linear weight, counted in host_copy_bytes, with the decode activation choice applied.
+  auto Linear = [&](const std::vector<std::string>& names,
+                    const std::vector<std::vector<int64_t>>& shapes,
+                    bool f32) -> Result<ops::LinearWeight> {
     UP_ASSIGN_OR_RETURN(ops::LinearWeight w, LoadLinear(ctx, src, names, shapes, f32));
-    resident_bytes_ += w.f32.size();
+    d.host_copy_bytes += w.f32.size();
     w.int16_decode_activations = !options.f32_decode;
     return w;
-  }
-
-  ModelConfig cfg_;
-  int rot_dims_, n_experts_, top_k_;
-  bool norm_topk_;
-  int moe_ffn_, shared_ffn_;
-  std::shared_ptr<void> owner_;
-  TensorView token_embd_;
-  ops::LinearWeight head_;
-  std::vector<float> output_norm_;
-  std::vector<Qwen3NextLayer> layers_;
-  size_t resident_bytes_ = 0;
-};
-
-Status Qwen3NextModel::Load(DeviceContext& ctx, const WeightSource& src,
-                            const LoadOptions& options) {
-  const int64_t H = cfg_.hidden, V = cfg_.vocab_size, D = cfg_.head_dim;
-  const int64_t Hq = cfg_.n_heads, Hkv = cfg_.n_kv_heads;
-  UP_ASSIGN_OR_RETURN(token_embd_, src.Get("model.embed_tokens.weight", {V, H}));
-  UP_ASSIGN_OR_RETURN(output_norm_, LoadVector(src, "model.norm.weight", H, 1.0f));
+  };
+  const int64_t H = c.hidden, V = c.vocab_size, D = c.head_dim;
+  const int64_t Hq = c.n_heads, Hkv = c.n_kv_heads;
+  UP_ASSIGN_OR_RETURN(d.token_embedding,
+                      LoadLinear(ctx, src, {"model.embed_tokens.weight"}, {{V, H}}, false));
+  UP_ASSIGN_OR_RETURN(d.output_norm, LoadVector(src, "model.norm.weight", H, 1.0f));
   const bool tied = !src.Has("lm_head.weight");
-  cfg_.tied_embeddings = tied;
-  UP_ASSIGN_OR_RETURN(head_, LoadLinear(ctx, src, {tied ? "model.embed_tokens.weight" : "lm_head.weight"},
+  c.tied_embeddings = tied;
+  UP_ASSIGN_OR_RETURN(d.head, LoadLinear(ctx, src, {tied ? "model.embed_tokens.weight" : "lm_head.weight"},
                                         {{V, H}}, false));
-  head_.int16_decode_activations = !options.f32_decode;
+  d.head.int16_decode_activations = !options.f32_decode;
   const bool f32 = options.f32_prefill_weights;
-  const std::vector<float> inv_freq = ops::RopeInvFreq(cfg_.rope_theta_global, rot_dims_);
-  layers_.resize(cfg_.n_layers);
-  for (int i = 0; i < cfg_.n_layers; ++i) {
-    Qwen3NextLayer& L = layers_[i];
+  const std::vector<float> inv_freq = ops::RopeInvFreq(c.rope_theta_global, x.rot_dims);
+  d.layers.resize(c.n_layers);
+  for (int i = 0; i < c.n_layers; ++i) {
+    LayerDefinition& L = d.layers[i];
     const std::string p = "model.layers." + std::to_string(i) + ".";
-    UP_ASSIGN_OR_RETURN(L.input_norm, LoadVector(src, p + "input_layernorm.weight", H, 1.0f));
-    UP_ASSIGN_OR_RETURN(L.post_attn_norm,
+    UP_ASSIGN_OR_RETURN(L.mixer_norm, LoadVector(src, p + "input_layernorm.weight", H, 1.0f));
+    UP_ASSIGN_OR_RETURN(L.ffn_norm,
                         LoadVector(src, p + "post_attention_layernorm.weight", H, 1.0f));
-    L.linear = cfg_.layer_kinds[i] == LayerKind::kLinearAttention;
-    if (L.linear) {
-      GatedDeltaNetWeights& d = L.delta;
-      d.n_k_heads = cfg_.linear_k_heads;
-      d.n_v_heads = cfg_.linear_v_heads;
-      d.d_k = cfg_.linear_k_dim;
-      d.d_v = cfg_.linear_v_dim;
-      d.conv_kernel = cfg_.linear_conv_kernel;
-      d.eps = cfg_.rms_eps;
+    if (c.layer_kinds[i] == LayerKind::kLinearAttention) {
+      GatedDeltaNetWeights& g = L.delta.emplace();
+      g.n_k_heads = c.linear_k_heads;
+      g.n_v_heads = c.linear_v_heads;
+      g.d_k = c.linear_k_dim;
+      g.d_v = c.linear_v_dim;
+      g.conv_kernel = c.linear_conv_kernel;
+      g.eps = c.rms_eps;
       const std::string q = p + "linear_attn.";
-      const int64_t qkvz = 2 * d.key_dim() + 2 * d.value_dim();
-      UP_ASSIGN_OR_RETURN(d.in_proj_qkvz,
-                          Linear(ctx, src, {q + "in_proj_qkvz.weight"}, {{qkvz, H}}, f32, options));
-      UP_ASSIGN_OR_RETURN(d.in_proj_ba, Linear(ctx, src, {q + "in_proj_ba.weight"},
-                                               {{2 * d.n_v_heads, H}}, f32, options));
-      UP_ASSIGN_OR_RETURN(d.out_proj, Linear(ctx, src, {q + "out_proj.weight"},
-                                             {{H, d.value_dim()}}, f32, options));
+      const int64_t qkvz = 2 * g.key_dim() + 2 * g.value_dim();
+      UP_ASSIGN_OR_RETURN(g.in_proj_qkvz,
+                          Linear({q + "in_proj_qkvz.weight"}, {{qkvz, H}}, f32));
+      UP_ASSIGN_OR_RETURN(g.in_proj_ba, Linear({q + "in_proj_ba.weight"},
+                                               {{2 * g.n_v_heads, H}}, f32));
+      UP_ASSIGN_OR_RETURN(g.out_proj, Linear({q + "out_proj.weight"},
+                                             {{H, g.value_dim()}}, f32));
       UP_ASSIGN_OR_RETURN(TensorView conv,
-                          src.Get(q + "conv1d.weight", {d.conv_dim(), 1, d.conv_kernel}));
-      d.conv_weight.resize(static_cast<size_t>(d.conv_dim()) * d.conv_kernel);
-      UP_RETURN_IF_ERROR(Dequantize(conv.dtype, conv.data, d.conv_weight.data(),
-                                    static_cast<int64_t>(d.conv_weight.size())));
-      UP_ASSIGN_OR_RETURN(d.dt_bias, LoadVector(src, q + "dt_bias", d.n_v_heads));
-      UP_ASSIGN_OR_RETURN(d.a_log, LoadVector(src, q + "A_log", d.n_v_heads));
-      UP_ASSIGN_OR_RETURN(d.norm, LoadVector(src, q + "norm.weight", d.d_v));  // plain weight
+                          src.Get(q + "conv1d.weight", {g.conv_dim(), 1, g.conv_kernel}));
+      g.conv_weight.resize(static_cast<size_t>(g.conv_dim()) * g.conv_kernel);
+      UP_RETURN_IF_ERROR(Dequantize(conv.dtype, conv.data, g.conv_weight.data(),
+                                    static_cast<int64_t>(g.conv_weight.size())));
+      UP_ASSIGN_OR_RETURN(g.dt_bias, LoadVector(src, q + "dt_bias", g.n_v_heads));
+      UP_ASSIGN_OR_RETURN(g.a_log, LoadVector(src, q + "A_log", g.n_v_heads));
+      UP_ASSIGN_OR_RETURN(g.norm, LoadVector(src, q + "norm.weight", g.d_v));  // plain weight
     } else {
-      AttentionWeights& a = L.attn;
+      AttentionWeights& a = L.attention.emplace();
       const std::string q = p + "self_attn.";
-      UP_ASSIGN_OR_RETURN(a.q, Linear(ctx, src, {q + "q_proj.weight"}, {{2 * Hq * D, H}}, f32,
-                                      options));
-      UP_ASSIGN_OR_RETURN(a.k, Linear(ctx, src, {q + "k_proj.weight"}, {{Hkv * D, H}}, f32, options));
-      UP_ASSIGN_OR_RETURN(a.v, Linear(ctx, src, {q + "v_proj.weight"}, {{Hkv * D, H}}, f32, options));
-      UP_ASSIGN_OR_RETURN(a.o, Linear(ctx, src, {q + "o_proj.weight"}, {{H, Hq * D}}, f32, options));
+      UP_ASSIGN_OR_RETURN(a.q, Linear({q + "q_proj.weight"}, {{2 * Hq * D, H}}, f32));
+      UP_ASSIGN_OR_RETURN(a.k, Linear({q + "k_proj.weight"}, {{Hkv * D, H}}, f32));
+      UP_ASSIGN_OR_RETURN(a.v, Linear({q + "v_proj.weight"}, {{Hkv * D, H}}, f32));
+      UP_ASSIGN_OR_RETURN(a.o, Linear({q + "o_proj.weight"}, {{H, Hq * D}}, f32));
       UP_ASSIGN_OR_RETURN(a.q_norm, LoadVector(src, q + "q_norm.weight", D, 1.0f));
       UP_ASSIGN_OR_RETURN(a.k_norm, LoadVector(src, q + "k_norm.weight", D, 1.0f));
       a.rope_inv_freq = inv_freq;
-      a.rot_dims = rot_dims_;
+      a.rot_dims = x.rot_dims;
       a.rope_style = ops::RopeStyle::kNeox;
-      a.n_heads = cfg_.n_heads;
-      a.n_kv_heads = cfg_.n_kv_heads;
-      a.head_dim = cfg_.head_dim;
-      a.scale = cfg_.attention_scale;
-      a.norm_eps = cfg_.rms_eps;
+      a.n_heads = c.n_heads;
+      a.n_kv_heads = c.n_kv_heads;
+      a.head_dim = c.head_dim;
+      a.scale = c.attention_scale;
+      a.norm_eps = c.rms_eps;
       a.gated_output = true;
     }
-    MoeWeights& m = L.moe;
+    MoeWeights& m = L.moe.emplace();
     const std::string e = p + "mlp.";
-    m.n_experts = n_experts_;
-    m.top_k = top_k_;
-    m.norm_topk_prob = norm_topk_;
-    UP_ASSIGN_OR_RETURN(m.router, Linear(ctx, src, {e + "gate.weight"}, {{n_experts_, H}}, f32,
-                                         options));
-    for (int x = 0; x < n_experts_; ++x) {
-      const std::string ex = e + "experts." + std::to_string(x) + ".";
+    m.n_experts = x.n_experts;
+    m.top_k = x.top_k;
+    m.norm_topk_prob = x.norm_topk;
+    UP_ASSIGN_OR_RETURN(m.router, Linear({e + "gate.weight"}, {{x.n_experts, H}}, f32));
+    for (int j = 0; j < x.n_experts; ++j) {
+      const std::string ex = e + "experts." + std::to_string(j) + ".";
       UP_ASSIGN_OR_RETURN(ops::LinearWeight gu,
-                          Linear(ctx, src, {ex + "gate_proj.weight", ex + "up_proj.weight"},
-                                 {{moe_ffn_, H}, {moe_ffn_, H}}, f32, options));
-      UP_ASSIGN_OR_RETURN(ops::LinearWeight dn, Linear(ctx, src, {ex + "down_proj.weight"},
-                                                       {{H, moe_ffn_}}, f32, options));
+                          Linear({ex + "gate_proj.weight", ex + "up_proj.weight"},
+                                 {{x.moe_ffn, H}, {x.moe_ffn, H}}, f32));
+      UP_ASSIGN_OR_RETURN(ops::LinearWeight dn, Linear({ex + "down_proj.weight"},
+                                                       {{H, x.moe_ffn}}, f32));
       m.expert_gate_up.push_back(std::move(gu));
       m.expert_down.push_back(std::move(dn));
     }
     const std::string sh = e + "shared_expert.";
     UP_ASSIGN_OR_RETURN(m.shared_gate_up,
-                        Linear(ctx, src, {sh + "gate_proj.weight", sh + "up_proj.weight"},
-                               {{shared_ffn_, H}, {shared_ffn_, H}}, f32, options));
-    UP_ASSIGN_OR_RETURN(m.shared_down, Linear(ctx, src, {sh + "down_proj.weight"},
-                                              {{H, shared_ffn_}}, f32, options));
-    UP_ASSIGN_OR_RETURN(m.shared_expert_gate, Linear(ctx, src, {e + "shared_expert_gate.weight"},
-                                                     {{1, H}}, f32, options));
-    if (options.progress) options.progress(i + 1, cfg_.n_layers);
+                        Linear({sh + "gate_proj.weight", sh + "up_proj.weight"},
+                               {{x.shared_ffn, H}, {x.shared_ffn, H}}, f32));
+    UP_ASSIGN_OR_RETURN(m.shared_down, Linear({sh + "down_proj.weight"},
+                                              {{H, x.shared_ffn}}, f32));
+    UP_ASSIGN_OR_RETURN(m.shared_expert_gate, Linear({e + "shared_expert_gate.weight"},
+                                                     {{1, H}}, f32));
+    if (options.progress) options.progress(i + 1, c.n_layers);
   }
-  return OkStatus();
-}
-
-Status Qwen3NextModel::RunLayer(DeviceContext& ctx, int i, PackedBatch& batch,
-                                const DropLayer* drop, WindowMode window_mode) {
-  const Qwen3NextLayer& L = layers_[i];
-  const int64_t H = cfg_.hidden;
-  {
-    Buffer h_buf(sizeof(float) * batch.rows() * H);
-    TensorView h = h_buf.View(DType::kF32, {batch.rows(), H});  // f32 [rows, hidden]
-    ops::RmsNorm(ctx, h, batch.x(), L.input_norm.data(), cfg_.rms_eps);
-    Buffer a_buf;
-    if (L.linear) {
-      // The recurrence runs per request over its alive rows, carrying its state.
-      std::vector<SequenceRows> rows;
-      std::vector<LinearAttentionState*> states;
-      for (int r = 0; r < batch.n_seqs(); ++r) {
-        rows.push_back({batch.seq(r).begin, batch.seq(r).end});
-        states.push_back(batch.seq(r).cache->Linear(i));
-      }
-      a_buf = Buffer(sizeof(float) * batch.rows() * H);
-      GatedDeltaNetForward(ctx, L.delta, h, rows, states,
-                           a_buf.View(DType::kF32, {batch.rows(), H}));
-    } else {
-      UP_RETURN_IF_ERROR(AttentionForward(ctx, L.attn, i, batch, h, drop, window_mode, &a_buf));
-    }
-    ops::Add(ctx, batch.x(), batch.x(), a_buf.View(DType::kF32, {batch.rows(), H}));
-  }
-  Buffer h_buf(sizeof(float) * batch.rows() * H), f_buf(sizeof(float) * batch.rows() * H);
-  TensorView h = h_buf.View(DType::kF32, {batch.rows(), H});
-  TensorView f = f_buf.View(DType::kF32, {batch.rows(), H});
-  ops::RmsNorm(ctx, h, batch.x(), L.post_attn_norm.data(), cfg_.rms_eps);
-  MoeForward(ctx, L.moe, h, f);
-  ops::Add(ctx, batch.x(), batch.x(), f);
   return OkStatus();
 }
 
 }  // namespace
 
-Result<std::unique_ptr<Model>> LoadQwen3Next(const HfConfig& hf, std::shared_ptr<void> owner,
+Result<ModelDefinition> LoadQwen3Next(const HfConfig& hf, std::shared_ptr<void> owner,
                                              const WeightSource& src, DeviceContext& ctx,
                                              const LoadOptions& options) {
   ModelConfig c;
@@ -283,13 +191,18 @@ Result<std::unique_ptr<Model>> LoadQwen3Next(const HfConfig& hf, std::shared_ptr
     c.layer_kinds.push_back((i + 1) % interval == 0 ? LayerKind::kFullAttention
                                                     : LayerKind::kLinearAttention);
   }
-  auto model = std::make_unique<Qwen3NextModel>(c, rot_dims, static_cast<int>(experts),
-                                                static_cast<int>(top_k), norm_topk,
-                                                static_cast<int>(moe_ffn),
-                                                static_cast<int>(shared_ffn));
-  UP_RETURN_IF_ERROR(model->Load(ctx, src, options));
-  model->KeepAlive(std::move(owner));
-  return std::unique_ptr<Model>(std::move(model));
+  Qwen3NextExtras x;
+  x.rot_dims = rot_dims;
+  x.n_experts = static_cast<int>(experts);
+  x.top_k = static_cast<int>(top_k);
+  x.norm_topk = norm_topk;
+  x.moe_ffn = static_cast<int>(moe_ffn);
+  x.shared_ffn = static_cast<int>(shared_ffn);
+  ModelDefinition d;
+  d.config = c;
+  UP_RETURN_IF_ERROR(LoadQwen3NextWeights(ctx, src, x, options, d));
+  d.owners.push_back(std::move(owner));
+  return d;
 }
 
 }  // namespace uniprefill

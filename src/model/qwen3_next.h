@@ -16,11 +16,12 @@
 #include "core/status.h"
 #include "io/hf_config.h"
 #include "model/model.h"
+#include "model/model_definition.h"
 #include "model/weight_source.h"
 
 namespace uniprefill {
 
-Result<std::unique_ptr<Model>> LoadQwen3Next(const HfConfig& config, std::shared_ptr<void> owner,
+Result<ModelDefinition> LoadQwen3Next(const HfConfig& config, std::shared_ptr<void> owner,
                                              const WeightSource& src, DeviceContext& ctx,
                                              const LoadOptions& options);
 

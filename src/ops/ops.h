@@ -28,6 +28,13 @@ struct LinearWeight {
   // Single-row (decode) products may quantise the activation row to int16 (error ~1e-5 of its
   // max; see ops/cpu/cpu_quant_dot_i16.h) for 2-3x faster integer kernels. false: f32 throughout.
   bool int16_decode_activations = true;
+  // A random weight (benchmarks' random-weight models, model/model_presets.h) has no parts: its
+  // row-major [out, in] element i is RandomBf16Bits(random_seed, i, random_scale)
+  // (core/random_bf16.h). The CUDA model fills it on the device; CPU models get it materialised
+  // into parts. 0: a stored weight.
+  uint64_t random_seed = 0;
+  float random_scale = 0;
+  bool is_random() const { return random_seed != 0 && parts.empty(); }
 };
 
 // out f32 [T, out] = x f32 [T, in] @ W^T. `out` rows may be strided.

@@ -11,8 +11,8 @@
 #include "core/cuda/cuda_context.h"
 #include "core/cuda/device_buffer.h"
 #include "ops/cuda/cuda_attention.h"
-#include "model/cuda/cuda_model_kernels.h"
-#include "model/cuda/device_views.h"
+#include "backend/cuda/cuda_glue_kernels.h"
+#include "backend/cuda/device_views.h"
 #include "ops/cuda/cuda_dense_ops.h"
 #include "ops/cuda/cuda_linear_attention.h"
 #include "ops/cuda/cuda_moe.h"
@@ -146,9 +146,9 @@ Result<SyntheticShape> SyntheticShapeByName(const std::string& name) {
 
 namespace {
 
-using cuda_model::Bf16;
-using cuda_model::Heads;
-using cuda_model::Rows;
+using cuda_backend::Bf16;
+using cuda_backend::Heads;
+using cuda_backend::Rows;
 
 struct LayerWeights {
   // Attention: bf16 [(Hq (x2 with the output gate) + 2 Hkv) D, hidden], rows [q | gate | k | v].
@@ -507,7 +507,7 @@ Result<PrefillTiming> SyntheticTransformerImpl::Prefill(const std::vector<int64_
       float* g = gates_.as<float>();
       float* beta = g + t * nv;
       // a_log = dt_bias = 0 for every head (zeros_).
-      cuda_model::DeltaNetGates(
+      cuda_backend::DeltaNetGates(
           ctx_, g, beta, Rows(Bf16(qkv_, 2 * wd.kd + 2 * wd.vd), DType::kBF16, t, nv, gw),
           Rows(Bf16(qkv_, 2 * wd.kd + 2 * wd.vd + nv), DType::kBF16, t, nv, gw),
           zeros_.as<float>(), zeros_.as<float>());
@@ -569,7 +569,7 @@ Result<PrefillTiming> SyntheticTransformerImpl::Prefill(const std::vector<int64_
         TensorView gate =
             TensorView::Contiguous(gate_ptr, DType::kBF16, {t, 1, q_w}, Device::kCuda);
         gate.stride[0] = qkv_w;
-        cuda_model::SigmoidGateMul(ctx_, attn_[cur].View(DType::kBF16, {t, 1, attn_w}), gate);
+        cuda_backend::SigmoidGateMul(ctx_, attn_[cur].View(DType::kBF16, {t, 1, attn_w}), gate);
       }
 
       const bool drop = up.enabled && std::find(drop_layers.begin(), drop_layers.end(), l) !=

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "core/cuda/cuda_check.h"
+#include "core/random_bf16.h"
 #include "core/cuda/cuda_context.h"
 #include "ops/cuda/cuda_dense_ops.h"
 #include "ops/cuda/dense_kernels_common.cuh"
@@ -216,16 +217,9 @@ __global__ void __launch_bounds__(kTileThreads)
   for (int64_t i = begin + FlatIndex(); i < n; i += FlatStride()) out[i] = __bfloat162float(x[i]);
 }
 
-// Element i of the stream `seed`: the (i + 1)-th output of splitmix64 seeded with `seed`, its top
-// 24 bits as u in [0, 1) (exact), then scale * (2u - 1) and the bf16 conversion both rounded
-// toward zero, so the value stays in [-scale, scale).
+// Element i of the stream `seed` (core/random_bf16.h: the host makes the same values).
 __device__ __forceinline__ bf16 RandomBf16(uint64_t seed, uint64_t i, float scale) {
-  uint64_t z = seed + (i + 1) * 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  z ^= z >> 31;
-  const float u = static_cast<float>(z >> 40) * 0x1p-24f;
-  return __float2bfloat16_rz(__fmul_rz(scale, 2.0f * u - 1.0f));
+  return __ushort_as_bfloat16(RandomBf16Bits(seed, i, scale));
 }
 
 template <bool kVec>

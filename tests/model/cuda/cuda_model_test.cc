@@ -28,7 +28,7 @@
 #include <string>
 #include <vector>
 
-#include "model/cuda/cuda_kv_cache.h"
+#include "backend/cuda/cuda_kv_cache.h"
 #include "model/model.h"
 #include "testing/compare.h"
 #include "testing/cuda_test_util.h"

@@ -1,4 +1,4 @@
-#include "model/cuda/cuda_kv_cache.h"
+#include "backend/cuda/cuda_kv_cache.h"
 
 #include <cuda_runtime_api.h>
 

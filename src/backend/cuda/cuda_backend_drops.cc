@@ -19,12 +19,12 @@
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_context.h"
 #include "core/cuda/device_buffer.h"
-#include "model/cuda/cuda_model_impl.h"
-#include "model/cuda/device_views.h"
+#include "backend/cuda/cuda_backend_impl.h"
+#include "backend/cuda/device_views.h"
 #include "ops/cuda/cuda_dense_ops.h"
 #include "ops/cuda/cuda_uniprefill.h"
 
-namespace uniprefill::cuda_model {
+namespace uniprefill::cuda_backend {
 
 namespace oc = ops::cuda;
 
@@ -66,7 +66,7 @@ Result<Selecting> SelectingRequests(const std::vector<Req>& reqs, const DropLaye
 
 }  // namespace
 
-Status CudaModel::SyncedDrop(const AttentionLayer& L, std::vector<Req>& reqs,
+Status CudaBackend::SyncedDrop(const AttentionLayer& L, std::vector<Req>& reqs,
                              const DropLayer& drop, int segment, int64_t T, KeptQueries* kq) {
   const AttentionWeights& a = *L.host;
   cudaStream_t stream = ctx_.cuda().stream();
@@ -183,14 +183,14 @@ Status CudaModel::SyncedDrop(const AttentionLayer& L, std::vector<Req>& reqs,
   return OkStatus();
 }
 
-Status CudaModel::Mark(cudaEvent_t* event) {
+Status CudaBackend::Mark(cudaEvent_t* event) {
   if (!drop_events_) return OkStatus();
   UP_CUDA_CHECK(cudaEventCreate(event));
   UP_CUDA_CHECK(cudaEventRecord(*event, ctx_.cuda().stream()));
   return OkStatus();
 }
 
-Status CudaModel::BoundedDrop(const AttentionLayer& L, std::vector<Req>& reqs,
+Status CudaBackend::BoundedDrop(const AttentionLayer& L, std::vector<Req>& reqs,
                               const DropLayer& drop, int segment, int64_t T, KeptQueries* kq) {
   const AttentionWeights& a = *L.host;
   cudaStream_t stream = ctx_.cuda().stream();
@@ -303,7 +303,7 @@ Status CudaModel::BoundedDrop(const AttentionLayer& L, std::vector<Req>& reqs,
   return OkStatus();
 }
 
-void CudaModel::ReconcileBoundedCaches(std::vector<Req>& reqs,
+void CudaBackend::ReconcileBoundedCaches(std::vector<Req>& reqs,
                                        std::span<const SequenceStep> steps,
                                        const std::vector<int>& drops) {
   const int B = static_cast<int>(reqs.size());
@@ -328,4 +328,4 @@ void CudaModel::ReconcileBoundedCaches(std::vector<Req>& reqs,
   }
 }
 
-}  // namespace uniprefill::cuda_model
+}  // namespace uniprefill::cuda_backend

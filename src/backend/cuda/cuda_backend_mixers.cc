@@ -16,20 +16,20 @@
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_context.h"
 #include "core/cuda/device_buffer.h"
-#include "model/cuda/cuda_model_impl.h"
-#include "model/cuda/cuda_model_kernels.h"
-#include "model/cuda/device_views.h"
+#include "backend/cuda/cuda_backend_impl.h"
+#include "backend/cuda/cuda_glue_kernels.h"
+#include "backend/cuda/device_views.h"
 #include "ops/cuda/cuda_attention.h"
 #include "ops/cuda/cuda_cache_attention.h"
 #include "ops/cuda/cuda_dense_ops.h"
 #include "ops/cuda/cuda_linear_attention.h"
 #include "ops/cuda/cuda_paged_attention.h"
 
-namespace uniprefill::cuda_model {
+namespace uniprefill::cuda_backend {
 
 namespace oc = ops::cuda;
 
-Status CudaModel::DeltaMixer(int layer_index, const DeltaLayer& L, const std::vector<Req>& reqs,
+Status CudaBackend::DeltaMixer(int layer_index, const DeltaLayer& L, const std::vector<Req>& reqs,
                              int64_t T, TensorView out) {
   const GatedDeltaNetWeights& d = *L.host;
   const int64_t hk = d.n_k_heads, hv = d.n_v_heads, dk = d.d_k, dv = d.d_v;
@@ -39,7 +39,7 @@ Status CudaModel::DeltaMixer(int layer_index, const DeltaLayer& L, const std::ve
            L.in_proj.view());
   float* g = gbeta_.as<float>();
   float* beta = g + T * hv;
-  cuda_model::DeltaNetGates(ctx_, g, beta,
+  cuda_backend::DeltaNetGates(ctx_, g, beta,
                             Rows(Bf16(qkv_, conv_dim + value_dim), DType::kBF16, T, hv, width),
                             Rows(Bf16(qkv_, conv_dim + value_dim + hv), DType::kBF16, T, hv, width),
                             L.a_log.as<float>(), L.dt_bias.as<float>());
@@ -79,7 +79,7 @@ Status CudaModel::DeltaMixer(int layer_index, const DeltaLayer& L, const std::ve
   return OkStatus();
 }
 
-Status CudaModel::AttentionMixer(int li, const AttentionLayer& L, std::vector<Req>& reqs,
+Status CudaBackend::AttentionMixer(int li, const AttentionLayer& L, std::vector<Req>& reqs,
                                  const DropLayer* drop, WindowMode window_mode, int segment,
                                  int64_t* rows, TensorView out) {
   const AttentionWeights& a = *L.host;
@@ -120,7 +120,7 @@ Status CudaModel::AttentionMixer(int li, const AttentionLayer& L, std::vector<Re
   oc::PagedKvAppend(ctx_, pool_->kv(), pool_->coords(true),
                     Rows(k.data, DType::kBF16, T, kvd, width),
                     Rows(v.data, DType::kBF16, T, kvd, width), d_slots, nullptr);
-  cuda_model::WriteSlotMeta(ctx_, pool_->meta(), pool_->block_tokens(), d_slots, d_pos_, d_index_,
+  cuda_backend::WriteSlotMeta(ctx_, pool_->meta(), pool_->block_tokens(), d_slots, d_pos_, d_index_,
                             T);
 
   const int32_t* k_coord = by_position ? d_pos_ : d_index_;  // this step's keys, pre-compaction
@@ -231,7 +231,7 @@ Status CudaModel::AttentionMixer(int li, const AttentionLayer& L, std::vector<Re
   if (a.gated_output) {
     const TensorView gate = kq.compacted ? Heads(Bf16(q_kept_, qd), t_out, Hq, D, q_cols)
                                       : Heads(Bf16(qkv_, qd), t_out, Hq, D, width);
-    cuda_model::SigmoidGateMul(ctx_, attn, gate);
+    cuda_backend::SigmoidGateMul(ctx_, attn, gate);
   }
   TensorView o_out = out;
   o_out.shape[0] = t_out;
@@ -239,4 +239,4 @@ Status CudaModel::AttentionMixer(int li, const AttentionLayer& L, std::vector<Re
   return OkStatus();
 }
 
-}  // namespace uniprefill::cuda_model
+}  // namespace uniprefill::cuda_backend

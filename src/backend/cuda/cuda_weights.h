@@ -1,6 +1,7 @@
 // The CUDA model's weights on the device: every linear weight dequantised once and uploaded as
 // bf16 (rows fused or regrouped where the forward wants one GEMM), norms and small vectors as f32,
-// one struct per layer kind. Built from a host model's Export() (model/model_export.h).
+// one struct per layer kind. Built from a model definition (model/model_definition.h); random
+// weights are filled on the device (core/random_bf16.h).
 #pragma once
 
 #include <cstdint>
@@ -9,11 +10,12 @@
 
 #include "core/cuda/device_buffer.h"
 #include "core/status.h"
-#include "model/model_export.h"
+#include "core/device_context.h"
+#include "model/model_definition.h"
 #include "ops/cuda/cuda_moe.h"
 #include "ops/ops.h"
 
-namespace uniprefill::cuda_model {
+namespace uniprefill::cuda_backend {
 
 // A bf16 weight [out, in] on the device.
 struct DeviceLinear {
@@ -23,8 +25,9 @@ struct DeviceLinear {
 };
 
 // The rows of the given host weights stacked (dequantised to f32 [sum of out, in]), uploaded as
-// bf16; `order` (optional) lists which host row becomes each device row.
-Result<DeviceLinear> Upload(const std::vector<const ops::LinearWeight*>& ws,
+// bf16, or random weights filled on the device; `order` (optional) lists which host row becomes
+// each device row.
+Result<DeviceLinear> Upload(DeviceContext& ctx, const std::vector<const ops::LinearWeight*>& ws,
                             const std::vector<int64_t>* order = nullptr);
 DeviceBuffer UploadF32(const std::vector<float>& v);
 // The same from host rows already in f32 [out, in].
@@ -76,11 +79,11 @@ struct Layer {
 // Each adds the bytes it uploaded to *bytes.
 // Attention: q | gate | k | v fused (Qwen3-Next's per-head [query | gate] rows regrouped into all
 // queries, then all gates).
-Status UploadAttention(const AttentionWeights& a, AttentionLayer* L, int64_t* bytes);
+Status UploadAttention(DeviceContext& ctx, const AttentionWeights& a, AttentionLayer* L, int64_t* bytes);
 // Gated DeltaNet: in_proj_qkvz and in_proj_ba fused, their per-key-head grouping undone, so the
 // GEMM output is [q | k | v | z | b | a].
-Status UploadDelta(const GatedDeltaNetWeights& d, DeltaLayer* L, int64_t* bytes);
+Status UploadDelta(DeviceContext& ctx, const GatedDeltaNetWeights& d, DeltaLayer* L, int64_t* bytes);
 // MoE: every expert's gate_up (and down) stacked into one [E, 2I, H] ([E, H, I]) buffer.
-Status UploadMoe(const MoeWeights& m, MoeLayer* L, int64_t* bytes);
+Status UploadMoe(DeviceContext& ctx, const MoeWeights& m, MoeLayer* L, int64_t* bytes);
 
-}  // namespace uniprefill::cuda_model
+}  // namespace uniprefill::cuda_backend

@@ -1,6 +1,6 @@
-// The CUDA model: any host model that can Export() (Gemma 3, Llama, Qwen3-Next), uploaded to the
-// GPU as bf16 and run there with the same batch, cache and UniPrefill semantics as the host
-// forward (docs/design.md sections 1-2):
+// The CUDA backend: a model definition (Gemma 3, Llama, Qwen3-Next, random-weight presets) uploaded
+// to the GPU as bf16 and run there by the one layer walk (model/transformer_model.h), with the same
+// batch, cache and UniPrefill semantics as the CPU backend (docs/design.md sections 1-2):
 //   - packed batches of prefills and decodes; requests whose cache is empty (prefills) first, then
 //     the others; logits of each request's last token, f32;
 //   - per layer: fused add + RMSNorm, one fused projection GEMM (q | gate | k | v, or the DeltaNet
@@ -15,7 +15,7 @@
 //     (FixedRatioCapacity) with padding rows, the true counts stay on the device, and the caches
 //     are trimmed after the forward's one sync (the logits). Top-p learns the kept rows by one
 //     host sync per drop layer.
-// Caches come from NewCache (CudaSequenceCache on the model's device pool); UniPrefill drops need
+// Caches come from NewCache (CudaSequenceCache on the backend's device pool); UniPrefill drops need
 // the whole prompt in one step (as every engine path does).
 //
 // The header is CUDA-free: builds without the CUDA backend get an Unimplemented error.
@@ -25,14 +25,18 @@
 
 #include "core/device_context.h"
 #include "core/status.h"
+#include "model/layer_backend.h"
 #include "model/model.h"
+#include "model/model_definition.h"
 
 namespace uniprefill {
 
-// Uploads `host` (kept alive inside: it owns the mapped file) to the GPU of `ctx` (a CUDA context,
-// which must outlive the model). From `options`: progress (layers uploaded of all layers) and
-// gpu_delta_rule; the host-side fields were applied when `host` was loaded.
-Result<std::unique_ptr<Model>> MakeCudaModel(std::unique_ptr<Model> host, DeviceContext& ctx,
-                                             const LoadOptions& options = {});
+// Uploads `definition` (which must outlive the backend) to the GPU of `ctx` (a CUDA context, which
+// must outlive it too); random weights are filled on the device. From `options`: progress (layers
+// uploaded of all layers) and gpu_delta_rule; the host-side fields were applied when the
+// definition was loaded.
+Result<std::unique_ptr<LayerBackend>> MakeCudaBackend(const ModelDefinition& definition,
+                                                      DeviceContext& ctx,
+                                                      const LoadOptions& options = {});
 
 }  // namespace uniprefill

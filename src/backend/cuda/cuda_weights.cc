@@ -1,11 +1,13 @@
-#include "model/cuda/cuda_model_weights.h"
+#include "backend/cuda/cuda_weights.h"
 
 #include <cstring>
 #include <string>
 
+#include "core/cuda/cuda_context.h"
 #include "io/dequant.h"
+#include "ops/cuda/cuda_dense_ops.h"
 
-namespace uniprefill::cuda_model {
+namespace uniprefill::cuda_backend {
 namespace {
 
 uint16_t ToBf16(float f) {  // round to nearest even (no NaNs in weights)
@@ -58,8 +60,45 @@ Result<DeviceLinear> UploadRows(const std::vector<float>& rows, int64_t out, int
   return d;
 }
 
-Result<DeviceLinear> Upload(const std::vector<const ops::LinearWeight*>& ws,
+namespace {
+
+// Random weights (model/model_presets.h) are filled on the device: stacked part by part, then
+// rows reordered by a device gather when `order` asks for it.
+Result<DeviceLinear> UploadRandom(DeviceContext& ctx, const std::vector<const ops::LinearWeight*>& ws,
+                                  const std::vector<int64_t>* order) {
+  DeviceLinear d;
+  d.in = ws.front()->in_features;
+  for (const ops::LinearWeight* w : ws) {
+    if (!w->is_random() || w->in_features != d.in) {
+      return Internal("stacked weights mix random and stored values, or differ in input width");
+    }
+    d.out += w->out_features;
+  }
+  UP_ASSIGN_OR_RETURN(DeviceBuffer stacked, DeviceBuffer::Allocate(d.out * d.in * 2));
+  int64_t at = 0;
+  for (const ops::LinearWeight* w : ws) {
+    const int64_t n = w->out_features * d.in;
+    ops::cuda::FillRandomBf16(ctx, stacked.as<uint16_t>() + at, n, w->random_seed, w->random_scale);
+    at += n;
+  }
+  if (order == nullptr) {
+    d.w = std::move(stacked);
+  } else {
+    const std::vector<int32_t> rows(order->begin(), order->end());
+    DeviceBuffer d_rows = DeviceBuffer::FromHost(rows);
+    UP_ASSIGN_OR_RETURN(d.w, DeviceBuffer::Allocate(d.out * d.in * 2));
+    ops::cuda::GatherRows(ctx, d.view(), stacked.View(DType::kBF16, {d.out, d.in}),
+                          d_rows.as<int32_t>());
+  }
+  ctx.cuda().Synchronize();  // the temporaries go when this returns
+  return d;
+}
+
+}  // namespace
+
+Result<DeviceLinear> Upload(DeviceContext& ctx, const std::vector<const ops::LinearWeight*>& ws,
                             const std::vector<int64_t>* order) {
+  if (ws.front()->is_random()) return UploadRandom(ctx, ws, order);
   int64_t out = 0, in = 0;
   UP_ASSIGN_OR_RETURN(std::vector<float> rows, HostRows(ws, &out, &in));
   return UploadRows(rows, out, in, order);
@@ -67,13 +106,13 @@ Result<DeviceLinear> Upload(const std::vector<const ops::LinearWeight*>& ws,
 
 DeviceBuffer UploadF32(const std::vector<float>& v) { return DeviceBuffer::FromHost(v); }
 
-Status UploadAttention(const AttentionWeights& a, AttentionLayer* L, int64_t* bytes) {
+Status UploadAttention(DeviceContext& ctx, const AttentionWeights& a, AttentionLayer* L,
+                       int64_t* bytes) {
   L->host = &a;
   const int64_t D = a.head_dim, Hq = a.n_heads;
   if (a.gated_output) {
     // Host rows: per head [query (D) | gate (D)]; device rows: all queries, then all gates.
-    int64_t out = 0, in = 0;
-    UP_ASSIGN_OR_RETURN(std::vector<float> rows, HostRows({&a.q, &a.k, &a.v}, &out, &in));
+    const int64_t out = a.q.out_features + a.k.out_features + a.v.out_features;
     std::vector<int64_t> order;
     for (int64_t h = 0; h < Hq; ++h) {
       for (int64_t d = 0; d < D; ++d) order.push_back(h * 2 * D + d);
@@ -82,11 +121,11 @@ Status UploadAttention(const AttentionWeights& a, AttentionLayer* L, int64_t* by
       for (int64_t d = 0; d < D; ++d) order.push_back(h * 2 * D + D + d);
     }
     for (int64_t r = 2 * Hq * D; r < out; ++r) order.push_back(r);
-    UP_ASSIGN_OR_RETURN(L->qkv, UploadRows(rows, out, in, &order));
+    UP_ASSIGN_OR_RETURN(L->qkv, Upload(ctx, {&a.q, &a.k, &a.v}, &order));
   } else {
-    UP_ASSIGN_OR_RETURN(L->qkv, Upload({&a.q, &a.k, &a.v}));
+    UP_ASSIGN_OR_RETURN(L->qkv, Upload(ctx, {&a.q, &a.k, &a.v}));
   }
-  UP_ASSIGN_OR_RETURN(L->o, Upload({&a.o}));
+  UP_ASSIGN_OR_RETURN(L->o, Upload(ctx, {&a.o}));
   if (!a.q_norm.empty()) L->q_norm = UploadF32(a.q_norm);
   if (!a.k_norm.empty()) L->k_norm = UploadF32(a.k_norm);
   L->inv_freq = UploadF32(a.rope_inv_freq);
@@ -94,13 +133,11 @@ Status UploadAttention(const AttentionWeights& a, AttentionLayer* L, int64_t* by
   return OkStatus();
 }
 
-Status UploadDelta(const GatedDeltaNetWeights& d, DeltaLayer* L, int64_t* bytes) {
+Status UploadDelta(DeviceContext& ctx, const GatedDeltaNetWeights& d, DeltaLayer* L,
+                   int64_t* bytes) {
   L->host = &d;
   // Host rows of in_proj_qkvz: per key head [q (dk) | k (dk) | v (r dv) | z (r dv)]; of in_proj_ba:
   // per key head [b (r) | a (r)]. Device rows: q all | k all | v all | z all | b all | a all.
-  int64_t out = 0, in = 0;
-  UP_ASSIGN_OR_RETURN(std::vector<float> rows,
-                      HostRows({&d.in_proj_qkvz, &d.in_proj_ba}, &out, &in));
   const int64_t hk = d.n_k_heads, hv = d.n_v_heads, dk = d.d_k, dv = d.d_v, r = hv / hk;
   const int64_t group = 2 * dk + 2 * r * dv, ba0 = hk * group;
   std::vector<int64_t> order;
@@ -114,8 +151,8 @@ Status UploadDelta(const GatedDeltaNetWeights& d, DeltaLayer* L, int64_t* bytes)
   for (int part = 0; part < 2; ++part) {  // b, a
     for (int64_t h = 0; h < hv; ++h) order.push_back(ba0 + (h / r) * 2 * r + part * r + h % r);
   }
-  UP_ASSIGN_OR_RETURN(L->in_proj, UploadRows(rows, out, in, &order));
-  UP_ASSIGN_OR_RETURN(L->out_proj, Upload({&d.out_proj}));
+  UP_ASSIGN_OR_RETURN(L->in_proj, Upload(ctx, {&d.in_proj_qkvz, &d.in_proj_ba}, &order));
+  UP_ASSIGN_OR_RETURN(L->out_proj, Upload(ctx, {&d.out_proj}));
   L->conv_w = UploadF32(d.conv_weight);
   L->a_log = UploadF32(d.a_log);
   L->dt_bias = UploadF32(d.dt_bias);
@@ -124,20 +161,20 @@ Status UploadDelta(const GatedDeltaNetWeights& d, DeltaLayer* L, int64_t* bytes)
   return OkStatus();
 }
 
-Status UploadMoe(const MoeWeights& m, MoeLayer* L, int64_t* bytes) {
+Status UploadMoe(DeviceContext& ctx, const MoeWeights& m, MoeLayer* L, int64_t* bytes) {
   L->top_k = m.top_k;
   L->norm_topk = m.norm_topk_prob;
   L->n_experts = m.n_experts;
   L->inter = m.expert_down.empty() ? 0 : m.expert_down[0].in_features;
-  UP_ASSIGN_OR_RETURN(L->router, Upload({&m.router}));
+  UP_ASSIGN_OR_RETURN(L->router, Upload(ctx, {&m.router}));
   std::vector<const ops::LinearWeight*> gu, dn;
   for (const ops::LinearWeight& w : m.expert_gate_up) gu.push_back(&w);
   for (const ops::LinearWeight& w : m.expert_down) dn.push_back(&w);
-  UP_ASSIGN_OR_RETURN(L->experts_gate_up, Upload(gu));
-  UP_ASSIGN_OR_RETURN(L->experts_down, Upload(dn));
-  UP_ASSIGN_OR_RETURN(L->shared_gate_up, Upload({&m.shared_gate_up}));
-  UP_ASSIGN_OR_RETURN(L->shared_down, Upload({&m.shared_down}));
-  UP_ASSIGN_OR_RETURN(L->shared_gate, Upload({&m.shared_expert_gate}));
+  UP_ASSIGN_OR_RETURN(L->experts_gate_up, Upload(ctx, gu));
+  UP_ASSIGN_OR_RETURN(L->experts_down, Upload(ctx, dn));
+  UP_ASSIGN_OR_RETURN(L->shared_gate_up, Upload(ctx, {&m.shared_gate_up}));
+  UP_ASSIGN_OR_RETURN(L->shared_down, Upload(ctx, {&m.shared_down}));
+  UP_ASSIGN_OR_RETURN(L->shared_gate, Upload(ctx, {&m.shared_expert_gate}));
   for (const DeviceLinear* w : {&L->router, &L->experts_gate_up, &L->experts_down,
                                 &L->shared_gate_up, &L->shared_down, &L->shared_gate}) {
     *bytes += w->w.size();
@@ -145,4 +182,4 @@ Status UploadMoe(const MoeWeights& m, MoeLayer* L, int64_t* bytes) {
   return OkStatus();
 }
 
-}  // namespace uniprefill::cuda_model
+}  // namespace uniprefill::cuda_backend

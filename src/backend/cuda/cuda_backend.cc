@@ -1,7 +1,7 @@
-// The CUDA model (model/cuda/cuda_model.h): its Load (weights: cuda_model_weights.h), the batch
+// The CUDA model (backend/cuda/cuda_backend.h): its Load (weights: cuda_model_weights.h), the batch
 // layout and the forward's layer loop, logits and cache commits. The mixers are in
 // cuda_model_mixers.cc, UniPrefill's drops in cuda_model_drops.cc.
-#include "model/cuda/cuda_model.h"
+#include "backend/cuda/cuda_backend.h"
 
 #include <cuda_runtime_api.h>
 
@@ -19,14 +19,14 @@
 #include "core/cuda/cuda_context.h"
 #include "core/cuda/device_buffer.h"
 #include "io/dequant.h"
-#include "model/cuda/cuda_model_impl.h"
-#include "model/cuda/device_views.h"
+#include "backend/cuda/cuda_backend_impl.h"
+#include "backend/cuda/device_views.h"
 #include "ops/cuda/cuda_dense_ops.h"
 #include "ops/cuda/cuda_moe.h"
 #include "ops/cuda/cuda_uniprefill.h"
 
 namespace uniprefill {
-namespace cuda_model {
+namespace cuda_backend {
 
 namespace oc = ops::cuda;
 
@@ -41,66 +41,69 @@ Status Ensure(DeviceBuffer& b, size_t bytes, cudaStream_t stream) {
   return OkStatus();
 }
 
-Status CudaModel::Load(const ProgressFn& progress) {
-  UP_ASSIGN_OR_RETURN(ModelExport e, host_->Export());
-  embedding_scale_ = e.embedding_scale;
+Status CudaBackend::Load(const ProgressFn& progress) {
+  const ModelDefinition& e = def_;
+  embedding_scale_ = cfg_.embedding_scale;
   const int64_t H = cfg_.hidden, V = cfg_.vocab_size;
-  {
+  if (e.token_embedding.is_random()) {
+    UP_ASSIGN_OR_RETURN(DeviceLinear emb, Upload(ctx_, {&e.token_embedding}));
+    embedding_ = std::move(emb.w);
+  } else {
+    const TensorView& table_view = e.token_embedding.parts[0];
     std::vector<float> table(static_cast<size_t>(V) * H);
-    UP_RETURN_IF_ERROR(
-        Dequantize(e.token_embedding.dtype, e.token_embedding.data, table.data(), V * H));
+    UP_RETURN_IF_ERROR(Dequantize(table_view.dtype, table_view.data, table.data(), V * H));
     UP_ASSIGN_OR_RETURN(DeviceLinear emb, UploadRows(table, V, H));
     embedding_ = std::move(emb.w);
-    weight_bytes_ += embedding_.size();
   }
-  head_is_embedding_ = e.head->parts.size() == 1 && e.head->parts[0].data == e.token_embedding.data;
+  weight_bytes_ += embedding_.size();
+  head_is_embedding_ = cfg_.tied_embeddings;
   if (!head_is_embedding_) {
-    UP_ASSIGN_OR_RETURN(head_, Upload({e.head}));
+    UP_ASSIGN_OR_RETURN(head_, Upload(ctx_, {&e.head}));
     weight_bytes_ += head_.w.size();
   }
-  output_norm_ = UploadF32(*e.output_norm);
+  output_norm_ = UploadF32(e.output_norm);
   layers_.resize(e.layers.size());
   for (size_t i = 0; i < e.layers.size(); ++i) {
-    const ExportedLayer& x = e.layers[i];
+    const LayerDefinition& x = e.layers[i];
     Layer& L = layers_[i];
-    L.mixer_norm = UploadF32(*x.mixer_norm);
-    L.ffn_norm = UploadF32(*x.ffn_norm);
-    if (x.post_mixer_norm) L.post_mixer_norm = UploadF32(*x.post_mixer_norm);
-    if (x.post_ffn_norm) L.post_ffn_norm = UploadF32(*x.post_ffn_norm);
+    L.mixer_norm = UploadF32(x.mixer_norm);
+    L.ffn_norm = UploadF32(x.ffn_norm);
+    if (!x.post_mixer_norm.empty()) L.post_mixer_norm = UploadF32(x.post_mixer_norm);
+    if (!x.post_ffn_norm.empty()) L.post_ffn_norm = UploadF32(x.post_ffn_norm);
     if (x.attention) {
       const AttentionWeights& a = *x.attention;
       L.attention = std::make_unique<AttentionLayer>();
-      UP_RETURN_IF_ERROR(cuda_model::UploadAttention(a, L.attention.get(), &weight_bytes_));
+      UP_RETURN_IF_ERROR(UploadAttention(ctx_, a, L.attention.get(), &weight_bytes_));
       max_qkv_ = std::max(max_qkv_, L.attention->qkv.out);
       max_attn_ = std::max<int64_t>(max_attn_, int64_t{a.n_heads} * a.head_dim);
     } else {
       const GatedDeltaNetWeights& d = *x.delta;
       L.delta = std::make_unique<DeltaLayer>();
       has_linear_ = true;
-      UP_RETURN_IF_ERROR(cuda_model::UploadDelta(d, L.delta.get(), &weight_bytes_));
+      UP_RETURN_IF_ERROR(UploadDelta(ctx_, d, L.delta.get(), &weight_bytes_));
       max_qkv_ = std::max(max_qkv_, L.delta->in_proj.out);
       max_attn_ = std::max<int64_t>(max_attn_, d.value_dim());
       max_conv_ = std::max<int64_t>(max_conv_, d.conv_dim());
       max_hv_ = std::max<int64_t>(max_hv_, d.n_v_heads);
     }
     if (x.ffn) {
-      UP_ASSIGN_OR_RETURN(L.gate_up, Upload({&x.ffn->gate_up}));
-      UP_ASSIGN_OR_RETURN(L.down, Upload({&x.ffn->down}));
+      UP_ASSIGN_OR_RETURN(L.gate_up, Upload(ctx_, {&x.ffn->gate_up}));
+      UP_ASSIGN_OR_RETURN(L.down, Upload(ctx_, {&x.ffn->down}));
       L.activation = x.ffn->activation;
       max_ffn2_ = std::max(max_ffn2_, L.gate_up.out);
       weight_bytes_ += L.gate_up.w.size() + L.down.w.size();
     } else {
       L.moe = std::make_unique<MoeLayer>();
-      UP_RETURN_IF_ERROR(cuda_model::UploadMoe(*x.moe, L.moe.get(), &weight_bytes_));
+      UP_RETURN_IF_ERROR(UploadMoe(ctx_, *x.moe, L.moe.get(), &weight_bytes_));
     }
     if (progress) progress(static_cast<int64_t>(i + 1), static_cast<int64_t>(e.layers.size()));
   }
-  pool_ = std::make_unique<CudaKvPool>(ctx_, CacheLayoutFor({}), kBlockTokens);
+  pool_ = std::make_unique<CudaKvPool>(ctx_, ModelCacheLayout(cfg_, {}), kBlockTokens);
   ctx_.cuda().Synchronize();
   return OkStatus();
 }
 
-Status CudaModel::EnsureWork(int64_t T, int batch) {
+Status CudaBackend::EnsureWork(int64_t T, int batch) {
   const int64_t H = cfg_.hidden;
   for (DeviceBuffer* b : {&residual_[0], &residual_[1], &normed_, &out_}) {
     UP_RETURN_IF_ERROR(Grow(*b, T * H * 2));
@@ -128,7 +131,7 @@ Status CudaModel::EnsureWork(int64_t T, int batch) {
   return OkStatus();
 }
 
-Status CudaModel::UploadSegment(const std::vector<Req>& reqs) {
+Status CudaBackend::UploadSegment(const std::vector<Req>& reqs) {
   cudaStream_t stream = ctx_.cuda().stream();
   std::vector<int32_t> pos, index, cu{0}, slots;
   max_rows_ = 0;
@@ -149,24 +152,25 @@ Status CudaModel::UploadSegment(const std::vector<Req>& reqs) {
   return OkStatus();
 }
 
-Status CudaModel::ForwardBatch(DeviceContext& ctx, std::span<const SequenceStep> steps,
-                               const UniPrefillConfig& uniprefill, const ProgressFn& progress,
-                               ForwardStats* stats) {
+Result<bool> CudaBackend::Begin(DeviceContext& ctx, std::span<const SequenceStep> steps,
+                                const UniPrefillConfig& uniprefill, int n_segments,
+                                ForwardStats* stats) {
   if (&ctx != &ctx_ && ctx.device() != Device::kCuda) {
     return InvalidArgument("the CUDA model runs on its own CUDA context, not a CPU one");
   }
   const ModelConfig& c = cfg_;
-  const std::vector<int> drops = uniprefill.active_drop_layers();
-  UP_RETURN_IF_ERROR(ValidateUniPrefillConfig(uniprefill, c));
-  const int n_segments =
-      CacheLayout::WithDropLayers(std::vector<CacheLayerSpec>(c.n_layers), drops).n_segments;
-  // Validation and positions / indices exactly as the host forward lays them out.
+  steps_ = steps;
+  uniprefill_ = &uniprefill;
+  stats_ = stats;
+  drops_ = uniprefill.active_drop_layers();
+  // Validation and positions / indices exactly as the CPU backend lays them out.
   UP_ASSIGN_OR_RETURN(PackedBatch batch, PackedBatch::Build(steps, c.vocab_size, 0, n_segments));
   const int B = batch.n_seqs();
-  if (B == 0) return OkStatus();
+  reqs_.clear();
+  if (B == 0) return false;
 
   // Requests: fresh (empty cache) first, then the others.
-  std::vector<Req> reqs;
+  std::vector<Req>& reqs = reqs_;
   for (int pass = 0; pass < 2; ++pass) {
     for (int r = 0; r < B; ++r) {
       auto* cache = dynamic_cast<CudaSequenceCache*>(steps[r].cache);
@@ -200,7 +204,10 @@ Status CudaModel::ForwardBatch(DeviceContext& ctx, std::span<const SequenceStep>
     const PackedBatch::Seq& s = batch.seq(q.step);
     ids.insert(ids.end(), batch.token_ids().begin() + s.begin, batch.token_ids().begin() + s.end);
   }
-  int64_t T = begin;
+  const int64_t T = begin;
+  rows_ = T;
+  segment_ = 0;
+  has_out_ = false;
 
   // Sync-free drops when some request may select and every such request does so at a fixed
   // ratio (top-p's kept count is unbounded until known; a forward where nobody selects, e.g. a
@@ -218,7 +225,7 @@ Status CudaModel::ForwardBatch(DeviceContext& ctx, std::span<const SequenceStep>
       any_selects = true;
     }
   }
-  bounded_ = !drops.empty() && any_selects && all_fixed &&
+  bounded_ = !drops_.empty() && any_selects && all_fixed &&
              uniprefill.drop_sync == DropSync::kOnlyWhenNeeded;
   layer_segment_.assign(c.n_layers, 0);
 
@@ -230,81 +237,117 @@ Status CudaModel::ForwardBatch(DeviceContext& ctx, std::span<const SequenceStep>
   const size_t per_layer = T + B * (max_tokens / bt + 2) + 7 * B + 64;
   const size_t per_drop =
       6 * T + 6 * B + 64 + (bounded_ ? 4 * T + 3 * B + B * (2 * max_last_n + 4) : 0);
-  UP_RETURN_IF_ERROR(staging_.Reserve(c.n_layers * per_layer + drops.size() * per_drop + 4 * T +
-                                      8 * B + drops.size() * B + 64));
+  UP_RETURN_IF_ERROR(staging_.Reserve(c.n_layers * per_layer + drops_.size() * per_drop + 4 * T +
+                                      8 * B + drops_.size() * B + 64));
   UP_RETURN_IF_ERROR(EnsureWork(T, B));
   cudaStream_t stream = ctx_.cuda().stream();
-  std::vector<std::pair<cudaEvent_t, cudaEvent_t>> events;
-  drop_events_ = stats ? &events : nullptr;
+  events_.clear();
+  drop_events_ = stats ? &events_ : nullptr;
 
   cur_ = 0;
-  UP_ASSIGN_OR_RETURN(const int32_t* d_ids, staging_.Put(ids, stream));
+  UP_ASSIGN_OR_RETURN(d_ids_, staging_.Put(ids, stream));
   UP_RETURN_IF_ERROR(UploadSegment(reqs));
   if (bounded_) {
     std::vector<int32_t> counts;
     for (const Req& q : reqs) counts.push_back(q.rows());
     UP_ASSIGN_OR_RETURN(d_counts_, staging_.Put(counts, stream));
-    UP_ASSIGN_OR_RETURN(auto hist, staging_.Scratch(drops.size() * B));
+    UP_ASSIGN_OR_RETURN(auto hist, staging_.Scratch(drops_.size() * B));
     d_kept_hist_ = hist.first;
     h_kept_hist_ = hist.second;
   }
-  const int64_t H = c.hidden;
-  oc::Embedding(ctx_, residual_[cur_].View(DType::kBF16, {T, H}),
-                embedding_.View(DType::kBF16, {c.vocab_size, H}), d_ids, embedding_scale_);
-  size_t next_drop = 0;
-  int segment = 0;
-  for (int i = 0; i < c.n_layers; ++i) {
-    const Layer& L = layers_[i];
-    TensorView res = residual_[cur_].View(DType::kBF16, {T, H});
-    TensorView normed = normed_.View(DType::kBF16, {T, H});
-    TensorView out = out_.View(DType::kBF16, {T, H});
-    // normed = mixer_norm(x + the previous layer's output).
-    if (i == 0) {
-      oc::RmsNorm(ctx_, normed, res, L.mixer_norm.as<float>(), c.rms_eps);
-    } else {
-      oc::AddRmsNorm(ctx_, normed, res, out, L.mixer_norm.as<float>(), c.rms_eps);
-    }
-    DropLayer drop;
-    const bool is_drop = next_drop < drops.size() && drops[next_drop] == i;
-    if (is_drop) {
-      drop.layer = i;
-      drop.config = &uniprefill;
-      drop.steps = steps;
-      drop.stats = stats;
-      ++next_drop;
-    }
-    if (L.attention) {
-      UP_RETURN_IF_ERROR(AttentionMixer(i, *L.attention, reqs, is_drop ? &drop : nullptr,
-                                        uniprefill.window_mode, segment, &T, out));
-    } else {
-      UP_RETURN_IF_ERROR(DeltaMixer(i, *L.delta, reqs, T, out));
-    }
-    if (is_drop) ++segment;
-    res = residual_[cur_].View(DType::kBF16, {T, H});
-    normed = normed_.View(DType::kBF16, {T, H});
-    out = out_.View(DType::kBF16, {T, H});
-    if (L.post_mixer_norm.size())
-      oc::RmsNorm(ctx_, out, out, L.post_mixer_norm.as<float>(), c.rms_eps);
-    oc::AddRmsNorm(ctx_, normed, res, out, L.ffn_norm.as<float>(), c.rms_eps);
-    if (L.moe) {
-      oc::MoeForward(ctx_, out, normed, L.moe->View(), moe_scratch_.data(), moe_scratch_.size());
-    } else {
-      const int64_t f = L.gate_up.out / 2;
-      oc::Gemm(ctx_, ffn_.View(DType::kBF16, {T, 2 * f}), normed, L.gate_up.view());
-      TensorView gate = Rows(Bf16(ffn_), DType::kBF16, T, f, 2 * f);
-      oc::GatedActivation(ctx_, gate, gate, Rows(Bf16(ffn_, f), DType::kBF16, T, f, 2 * f),
-                          L.activation);
-      oc::Gemm(ctx_, out, gate, L.down.view());
-    }
-    if (L.post_ffn_norm.size()) oc::RmsNorm(ctx_, out, out, L.post_ffn_norm.as<float>(), c.rms_eps);
-    if (progress) progress(i + 1, c.n_layers);
+  return true;
+}
+
+Status CudaBackend::Embed() {
+  const int64_t H = cfg_.hidden;
+  oc::Embedding(ctx_, residual_[cur_].View(DType::kBF16, {rows_, H}),
+                embedding_.View(DType::kBF16, {cfg_.vocab_size, H}), d_ids_, embedding_scale_);
+  return OkStatus();
+}
+
+const DeviceBuffer& CudaBackend::NormWeight(int layer, NormSlot slot) const {
+  const Layer& L = layers_[layer];
+  switch (slot) {
+    case NormSlot::kMixer: return L.mixer_norm;
+    case NormSlot::kPostMixer: return L.post_mixer_norm;
+    case NormSlot::kFfn: return L.ffn_norm;
+    case NormSlot::kPostFfn: return L.post_ffn_norm;
   }
-  for (Req& q : reqs) q.added[segment] += q.rows();
+  return L.mixer_norm;
+}
+
+Status CudaBackend::NormInput(int layer, NormSlot slot) {
+  const int64_t H = cfg_.hidden;
+  TensorView res = residual_[cur_].View(DType::kBF16, {rows_, H});
+  TensorView normed = normed_.View(DType::kBF16, {rows_, H});
+  const float* w = NormWeight(layer, slot).as<float>();
+  if (has_out_) {  // normed = norm(x + the last block's output), x updated
+    oc::AddRmsNorm(ctx_, normed, res, out_.View(DType::kBF16, {rows_, H}), w, cfg_.rms_eps);
+  } else {
+    oc::RmsNorm(ctx_, normed, res, w, cfg_.rms_eps);
+  }
+  has_out_ = false;
+  return OkStatus();
+}
+
+Status CudaBackend::NormOutput(int layer, NormSlot slot) {
+  TensorView out = out_.View(DType::kBF16, {rows_, cfg_.hidden});
+  oc::RmsNorm(ctx_, out, out, NormWeight(layer, slot).as<float>(), cfg_.rms_eps);
+  return OkStatus();
+}
+
+Status CudaBackend::Attention(int layer, const DropLayer* drop) {
+  TensorView out = out_.View(DType::kBF16, {rows_, cfg_.hidden});
+  UP_RETURN_IF_ERROR(AttentionMixer(layer, *layers_[layer].attention, reqs_, drop,
+                                    uniprefill_->window_mode, segment_, &rows_, out));
+  if (drop) ++segment_;
+  has_out_ = true;
+  return OkStatus();
+}
+
+Status CudaBackend::DeltaNet(int layer) {
+  TensorView out = out_.View(DType::kBF16, {rows_, cfg_.hidden});
+  UP_RETURN_IF_ERROR(DeltaMixer(layer, *layers_[layer].delta, reqs_, rows_, out));
+  has_out_ = true;
+  return OkStatus();
+}
+
+Status CudaBackend::GatedFfn(int layer) {
+  const Layer& L = layers_[layer];
+  const int64_t T = rows_, H = cfg_.hidden, f = L.gate_up.out / 2;
+  TensorView normed = normed_.View(DType::kBF16, {T, H});
+  oc::Gemm(ctx_, ffn_.View(DType::kBF16, {T, 2 * f}), normed, L.gate_up.view());
+  TensorView gate = Rows(Bf16(ffn_), DType::kBF16, T, f, 2 * f);
+  oc::GatedActivation(ctx_, gate, gate, Rows(Bf16(ffn_, f), DType::kBF16, T, f, 2 * f),
+                      L.activation);
+  oc::Gemm(ctx_, out_.View(DType::kBF16, {T, H}), gate, L.down.view());
+  has_out_ = true;
+  return OkStatus();
+}
+
+Status CudaBackend::Moe(int layer) {
+  const int64_t T = rows_, H = cfg_.hidden;
+  oc::MoeForward(ctx_, out_.View(DType::kBF16, {T, H}), normed_.View(DType::kBF16, {T, H}),
+                 layers_[layer].moe->View(), moe_scratch_.data(), moe_scratch_.size());
+  has_out_ = true;
+  return OkStatus();
+}
+
+Status CudaBackend::Finish() {
+  const ModelConfig& c = cfg_;
+  const int64_t T = rows_, H = c.hidden;
+  const int B = static_cast<int>(reqs_.size());
+  std::vector<Req>& reqs = reqs_;
+  std::span<const SequenceStep> steps = steps_;
+  const std::vector<int>& drops = drops_;
+  cudaStream_t stream = ctx_.cuda().stream();
+  for (Req& q : reqs) q.added[segment_] += q.rows();
 
   // Final norm, each request's last row, logits.
   TensorView normed = normed_.View(DType::kBF16, {T, H});
   oc::AddRmsNorm(ctx_, normed, residual_[cur_].View(DType::kBF16, {T, H}),
                  out_.View(DType::kBF16, {T, H}), output_norm_.as<float>(), c.rms_eps);
+  has_out_ = false;
   const int32_t* d_last = nullptr;
   if (bounded_) {  // each request's last true row, from the device counts
     UP_ASSIGN_OR_RETURN(auto last, staging_.Scratch(B));
@@ -340,7 +383,7 @@ Status CudaModel::ForwardBatch(DeviceContext& ctx, std::span<const SequenceStep>
   // Commit every cache; sliding pages behind the window go back (windows over alive indices).
   for (Req& q : reqs) {
     q.cache->Commit(static_cast<int>(steps[q.step].tokens.size()), q.added);
-    if (uniprefill.window_mode == WindowMode::kAliveIndex) {
+    if (uniprefill_->window_mode == WindowMode::kAliveIndex) {
       for (int i = 0; i < c.n_layers; ++i) {
         const Layer& L = layers_[i];
         if (L.attention && L.attention->host->window > 0) {
@@ -349,15 +392,15 @@ Status CudaModel::ForwardBatch(DeviceContext& ctx, std::span<const SequenceStep>
       }
     }
   }
-  if (stats) {
-    for (size_t e = 0; e < events.size(); ++e) {
+  if (stats_) {
+    for (size_t e = 0; e < events_.size(); ++e) {
       float ms = 0;
-      UP_CUDA_CHECK(cudaEventElapsedTime(&ms, events[e].first, events[e].second));
-      UP_CUDA_CHECK(cudaEventDestroy(events[e].first));
-      UP_CUDA_CHECK(cudaEventDestroy(events[e].second));
-      double* slot = e % 3 == 0   ? &stats->scoring_s
-                     : e % 3 == 1 ? &stats->selection_s
-                                  : &stats->compaction_s;
+      UP_CUDA_CHECK(cudaEventElapsedTime(&ms, events_[e].first, events_[e].second));
+      UP_CUDA_CHECK(cudaEventDestroy(events_[e].first));
+      UP_CUDA_CHECK(cudaEventDestroy(events_[e].second));
+      double* slot = e % 3 == 0   ? &stats_->scoring_s
+                     : e % 3 == 1 ? &stats_->selection_s
+                                  : &stats_->compaction_s;
       *slot += ms / 1000.0;
     }
   }
@@ -365,17 +408,18 @@ Status CudaModel::ForwardBatch(DeviceContext& ctx, std::span<const SequenceStep>
   return OkStatus();
 }
 
-}  // namespace cuda_model
+}  // namespace cuda_backend
 
-Result<std::unique_ptr<Model>> MakeCudaModel(std::unique_ptr<Model> host, DeviceContext& ctx,
-                                             const LoadOptions& options) {
+Result<std::unique_ptr<LayerBackend>> MakeCudaBackend(const ModelDefinition& definition,
+                                                      DeviceContext& ctx,
+                                                      const LoadOptions& options) {
   if (ctx.device() != Device::kCuda) {
-    return InvalidArgument("MakeCudaModel needs a CUDA context");
+    return InvalidArgument("MakeCudaBackend needs a CUDA context");
   }
-  auto model =
-      std::make_unique<cuda_model::CudaModel>(std::move(host), ctx, options.gpu_delta_rule);
-  UP_RETURN_IF_ERROR(model->Load(options.progress));
-  return std::unique_ptr<Model>(std::move(model));
+  auto backend =
+      std::make_unique<cuda_backend::CudaBackend>(definition, ctx, options.gpu_delta_rule);
+  UP_RETURN_IF_ERROR(backend->Load(options.progress));
+  return std::unique_ptr<LayerBackend>(std::move(backend));
 }
 
 }  // namespace uniprefill

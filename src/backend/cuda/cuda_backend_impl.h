@@ -1,7 +1,7 @@
-// The CUDA model's private declarations, shared by its source files: cuda_model.cc (load, batch
-// layout, the forward's layer loop and logits), cuda_model_mixers.cc (the attention and Gated
-// DeltaNet mixers) and cuda_model_drops.cc (UniPrefill drops: synced, and sync-free over bounded
-// segments). Not for use outside src/model/cuda.
+// The CUDA backend's private declarations, shared by its source files: cuda_backend.cc (load, batch
+// layout, the walk's norm / FFN / MoE steps, logits and commits), cuda_backend_mixers.cc (the
+// attention and Gated DeltaNet mixers) and cuda_backend_drops.cc (UniPrefill drops: synced, and
+// sync-free over bounded segments). Not for use outside src/backend/cuda.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -13,13 +13,15 @@
 #include <vector>
 
 #include "core/cuda/device_buffer.h"
-#include "model/cuda/cuda_kv_cache.h"
-#include "model/cuda/cuda_model_weights.h"
-#include "model/cuda/pinned_staging.h"
+#include "backend/cuda/cuda_kv_cache.h"
+#include "backend/cuda/cuda_weights.h"
+#include "backend/cuda/pinned_staging.h"
+#include "model/layer_backend.h"
 #include "model/model.h"
+#include "model/model_definition.h"
 #include "model/packed_batch.h"
 
-namespace uniprefill::cuda_model {
+namespace uniprefill::cuda_backend {
 
 // Device KV pages (the serving engine may fix another size).
 inline constexpr int kBlockTokens = 16;
@@ -52,30 +54,38 @@ struct Req {
   }
 };
 
-class CudaModel final : public Model {
+class CudaBackend final : public LayerBackend {
  public:
-  CudaModel(std::unique_ptr<Model> host, DeviceContext& ctx, DeltaRuleChoice delta_rule)
-      : host_(std::move(host)), ctx_(ctx), cfg_(host_->config()), delta_rule_(delta_rule) {}
+  CudaBackend(const ModelDefinition& def, DeviceContext& ctx, DeltaRuleChoice delta_rule)
+      : def_(def), ctx_(ctx), cfg_(def.config), delta_rule_(delta_rule) {}
 
   Status Load(const ProgressFn& progress);
 
-  const ModelConfig& config() const override { return cfg_; }
-  size_t resident_weight_bytes() const override { return weight_bytes_; }
   Device device() const override { return Device::kCuda; }
-  std::unique_ptr<SequenceCache> NewCache(int max_tokens,
-                                          const std::vector<int>& drop_layers) const override {
-    return std::make_unique<CudaSequenceCache>(CacheLayoutFor(drop_layers), max_tokens,
-                                               pool_.get());
+  size_t resident_weight_bytes() const override { return weight_bytes_; }
+  std::unique_ptr<SequenceCache> NewCache(const CacheLayout& layout,
+                                          int max_tokens) const override {
+    return std::make_unique<CudaSequenceCache>(layout, max_tokens, pool_.get());
   }
-  Status FixCachePool(int num_blocks, int block_tokens) override {
-    pool_ = std::make_unique<CudaKvPool>(ctx_, CacheLayoutFor({}), block_tokens);
+  Status FixCachePool(const CacheLayout& layout, int num_blocks, int block_tokens) override {
+    pool_ = std::make_unique<CudaKvPool>(ctx_, layout, block_tokens);
     return pool_->FixCapacity(num_blocks);
   }
-  Status ForwardBatch(DeviceContext& ctx, std::span<const SequenceStep> steps,
-                      const UniPrefillConfig& uniprefill, const ProgressFn& progress,
-                      ForwardStats* stats) override;
+
+  Result<bool> Begin(DeviceContext& ctx, std::span<const SequenceStep> steps,
+                     const UniPrefillConfig& uniprefill, int n_segments,
+                     ForwardStats* stats) override;
+  Status Embed() override;
+  Status NormInput(int layer, NormSlot slot) override;
+  Status NormOutput(int layer, NormSlot slot) override;
+  Status Attention(int layer, const DropLayer* drop) override;
+  Status DeltaNet(int layer) override;
+  Status GatedFfn(int layer) override;
+  Status Moe(int layer) override;
+  Status Finish() override;
 
  private:
+  const DeviceBuffer& NormWeight(int layer, NormSlot slot) const;
   Status EnsureWork(int64_t rows, int batch);
   Status Grow(DeviceBuffer& b, size_t bytes) { return Ensure(b, bytes, ctx_.cuda().stream()); }
 
@@ -109,7 +119,7 @@ class CudaModel final : public Model {
   // Records *event on the forward's stream when drop timings are asked for (ForwardStats).
   Status Mark(cudaEvent_t* event);
 
-  std::unique_ptr<Model> host_;
+  const ModelDefinition& def_;
   DeviceContext& ctx_;
   ModelConfig cfg_;
   int64_t weight_bytes_ = 0;
@@ -148,6 +158,18 @@ class CudaModel final : public Model {
   int32_t* h_kept_hist_ = nullptr;
   std::vector<int> layer_segment_;
   std::vector<std::pair<cudaEvent_t, cudaEvent_t>>* drop_events_ = nullptr;
+
+  // The forward in progress (Begin .. Finish).
+  std::span<const SequenceStep> steps_;
+  const UniPrefillConfig* uniprefill_ = nullptr;
+  ForwardStats* stats_ = nullptr;
+  std::vector<int> drops_;
+  std::vector<Req> reqs_;
+  const int32_t* d_ids_ = nullptr;
+  int64_t rows_ = 0;    // T: the current segment's rows (capacities after a sync-free drop)
+  int segment_ = 0;
+  bool has_out_ = false;  // out_ holds a block output not yet added to the residual
+  std::vector<std::pair<cudaEvent_t, cudaEvent_t>> events_;
 };
 
-}  // namespace uniprefill::cuda_model
+}  // namespace uniprefill::cuda_backend

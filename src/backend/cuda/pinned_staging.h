@@ -15,7 +15,7 @@
 #include "core/cuda/device_buffer.h"
 #include "core/status.h"
 
-namespace uniprefill::cuda_model {
+namespace uniprefill::cuda_backend {
 
 class PinnedStaging {
  public:
@@ -61,4 +61,4 @@ class PinnedStaging {
   size_t cap_ = 0, used_ = 0;
 };
 
-}  // namespace uniprefill::cuda_model
+}  // namespace uniprefill::cuda_backend

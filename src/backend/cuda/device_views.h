@@ -6,7 +6,7 @@
 #include "core/cuda/device_buffer.h"
 #include "core/tensor.h"
 
-namespace uniprefill::cuda_model {
+namespace uniprefill::cuda_backend {
 
 // A [rows, cols] view of device memory whose rows are row_stride elements apart.
 inline TensorView Rows(void* data, DType dtype, int64_t rows, int64_t cols, int64_t row_stride) {
@@ -28,4 +28,4 @@ inline uint16_t* Bf16(const DeviceBuffer& b, int64_t offset = 0) {
   return b.as<uint16_t>() + offset;
 }
 
-}  // namespace uniprefill::cuda_model
+}  // namespace uniprefill::cuda_backend

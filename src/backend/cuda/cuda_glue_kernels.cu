@@ -4,9 +4,9 @@
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_context.h"
-#include "model/cuda/cuda_model_kernels.h"
+#include "backend/cuda/cuda_glue_kernels.h"
 
-namespace uniprefill::cuda_model {
+namespace uniprefill::cuda_backend {
 namespace {
 
 using bf16 = __nv_bfloat16;
@@ -78,4 +78,4 @@ void DeltaNetGates(DeviceContext& ctx, float* g, float* beta, TensorView b, Tens
   UP_CUDA_CHECK_LAUNCH();
 }
 
-}  // namespace uniprefill::cuda_model
+}  // namespace uniprefill::cuda_backend

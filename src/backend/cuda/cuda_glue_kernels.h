@@ -8,7 +8,7 @@
 #include "core/device_context.h"
 #include "core/tensor.h"
 
-namespace uniprefill::cuda_model {
+namespace uniprefill::cuda_backend {
 
 // meta int32 [num_blocks, 2, block_tokens] (CudaKvPool): slot slots[r] gets position pos[r] and
 // alive index index[r], r < R; a negative slot is skipped.
@@ -25,4 +25,4 @@ void SigmoidGateMul(DeviceContext& ctx, TensorView x, TensorView gate);
 void DeltaNetGates(DeviceContext& ctx, float* g, float* beta, TensorView b, TensorView a,
                    const float* a_log, const float* dt_bias);
 
-}  // namespace uniprefill::cuda_model
+}  // namespace uniprefill::cuda_backend

@@ -1,0 +1,180 @@
+// The CPU backend (cpu_backend.h): the walk's steps as f32 host ops over a PackedBatch, whose
+// residual stream x the attention block compacts at drop layers.
+#include "backend/cpu/cpu_backend.h"
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/buffer.h"
+#include "model/blocks/sequence_rows.h"
+#include "ops/ops.h"
+
+namespace uniprefill {
+namespace {
+
+class CpuBackend final : public LayerBackend {
+ public:
+  explicit CpuBackend(const ModelDefinition& def) : def_(def), c_(def.config) {}
+
+  Device device() const override { return Device::kCpu; }
+  size_t resident_weight_bytes() const override { return 0; }
+  std::unique_ptr<SequenceCache> NewCache(const CacheLayout& layout,
+                                          int max_tokens) const override {
+    return std::make_unique<ContiguousSequenceCache>(layout, max_tokens);
+  }
+  Status FixCachePool(const CacheLayout&, int, int) override { return OkStatus(); }
+
+  Result<bool> Begin(DeviceContext& ctx, std::span<const SequenceStep> steps,
+                     const UniPrefillConfig& uniprefill, int n_segments,
+                     ForwardStats* stats) override {
+    (void)stats;  // drop timings are recorded by the attention block through DropLayer
+    ctx_ = &ctx;
+    steps_ = steps;
+    window_mode_ = uniprefill.window_mode;
+    UP_ASSIGN_OR_RETURN(batch_, PackedBatch::Build(steps, c_.vocab_size, c_.hidden, n_segments));
+    has_out_ = false;
+    return batch_.n_seqs() > 0;
+  }
+
+  Status Embed() override {
+    ops::Embedding(*ctx_, batch_.x(), def_.token_embedding.parts[0], batch_.token_ids().data(),
+                   c_.embedding_scale);
+    return OkStatus();
+  }
+
+  Status NormInput(int layer, NormSlot slot) override {
+    AddPendingOutput();
+    normed_ = Buffer(sizeof(float) * batch_.rows() * c_.hidden);
+    ops::RmsNorm(*ctx_, Normed(), batch_.x(), Norm(layer, slot), c_.rms_eps);
+    return OkStatus();
+  }
+
+  Status NormOutput(int layer, NormSlot slot) override {
+    ops::RmsNorm(*ctx_, Out(), Out(), Norm(layer, slot), c_.rms_eps);
+    return OkStatus();
+  }
+
+  Status Attention(int layer, const DropLayer* drop) override {
+    has_out_ = true;
+    return AttentionForward(*ctx_, *def_.layers[layer].attention, layer, batch_, Normed(), drop,
+                            window_mode_, &out_);
+  }
+
+  Status DeltaNet(int layer) override {
+    // The recurrence runs per request over its alive rows, carrying its state.
+    std::vector<SequenceRows> rows;
+    std::vector<LinearAttentionState*> states;
+    for (int r = 0; r < batch_.n_seqs(); ++r) {
+      rows.push_back({batch_.seq(r).begin, batch_.seq(r).end});
+      states.push_back(batch_.seq(r).cache->Linear(layer));
+    }
+    NewOut();
+    GatedDeltaNetForward(*ctx_, *def_.layers[layer].delta, Normed(), rows, states, Out());
+    return OkStatus();
+  }
+
+  Status GatedFfn(int layer) override {
+    NewOut();
+    GatedFfnForward(*ctx_, *def_.layers[layer].ffn, Normed(), Out());
+    return OkStatus();
+  }
+
+  Status Moe(int layer) override {
+    NewOut();
+    MoeForward(*ctx_, *def_.layers[layer].moe, Normed(), Out());
+    return OkStatus();
+  }
+
+  Status Finish() override {
+    AddPendingOutput();
+    // Logits of each request's last row (never dropped): final norm, then the head.
+    std::vector<int32_t> last;
+    std::vector<int> wanted;
+    for (int r = 0; r < batch_.n_seqs(); ++r) {
+      if (steps_[r].logits) {
+        last.push_back(batch_.seq(r).end - 1);
+        wanted.push_back(r);
+      }
+    }
+    if (!last.empty()) {
+      const int64_t R = static_cast<int64_t>(last.size()), H = c_.hidden, V = c_.vocab_size;
+      Buffer h(sizeof(float) * R * H), logits(sizeof(float) * R * V);
+      TensorView hv = h.View(DType::kF32, {R, H});  // f32 [R, hidden]
+      ops::GatherRows(*ctx_, hv, batch_.x(), last.data());
+      ops::RmsNorm(*ctx_, hv, hv, def_.output_norm.data(), c_.rms_eps);
+      ops::Linear(*ctx_, logits.View(DType::kF32, {R, V}), hv, def_.head);
+      for (int64_t i = 0; i < R; ++i) {
+        std::memcpy(steps_[wanted[i]].logits, logits.as<float>() + i * V, sizeof(float) * V);
+      }
+    }
+    batch_.Commit();
+    normed_ = Buffer();
+    out_ = Buffer();
+    return OkStatus();
+  }
+
+ private:
+  const float* Norm(int layer, NormSlot slot) const {
+    const LayerDefinition& L = def_.layers[layer];
+    switch (slot) {
+      case NormSlot::kMixer: return L.mixer_norm.data();
+      case NormSlot::kPostMixer: return L.post_mixer_norm.data();
+      case NormSlot::kFfn: return L.ffn_norm.data();
+      case NormSlot::kPostFfn: return L.post_ffn_norm.data();
+    }
+    return nullptr;
+  }
+  TensorView Normed() const { return normed_.View(DType::kF32, {batch_.rows(), c_.hidden}); }
+  TensorView Out() const { return out_.View(DType::kF32, {batch_.rows(), c_.hidden}); }
+  void NewOut() {
+    out_ = Buffer(sizeof(float) * batch_.rows() * c_.hidden);
+    has_out_ = true;
+  }
+  void AddPendingOutput() {
+    if (has_out_) ops::Add(*ctx_, batch_.x(), batch_.x(), Out());
+    has_out_ = false;
+  }
+
+  const ModelDefinition& def_;
+  const ModelConfig& c_;
+  // The forward in progress.
+  DeviceContext* ctx_ = nullptr;
+  std::span<const SequenceStep> steps_;
+  WindowMode window_mode_ = WindowMode::kAliveIndex;
+  PackedBatch batch_;
+  Buffer normed_;  // f32 [rows, hidden]: the current block's normalised input
+  Buffer out_;     // f32 [rows, hidden]: the last block's output, not yet added to x
+  bool has_out_ = false;
+};
+
+Status CheckMaterialised(const ops::LinearWeight& w, const std::string& what) {
+  if (w.parts.empty()) {
+    return InvalidArgument(what + " has no stored values (a random-weight model must be "
+                           "materialised on the host to run on the CPU)");
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<LayerBackend>> MakeCpuBackend(const ModelDefinition& def) {
+  UP_RETURN_IF_ERROR(CheckMaterialised(def.token_embedding, "the token embedding"));
+  UP_RETURN_IF_ERROR(CheckMaterialised(def.head, "the output head"));
+  for (size_t i = 0; i < def.layers.size(); ++i) {
+    const LayerDefinition& L = def.layers[i];
+    const std::string where = "layer " + std::to_string(i);
+    if (L.attention) {
+      for (const ops::LinearWeight* w : {&L.attention->q, &L.attention->k, &L.attention->v,
+                                         &L.attention->o}) {
+        UP_RETURN_IF_ERROR(CheckMaterialised(*w, where + " attention"));
+      }
+    }
+    if (L.delta) UP_RETURN_IF_ERROR(CheckMaterialised(L.delta->in_proj_qkvz, where + " DeltaNet"));
+    if (L.ffn) UP_RETURN_IF_ERROR(CheckMaterialised(L.ffn->gate_up, where + " FFN"));
+    if (L.moe) UP_RETURN_IF_ERROR(CheckMaterialised(L.moe->router, where + " MoE router"));
+  }
+  return std::unique_ptr<LayerBackend>(std::make_unique<CpuBackend>(def));
+}
+
+}  // namespace uniprefill

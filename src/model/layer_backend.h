@@ -1,0 +1,62 @@
+// LayerBackend: where one model's layers run (backend/cpu: f32 on the host through ops/; backend/
+// cuda: bf16 on a GPU). The one layer walk (TransformerModel::ForwardBatch) calls these steps in
+// the recipe's order (model_definition.h); a backend keeps its own copy or view of the weights and
+// the forward's state: the packed rows, the residual stream, the normalised input `normed` and the
+// pending block output `out`, which the next NormInput (or Finish) adds to the residual. That
+// deferral lets the GPU fuse the add into the next norm.
+//
+// Per forward: Begin, Embed, then per layer NormInput(kMixer), Attention or DeltaNet,
+// NormOutput(kPostMixer)?, NormInput(kFfn), GatedFfn or Moe, NormOutput(kPostFfn)?; then Finish.
+// At a drop layer Attention gets the DropLayer and compacts the rows (docs/design.md section 1).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <span>
+
+#include "core/device_context.h"
+#include "core/status.h"
+#include "kv/sequence_cache.h"
+#include "model/packed_batch.h"
+#include "sparsity/uniprefill_config.h"
+
+namespace uniprefill {
+
+enum class NormSlot { kMixer, kPostMixer, kFfn, kPostFfn };
+
+class LayerBackend {
+ public:
+  virtual ~LayerBackend() = default;
+
+  virtual Device device() const = 0;
+  // Bytes of weights this backend holds beyond the definition's (device weights).
+  virtual size_t resident_weight_bytes() const = 0;
+  // A cache of this layout for one request of at most max_tokens tokens.
+  virtual std::unique_ptr<SequenceCache> NewCache(const CacheLayout& layout,
+                                                  int max_tokens) const = 0;
+  // Model::FixCachePool (device KV pools); `layout` is the model's layout without drops.
+  virtual Status FixCachePool(const CacheLayout& layout, int num_blocks, int block_tokens) = 0;
+
+  // Checks the steps and lays the forward's rows out (PackedBatch::Build's rules and errors).
+  // Returns false when there is nothing to run (no requests).
+  virtual Result<bool> Begin(DeviceContext& ctx, std::span<const SequenceStep> steps,
+                             const UniPrefillConfig& uniprefill, int n_segments,
+                             ForwardStats* stats) = 0;
+  // residual = embeddings of the step's tokens.
+  virtual Status Embed() = 0;
+  // residual += out (when a block left one); normed = RmsNorm(residual) with the (layer, slot)
+  // weight.
+  virtual Status NormInput(int layer, NormSlot slot) = 0;
+  // out = RmsNorm(out) with the (layer, slot) weight (Gemma 3's post norms).
+  virtual Status NormOutput(int layer, NormSlot slot) = 0;
+  // out = attention(normed) of this layer; `drop` set at drop layers (rows shrink).
+  virtual Status Attention(int layer, const DropLayer* drop) = 0;
+  virtual Status DeltaNet(int layer) = 0;  // out = Gated DeltaNet(normed)
+  virtual Status GatedFfn(int layer) = 0;  // out = gated MLP(normed)
+  virtual Status Moe(int layer) = 0;       // out = MoE(normed)
+  // residual += out; the final norm; the logits of each request that wants them (its last row);
+  // every cache committed.
+  virtual Status Finish() = 0;
+};
+
+}  // namespace uniprefill

@@ -1,0 +1,55 @@
+// ModelDefinition: what a loaded model is, wherever it runs: its configuration, its weight table
+// and its layer recipe. Families (gemma3.cc, llama.cc, qwen3_next.cc, model_presets.cc) only fill
+// one in: config keys, weight names, norm and RoPE variants. The one layer walk
+// (transformer_model.h) runs the recipe on a backend (backend/cpu, backend/cuda). Every family
+// maps onto one recipe per layer:
+//   x += post_mixer_norm?(mixer(mixer_norm(x)));  x += post_ffn_norm?(ffn(ffn_norm(x)))
+// where the mixer is attention (full, sliding, gated) or a Gated DeltaNet, the FFN a gated MLP or a
+// MoE, and the post norms exist only in Gemma 3's sandwich layers. Norm weights are as multiplied
+// (the (1 + w) of zero-centred norms already applied).
+//
+// Linear weights point into the mapped model file (`owners` keeps it alive) or, for random-weight
+// presets, are described by a seed (ops::LinearWeight::random_seed) that each backend materialises
+// where it keeps weights.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "core/status.h"
+#include "model/blocks/attention_block.h"
+#include "model/blocks/feed_forward.h"
+#include "model/blocks/gated_deltanet.h"
+#include "model/blocks/moe.h"
+#include "model/model_config.h"
+#include "ops/ops.h"
+
+namespace uniprefill {
+
+struct LayerDefinition {
+  std::vector<float> mixer_norm;       // f32 [hidden]
+  std::vector<float> post_mixer_norm;  // f32 [hidden], or empty
+  std::vector<float> ffn_norm;         // f32 [hidden]
+  std::vector<float> post_ffn_norm;    // f32 [hidden], or empty
+  std::optional<AttentionWeights> attention;  // exactly one of attention / delta
+  std::optional<GatedDeltaNetWeights> delta;
+  std::optional<GatedFfnWeights> ffn;  // exactly one of ffn / moe
+  std::optional<MoeWeights> moe;
+};
+
+struct ModelDefinition {
+  ModelConfig config;
+  ops::LinearWeight token_embedding;  // [vocab, hidden], one part as stored (or random)
+  std::vector<float> output_norm;     // f32 [hidden]
+  ops::LinearWeight head;             // [vocab, hidden]; the embedding when config.tied_embeddings
+  std::vector<LayerDefinition> layers;
+  std::vector<std::shared_ptr<void>> owners;  // mapped files / host buffers the weights point into
+  size_t host_copy_bytes = 0;  // dequantised f32 copies (LoadOptions::f32_prefill_weights)
+
+  // Every weight of every layer: shapes, one mixer and one FFN per layer, lengths of the norms.
+  Status Check() const;
+};
+
+}  // namespace uniprefill

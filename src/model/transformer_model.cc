@@ -1,0 +1,67 @@
+// The one layer walk: the recipe of model_definition.h, step by step on the model's backend.
+#include "model/transformer_model.h"
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cuda/cuda_backend.h"
+
+namespace uniprefill {
+
+Status TransformerModel::ForwardBatch(DeviceContext& ctx, std::span<const SequenceStep> steps,
+                                      const UniPrefillConfig& uniprefill,
+                                      const ProgressFn& progress, ForwardStats* stats) {
+  const ModelConfig& c = def_->config;
+  const std::vector<int> drops = uniprefill.active_drop_layers();
+  UP_RETURN_IF_ERROR(ValidateUniPrefillConfig(uniprefill, c));
+  const int n_segments = CacheLayoutFor(drops).n_segments;
+  UP_ASSIGN_OR_RETURN(bool any_rows, backend_->Begin(ctx, steps, uniprefill, n_segments, stats));
+  if (!any_rows) return OkStatus();
+  UP_RETURN_IF_ERROR(backend_->Embed());
+  size_t next_drop = 0;
+  for (int i = 0; i < c.n_layers; ++i) {
+    const LayerDefinition& L = def_->layers[i];
+    UP_RETURN_IF_ERROR(backend_->NormInput(i, NormSlot::kMixer));
+    if (L.attention) {
+      DropLayer drop;
+      const bool is_drop = next_drop < drops.size() && drops[next_drop] == i;
+      if (is_drop) {
+        drop.layer = i;
+        drop.config = &uniprefill;
+        drop.steps = steps;
+        drop.stats = stats;
+        ++next_drop;
+      }
+      UP_RETURN_IF_ERROR(backend_->Attention(i, is_drop ? &drop : nullptr));
+    } else {
+      UP_RETURN_IF_ERROR(backend_->DeltaNet(i));
+    }
+    if (!L.post_mixer_norm.empty()) {
+      UP_RETURN_IF_ERROR(backend_->NormOutput(i, NormSlot::kPostMixer));
+    }
+    UP_RETURN_IF_ERROR(backend_->NormInput(i, NormSlot::kFfn));
+    if (L.moe) {
+      UP_RETURN_IF_ERROR(backend_->Moe(i));
+    } else {
+      UP_RETURN_IF_ERROR(backend_->GatedFfn(i));
+    }
+    if (!L.post_ffn_norm.empty()) {
+      UP_RETURN_IF_ERROR(backend_->NormOutput(i, NormSlot::kPostFfn));
+    }
+    if (progress) progress(i + 1, c.n_layers);
+  }
+  return backend_->Finish();
+}
+
+Result<std::unique_ptr<Model>> MakeModel(ModelDefinition definition, DeviceContext& ctx,
+                                         const LoadOptions& options) {
+  UP_RETURN_IF_ERROR(definition.Check());
+  auto def = std::make_unique<const ModelDefinition>(std::move(definition));
+  std::unique_ptr<LayerBackend> backend;
+  if (ctx.device() == Device::kCuda) {
+    UP_ASSIGN_OR_RETURN(backend, MakeCudaBackend(*def, ctx, options));
+  } else {
+    UP_ASSIGN_OR_RETURN(backend, MakeCpuBackend(*def));
+  }
+  return std::unique_ptr<Model>(std::make_unique<TransformerModel>(std::move(def), std::move(backend)));
+}
+
+}  // namespace uniprefill

@@ -1,0 +1,52 @@
+// TransformerModel: the engine's one model, a ModelDefinition (config, weights, layer recipe) run
+// by one layer walk on a LayerBackend (CPU or CUDA). Every family, every device and the GPU
+// benchmark's random-weight models go through the same ForwardBatch.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "core/device_context.h"
+#include "core/status.h"
+#include "model/layer_backend.h"
+#include "model/model.h"
+#include "model/model_definition.h"
+
+namespace uniprefill {
+
+class TransformerModel final : public Model {
+ public:
+  TransformerModel(std::unique_ptr<const ModelDefinition> definition,
+                   std::unique_ptr<LayerBackend> backend)
+      : def_(std::move(definition)), backend_(std::move(backend)) {}
+
+  const ModelConfig& config() const override { return def_->config; }
+  size_t resident_weight_bytes() const override {
+    return def_->host_copy_bytes + backend_->resident_weight_bytes();
+  }
+  Device device() const override { return backend_->device(); }
+  std::unique_ptr<SequenceCache> NewCache(int max_tokens,
+                                          const std::vector<int>& drop_layers) const override {
+    return backend_->NewCache(CacheLayoutFor(drop_layers), max_tokens);
+  }
+  Status FixCachePool(int num_blocks, int block_tokens) override {
+    return backend_->FixCachePool(CacheLayoutFor({}), num_blocks, block_tokens);
+  }
+  Status ForwardBatch(DeviceContext& ctx, std::span<const SequenceStep> steps,
+                      const UniPrefillConfig& uniprefill, const ProgressFn& progress = nullptr,
+                      ForwardStats* stats = nullptr) override;
+
+  const ModelDefinition& definition() const { return *def_; }
+
+ private:
+  std::unique_ptr<const ModelDefinition> def_;  // the backend points into it: declared first
+  std::unique_ptr<LayerBackend> backend_;
+};
+
+// The model of `definition` on ctx's device (the CPU, or a CUDA context's GPU: weights uploaded as
+// bf16; LoadOptions::progress counts layers uploaded, gpu_delta_rule picks the DeltaNet kernel).
+Result<std::unique_ptr<Model>> MakeModel(ModelDefinition definition, DeviceContext& ctx,
+                                         const LoadOptions& options = {});
+
+}  // namespace uniprefill
