@@ -13,10 +13,9 @@
 
 #if defined(__CUDACC__)
 #include <cuda_bf16.h>
-#define UP_HOST_DEVICE __host__ __device__
-#else
-#define UP_HOST_DEVICE
 #endif
+
+#include "core/host_device.h"
 
 namespace uniprefill {
 

@@ -5,6 +5,8 @@
 #include <numeric>
 #include <string>
 
+#include "sparsity/keep_rules.h"
+
 namespace uniprefill::sparsity {
 
 Status ValidateSelectionParams(const SelectionParams& p) {
@@ -76,8 +78,7 @@ std::vector<int64_t> SelectBlocks(const std::vector<double>& scores, const Selec
   if (n_blocks == 0) return {};
   int64_t keep = 0;
   if (p.mode == SelectionMode::kFixedRatio) {
-    keep = std::clamp<int64_t>(static_cast<int64_t>(std::floor(p.keep_ratio * n_blocks + 1e-9)),
-                               1, n_blocks);
+    keep = FixedKeepBlocks(n_blocks, p.keep_ratio);
   } else {
     const double total = std::accumulate(scores.begin(), scores.end(), 0.0);
     double before = 0.0;  // normalised mass of the blocks already kept
@@ -94,9 +95,8 @@ std::vector<int64_t> SelectBlocks(const std::vector<double>& scores, const Selec
 std::vector<int32_t> SelectTokens(const std::vector<float>& importance, const SelectionParams& p) {
   const int64_t n = static_cast<int64_t>(importance.size());
   std::vector<int32_t> kept;
-  const bool keep_all = n <= static_cast<int64_t>(p.sink) + p.last_n ||
-                        (p.mode == SelectionMode::kTopP && p.top_p >= 1.0f) ||
-                        (p.mode == SelectionMode::kFixedRatio && p.keep_ratio >= 1.0f);
+  const bool keep_all = KeepsAll(n, p.sink, p.last_n, p.mode == SelectionMode::kFixedRatio,
+                                 p.top_p, p.keep_ratio);
   if (keep_all) {
     kept.resize(n);
     std::iota(kept.begin(), kept.end(), 0);

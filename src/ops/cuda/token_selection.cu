@@ -28,6 +28,7 @@
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_context.h"
 #include "ops/cuda/cuda_uniprefill.h"
+#include "sparsity/keep_rules.h"
 
 namespace uniprefill::ops::cuda {
 namespace {
@@ -78,13 +79,10 @@ __device__ __forceinline__ SelectArgs ResolveSize(SelectArgs a) {
   if (a.n_device == nullptr) return a;
   a.n_tokens = max(0, min(*a.n_device, a.n_tokens));
   a.n_blocks = (a.n_tokens + a.block_size - 1) / a.block_size;
-  a.keep_all = a.n_tokens <= a.sink + a.last_n || (!a.fixed_ratio && a.top_p >= 1.0) ||
-               (a.fixed_ratio && a.keep_ratio >= 1.0f);
+  a.keep_all = sparsity::KeepsAll(a.n_tokens, a.sink, a.last_n, a.fixed_ratio,
+                                  static_cast<float>(a.top_p), a.keep_ratio);
   if (a.fixed_ratio && a.n_blocks > 0) {
-    // float * int64 -> float, then + 1e-9 in double: sparsity::SelectBlocks' expression.
-    const float product = __fmul_rn(a.keep_ratio, static_cast<float>(a.n_blocks));
-    const long long keep = static_cast<long long>(floor(static_cast<double>(product) + 1e-9));
-    a.fixed_keep = static_cast<int>(min(max(keep, 1LL), static_cast<long long>(a.n_blocks)));
+    a.fixed_keep = static_cast<int>(sparsity::FixedKeepBlocks(a.n_blocks, a.keep_ratio));
   }
   return a;
 }
@@ -233,12 +231,6 @@ void Require(bool ok, const char* what) {
   }
 }
 
-// sparsity::SelectBlocks' fixed-ratio block count, verbatim (float * int64 -> float, then double).
-int64_t FixedKeepBlocks(int64_t n_blocks, float keep_ratio) {
-  return std::clamp<int64_t>(static_cast<int64_t>(std::floor(keep_ratio * n_blocks + 1e-9)), 1,
-                             n_blocks);
-}
-
 }  // namespace
 
 int64_t FixedRatioCapacity(int64_t capacity, const sparsity::SelectionParams& params) {
@@ -248,7 +240,7 @@ int64_t FixedRatioCapacity(int64_t capacity, const sparsity::SelectionParams& pa
   // count never falls as N grows.
   const int64_t n_blocks = (capacity + params.block_size - 1) / params.block_size;
   return std::min(capacity,
-                  FixedKeepBlocks(n_blocks, params.keep_ratio) * params.block_size + always);
+                  sparsity::FixedKeepBlocks(n_blocks, params.keep_ratio) * params.block_size + always);
 }
 
 int64_t FixedRatioMinimum(int64_t minimum, const sparsity::SelectionParams& params) {
@@ -258,7 +250,7 @@ int64_t FixedRatioMinimum(int64_t minimum, const sparsity::SelectionParams& para
   if (minimum <= always || params.keep_ratio >= 1.0f) return minimum;
   const int64_t n_blocks = (minimum + params.block_size - 1) / params.block_size;
   return std::max(always,
-                  (FixedKeepBlocks(n_blocks, params.keep_ratio) - 1) * params.block_size + 1);
+                  (sparsity::FixedKeepBlocks(n_blocks, params.keep_ratio) - 1) * params.block_size + 1);
 }
 
 size_t SelectTokensScratchBytes(int64_t max_tokens, const sparsity::SelectionParams& params) {
@@ -279,9 +271,9 @@ void SelectTokens(DeviceContext& ctx, int32_t* kept_rows, int32_t* kept_count,
   // kernels decide it: SelectKernel keeps everything then).
   const bool keep_all =
       n_tokens_device == nullptr &&
-      (n_tokens <= static_cast<int64_t>(params.sink) + params.last_n ||
-       (params.mode == sparsity::SelectionMode::kTopP && params.top_p >= 1.0f) ||
-       (params.mode == sparsity::SelectionMode::kFixedRatio && params.keep_ratio >= 1.0f));
+      sparsity::KeepsAll(n_tokens, params.sink, params.last_n,
+                         params.mode == sparsity::SelectionMode::kFixedRatio, params.top_p,
+                         params.keep_ratio);
   if (keep_all) {
     KeepAllKernel<<<std::max(1, (n + 255) / 256), 256, 0, stream>>>(kept_rows, kept_count, n);
     UP_CUDA_CHECK_LAUNCH();
@@ -312,7 +304,7 @@ void SelectTokens(DeviceContext& ctx, int32_t* kept_rows, int32_t* kept_count,
   a.keep_ratio = params.keep_ratio;
   a.keep_all = false;
   if (params.mode == sparsity::SelectionMode::kFixedRatio) {
-    a.fixed_keep = static_cast<int>(FixedKeepBlocks(n_blocks, params.keep_ratio));
+    a.fixed_keep = static_cast<int>(sparsity::FixedKeepBlocks(n_blocks, params.keep_ratio));
   }
 
   const int grid_blocks = static_cast<int>((n_blocks + kScoreThreads - 1) / kScoreThreads);
