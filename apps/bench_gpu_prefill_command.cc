@@ -5,9 +5,11 @@
 #include <cstdio>
 #include <ctime>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <sstream>
 #include <vector>
 
+#include "model/model_presets.h"
 #include "output_files.h"
 
 #ifdef UNIPREFILL_WITH_CUDA
@@ -16,8 +18,9 @@
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_context.h"
 #include "core/cuda/device_buffer.h"
-#include "model/cuda/synthetic_transformer.h"
+#include "model/transformer_model.h"
 #include "ops/cuda/cuda_dense_ops.h"
+#include "sparsity/uniprefill_config.h"
 #endif
 
 namespace uniprefill::cli {
@@ -52,33 +55,51 @@ std::string Today() {
   return buf;
 }
 
+std::string PresetNames() {
+  std::string s;
+  for (const std::string& p : RandomModelPresets()) s += (s.empty() ? "" : ", ") + p;
+  return s;
+}
+
 }  // namespace
 
 CLI::App* AddBenchGpuPrefillCommand(CLI::App& bench_group, BenchGpuPrefillOptions& o) {
   CLI::App* cmd = bench_group.add_subcommand(
       "gpu-prefill",
-      "Dense vs UniPrefill prefill on the GPU with a synthetic model (random weights, no files)");
+      "Dense vs UniPrefill prefill on the GPU: the product's CUDA model of a preset shape with "
+      "random weights (no files)");
   cmd->add_option("--shape", o.shape,
-                  "Model shape: llama-3.1-8b, gemma-3-12b, qwen3-next-80b-a3b (256 of its 512 "
-                  "experts), tiny or tiny-hybrid")
+                  "Model preset: " + PresetNames() +
+                      " (qwen3-next-80b-a3b keeps 256 of its 512 experts; tiny ones are for tests)")
       ->capture_default_str();
   cmd->add_option("--contexts", o.contexts, "Prompt lengths in tokens")->capture_default_str();
   cmd->add_option("--batch-sizes", o.batch_sizes, "Requests per packed prefill")
       ->capture_default_str();
   cmd->add_option("--keep-ratios", o.keep_ratios,
-                  "UniPrefill fixed keep ratios to run beside dense ('' for dense only)")
+                  "UniPrefill fixed keep ratios to run beside dense ('' for dense only), at the "
+                  "model's default drop layers")
       ->capture_default_str();
   cmd->add_option("--repeats", o.repeats, "Timed runs per point (after one warm-up); medians")
       ->check(CLI::Range(1, 50))
       ->capture_default_str();
-  cmd->add_flag("--time-attention", o.time_attention,
-                "Also time every flash-attention launch, DeltaNet core and MoE (one extra dense "
-                "run per point)");
+  cmd->add_option("--layers", o.layers,
+                  "Layers of the model (0: the preset's; the drop layers then follow the default "
+                  "rule at that depth)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--experts", o.experts,
+                  "Experts per MoE layer (0: the preset's; MoE presets only; top-k capped at it)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   cmd->add_flag("--compare-sync", o.compare_sync,
                 "Also run each keep ratio the way top-p must: a host sync per drop layer to learn "
                 "the kept counts (mode keepR-sync), to show what the sync-free path saves");
   cmd->add_option("--commit", o.commit, "Commit id recorded in the JSON");
   cmd->add_option("--json", o.json_out, "Write the results as JSON here");
+  cmd->footer(
+      "TTFT is host wall clock around Model::ForwardBatch (the walk serve and run use). The former "
+      "synthetic model's --time-attention (events around each kernel) is gone with it: profile "
+      "per-kernel times with nsys.");
   return cmd;
 }
 
@@ -125,35 +146,213 @@ double MeasureGemmTflops(DeviceContext& ctx) {
   return 2.0 * n * n * n / Median(ms) / 1e9;
 }
 
+struct Points {
+  std::vector<int64_t> contexts, batches;
+  std::vector<double> ratios;
+};
+
+// The lists of the flags, or false after one `error:` line.
+bool ParsePoints(const BenchGpuPrefillOptions& o, Points& p) {
+  if (!ParseList(o.contexts, p.contexts) ||
+      std::any_of(p.contexts.begin(), p.contexts.end(),
+                  [](int64_t n) { return n < 1 || n > (1 << 30); })) {
+    std::fprintf(stderr, "error: --contexts '%s' is not a list of token counts\n",
+                 o.contexts.c_str());
+    return false;
+  }
+  if (!ParseList(o.batch_sizes, p.batches) ||
+      std::any_of(p.batches.begin(), p.batches.end(), [](int64_t b) { return b < 1 || b > 256; })) {
+    std::fprintf(stderr, "error: --batch-sizes '%s' must list sizes in 1..256\n",
+                 o.batch_sizes.c_str());
+    return false;
+  }
+  if (!o.keep_ratios.empty() &&
+      (!ParseList(o.keep_ratios, p.ratios) ||
+       std::any_of(p.ratios.begin(), p.ratios.end(), [](double r) { return r <= 0 || r > 1; }))) {
+    std::fprintf(stderr, "error: --keep-ratios '%s' must list ratios in (0, 1]\n",
+                 o.keep_ratios.c_str());
+    return false;
+  }
+  return true;
+}
+
+struct Mode {
+  std::string name;  // dense, keepR, keepR-sync
+  UniPrefillConfig up;
+};
+
+// Dense, then each ratio at the model's default drop layers (and synced, with --compare-sync).
+std::vector<Mode> Modes(const UniPrefillConfig& defaults, const std::vector<double>& ratios,
+                        bool compare_sync) {
+  Mode dense{"dense", defaults};
+  dense.up.enabled = false;
+  std::vector<Mode> modes = {dense};
+  for (double r : ratios) {
+    Mode m{"", defaults};
+    m.up.enabled = true;
+    m.up.selection.mode = SelectionMode::kFixedRatio;
+    m.up.selection.keep_ratio = static_cast<float>(r);
+    char name[32];
+    std::snprintf(name, sizeof(name), "keep%.2g", r);
+    m.name = name;
+    modes.push_back(m);
+    if (compare_sync) {
+      m.up.drop_sync = DropSync::kEveryDrop;
+      m.name += "-sync";
+      modes.push_back(m);
+    }
+  }
+  return modes;
+}
+
+struct Timings {
+  std::vector<double> total_ms, overhead_ms;  // one per timed run
+  std::vector<KeptTokens> kept;               // request 0's records of the last run
+  int drop_host_syncs = 0;                    // of the last run
+};
+
+// `repeats` timed prefills of `batch` requests of n random tokens each, after one warm-up; fresh
+// device caches for every run, made before the clock starts.
+Result<Timings> TimeMode(Model& model, DeviceContext& ctx, int64_t n, int64_t batch,
+                         const UniPrefillConfig& up, int repeats) {
+  const int vocab = model.config().vocab_size;
+  Timings t;
+  for (int rep = 0; rep <= repeats; ++rep) {  // rep 0 warms up
+    std::mt19937 rng(static_cast<uint32_t>(1000 + rep));
+    std::uniform_int_distribution<int32_t> token(0, vocab - 1);
+    std::vector<std::vector<int32_t>> ids(batch, std::vector<int32_t>(n));
+    std::vector<std::vector<float>> logits(batch, std::vector<float>(vocab));
+    std::vector<std::vector<KeptTokens>> kept(batch);
+    std::vector<std::unique_ptr<SequenceCache>> caches;
+    std::vector<SequenceStep> steps;
+    for (int64_t r = 0; r < batch; ++r) {
+      for (int32_t& id : ids[r]) id = token(rng);
+      caches.push_back(model.NewCache(static_cast<int>(n), up.active_drop_layers()));
+      steps.push_back({caches.back().get(), ids[r], logits[r].data(), &kept[r]});
+    }
+    ForwardStats stats;
+    UP_CUDA_CHECK(cudaDeviceSynchronize());  // cache set-up done before the clock starts
+    const auto start = std::chrono::steady_clock::now();
+    UP_RETURN_IF_ERROR(model.ForwardBatch(ctx, steps, up, nullptr, &stats));
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    if (rep == 0) continue;
+    t.total_ms.push_back(ms);
+    t.overhead_ms.push_back(1000.0 * (stats.scoring_s + stats.selection_s + stats.compaction_s));
+    t.kept = kept[0];
+    t.drop_host_syncs = stats.drop_host_syncs;
+  }
+  return t;
+}
+
+// The model under test, with what the report says about it (counted before it moves to the GPU).
+struct BenchModel {
+  std::string preset, note;
+  ModelConfig config;
+  UniPrefillConfig defaults;
+  int64_t parameters = 0;
+  int n_experts = 0;
+  std::vector<double> dense_flops;  // per context of the points, one request
+  std::unique_ptr<Model> model;
+};
+
+Result<BenchModel> BuildModel(const BenchGpuPrefillOptions& o, const Points& p,
+                              DeviceContext& ctx) {
+  RandomModelOptions ro;
+  ro.n_layers = o.layers;
+  ro.n_experts = o.experts;
+  UP_ASSIGN_OR_RETURN(ModelDefinition def, RandomModelDefinition(o.shape, ro));
+  BenchModel b;
+  b.preset = o.shape;
+  b.note = RandomModelPresetNote(o.shape);
+  if (o.layers > 0) b.note += "; " + std::to_string(o.layers) + " layers (--layers)";
+  if (o.experts > 0) b.note += "; " + std::to_string(o.experts) + " experts per layer (--experts)";
+  b.config = def.config;
+  b.defaults = DefaultUniPrefillConfig(def.config);
+  b.parameters = ParameterCount(def);
+  for (const LayerDefinition& L : def.layers) {
+    if (L.moe) b.n_experts = L.moe->n_experts;
+  }
+  for (int64_t n : p.contexts) b.dense_flops.push_back(DensePrefillFlops(def, n));
+  UP_ASSIGN_OR_RETURN(b.model, MakeModel(std::move(def), ctx, LoadOptions{}));
+  UP_CUDA_CHECK(cudaDeviceSynchronize());  // the weights are filled on the device's stream
+  return b;
+}
+
+// The table line and the JSON row of one mode at (n tokens, batch b); dense_ms: this point's dense
+// median (the mode's own for dense).
+nlohmann::json ReportRow(const Mode& mode, int64_t n, int64_t b, double flops, const Timings& t,
+                         double dense_ms, double gemm_tflops) {
+  const bool dense = !mode.up.enabled;
+  const double ms = Median(t.total_ms), overhead = Median(t.overhead_ms);
+  const double tflops = flops / ms / 1e9;
+  nlohmann::json row = {{"context", n},
+                        {"batch", b},
+                        {"mode", mode.name},
+                        {"ttft_ms_median", ms},
+                        {"ttft_ms_all", t.total_ms},
+                        {"dense_flops", flops}};
+  if (dense) {
+    row["effective_tflops"] = tflops;
+    row["share_of_datasheet_peak"] = tflops / kDatasheetBf16Tflops;
+    row["share_of_measured_gemm"] = tflops / gemm_tflops;
+  } else {
+    row["keep_ratio"] = mode.up.selection.keep_ratio;  // the setting, not a measured share
+    row["host_sync_per_drop"] = mode.up.drop_sync == DropSync::kEveryDrop;
+    row["drop_host_syncs"] = t.drop_host_syncs;
+    row["speedup_vs_dense"] = dense_ms / ms;
+    row["uniprefill_overhead_ms_median"] = overhead;
+    row["uniprefill_overhead_share"] = overhead / ms;
+    nlohmann::json kept = nlohmann::json::array();
+    for (const KeptTokens& k : t.kept) kept.push_back(k.kept);
+    row["kept_tokens_per_drop_layer"] = kept;
+  }
+  std::printf("%-8lld %5lld %-13s %10.1f %9.1f %6.1f%% %7.3fx %10.1f %8.2f%%\n",
+              static_cast<long long>(n), static_cast<long long>(b), mode.name.c_str(), ms,
+              dense ? tflops : 0.0, dense ? 100 * tflops / kDatasheetBf16Tflops : 0.0,
+              dense ? 1.0 : dense_ms / ms, dense ? 0.0 : overhead,
+              dense ? 0.0 : 100 * overhead / ms);
+  std::fflush(stdout);
+  return row;
+}
+
+// The JSON's fields other than the rows: what was measured, how, and on what.
+nlohmann::json Summary(const BenchGpuPrefillOptions& o, const BenchModel& bm,
+                       const std::string& gpu, double gemm_tflops) {
+  return {
+      {"benchmark", "gpu-prefill"},
+      {"date", Today()},
+      {"gpu", gpu},
+      {"commit", o.commit},
+      {"shape", bm.preset},
+      {"model",
+       "the product's model (MakeModel + Model::ForwardBatch, the walk serve and run use) on the "
+       "CUDA backend, random bf16 weights made on the device (model/model_presets.h)"},
+      {"n_layers", bm.config.n_layers},
+      {"n_experts", bm.n_experts},
+      {"parameters", bm.parameters},
+      {"shape_note", bm.note},
+      {"weight_bytes", bm.model->resident_weight_bytes()},
+      {"drop_layers", bm.defaults.drop_layers},
+      {"uniprefill_origin", bm.defaults.origin},
+      {"ttft_timing",
+       "host wall clock around Model::ForwardBatch (it ends with a device sync), after a "
+       "cudaDeviceSynchronize; device caches are made before the clock starts"},
+      {"keep_ratio_meaning",
+       "rows' keep_ratio is the fixed-ratio setting (selection.keep_ratio), not a measured share; "
+       "kept_tokens_per_drop_layer is what request 0 kept at each drop layer that selected"},
+      {"measured_gemm_tflops_8192", gemm_tflops},
+      {"datasheet_bf16_tflops", kDatasheetBf16Tflops},
+      {"flop_convention",
+       "linear layers + causal attention (4*H*D per visible pair), as pytorch_anchor.py; "
+       "embedding, norms and logits not counted"}};
+}
+
 }  // namespace
 
 int BenchGpuPrefillCommand(const BenchGpuPrefillOptions& o) {
-  std::vector<int64_t> contexts, batches;
-  std::vector<double> ratios;
-  if (!ParseList(o.contexts, contexts) ||
-      std::any_of(contexts.begin(), contexts.end(), [](int64_t n) { return n < 1; })) {
-    std::fprintf(stderr, "error: --contexts '%s' is not a list of token counts\n",
-                 o.contexts.c_str());
-    return 1;
-  }
-  if (!ParseList(o.batch_sizes, batches) ||
-      std::any_of(batches.begin(), batches.end(), [](int64_t b) { return b < 1 || b > 256; })) {
-    std::fprintf(stderr, "error: --batch-sizes '%s' must list sizes in 1..256\n",
-                 o.batch_sizes.c_str());
-    return 1;
-  }
-  if (!o.keep_ratios.empty() &&
-      (!ParseList(o.keep_ratios, ratios) ||
-       std::any_of(ratios.begin(), ratios.end(), [](double r) { return r <= 0 || r > 1; }))) {
-    std::fprintf(stderr, "error: --keep-ratios '%s' must list ratios in (0, 1]\n",
-                 o.keep_ratios.c_str());
-    return 1;
-  }
-  Result<SyntheticShape> shape = SyntheticShapeByName(o.shape);
-  if (!shape.ok()) {
-    std::fprintf(stderr, "error: --shape: %s\n", shape.status().message().c_str());
-    return 1;
-  }
+  Points points;
+  if (!ParsePoints(o, points)) return 1;
   if (!CheckOutputWritable(o.json_out, "--json")) return 1;
   Result<std::unique_ptr<DeviceContext>> ctx_or = DeviceContext::Cuda(0);
   if (!ctx_or.ok()) {
@@ -163,127 +362,46 @@ int BenchGpuPrefillCommand(const BenchGpuPrefillOptions& o) {
   DeviceContext& ctx = **ctx_or;
   const std::string gpu = ctx.cuda().Describe();
   std::fprintf(stderr, "GPU: %s\n", gpu.c_str());
-
-  int64_t max_tokens = 0;
-  for (int64_t n : contexts) {
-    for (int64_t b : batches) max_tokens = std::max(max_tokens, n * b);
-  }
   const double gemm_tflops = MeasureGemmTflops(ctx);
   std::fprintf(stderr, "cuBLASLt bf16 GEMM 8192^3: %.0f TFLOP/s\n", gemm_tflops);
+
   const auto t_load = std::chrono::steady_clock::now();
-  Result<std::unique_ptr<SyntheticTransformer>> model_or =
-      SyntheticTransformer::Create(ctx, *shape, max_tokens, /*seed=*/1);
-  if (!model_or.ok()) {
-    std::fprintf(stderr, "error: %s\n", model_or.status().message().c_str());
+  Result<BenchModel> built = BuildModel(o, points, ctx);
+  if (!built.ok()) {
+    std::fprintf(stderr, "error: --shape %s: %s\n", o.shape.c_str(),
+                 built.status().message().c_str());
     return 1;
   }
-  SyntheticTransformer& model = **model_or;
-  std::fprintf(stderr, "%s: %.2fB parameters, %.1f GiB of bf16 weights, made in %.1f s; work "
-               "buffers for %lld tokens\n",
-               shape->name.c_str(), shape->Parameters() / 1e9,
-               model.weight_bytes() / double(1 << 30),
+  BenchModel& bm = *built;
+  Model& model = *bm.model;
+  std::fprintf(stderr,
+               "%s: %.2fB parameters, %.1f GiB of bf16 weights, made in %.1f s; drop layers %s "
+               "(%s)\n",
+               bm.preset.c_str(), bm.parameters / 1e9,
+               model.resident_weight_bytes() / double(1 << 30),
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count(),
-               static_cast<long long>(max_tokens));
+               LayerListToString(bm.defaults.drop_layers).c_str(), bm.defaults.origin.c_str());
 
   nlohmann::json rows = nlohmann::json::array();
   std::printf("%-8s %5s %-13s %10s %9s %7s %8s %10s %9s\n", "context", "batch", "mode", "TTFT ms",
               "TFLOP/s", "peak%", "speedup", "UP ms", "UP share");
-  for (int64_t n : contexts) {
-    for (int64_t b : batches) {
-      const std::vector<int64_t> lengths(b, n);
-      const double flops = shape->DensePrefillFlops(n) * b;
-      std::vector<std::pair<std::string, UniPrefillRun>> modes = {{"dense", UniPrefillRun{}}};
-      for (double r : ratios) {
-        UniPrefillRun up;
-        up.enabled = true;
-        up.selection.mode = sparsity::SelectionMode::kFixedRatio;
-        up.selection.keep_ratio = static_cast<float>(r);
-        char name[32];
-        std::snprintf(name, sizeof(name), "keep%.2g", r);
-        modes.push_back({name, up});
-        if (o.compare_sync) {
-          up.sync_each_drop = true;
-          modes.push_back({std::string(name) + "-sync", up});
-        }
-      }
+  for (size_t ci = 0; ci < points.contexts.size(); ++ci) {
+    const int64_t n = points.contexts[ci];
+    for (int64_t b : points.batches) {
       double dense_ms = 0;
-      for (const auto& [name, up] : modes) {
-        std::vector<double> total, overhead;
-        PrefillTiming last;
-        for (int rep = 0; rep <= o.repeats; ++rep) {  // rep 0 warms up
-          Result<PrefillTiming> t = model.Prefill(lengths, up, /*seed=*/1000 + rep, false, nullptr);
-          if (!t.ok()) {
-            std::fprintf(stderr, "error: %s\n", t.status().message().c_str());
-            return 1;
-          }
-          if (rep == 0) continue;
-          total.push_back(t->total_ms);
-          overhead.push_back(t->uniprefill_ms);
-          last = *t;
+      for (const Mode& mode : Modes(bm.defaults, points.ratios, o.compare_sync)) {
+        Result<Timings> t = TimeMode(model, ctx, n, b, mode.up, o.repeats);
+        if (!t.ok()) {
+          std::fprintf(stderr, "error: %s\n", t.status().message().c_str());
+          return 1;
         }
-        const double ms = Median(total);
-        if (name == "dense") dense_ms = ms;
-        nlohmann::json row = {{"context", n},
-                              {"batch", b},
-                              {"mode", name},
-                              {"ttft_ms_median", ms},
-                              {"ttft_ms_all", total},
-                              {"dense_flops", flops}};
-        const double tflops = flops / ms / 1e9;
-        if (name == "dense") {
-          row["effective_tflops"] = tflops;
-          row["share_of_datasheet_peak"] = tflops / kDatasheetBf16Tflops;
-          row["share_of_measured_gemm"] = tflops / gemm_tflops;
-        } else {
-          row["keep_ratio"] = up.selection.keep_ratio;
-          row["host_sync_per_drop"] = up.sync_each_drop;
-          row["speedup_vs_dense"] = dense_ms / ms;
-          row["uniprefill_overhead_ms_median"] = Median(overhead);
-          row["uniprefill_overhead_share"] = Median(overhead) / ms;
-          row["kept_tokens_per_drop_layer"] = last.kept.empty() ? nlohmann::json::array()
-                                                                : nlohmann::json(last.kept[0]);
-        }
-        if (name == "dense" && o.time_attention) {
-          Result<PrefillTiming> t = model.Prefill(lengths, up, 999, true, nullptr);
-          if (t.ok()) {
-            const double attn_flops =
-                (shape->DensePrefillFlops(n) - shape->LinearPrefillFlops(n)) * b;
-            row["attention_ms"] = t->attention_ms;
-            row["attention_tflops"] = attn_flops / t->attention_ms / 1e9;
-            if (t->linear_attention_ms > 0) {
-              row["linear_attention_core_ms"] = t->linear_attention_ms;
-            }
-            if (t->moe_ms > 0) row["moe_ms"] = t->moe_ms;
-            row["timed_run_total_ms"] = t->total_ms;
-          }
-        }
-        rows.push_back(row);
-        std::printf("%-8lld %5lld %-13s %10.1f %9.1f %6.1f%% %7.3fx %10.1f %8.2f%%\n",
-                    static_cast<long long>(n), static_cast<long long>(b), name.c_str(), ms,
-                    name == "dense" ? tflops : 0.0,
-                    name == "dense" ? 100 * tflops / kDatasheetBf16Tflops : 0.0,
-                    name == "dense" ? 1.0 : dense_ms / ms,
-                    name == "dense" ? 0.0 : Median(overhead),
-                    name == "dense" ? 0.0 : 100 * Median(overhead) / ms);
-        std::fflush(stdout);
+        if (!mode.up.enabled) dense_ms = Median(t->total_ms);
+        rows.push_back(ReportRow(mode, n, b, bm.dense_flops[ci] * b, *t, dense_ms, gemm_tflops));
       }
     }
   }
-  nlohmann::json j = {{"benchmark", "gpu-prefill"},
-                      {"date", Today()},
-                      {"gpu", gpu},
-                      {"commit", o.commit},
-                      {"shape", shape->name},
-                      {"parameters", shape->Parameters()},
-                      {"shape_note", shape->note},
-                      {"weight_bytes", model.weight_bytes()},
-                      {"drop_layers", shape->drop_layers},
-                      {"measured_gemm_tflops_8192", gemm_tflops},
-                      {"datasheet_bf16_tflops", kDatasheetBf16Tflops},
-                      {"flop_convention",
-                       "linear layers + causal attention (4*H*D per visible pair), as "
-                       "pytorch_anchor.py; embedding, norms and logits not counted"},
-                      {"rows", rows}};
+  nlohmann::json j = Summary(o, bm, gpu, gemm_tflops);
+  j["rows"] = rows;
   if (!o.json_out.empty() && !WriteJsonFile(o.json_out, j, "--json")) return 1;
   return 0;
 }

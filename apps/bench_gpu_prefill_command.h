@@ -1,8 +1,12 @@
 // `uniprefill bench gpu-prefill`: time-to-first-token of dense vs UniPrefill (fixed keep ratios)
-// prefill on the GPU with a synthetic model of a named shape (random bf16 weights made on the
-// device, no files), at several context lengths and batch sizes. Medians of --repeats runs after a
-// warm-up; effective TFLOP/s and share of peak; UniPrefill's own overhead (scoring, selection, the
-// kept-count sync, compaction); optionally the flash-attention rate. JSON + a table.
+// prefill on the GPU, measured on the product: a random-weight model of a named preset shape
+// (model/model_presets.h: vLLM's dummy weights, made on the device, no files) built by MakeModel
+// and run by Model::ForwardBatch, the model and layer walk that `serve` and `run` use, with device
+// caches per request. Drop layers are the model's own UniPrefill defaults. At several context
+// lengths and batch sizes: medians of --repeats runs after a warm-up (host wall clock around each
+// forward, which ends with a device sync); effective TFLOP/s and share of peak; UniPrefill's own
+// overhead (scoring, selection, compaction: ForwardStats). JSON + a table.
+// Not here: per-kernel times (the former synthetic model's --time-attention); profile with nsys.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -16,9 +20,10 @@ struct BenchGpuPrefillOptions {
   std::string batch_sizes = "1";
   std::string keep_ratios = "0.5,0.3";
   int repeats = 3;
-  bool time_attention = false;
+  int layers = 0;             // 0: the preset's depth
+  int experts = 0;            // 0: the preset's experts per MoE layer
   bool compare_sync = false;  // also run each ratio with a host sync per drop (exact layout)
-  std::string commit;  // recorded in the JSON
+  std::string commit;         // recorded in the JSON
   std::string json_out;
 };
 

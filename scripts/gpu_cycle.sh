@@ -83,11 +83,11 @@ case "$mode" in
         --gtest_filter='CudaMoeTest.DISABLED_*' 2>&1 | grep -iE 'tflop|error|FAIL' | tee "$out/moe_throughput.log"
     fi
     if [[ $stages == *" quick "* ]]; then
-      bench --shape llama-3.1-8b --contexts 8192 --repeats 2 --time-attention --compare-sync --json "$out/llama8b_quick.json"
+      bench --shape llama-3.1-8b --contexts 8192 --repeats 2 --compare-sync --json "$out/llama8b_quick.json"
     fi
     if [[ $stages == *" llama "* ]]; then
       echo "== Llama-3.1-8B shape, batch 1"
-      bench --shape llama-3.1-8b --contexts 8192,32768,131072 --repeats 2 --time-attention --compare-sync \
+      bench --shape llama-3.1-8b --contexts 8192,32768,131072 --repeats 2 --compare-sync \
         --json "$out/llama8b_b1.json"
     fi
     if [[ $stages == *" anchor "* && -f "$carry/anchor/pytorch_anchor.py" ]]; then
@@ -106,7 +106,7 @@ case "$mode" in
     if [[ $stages == *" qwen "* ]]; then
       echo "== Qwen3-Next-80B-A3B shape (256 of 512 experts), batch 1"
       bench --shape qwen3-next-80b-a3b --contexts 32768,131072 --keep-ratios 0.5,0.3 --repeats 2 \
-        --time-attention --json "$out/qwen3_next.json"
+        --json "$out/qwen3_next.json"
     fi
     ;;
   *)

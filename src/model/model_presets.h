@@ -1,0 +1,65 @@
+// Random-weight models of named preset shapes (vLLM's dummy weights): what `bench gpu-prefill`
+// measures and what the CUDA-vs-CPU tests run at the 8B-80B shapes, with no model files.
+//
+// A preset is built the way its family loader builds a loaded model (llama.cc, gemma3.cc,
+// qwen3_next.cc): the same ModelConfig (architecture, depth and width, so that
+// DefaultUniPrefillConfig gives the model's own drop layers), the same layer recipe and the same
+// block fields (RoPE frequencies and rotated dims, windows, q/k norms, output gate, activation,
+// DeltaNet and MoE sizes). Only the values are random, so the product's one layer walk runs it as
+// it runs a loaded model. Not for: accuracy (random weights say nothing about what UniPrefill
+// keeps in a trained model).
+//
+// Values. Every large weight (embedding, head, attention and DeltaNet projections, FFN, router,
+// experts) is its own seeded stream of bf16 uniform in +-0.02 sqrt(3) (std 0.02, as the PyTorch
+// anchor's randn * 0.02; core/random_bf16.h), with seed = options.seed * 1000003 + a counter that
+// runs over the weights in model order, so a model of fewer layers has the first layers of the
+// full one. Small vectors are made on the host from the same counter: norm weights 1 +- 0.1 (as
+// multiplied), conv taps +- 0.5, DeltaNet A_log and dt_bias +- 0.5; activations stay finite over
+// 48 layers. Materialised weights hold exactly the values the CUDA model makes on the device
+// (ops::cuda::FillRandomBf16), so a CPU and a CUDA model of one preset and seed are one model.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "model/model_definition.h"
+
+namespace uniprefill {
+
+struct RandomModelOptions {
+  uint64_t seed = 1;  // every value follows from it
+  int n_layers = 0;   // 0: the preset's depth (tests run fewer layers)
+  int n_experts = 0;  // 0: the preset's experts (MoE presets only; top-k capped at it)
+  // false: large weights are described by their seeds (ops::LinearWeight::random_seed) and a
+  // backend that can make them does (the CUDA model); true: filled on the host as bf16 parts,
+  // which the CPU model needs.
+  bool materialize = false;
+  bool f32_prefill_weights = true;  // with materialize: f32 copies, as LoadOptions' field
+  bool f32_decode = false;          // as LoadOptions::f32_decode
+};
+
+// "llama-3.1-8b", "gemma-3-12b", "qwen3-next-80b-a3b", "tiny", "tiny-hybrid".
+const std::vector<std::string>& RandomModelPresets();
+
+// How the preset departs from the real model (recorded in the bench JSON); "" if unknown.
+std::string RandomModelPresetNote(const std::string& preset);
+
+// The preset's definition; an unknown name is an error that lists the presets.
+Result<ModelDefinition> RandomModelDefinition(const std::string& preset,
+                                              const RandomModelOptions& options);
+
+// The GPU benchmark's counting convention (as shared/bench/pytorch_anchor.py), for any definition.
+// Parameters: every linear weight (the embedding once when tied) and the DeltaNet conv taps; norms
+// and DeltaNet constants are not counted.
+int64_t ParameterCount(const ModelDefinition& def);
+// FLOPs of the linear layers for one request of n tokens: 2 per weight and token (MoE: the router,
+// top-k experts, the shared expert and its gate), plus for Gated DeltaNet the conv and 6 d_k d_v
+// per value head for the delta rule.
+double LinearPrefillFlops(const ModelDefinition& def, int64_t n_tokens);
+// The dense prefill: the linear part plus causal attention, 4 * heads * head_dim per visible
+// (query, key) pair, sliding windows counted. Embedding, norms and the logits are not counted.
+double DensePrefillFlops(const ModelDefinition& def, int64_t n_tokens);
+
+}  // namespace uniprefill

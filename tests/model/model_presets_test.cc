@@ -1,0 +1,350 @@
+// Random-weight presets (model/model_presets.h), on the CPU:
+// - parameter and FLOP counts equal those of the GPU benchmark's former SyntheticShape of the same
+//   name (recorded from it before it was removed), and the Qwen3-Next layer mix and per-token
+//   FLOPs match the hand count of the former synthetic-model test;
+// - the configs are the families' (drop layers from DefaultUniPrefillConfig are the references);
+// - an unknown preset names the known ones; an expert count applies to MoE presets only;
+// - fewer layers keep the first layers' weights; materialised weights are RandomBf16Bits exactly,
+//   with f32 copies of the same values, and carry the seeds the CUDA model fills from;
+// - the tiny presets run on the CPU model with finite logits, with and without a drop.
+#include "model/model_presets.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/random_bf16.h"
+#include "model/llama.h"
+#include "model/transformer_model.h"
+#include "sparsity/uniprefill_config.h"
+#include "testing/compare.h"
+
+namespace uniprefill {
+namespace {
+
+ModelDefinition Preset(const std::string& name, RandomModelOptions o = {}) {
+  Result<ModelDefinition> d = RandomModelDefinition(name, o);
+  EXPECT_TRUE(d.ok()) << d.status().message();
+  return std::move(d).value();
+}
+
+float Bf16(uint16_t bits) {
+  const uint32_t u = static_cast<uint32_t>(bits) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// Recorded from SyntheticShape (src/model/cuda/synthetic_transformer.cc) at commit 958894e, just
+// before the presets replaced it: Parameters(), LinearPrefillFlops(1) and DensePrefillFlops(n).
+struct OldShapeCounts {
+  const char* preset;
+  int64_t parameters;
+  double linear_1, dense_1000, dense_8192, dense_131072;
+};
+constexpr OldShapeCounts kOldCounts[] = {
+    {"llama-3.1-8b", 7504658432, 13958643712.0, 14221049856000.0, 131943542816768.0,
+     6333221335728128.0},
+    {"gemma-3-12b", 11765268480, 21516779520.0, 21910388736000.0, 185818337509376.0,
+     4033773490405376.0},
+    {"qwen3-next-80b-a3b", 40683143168, 6567690240.0, 6666092544000.0, 60400393519104.0,
+     2549703040303104.0},
+    {"tiny", 2615296, 4718592.0, 6768640000.0, 176110436352.0, 35803115814912.0},
+    {"tiny-hybrid", 5935104, 7229440.0, 8254464000.0, 127951437824.0, 18539897421824.0},
+};
+
+TEST(ModelPresetTest, CountsEqualTheFormerSyntheticShapes) {
+  for (const OldShapeCounts& old : kOldCounts) {
+    SCOPED_TRACE(old.preset);
+    const ModelDefinition d = Preset(old.preset);
+    EXPECT_EQ(ParameterCount(d), old.parameters);
+    EXPECT_DOUBLE_EQ(LinearPrefillFlops(d, 1), old.linear_1);
+    EXPECT_DOUBLE_EQ(DensePrefillFlops(d, 1000), old.dense_1000);
+    EXPECT_DOUBLE_EQ(DensePrefillFlops(d, 8192), old.dense_8192);
+    EXPECT_DOUBLE_EQ(DensePrefillFlops(d, 131072), old.dense_131072);
+  }
+}
+
+// Ported from CudaSyntheticTransformerTest.HybridShapeCountsAndLayerKinds.
+TEST(ModelPresetTest, QwenNextLayerMixAndPerTokenFlops) {
+  const ModelDefinition q = Preset("qwen3-next-80b-a3b");
+  const ModelConfig& c = q.config;
+  int full = 0;
+  for (int l = 0; l < c.n_layers; ++l) full += c.layer_kinds[l] == LayerKind::kFullAttention;
+  EXPECT_EQ(full, 12);
+  EXPECT_EQ(c.layer_kinds[3], LayerKind::kFullAttention);
+  EXPECT_EQ(c.layer_kinds[0], LayerKind::kLinearAttention);
+  EXPECT_EQ(c.layer_kinds[46], LayerKind::kLinearAttention);
+  EXPECT_TRUE(q.layers[3].attention && q.layers[0].delta && q.layers[46].delta);
+  for (int d : DefaultUniPrefillConfig(c).drop_layers) {
+    EXPECT_EQ(c.layer_kinds[d], LayerKind::kFullAttention) << d;
+  }
+  // Per token: 36 DeltaNet layers, 12 attention layers, 48 MoE layers (router over the 256
+  // experts kept, top-10 experts + shared of 3 * 2048 * 512 each), delta rule and conv included.
+  const double gdn = 2.0 * (2048.0 * (2 * 2048 + 2 * 4096 + 64) + 4096.0 * 2048) +
+                     2.0 * 4 * 8192 + 6.0 * 32 * 128 * 128;
+  const double attn = 2.0 * (2048.0 * (2 * 4096 + 2 * 512) + 4096.0 * 2048);
+  const double moe = 2.0 * (2048.0 * 256 + 11 * 3 * 2048.0 * 512 + 2048);
+  EXPECT_NEAR(LinearPrefillFlops(q, 1), 36 * gdn + 12 * attn + 48 * moe, 1.0);
+  // Attention: the 12 full layers only.
+  EXPECT_NEAR(DensePrefillFlops(q, 1000) - LinearPrefillFlops(q, 1000),
+              12 * 4.0 * 16 * 256 * (1000.0 * 1001 / 2), 1e3);
+}
+
+TEST(ModelPresetTest, DropLayersAreTheModelsOwnDefaults) {
+  struct Case {
+    const char* preset;
+    std::vector<int> drops;
+    const char* origin;
+  };
+  const Case cases[] = {
+      {"llama-3.1-8b", {7, 11, 15, 19, 23, 27}, "reference default for Llama-3.1-8B"},
+      {"gemma-3-12b", {29, 35, 41}, "reference default for Gemma-3-12B"},
+      {"qwen3-next-80b-a3b", {7, 11, 15, 19, 23, 27, 31, 35, 39, 43},
+       "reference default for Qwen3-Next-80B"},
+      {"tiny-hybrid", {3}, "default rule (docs/uniprefill.md)"},
+  };
+  for (const Case& k : cases) {
+    const UniPrefillConfig up = DefaultUniPrefillConfig(Preset(k.preset).config);
+    EXPECT_EQ(up.drop_layers, k.drops) << k.preset;
+    EXPECT_EQ(up.origin, k.origin) << k.preset;
+  }
+}
+
+TEST(ModelPresetTest, LlamaIsBuiltAsTheLlamaLoaderBuildsIt) {
+  const ModelDefinition d = Preset("llama-3.1-8b");
+  const ModelConfig& c = d.config;
+  EXPECT_EQ(c.architecture, "llama");
+  EXPECT_EQ(c.rms_eps, 1e-5f);
+  EXPECT_TRUE(c.tied_embeddings);
+  EXPECT_EQ(d.head.random_seed, d.token_embedding.random_seed);
+  const LayerDefinition& L = d.layers[0];
+  ASSERT_TRUE(L.attention && L.ffn);
+  EXPECT_TRUE(L.post_mixer_norm.empty() && L.post_ffn_norm.empty());
+  EXPECT_EQ(L.attention->rope_inv_freq, Llama3RopeInvFreq(500000.0, 128, 8.0, 1.0, 4.0, 8192));
+  EXPECT_EQ(L.attention->rope_style, ops::RopeStyle::kNeox);
+  EXPECT_EQ(L.attention->rot_dims, 128);
+  EXPECT_EQ(L.attention->window, 0);
+  EXPECT_TRUE(L.attention->q_norm.empty());
+  EXPECT_EQ(L.attention->q.out_features, 4096);
+  EXPECT_EQ(L.attention->k.out_features, 1024);
+  EXPECT_EQ(L.ffn->gate_up.out_features, 2 * 14336);
+  EXPECT_EQ(L.ffn->activation, ops::Activation::kSilu);
+  EXPECT_FLOAT_EQ(L.attention->scale, 1.0f / std::sqrt(128.0f));
+}
+
+TEST(ModelPresetTest, GemmaIsBuiltAsTheGemmaLoaderBuildsIt) {
+  const ModelDefinition d = Preset("gemma-3-12b");
+  const ModelConfig& c = d.config;
+  EXPECT_EQ(c.architecture, "gemma3");
+  EXPECT_FLOAT_EQ(c.embedding_scale, std::sqrt(3840.0f));
+  EXPECT_EQ(c.sliding_window, 1024);
+  const LayerDefinition& sliding = d.layers[0];
+  const LayerDefinition& full = d.layers[5];
+  EXPECT_EQ(c.layer_kinds[0], LayerKind::kSlidingAttention);
+  EXPECT_EQ(c.layer_kinds[5], LayerKind::kFullAttention);
+  ASSERT_TRUE(sliding.attention && full.attention && full.ffn);
+  EXPECT_EQ(sliding.attention->window, 1024);
+  EXPECT_EQ(full.attention->window, 0);
+  EXPECT_EQ(sliding.attention->rope_inv_freq, ops::RopeInvFreq(1e4, 256));
+  std::vector<float> global = ops::RopeInvFreq(1e6, 256);
+  for (float& f : global) f /= 8.0f;  // Gemma-3-12B's linear rope scaling on full layers
+  EXPECT_EQ(full.attention->rope_inv_freq, global);
+  EXPECT_EQ(full.attention->q_norm.size(), 256u);
+  EXPECT_EQ(full.attention->k_norm.size(), 256u);
+  EXPECT_EQ(full.post_mixer_norm.size(), 3840u);
+  EXPECT_EQ(full.post_ffn_norm.size(), 3840u);
+  EXPECT_EQ(full.ffn->activation, ops::Activation::kGeluTanh);
+}
+
+TEST(ModelPresetTest, QwenNextIsBuiltAsTheQwenNextLoaderBuildsIt) {
+  const ModelDefinition d = Preset("qwen3-next-80b-a3b");
+  EXPECT_EQ(d.config.architecture, "qwen3_next");
+  const LayerDefinition& attn = d.layers[3];
+  const LayerDefinition& lin = d.layers[0];
+  ASSERT_TRUE(attn.attention && attn.moe && lin.delta && lin.moe);
+  EXPECT_TRUE(attn.attention->gated_output);
+  EXPECT_EQ(attn.attention->rot_dims, 64);
+  EXPECT_EQ(attn.attention->rope_inv_freq, ops::RopeInvFreq(1e7, 64));
+  EXPECT_EQ(attn.attention->q.out_features, 2 * 16 * 256);
+  EXPECT_EQ(attn.attention->q_norm.size(), 256u);
+  const GatedDeltaNetWeights& g = *lin.delta;
+  EXPECT_EQ(g.n_k_heads, 16);
+  EXPECT_EQ(g.n_v_heads, 32);
+  EXPECT_EQ(g.in_proj_qkvz.out_features, 2 * 16 * 128 + 2 * 32 * 128);
+  EXPECT_EQ(g.in_proj_ba.out_features, 64);
+  EXPECT_EQ(g.conv_weight.size(), static_cast<size_t>(g.conv_dim()) * 4);
+  EXPECT_EQ(g.a_log.size(), 32u);
+  EXPECT_EQ(g.norm.size(), 128u);
+  const MoeWeights& m = *lin.moe;
+  EXPECT_EQ(m.n_experts, 256);
+  EXPECT_EQ(m.top_k, 10);
+  EXPECT_TRUE(m.norm_topk_prob);
+  EXPECT_EQ(m.expert_gate_up.size(), 256u);
+  EXPECT_EQ(m.shared_expert_gate.out_features, 1);
+  EXPECT_NE(RandomModelPresetNote("qwen3-next-80b-a3b").find("256 of the 512 experts"),
+            std::string::npos);
+}
+
+TEST(ModelPresetTest, UnknownPresetListsTheKnownOnes) {
+  Result<ModelDefinition> d = RandomModelDefinition("llama-70b", {});
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(d.status().message().find("llama-70b"), std::string::npos);
+  for (const std::string& name : RandomModelPresets()) {
+    EXPECT_NE(d.status().message().find(name), std::string::npos) << name;
+  }
+  EXPECT_EQ(RandomModelPresets().size(), 5u);
+}
+
+TEST(ModelPresetTest, ExpertCountAppliesToMoePresetsOnly) {
+  RandomModelOptions o;
+  o.n_experts = 4;
+  const ModelDefinition d = Preset("tiny-hybrid", o);
+  EXPECT_EQ(d.layers[0].moe->n_experts, 4);
+  EXPECT_EQ(d.layers[0].moe->expert_down.size(), 4u);
+  EXPECT_EQ(d.layers[0].moe->top_k, 2);
+  o.n_experts = 1;
+  EXPECT_EQ(Preset("tiny-hybrid", o).layers[0].moe->top_k, 1);  // top-k capped at the experts
+  o.n_experts = 4;
+  Result<ModelDefinition> dense = RandomModelDefinition("tiny", o);
+  ASSERT_FALSE(dense.ok());
+  EXPECT_NE(dense.status().message().find("MoE"), std::string::npos);
+}
+
+TEST(ModelPresetTest, FewerLayersKeepTheFirstLayersWeights) {
+  RandomModelOptions o;
+  o.n_layers = 2;
+  const ModelDefinition short_model = Preset("llama-3.1-8b", o);
+  const ModelDefinition full = Preset("llama-3.1-8b");
+  EXPECT_EQ(short_model.config.n_layers, 2);
+  ASSERT_EQ(short_model.layers.size(), 2u);
+  EXPECT_EQ(short_model.token_embedding.random_seed, full.token_embedding.random_seed);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(short_model.layers[i].attention->q.random_seed,
+              full.layers[i].attention->q.random_seed);
+    EXPECT_EQ(short_model.layers[i].ffn->down.random_seed, full.layers[i].ffn->down.random_seed);
+    EXPECT_EQ(short_model.layers[i].mixer_norm, full.layers[i].mixer_norm);
+  }
+  // A different seed gives different weights.
+  o.seed = 2;
+  EXPECT_NE(Preset("llama-3.1-8b", o).layers[0].attention->q.random_seed,
+            full.layers[0].attention->q.random_seed);
+}
+
+TEST(ModelPresetTest, MaterialisedWeightsAreTheSeededValuesExactly) {
+  RandomModelOptions o;
+  o.seed = 7;
+  const ModelDefinition seeded = Preset("tiny-hybrid", o);
+  o.materialize = true;
+  const ModelDefinition host = Preset("tiny-hybrid", o);
+  EXPECT_TRUE(seeded.token_embedding.is_random());
+  EXPECT_TRUE(seeded.token_embedding.parts.empty());
+  EXPECT_EQ(seeded.host_copy_bytes, 0u);
+
+  size_t f32_bytes = 0;
+  auto check = [&](const ops::LinearWeight& s, const ops::LinearWeight& h, const char* what) {
+    SCOPED_TRACE(what);
+    EXPECT_TRUE(s.is_random());
+    EXPECT_FALSE(h.is_random());
+    EXPECT_EQ(h.random_seed, s.random_seed);  // the CUDA model fills from this seed
+    ASSERT_EQ(h.parts.size(), 1u);
+    ASSERT_EQ(h.parts[0].dtype, DType::kBF16);
+    ASSERT_EQ(h.parts[0].dim(0), s.out_features);
+    ASSERT_EQ(h.parts[0].dim(1), s.in_features);
+    const auto* bits = h.parts[0].as<const uint16_t>();
+    const int64_t n = s.out_features * s.in_features;
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(bits[i], RandomBf16Bits(s.random_seed, i, s.random_scale)) << i;
+    }
+    if (h.f32.size() > 0) {
+      ASSERT_EQ(h.f32.size(), static_cast<size_t>(n) * 4);
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(h.f32.as<float>()[i], Bf16(bits[i])) << i;
+      f32_bytes += h.f32.size();
+    }
+  };
+  check(seeded.token_embedding, host.token_embedding, "embedding");
+  EXPECT_EQ(host.head.parts[0].data, host.token_embedding.parts[0].data);  // tied: one tensor
+  EXPECT_EQ(host.token_embedding.f32.size(), 0u);
+  check(seeded.layers[0].delta->in_proj_qkvz, host.layers[0].delta->in_proj_qkvz, "qkvz");
+  check(seeded.layers[3].attention->q, host.layers[3].attention->q, "gated q");
+  check(seeded.layers[3].moe->expert_gate_up[5], host.layers[3].moe->expert_gate_up[5], "expert");
+  check(seeded.layers[3].moe->shared_expert_gate, host.layers[3].moe->shared_expert_gate, "gate");
+  EXPECT_GT(f32_bytes, 0u);
+  EXPECT_GE(host.host_copy_bytes, f32_bytes);
+  // Small vectors are the same host values in both.
+  EXPECT_EQ(host.layers[0].delta->conv_weight, seeded.layers[0].delta->conv_weight);
+  EXPECT_EQ(host.layers[3].attention->q_norm, seeded.layers[3].attention->q_norm);
+  EXPECT_EQ(host.output_norm, seeded.output_norm);
+  for (float w : host.output_norm) EXPECT_NEAR(w, 1.0f, 0.1f);
+
+  o.f32_prefill_weights = false;
+  const ModelDefinition bf16_only = Preset("tiny-hybrid", o);
+  EXPECT_EQ(bf16_only.host_copy_bytes, 0u);
+  EXPECT_EQ(bf16_only.layers[3].attention->q.f32.size(), 0u);
+}
+
+TEST(ModelPresetTest, CpuModelNeedsMaterialisedWeights) {
+  auto ctx = DeviceContext::Cpu(2);
+  Result<std::unique_ptr<Model>> m = MakeModel(Preset("tiny"), *ctx);
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("materialised"), std::string::npos) << m.status().message();
+}
+
+std::vector<int32_t> RandomTokens(int n, int vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> dist(0, vocab - 1);
+  std::vector<int32_t> ids(n);
+  for (auto& id : ids) id = dist(rng);
+  return ids;
+}
+
+TEST(ModelPresetTest, TinyPresetsRunOnTheCpuWithFiniteLogits) {
+  auto ctx = DeviceContext::Cpu(2);
+  for (const char* name : {"tiny", "tiny-hybrid"}) {
+    SCOPED_TRACE(name);
+    RandomModelOptions o;
+    o.materialize = true;
+    Result<std::unique_ptr<Model>> made = MakeModel(Preset(name, o), *ctx);
+    ASSERT_TRUE(made.ok()) << made.status().message();
+    Model& m = **made;
+    const int V = m.config().vocab_size;
+    UniPrefillConfig dense;
+    dense.enabled = false;
+    UniPrefillConfig drop = DefaultUniPrefillConfig(m.config());
+    drop.selection.mode = SelectionMode::kFixedRatio;
+    drop.selection.keep_ratio = 0.5f;
+    for (const UniPrefillConfig* up : {&dense, &drop}) {
+      const std::vector<std::vector<int32_t>> prompts = {RandomTokens(600, V, 1),
+                                                         RandomTokens(90, V, 2)};
+      std::vector<std::unique_ptr<SequenceCache>> caches;
+      std::vector<std::vector<float>> logits(2, std::vector<float>(V));
+      std::vector<std::vector<KeptTokens>> kept(2);
+      std::vector<SequenceStep> steps;
+      for (int r = 0; r < 2; ++r) {
+        caches.push_back(m.NewCache(600, up->active_drop_layers()));
+        steps.push_back({caches[r].get(), prompts[r], logits[r].data(), &kept[r]});
+      }
+      Status st = m.ForwardBatch(*ctx, steps, *up);
+      ASSERT_TRUE(st.ok()) << st.message();
+      for (int r = 0; r < 2; ++r) {
+        EXPECT_TRUE(std::isfinite(testing::MaxAbs(logits[r]))) << "request " << r;
+        EXPECT_GT(testing::MaxAbs(logits[r]), 0.0) << "request " << r;
+      }
+      EXPECT_TRUE(kept[1].empty());  // 90 tokens <= S + n: never selects
+      if (up->enabled) {
+        ASSERT_FALSE(kept[0].empty());
+        EXPECT_LT(kept[0][0].kept, 600);  // the first drop dropped
+      } else {
+        EXPECT_TRUE(kept[0].empty());
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace uniprefill
