@@ -1,6 +1,6 @@
-// The CUDA model (backend/cuda/cuda_backend.h): its Load (weights: cuda_model_weights.h), the batch
-// layout and the forward's layer loop, logits and cache commits. The mixers are in
-// cuda_model_mixers.cc, UniPrefill's drops in cuda_model_drops.cc.
+// The CUDA backend (cuda_backend.h): its Load (weights: cuda_weights.h), the batch layout, the
+// walk's norm / FFN / MoE steps, logits and cache commits. The mixers are in
+// cuda_backend_mixers.cc, UniPrefill's drops in cuda_backend_drops.cc.
 #include "backend/cuda/cuda_backend.h"
 
 #include <cuda_runtime_api.h>
@@ -213,7 +213,8 @@ Result<bool> CudaBackend::Begin(DeviceContext& ctx, std::span<const SequenceStep
   // ratio (top-p's kept count is unbounded until known; a forward where nobody selects, e.g. a
   // decode batch, keeps the plain path). UniPrefillConfig::drop_sync = kEveryDrop forces the
   // synced path (diagnostics and tests).
-  bool any_selects = false, all_fixed = true;
+  bool any_selects = false, all_fixed = true, all_fresh = true;
+  size_t cached_entries = 0;  // bounds what ScoreOverCache stages per drop
   int max_last_n = uniprefill.selection.last_n;
   for (size_t r = 0; r < steps.size(); ++r) {
     const SequenceStep& step = steps[r];
@@ -223,9 +224,15 @@ Result<bool> CudaBackend::Begin(DeviceContext& ctx, std::span<const SequenceStep
     if (config.selection.mode != sparsity::SelectionMode::kFixedRatio) all_fixed = false;
     if (batch.seq(static_cast<int>(r)).rows() > config.selection.sink + config.selection.last_n) {
       any_selects = true;
+      if (step.cache->length() > 0) {
+        all_fresh = false;
+        cached_entries += step.cache->length() + step.tokens.size();
+      }
     }
   }
-  bounded_ = !drops_.empty() && any_selects && all_fixed &&
+  // A request whose cache holds tokens selects by the synced path (its scoring gathers the cached
+  // keys; the bounded layout assumes every selecting request starts the segment).
+  bounded_ = !drops_.empty() && any_selects && all_fixed && all_fresh &&
              uniprefill.drop_sync == DropSync::kOnlyWhenNeeded;
   layer_segment_.assign(c.n_layers, 0);
 
@@ -235,8 +242,8 @@ Result<bool> CudaBackend::Begin(DeviceContext& ctx, std::span<const SequenceStep
   // source rows, positions, indices, observation rows and coordinates, counts, bases, flags).
   const size_t bt = static_cast<size_t>(pool_->block_tokens());
   const size_t per_layer = T + B * (max_tokens / bt + 2) + 7 * B + 64;
-  const size_t per_drop =
-      6 * T + 6 * B + 64 + (bounded_ ? 4 * T + 3 * B + B * (2 * max_last_n + 4) : 0);
+  const size_t per_drop = 6 * T + 6 * B + 64 + 2 * cached_entries + 8 * B +
+                          (bounded_ ? 4 * T + 3 * B + B * (2 * max_last_n + 4) : 0);
   UP_RETURN_IF_ERROR(staging_.Reserve(c.n_layers * per_layer + drops_.size() * per_drop + 4 * T +
                                       8 * B + drops_.size() * B + 64));
   UP_RETURN_IF_ERROR(EnsureWork(T, B));

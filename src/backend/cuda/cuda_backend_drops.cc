@@ -1,5 +1,7 @@
-// UniPrefill drops of the CUDA model (cuda_model_impl.h), at a drop layer after its keys are
-// cached: score the last n queries' attention (AttentionImportance), select (SelectTokens), then
+// UniPrefill drops of the CUDA backend (cuda_backend_impl.h), at a drop layer after its keys are
+// cached: score the last n queries' attention (AttentionImportance; over the step's own keys for a
+// fresh prompt, over every cached key of the layer for a request whose cache holds tokens, as the
+// CPU backend does), select (SelectTokens) among the step's rows, then
 // compact the residual and the kept queries. SyncedDrop learns the kept rows by one host sync and
 // lays the next segment out exactly (top-p); BoundedDrop never syncs (fixed ratio: capacities,
 // padding rows and device-side counts, ops/cuda/cuda_uniprefill.h), and ReconcileBoundedCaches
@@ -32,7 +34,7 @@ namespace {
 
 // Which requests select at a drop layer (the others pass through to the next segment whole): a
 // step that allows dropping, longer than S + n (for a bounded segment its capacity stands in for
-// its length; a shorter true count keeps everything on the device). Only whole prompts select.
+// its length; a shorter true count keeps everything on the device).
 struct Selecting {
   std::vector<char> selects;                            // [B]
   std::vector<const sparsity::SelectionParams*> params;  // [B]: each request's selection
@@ -51,11 +53,6 @@ Result<Selecting> SelectingRequests(const std::vector<Req>& reqs, const DropLaye
     const sparsity::SelectionParams& p = config->selection;
     out.params[r] = &p;
     if (reqs[r].rows() <= p.sink + p.last_n || !step.allow_drop) continue;
-    if (!reqs[r].fresh) {
-      return Unimplemented(
-          "UniPrefill on the GPU selects from a whole prompt: a request whose cache already "
-          "holds tokens cannot drop (send the prompt in one step, or disable UniPrefill for it)");
-    }
     out.selects[r] = 1;
     out.any = true;
     out.scratch_bytes =
@@ -65,6 +62,44 @@ Result<Selecting> SelectingRequests(const std::vector<Req>& reqs, const DropLaye
 }
 
 }  // namespace
+
+Status CudaBackend::ScoreOverCache(int layer, const Req& req, const TensorView& q_obs,
+                                   const int32_t* q_coord, const AttentionWeights& a,
+                                   float* importance) {
+  // Every key this layer holds for the request (its earlier tokens and this step's rows, all
+  // appended before the drop), gathered from the paged pool with its alive index: the CPU
+  // backend's scoring (model/blocks/attention_block.cc). The step's own rows are the newest
+  // req.rows() entries; their importance is what the selection reads.
+  cudaStream_t stream = ctx_.cuda().stream();
+  const int count = req.cache->count(layer);
+  const int bt = pool_->block_tokens(), kvd = pool_->kv_dim();
+  const std::vector<int32_t>& blocks = req.cache->blocks(layer);
+  std::vector<int32_t> k_rows(count), c_rows(count);
+  for (int i = 0; i < count; ++i) {
+    const int32_t block = blocks[i / bt], row = i % bt;
+    if (block < 0) return Internal("UniPrefill scoring: a page of a full-attention layer was released");
+    k_rows[i] = 2 * bt * block + row;       // the K half of kv [blocks, 2, bt, kv_dim]
+    c_rows[i] = 2 * bt * block + bt + row;  // the alive index of meta [blocks, 2, bt]
+  }
+  UP_ASSIGN_OR_RETURN(const int32_t* d_k_rows, staging_.Put(k_rows, stream));
+  UP_ASSIGN_OR_RETURN(const int32_t* d_c_rows, staging_.Put(c_rows, stream));
+  UP_RETURN_IF_ERROR(Grow(cache_keys_, static_cast<size_t>(count) * kvd * 2));
+  UP_RETURN_IF_ERROR(Grow(cache_coords_, static_cast<size_t>(count) * 4));
+  UP_RETURN_IF_ERROR(Grow(cache_importance_, static_cast<size_t>(count) * 4));
+  const int64_t pool_rows = int64_t{2} * bt * pool_->num_blocks();
+  oc::GatherRows(ctx_, cache_keys_.View(DType::kBF16, {count, kvd}),
+                 Rows(pool_->kv().data, DType::kBF16, pool_rows, kvd, kvd), d_k_rows);
+  oc::GatherRows(ctx_, Rows(cache_coords_.data(), DType::kI32, count, 1, 1),
+                 Rows(pool_->meta(), DType::kI32, pool_rows, 1, 1), d_c_rows);
+  UP_CUDA_CHECK(cudaMemsetAsync(cache_importance_.data(), 0, static_cast<size_t>(count) * 4, stream));
+  oc::AttentionImportance(ctx_, cache_importance_.as<float>(), q_obs,
+                          Heads(cache_keys_.data(), count, a.n_kv_heads, a.head_dim, kvd), q_coord,
+                          cache_coords_.as<int32_t>(), a.scale);
+  UP_CUDA_CHECK(cudaMemcpyAsync(importance, cache_importance_.as<float>() + (count - req.rows()),
+                                static_cast<size_t>(req.rows()) * 4, cudaMemcpyDeviceToDevice,
+                                stream));
+  return OkStatus();
+}
 
 Status CudaBackend::SyncedDrop(const AttentionLayer& L, std::vector<Req>& reqs,
                              const DropLayer& drop, int segment, int64_t T, KeptQueries* kq) {
@@ -92,10 +127,15 @@ Status CudaBackend::SyncedDrop(const AttentionLayer& L, std::vector<Req>& reqs,
     const int n = reqs[r].rows();
     const int64_t n_obs = std::min<int64_t>(params[r]->last_n, n);
     const int64_t b = reqs[r].begin;
-    oc::AttentionImportance(ctx_, importance_.as<float>() + b,
-                            Heads(Bf16(qkv_, (b + n - n_obs) * width), n_obs, Hq, D, width),
-                            Heads(Bf16(qkv_, b * width + q_cols), n, Hkv, D, width),
-                            d_index_ + b + n - n_obs, d_index_ + b, a.scale);
+    const TensorView q_obs = Heads(Bf16(qkv_, (b + n - n_obs) * width), n_obs, Hq, D, width);
+    if (reqs[r].fresh) {  // its keys are the step's own rows
+      oc::AttentionImportance(ctx_, importance_.as<float>() + b, q_obs,
+                              Heads(Bf16(qkv_, b * width + q_cols), n, Hkv, D, width),
+                              d_index_ + b + n - n_obs, d_index_ + b, a.scale);
+    } else {
+      UP_RETURN_IF_ERROR(ScoreOverCache(drop.layer, reqs[r], q_obs, d_index_ + b + n - n_obs,
+                                        a, importance_.as<float>() + b));
+    }
   }
   std::pair<int32_t*, int32_t*> counts{}, kept{};
   if (any) {
@@ -202,6 +242,11 @@ Status CudaBackend::BoundedDrop(const AttentionLayer& L, std::vector<Req>& reqs,
 
   UP_ASSIGN_OR_RETURN(const Selecting selecting, SelectingRequests(reqs, drop));
   const std::vector<const sparsity::SelectionParams*>& params = selecting.params;
+  for (int r = 0; r < B; ++r) {
+    if (selecting.selects[r] && !reqs[r].fresh) {
+      return Internal("a sync-free drop got a request whose cache holds tokens (Begin's choice)");
+    }
+  }
   std::vector<int32_t> pass(B);  // device flags for CompactSegments: 1 = kept whole
   for (int r = 0; r < B; ++r) pass[r] = selecting.selects[r] ? 0 : 1;
   UP_RETURN_IF_ERROR(Grow(select_scratch_, selecting.scratch_bytes));
@@ -323,7 +368,13 @@ void CudaBackend::ReconcileBoundedCaches(std::vector<Req>& reqs,
     }
     const SequenceStep& step = steps[q.step];
     if (step.kept) {
-      for (int s : q.selected_at) step.kept->push_back({drops[s], rows[s + 1], rows[s]});
+      // As the CPU records: only drops where the true alive count exceeded S + n (a capacity
+      // above it does not mean the request selected there).
+      const sparsity::SelectionParams& p =
+          (step.selection ? step.selection : uniprefill_)->selection;
+      for (int s : q.selected_at) {
+        if (rows[s] > p.sink + p.last_n) step.kept->push_back({drops[s], rows[s + 1], rows[s]});
+      }
     }
   }
 }

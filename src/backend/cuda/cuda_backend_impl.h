@@ -108,6 +108,10 @@ class CudaBackend final : public LayerBackend {
   // or UniPrefillConfig::drop_sync = DropSync::kEveryDrop).
   Status SyncedDrop(const AttentionLayer& L, std::vector<Req>& reqs, const DropLayer& drop,
                     int segment, int64_t T, KeptQueries* kq);
+  // importance f32 [req.rows()] of the step's rows of a request whose cache holds earlier tokens:
+  // q_obs (its last n queries, coordinates q_coord) against every key `layer` holds for it.
+  Status ScoreOverCache(int layer, const Req& req, const TensorView& q_obs, const int32_t* q_coord,
+                        const AttentionWeights& a, float* importance);
   // A fixed-ratio drop without a host sync (bounded segments, ops/cuda/cuda_uniprefill.h): the
   // kept counts stay on the device; later launches are sized by FixedRatioCapacity; the host
   // learns the counts after the forward's final sync (ReconcileBoundedCaches).
@@ -139,6 +143,7 @@ class CudaBackend final : public LayerBackend {
   DeviceBuffer residual_[2], normed_, out_, qkv_, q_kept_, attn_, ffn_, conv_, gbeta_;
   DeviceBuffer importance_, kept_rows_, kept_count_, select_scratch_, moe_scratch_, decode_scratch_,
       logits_, logits_f32_, last_hidden_;
+  DeviceBuffer cache_keys_, cache_coords_, cache_importance_;  // ScoreOverCache's gathers
   int cur_ = 0;  // live residual buffer
   PinnedStaging staging_;
 

@@ -20,6 +20,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -262,7 +263,8 @@ void SelectTokens(DeviceContext& ctx, int32_t* kept_rows, int32_t* kept_count,
                   const float* importance, int64_t n_tokens,
                   const sparsity::SelectionParams& params, void* scratch, size_t scratch_bytes,
                   const int32_t* n_tokens_device) {
-  Require(sparsity::ValidateSelectionParams(params).ok(), "invalid selection parameters");
+  // Validated where the configuration was made (ValidateUniPrefillConfig); debug builds re-check.
+  assert(sparsity::ValidateSelectionParams(params).ok());
   Require(n_tokens >= 0 && n_tokens < (int64_t{1} << 31) - kSelectThreads * kItemsPerThread,
           "token count out of range");
   cudaStream_t stream = ctx.cuda().stream();

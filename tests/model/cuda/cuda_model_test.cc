@@ -26,6 +26,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backend/cuda/cuda_kv_cache.h"
@@ -272,6 +273,69 @@ TEST_P(CudaModelFamilyTest, MatchesHostModelWithUniPrefillDrops) {
   for (auto mode : {sparsity::SelectionMode::kFixedRatio, sparsity::SelectionMode::kTopP}) {
     ComparePrompt(p, ctx, RandomTokens(200, c.vocab_size, 77), SmallBlocks(c, mode),
                   GetParam() + (mode == sparsity::SelectionMode::kTopP ? " top-p" : " ratio"));
+  }
+}
+
+// A drop for a request whose cache already holds tokens (the second part of a prompt sent in two
+// steps, as segment-wise chunked prefill will): the GPU scores the step's rows against every key
+// the layer holds, as the CPU does, and keeps the same rows. The second step shares its forward
+// with a fresh prompt (which the GPU orders first), in both modes: fixed ratio then takes the
+// synced path for the whole forward.
+TEST_P(CudaModelFamilyTest, DropOnACacheThatHoldsTokensMatchesHostModel) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  Pair p = Load(ModelDir(GetParam()), ctx);
+  ASSERT_TRUE(p.cpu && p.gpu);
+  const ModelConfig& c = p.cpu->config();
+  const std::vector<int32_t> prompt = RandomTokens(240, c.vocab_size, 91);
+  const std::vector<int32_t> first(prompt.begin(), prompt.begin() + 90);
+  const std::vector<int32_t> second(prompt.begin() + 90, prompt.end());
+  const std::vector<int32_t> other = RandomTokens(120, c.vocab_size, 92);
+  for (auto mode : {sparsity::SelectionMode::kFixedRatio, sparsity::SelectionMode::kTopP}) {
+    const UniPrefillConfig up = SmallBlocks(c, mode);
+    const std::string label =
+        GetParam() + (mode == sparsity::SelectionMode::kTopP ? " top-p" : " ratio");
+    struct Run {
+      std::vector<float> logits, other_logits;
+      std::vector<KeptTokens> kept, other_kept;
+    };
+    auto run = [&](Model& m, DeviceContext& mctx) {
+      Run out;
+      out.logits.resize(c.vocab_size);
+      out.other_logits.resize(c.vocab_size);
+      auto cache = m.NewCache(400, up.active_drop_layers());
+      auto other_cache = m.NewCache(400, up.active_drop_layers());
+      SequenceStep s1{cache.get(), first, out.logits.data()};
+      s1.allow_drop = false;  // the first part passes through (dense)
+      Status st = m.ForwardBatch(mctx, std::span<const SequenceStep>(&s1, 1), up);
+      EXPECT_TRUE(st.ok()) << st.message();
+      std::vector<SequenceStep> steps{{cache.get(), second, out.logits.data(), &out.kept},
+                                      {other_cache.get(), other, out.other_logits.data(),
+                                       &out.other_kept}};
+      st = m.ForwardBatch(mctx, steps, up);
+      EXPECT_TRUE(st.ok()) << st.message();
+      return out;
+    };
+    const Run cpu = run(*p.cpu, *p.cpu_ctx);
+    const Run gpu = run(*p.gpu, ctx);
+    const double err = testing::RelativeL2Error(gpu.logits, cpu.logits);
+    const double err_other = testing::RelativeL2Error(gpu.other_logits, cpu.other_logits);
+    std::printf("[%s] second step over a 90-token cache: logits error %.2e (fresh beside it "
+                "%.2e)\n", label.c_str(), err, err_other);
+    EXPECT_LT(err, BoundFor(label)) << label;
+    EXPECT_LT(err_other, BoundFor(label)) << label;
+    ASSERT_FALSE(cpu.kept.empty()) << label << ": the second step should select";
+    for (const auto& [name, cpu_kept, gpu_kept] :
+         {std::tuple{"continued", &cpu.kept, &gpu.kept},
+          std::tuple{"fresh", &cpu.other_kept, &gpu.other_kept}}) {
+      ASSERT_EQ(cpu_kept->size(), gpu_kept->size()) << label << " " << name;
+      for (size_t i = 0; i < cpu_kept->size(); ++i) {
+        std::printf("[%s %s] drop layer %d kept cpu %d gpu %d of %d\n", label.c_str(), name,
+                    (*cpu_kept)[i].layer, (*cpu_kept)[i].kept, (*gpu_kept)[i].kept,
+                    (*cpu_kept)[i].alive);
+        EXPECT_EQ((*cpu_kept)[i].kept, (*gpu_kept)[i].kept) << label << " " << name;
+        EXPECT_EQ((*cpu_kept)[i].alive, (*gpu_kept)[i].alive) << label << " " << name;
+      }
+    }
   }
 }
 
