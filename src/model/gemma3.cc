@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "model/hf_checkpoint.h"
 #include "model/weight_source.h"
 #include "ops/ops.h"
 
@@ -184,39 +185,22 @@ Result<ModelConfig> Gemma3ConfigFromGguf(const gguf::GgufFile& f) {
 }
 
 Result<ModelConfig> Gemma3ConfigFromHf(const HfConfig& hf) {
-  ModelConfig c;
-  c.architecture = "gemma3";
-  c.name = "gemma3 (" + hf.Where() + ")";
-  UP_ASSIGN_OR_RETURN(int64_t layers, hf.GetInt("num_hidden_layers"));
-  UP_ASSIGN_OR_RETURN(int64_t hidden, hf.GetInt("hidden_size"));
-  UP_ASSIGN_OR_RETURN(int64_t ffn, hf.GetInt("intermediate_size"));
-  UP_ASSIGN_OR_RETURN(int64_t heads, hf.GetInt("num_attention_heads"));
-  UP_ASSIGN_OR_RETURN(int64_t kv_heads, hf.GetIntOr("num_key_value_heads", heads));
-  UP_ASSIGN_OR_RETURN(int64_t head_dim, hf.GetIntOr("head_dim", 256));
-  UP_ASSIGN_OR_RETURN(int64_t vocab, hf.GetIntOr("vocab_size", 262208));
-  UP_ASSIGN_OR_RETURN(int64_t ctx_len, hf.GetIntOr("max_position_embeddings", 131072));
+  HfCommonDefaults defaults;
+  defaults.head_dim = 256;
+  defaults.vocab = 262208;
+  defaults.context = 131072;
+  defaults.rope_theta = 1e6;
+  UP_ASSIGN_OR_RETURN(ModelConfig c, ReadHfCommonConfig(hf, "gemma3", defaults));
   UP_ASSIGN_OR_RETURN(int64_t window, hf.GetIntOr("sliding_window", 4096));
-  UP_ASSIGN_OR_RETURN(double eps, hf.GetFloatOr("rms_norm_eps", 1e-6));
-  UP_ASSIGN_OR_RETURN(double theta, hf.GetFloatOr("rope_theta", 1e6));
   UP_ASSIGN_OR_RETURN(double local, hf.GetFloatOr("rope_local_base_freq", 1e4));
-  UP_ASSIGN_OR_RETURN(double qpas, hf.GetFloatOr("query_pre_attn_scalar", double(head_dim)));
+  UP_ASSIGN_OR_RETURN(double qpas, hf.GetFloatOr("query_pre_attn_scalar", double(c.head_dim)));
   for (const char* cap : {"attn_logit_softcapping", "final_logit_softcapping"}) {
     if (hf.Has(cap) && !hf.json().at(cap).is_null()) {
       return Unimplemented(hf.Where() + ": " + cap + " is set; Gemma 3 has none and this engine "
                            "does not implement it");
     }
   }
-  c.n_layers = static_cast<int>(layers);
-  c.hidden = static_cast<int>(hidden);
-  c.ffn_hidden = static_cast<int>(ffn);
-  c.n_heads = static_cast<int>(heads);
-  c.n_kv_heads = static_cast<int>(kv_heads);
-  c.head_dim = static_cast<int>(head_dim);
-  c.vocab_size = static_cast<int>(vocab);
-  c.context_length = static_cast<int>(ctx_len);
   c.sliding_window = static_cast<int>(window);
-  c.rms_eps = static_cast<float>(eps);
-  c.rope_theta_global = theta;
   c.rope_theta_local = local;
   c.embedding_scale = std::sqrt(static_cast<float>(c.hidden));
   c.attention_scale = static_cast<float>(1.0 / std::sqrt(qpas));

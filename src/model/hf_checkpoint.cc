@@ -1,5 +1,7 @@
 #include "model/hf_checkpoint.h"
 
+#include <cmath>
+
 #include "io/hf_config.h"
 #include "model/gemma3.h"
 #include "model/llama.h"
@@ -33,6 +35,39 @@ class SafetensorsSource final : public WeightSource {
 };
 
 }  // namespace
+
+Result<ModelConfig> ReadHfCommonConfig(const HfConfig& hf, const std::string& architecture,
+                                       const HfCommonDefaults& d) {
+  ModelConfig c;
+  c.architecture = architecture;
+  c.name = architecture + " (" + hf.Where() + ")";
+  UP_ASSIGN_OR_RETURN(int64_t layers, hf.GetInt("num_hidden_layers"));
+  UP_ASSIGN_OR_RETURN(int64_t hidden, hf.GetInt("hidden_size"));
+  UP_ASSIGN_OR_RETURN(int64_t heads, hf.GetInt("num_attention_heads"));
+  UP_ASSIGN_OR_RETURN(int64_t kv_heads, hf.GetIntOr("num_key_value_heads", heads));
+  UP_ASSIGN_OR_RETURN(int64_t head_dim,
+                      hf.GetIntOr("head_dim", d.head_dim ? d.head_dim : heads ? hidden / heads : 0));
+  UP_ASSIGN_OR_RETURN(int64_t vocab, d.vocab ? hf.GetIntOr("vocab_size", d.vocab)
+                                             : hf.GetInt("vocab_size"));
+  UP_ASSIGN_OR_RETURN(int64_t ctx_len, hf.GetIntOr("max_position_embeddings", d.context));
+  UP_ASSIGN_OR_RETURN(double eps, hf.GetFloatOr("rms_norm_eps", d.rms_eps));
+  UP_ASSIGN_OR_RETURN(double theta, hf.GetFloatOr("rope_theta", d.rope_theta));
+  if (d.ffn) {
+    UP_ASSIGN_OR_RETURN(int64_t ffn, hf.GetInt("intermediate_size"));
+    c.ffn_hidden = static_cast<int>(ffn);
+  }
+  c.n_layers = static_cast<int>(layers);
+  c.hidden = static_cast<int>(hidden);
+  c.n_heads = static_cast<int>(heads);
+  c.n_kv_heads = static_cast<int>(kv_heads);
+  c.head_dim = static_cast<int>(head_dim);
+  c.vocab_size = static_cast<int>(vocab);
+  c.context_length = static_cast<int>(ctx_len);
+  c.rms_eps = static_cast<float>(eps);
+  c.rope_theta_global = theta;
+  c.attention_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim > 0 ? c.head_dim : 1));
+  return c;
+}
 
 std::unique_ptr<WeightSource> SafetensorsWeightSource(const safetensors::Checkpoint& checkpoint) {
   return std::make_unique<SafetensorsSource>(checkpoint);

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "model/hf_checkpoint.h"
 #include "ops/ops.h"
 
 namespace uniprefill {
@@ -175,31 +176,12 @@ Result<ModelDefinition> LoadLlama(std::unique_ptr<gguf::GgufFile> file, DeviceCo
 Result<ModelDefinition> LoadLlama(const HfConfig& hf, std::shared_ptr<void> owner,
                                          const WeightSource& src, DeviceContext& ctx,
                                          const LoadOptions& options) {
-  ModelConfig c;
-  c.architecture = "llama";
+  HfCommonDefaults defaults;
+  defaults.rms_eps = 1e-5;
+  UP_ASSIGN_OR_RETURN(ModelConfig c, ReadHfCommonConfig(hf, "llama", defaults));
   c.name = "llama (" + src.path() + ")";
-  UP_ASSIGN_OR_RETURN(int64_t layers, hf.GetInt("num_hidden_layers"));
-  UP_ASSIGN_OR_RETURN(int64_t hidden, hf.GetInt("hidden_size"));
-  UP_ASSIGN_OR_RETURN(int64_t ffn, hf.GetInt("intermediate_size"));
-  UP_ASSIGN_OR_RETURN(int64_t heads, hf.GetInt("num_attention_heads"));
-  UP_ASSIGN_OR_RETURN(int64_t kv_heads, hf.GetIntOr("num_key_value_heads", heads));
-  UP_ASSIGN_OR_RETURN(int64_t vocab, hf.GetInt("vocab_size"));
-  UP_ASSIGN_OR_RETURN(int64_t ctx_len, hf.GetIntOr("max_position_embeddings", 8192));
-  UP_ASSIGN_OR_RETURN(int64_t head_dim, hf.GetIntOr("head_dim", heads ? hidden / heads : 0));
-  UP_ASSIGN_OR_RETURN(double eps, hf.GetFloatOr("rms_norm_eps", 1e-5));
-  UP_ASSIGN_OR_RETURN(double theta, hf.GetFloatOr("rope_theta", 10000.0));
+  const double theta = c.rope_theta_global;
   UP_ASSIGN_OR_RETURN(bool tied, hf.GetBoolOr("tie_word_embeddings", false));
-  c.n_layers = static_cast<int>(layers);
-  c.hidden = static_cast<int>(hidden);
-  c.ffn_hidden = static_cast<int>(ffn);
-  c.n_heads = static_cast<int>(heads);
-  c.n_kv_heads = static_cast<int>(kv_heads);
-  c.head_dim = static_cast<int>(head_dim);
-  c.vocab_size = static_cast<int>(vocab);
-  c.context_length = static_cast<int>(ctx_len);
-  c.rms_eps = static_cast<float>(eps);
-  c.rope_theta_global = theta;
-  c.attention_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   c.layer_kinds.assign(c.n_layers, LayerKind::kFullAttention);
   UP_RETURN_IF_ERROR(CheckShape(c, hf.Where()));
   std::vector<float> inv = ops::RopeInvFreq(theta, c.head_dim);

@@ -9,8 +9,8 @@
 // (the (1 + w) of zero-centred norms already applied).
 //
 // Linear weights point into the mapped model file (`owners` keeps it alive) or, for random-weight
-// presets, are described by a seed (ops::LinearWeight::random_seed) that each backend materialises
-// where it keeps weights.
+// presets, are described by seeds (ops::LinearWeight::random_parts) that the CUDA backend fills on
+// the device (CPU models of presets get the values materialised on the host instead).
 #pragma once
 
 #include <cstddef>

@@ -1,17 +1,26 @@
-// Random-weight preset models (model_presets.h): a preset table, one random-value maker, and one
-// builder per family that fills the definition as that family's loader does.
+// Random-weight preset models (model_presets.h): a preset table, its config.json, and a weight
+// source of seeds that the family's own Hugging Face loader reads.
 #include "model/model_presets.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <optional>
 #include <utility>
 
+#include <nlohmann/json.hpp>
+
 #include "core/buffer.h"
+#include "core/device_context.h"
+#include "io/hf_config.h"
 #include "core/random_bf16.h"
 #include "core/thread_pool.h"
+#include "model/gemma3.h"
 #include "model/llama.h"
+#include "model/qwen3_next.h"
+#include "model/weight_source.h"
 #include "ops/ops.h"
 
 namespace uniprefill {
@@ -82,225 +91,153 @@ const Preset* FindPreset(const std::string& name) {
   return nullptr;
 }
 
-// The random values of one definition: a seed per weight, in the order they are asked for.
-class RandomValues {
+// Distinct seeds per tensor name (FNV-1a over the name, mixed with the model seed), so a model of
+// fewer layers or experts has the same values in the tensors it keeps.
+uint64_t SeedOf(uint64_t model_seed, const std::string& name) {
+  uint64_t h = 0xcbf29ce484222325ull ^ (model_seed * 0x9E3779B97F4A7C15ull);
+  for (unsigned char ch : name) h = (h ^ ch) * 0x100000001b3ull;
+  return h | 1;  // never 0
+}
+
+bool EndsWith(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// A contiguous host view of a 1- to 3-D shape.
+TensorView HostView(void* data, DType dtype, const std::vector<int64_t>& shape) {
+  if (shape.size() == 1) return TensorView::Contiguous(data, dtype, {shape[0]});
+  if (shape.size() == 2) return TensorView::Contiguous(data, dtype, {shape[0], shape[1]});
+  return TensorView::Contiguous(data, dtype, {shape[0], shape[1], shape[2]});
+}
+
+float Bf16ToF32(uint16_t bits) {
+  const uint32_t u = static_cast<uint32_t>(bits) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// A Hugging Face checkpoint that is all seeds: the family loaders read it like safetensors. Linear
+// weights are described by their seeds (DescribeLinear), or, materialised, made as bf16 tensors;
+// the small tensors (norms, DeltaNet conv taps, A_log, dt_bias) are always made on the host, f32.
+class RandomWeightSource final : public WeightSource {
  public:
-  RandomValues(const RandomModelOptions& o, ModelDefinition& def)
-      : o_(o), def_(def), last_seed_(o.seed * 1000003ull) {
-    if (o.materialize) pool_ = std::make_unique<ThreadPool>();
+  RandomWeightSource(std::string preset, uint64_t seed, bool materialize, bool zero_centred_norms)
+      : preset_(std::move(preset)), seed_(seed), materialize_(materialize),
+        zero_centred_norms_(zero_centred_norms), pool_(std::make_unique<ThreadPool>()) {}
+
+  std::string path() const override { return "random-weight preset " + preset_; }
+  // Tied embeddings: there is no separate head ("(tied)" is what the Llama loader asks then).
+  bool Has(const std::string& name) const override {
+    return name != "lm_head.weight" && name != "(tied)";
   }
 
-  // A weight [out, in]: described by its seed, or (materialize) filled as one bf16 part plus,
-  // with f32_copy and the option on, an f32 copy for prefill GEMMs, as LoadLinear keeps.
-  ops::LinearWeight Linear(int64_t out, int64_t in, bool f32_copy = true) {
+  Result<TensorView> Get(const std::string& name,
+                         const std::vector<int64_t>& shape) const override {
+    if (shape.empty() || shape.size() > 3) return InvalidArgument("preset tensor '" + name + "': bad rank");
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    // One tensor per name (a tied head reads the embedding's).
+    if (auto it = made_.find(name); it != made_.end()) return it->second;
+    const uint64_t seed = SeedOf(seed_, name);
+    if (shape.size() == 2) {  // a linear weight or the embedding, materialised as bf16
+      auto bits = std::make_shared<std::vector<uint16_t>>(static_cast<size_t>(n));
+      uint16_t* out = bits->data();
+      pool_->ParallelFor(n, 1 << 16, [&](int64_t b, int64_t e, int) {
+        for (int64_t i = b; i < e; ++i) out[i] = RandomBf16Bits(seed, i, kWeightScale);
+      });
+      owners_.push_back(bits);
+      return made_[name] = HostView(out, DType::kBF16, shape);
+    }
+    // Norm weights: 1 +- 0.1 as multiplied (zero-centred checkpoints store w, the loader adds 1;
+    // Qwen3-Next's DeltaNet output norm is a plain weight); conv taps, A_log, dt_bias: +- 0.5.
+    const bool norm = EndsWith(name, "norm.weight");
+    const bool plain = EndsWith(name, "linear_attn.norm.weight") || !zero_centred_norms_;
+    const float center = norm && plain ? 1.0f : 0.0f;
+    const float half_width = norm ? 0.1f : 0.5f;
+    auto values = std::make_shared<std::vector<float>>(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      (*values)[i] = center + Bf16ToF32(RandomBf16Bits(seed, i, half_width));
+    }
+    owners_.push_back(values);
+    return made_[name] = HostView(values->data(), DType::kF32, shape);
+  }
+
+  std::optional<ops::LinearWeight> DescribeLinear(
+      const std::vector<std::string>& names,
+      const std::vector<std::vector<int64_t>>& shapes) const override {
+    if (materialize_) return std::nullopt;  // LoadLinear reads Get's tensors
     ops::LinearWeight w;
-    w.out_features = out;
-    w.in_features = in;
-    w.random_seed = NextSeed();
-    w.random_scale = kWeightScale;
-    w.int16_decode_activations = !o_.f32_decode;
-    if (!o_.materialize) return w;
-    const int64_t n = out * in;
-    auto bf16 = std::make_shared<Buffer>(static_cast<size_t>(n) * 2);
-    uint16_t* bits = bf16->as<uint16_t>();
-    Fill(n, [&](int64_t i) { bits[i] = RandomBf16Bits(w.random_seed, i, w.random_scale); });
-    w.parts.push_back(TensorView::Contiguous(bits, DType::kBF16, {out, in}));
-    def_.owners.push_back(std::move(bf16));
-    if (f32_copy && o_.f32_prefill_weights) {
-      w.f32 = Buffer(static_cast<size_t>(n) * 4);
-      float* f = w.f32.as<float>();
-      Fill(n, [&](int64_t i) { f[i] = Bf16ToF32(bits[i]); });
-      def_.host_copy_bytes += w.f32.size();
+    for (size_t i = 0; i < names.size(); ++i) {
+      w.random_parts.push_back({SeedOf(seed_, names[i]), shapes[i][0], kWeightScale});
+      w.out_features += shapes[i][0];
+      w.in_features = shapes[i][1];
     }
     return w;
   }
 
-  // n host values center + v, v a bf16 value uniform in +-half_width (RandomBf16Bits).
-  std::vector<float> Vector(int64_t n, float center, float half_width) {
-    const uint64_t seed = NextSeed();
-    std::vector<float> v(n);
-    for (int64_t i = 0; i < n; ++i) v[i] = center + Bf16ToF32(RandomBf16Bits(seed, i, half_width));
-    return v;
-  }
-  std::vector<float> Norm(int64_t n) { return Vector(n, 1.0f, 0.1f); }
+  // The host tensors made so far; the definition keeps them alive.
+  std::vector<std::shared_ptr<void>> TakeOwners() { return std::move(owners_); }
 
  private:
-  static float Bf16ToF32(uint16_t bits) {
-    const uint32_t u = static_cast<uint32_t>(bits) << 16;
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
-  }
-  uint64_t NextSeed() { return ++last_seed_; }
-  template <typename F>
-  void Fill(int64_t n, const F& f) {
-    pool_->ParallelFor(n, 1 << 16, [&](int64_t b, int64_t e, int) {
-      for (int64_t i = b; i < e; ++i) f(i);
-    });
-  }
-
-  const RandomModelOptions& o_;
-  ModelDefinition& def_;
-  uint64_t last_seed_;
-  std::unique_ptr<ThreadPool> pool_;  // materialize: fills the big weights on every core
+  std::string preset_;
+  uint64_t seed_;
+  bool materialize_;
+  bool zero_centred_norms_;
+  std::unique_ptr<ThreadPool> pool_;  // fills materialised weights on every core
+  mutable std::vector<std::shared_ptr<void>> owners_;
+  mutable std::map<std::string, TensorView> made_;
 };
 
-// The same weight again (a tied head): the parts or the seed, never a second f32 copy.
-ops::LinearWeight SameWeight(const ops::LinearWeight& w) {
-  ops::LinearWeight s;
-  s.parts = w.parts;
-  s.out_features = w.out_features;
-  s.in_features = w.in_features;
-  s.int16_decode_activations = w.int16_decode_activations;
-  s.random_seed = w.random_seed;
-  s.random_scale = w.random_scale;
-  return s;
-}
-
-// The config the family loader would read from the preset's config.json.
-ModelConfig ConfigOf(const Preset& p, int n_layers, uint64_t seed) {
-  ModelConfig c;
-  c.architecture = p.family;
-  c.name = std::string(p.name) + " (random weights, seed " + std::to_string(seed) + ")";
-  c.n_layers = n_layers;
-  c.hidden = p.hidden;
-  c.ffn_hidden = p.n_experts > 0 ? p.moe_ffn : p.ffn;  // qwen3_next: moe_intermediate_size
-  c.n_heads = p.n_heads;
-  c.n_kv_heads = p.n_kv_heads;
-  c.head_dim = p.head_dim;
-  c.vocab_size = p.vocab;
-  c.context_length = p.context;
-  c.rms_eps = p.rms_eps;
-  c.rope_theta_global = p.rope_theta;
-  c.attention_scale = 1.0f / std::sqrt(static_cast<float>(p.head_dim));
-  c.tied_embeddings = true;
+// The preset's config.json, as the family's Hugging Face loader reads it.
+nlohmann::json ConfigJson(const Preset& p, int n_layers, int n_experts, int top_k) {
+  nlohmann::json j = {{"num_hidden_layers", n_layers},
+                      {"hidden_size", p.hidden},
+                      {"num_attention_heads", p.n_heads},
+                      {"num_key_value_heads", p.n_kv_heads},
+                      {"head_dim", p.head_dim},
+                      {"vocab_size", p.vocab},
+                      {"max_position_embeddings", p.context},
+                      {"rms_norm_eps", p.rms_eps},
+                      {"rope_theta", p.rope_theta},
+                      {"tie_word_embeddings", true}};
   const std::string family = p.family;
-  for (int i = 0; i < n_layers; ++i) {
-    LayerKind kind = LayerKind::kFullAttention;
-    if (family == "gemma3" && (i + 1) % 6 != 0) kind = LayerKind::kSlidingAttention;
-    if (family == "qwen3_next" && (i + 1) % p.full_every != 0) kind = LayerKind::kLinearAttention;
-    c.layer_kinds.push_back(kind);
-  }
-  if (family == "gemma3") {
-    c.sliding_window = p.sliding_window;
-    c.rope_theta_local = 1e4;
-    c.rope_scale_global = p.rope_scale_global;
-    c.embedding_scale = std::sqrt(static_cast<float>(p.hidden));  // Gemma scales embeddings
-  }
-  if (family == "qwen3_next") {
-    c.linear_k_heads = p.lin_k_heads;
-    c.linear_v_heads = p.lin_v_heads;
-    c.linear_k_dim = c.linear_v_dim = p.lin_head_dim;
-    c.linear_conv_kernel = p.conv_kernel;
-  }
-  return c;
-}
-
-// Attention fields every family sets the same way.
-void SetAttentionShape(const ModelConfig& c, AttentionWeights& a) {
-  a.rope_style = ops::RopeStyle::kNeox;  // HF checkpoints rotate halves
-  a.n_heads = c.n_heads;
-  a.n_kv_heads = c.n_kv_heads;
-  a.head_dim = c.head_dim;
-  a.scale = c.attention_scale;
-  a.norm_eps = c.rms_eps;
-}
-
-// As llama.cc: x += attn(attn_norm(x)); x += SwiGLU(ffn_norm(x)).
-void BuildLlamaLayer(const Preset& p, const ModelConfig& c, RandomValues& r, LayerDefinition& L) {
-  const int64_t H = c.hidden, Q = c.q_dim(), KV = c.kv_dim(), F = c.ffn_hidden;
-  L.mixer_norm = r.Norm(H);
-  L.ffn_norm = r.Norm(H);
-  AttentionWeights& a = L.attention.emplace();
-  a.q = r.Linear(Q, H);
-  a.k = r.Linear(KV, H);
-  a.v = r.Linear(KV, H);
-  a.o = r.Linear(H, Q);
-  a.rope_inv_freq = p.llama3_rope
-                        ? Llama3RopeInvFreq(c.rope_theta_global, c.head_dim, 8.0, 1.0, 4.0, 8192)
-                        : ops::RopeInvFreq(c.rope_theta_global, c.head_dim);
-  a.rot_dims = c.head_dim;
-  SetAttentionShape(c, a);
-  GatedFfnWeights& f = L.ffn.emplace();
-  f.gate_up = r.Linear(2 * F, H);
-  f.down = r.Linear(H, F);
-  f.activation = ops::Activation::kSilu;
-}
-
-// As gemma3.cc: sandwich norms, q/k norms, local RoPE and a window on sliding layers, GeGLU.
-void BuildGemma3Layer(const ModelConfig& c, int i, RandomValues& r, LayerDefinition& L) {
-  const int64_t H = c.hidden, Q = c.q_dim(), KV = c.kv_dim(), F = c.ffn_hidden, D = c.head_dim;
-  L.mixer_norm = r.Norm(H);
-  L.post_mixer_norm = r.Norm(H);
-  L.ffn_norm = r.Norm(H);
-  L.post_ffn_norm = r.Norm(H);
-  AttentionWeights& a = L.attention.emplace();
-  a.q_norm = r.Norm(D);
-  a.k_norm = r.Norm(D);
-  a.q = r.Linear(Q, H);
-  a.k = r.Linear(KV, H);
-  a.v = r.Linear(KV, H);
-  a.o = r.Linear(H, Q);
-  const bool global = c.layer_kinds[i] == LayerKind::kFullAttention;
-  a.rope_inv_freq = ops::RopeInvFreq(global ? c.rope_theta_global : c.rope_theta_local, c.head_dim);
-  if (global && c.rope_scale_global != 1.0f) {
-    for (float& f : a.rope_inv_freq) f /= c.rope_scale_global;
-  }
-  a.rot_dims = c.head_dim;
-  a.window = global ? 0 : c.sliding_window;
-  SetAttentionShape(c, a);
-  GatedFfnWeights& f = L.ffn.emplace();
-  f.gate_up = r.Linear(2 * F, H);
-  f.down = r.Linear(H, F);
-  f.activation = ops::Activation::kGeluTanh;
-}
-
-// As qwen3_next.cc: Gated DeltaNet or gated full attention (q/k norms, partial RoPE), then a MoE.
-void BuildQwen3NextLayer(const Preset& p, const ModelConfig& c, int i, int n_experts, int top_k,
-                         RandomValues& r, LayerDefinition& L) {
-  const int64_t H = c.hidden, Hq = c.n_heads, Hkv = c.n_kv_heads, D = c.head_dim;
-  L.mixer_norm = r.Norm(H);
-  L.ffn_norm = r.Norm(H);  // post_attention_layernorm: the pre-MoE norm
-  if (c.layer_kinds[i] == LayerKind::kLinearAttention) {
-    GatedDeltaNetWeights& d = L.delta.emplace();
-    d.n_k_heads = c.linear_k_heads;
-    d.n_v_heads = c.linear_v_heads;
-    d.d_k = c.linear_k_dim;
-    d.d_v = c.linear_v_dim;
-    d.conv_kernel = c.linear_conv_kernel;
-    d.eps = c.rms_eps;
-    d.in_proj_qkvz = r.Linear(2 * d.key_dim() + 2 * d.value_dim(), H);
-    d.in_proj_ba = r.Linear(2 * d.n_v_heads, H);
-    d.out_proj = r.Linear(H, d.value_dim());
-    d.conv_weight = r.Vector(static_cast<int64_t>(d.conv_dim()) * d.conv_kernel, 0.0f, 0.5f);
-    d.dt_bias = r.Vector(d.n_v_heads, 0.0f, 0.5f);
-    d.a_log = r.Vector(d.n_v_heads, 0.0f, 0.5f);
-    d.norm = r.Norm(d.d_v);  // a plain weight, near 1
+  if (family == "llama") {
+    j["model_type"] = "llama";
+    j["intermediate_size"] = p.ffn;
+    if (p.llama3_rope) {
+      j["rope_scaling"] = {{"rope_type", "llama3"},
+                           {"factor", 8.0},
+                           {"low_freq_factor", 1.0},
+                           {"high_freq_factor", 4.0},
+                           {"original_max_position_embeddings", 8192}};
+    }
+  } else if (family == "gemma3") {
+    j["model_type"] = "gemma3_text";
+    j["intermediate_size"] = p.ffn;
+    j["sliding_window"] = p.sliding_window;
+    j["sliding_window_pattern"] = 6;
+    j["rope_local_base_freq"] = 10000.0;
+    j["query_pre_attn_scalar"] = p.head_dim;
+    if (p.rope_scale_global != 1.0f) {
+      j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", p.rope_scale_global}};
+    }
   } else {
-    AttentionWeights& a = L.attention.emplace();
-    a.q = r.Linear(2 * Hq * D, H);  // [query | gate] per head
-    a.k = r.Linear(Hkv * D, H);
-    a.v = r.Linear(Hkv * D, H);
-    a.o = r.Linear(H, Hq * D);
-    a.q_norm = r.Norm(D);
-    a.k_norm = r.Norm(D);
-    a.rope_inv_freq = ops::RopeInvFreq(c.rope_theta_global, p.rot_dims);
-    a.rot_dims = p.rot_dims;
-    a.gated_output = true;
-    SetAttentionShape(c, a);
+    j["model_type"] = "qwen3_next";
+    j["full_attention_interval"] = p.full_every;
+    j["partial_rotary_factor"] = static_cast<double>(p.rot_dims) / p.head_dim;
+    j["linear_num_key_heads"] = p.lin_k_heads;
+    j["linear_num_value_heads"] = p.lin_v_heads;
+    j["linear_key_head_dim"] = p.lin_head_dim;
+    j["linear_value_head_dim"] = p.lin_head_dim;
+    j["linear_conv_kernel_dim"] = p.conv_kernel;
+    j["num_experts"] = n_experts;
+    j["num_experts_per_tok"] = top_k;
+    j["norm_topk_prob"] = true;
+    j["moe_intermediate_size"] = p.moe_ffn;
+    j["shared_expert_intermediate_size"] = p.shared_ffn;
   }
-  MoeWeights& m = L.moe.emplace();
-  m.n_experts = n_experts;
-  m.top_k = top_k;
-  m.norm_topk_prob = true;
-  m.router = r.Linear(n_experts, H);
-  for (int x = 0; x < n_experts; ++x) {
-    m.expert_gate_up.push_back(r.Linear(2LL * p.moe_ffn, H));
-    m.expert_down.push_back(r.Linear(H, p.moe_ffn));
-  }
-  m.shared_gate_up = r.Linear(2LL * p.shared_ffn, H);
-  m.shared_down = r.Linear(H, p.shared_ffn);
-  m.shared_expert_gate = r.Linear(1, H);
+  return j;
 }
 
 std::string PresetList() {
@@ -380,26 +317,25 @@ Result<ModelDefinition> RandomModelDefinition(const std::string& preset,
   const int n_experts = o.n_experts > 0 ? o.n_experts : p.n_experts;
   const int top_k = std::min(p.top_k, n_experts);
 
-  ModelDefinition def;
-  def.config = ConfigOf(p, n_layers, o.seed);
-  const ModelConfig& c = def.config;
-  RandomValues r(o, def);
-  // Model order: embedding, final norm, then the layers, so fewer layers keep the same values.
-  def.token_embedding = r.Linear(c.vocab_size, c.hidden, /*f32_copy=*/false);
-  def.head = SameWeight(def.token_embedding);  // tied: the loaders read the same tensor
-  def.output_norm = r.Norm(c.hidden);
-  def.layers.resize(n_layers);
+  // The family's own Hugging Face loader, on a config.json of the preset and a source of seeds.
   const std::string family = p.family;
-  for (int i = 0; i < n_layers; ++i) {
-    if (family == "llama") {
-      BuildLlamaLayer(p, c, r, def.layers[i]);
-    } else if (family == "gemma3") {
-      BuildGemma3Layer(c, i, r, def.layers[i]);
-    } else {
-      BuildQwen3NextLayer(p, c, i, n_experts, top_k, r, def.layers[i]);
-    }
-  }
-  UP_RETURN_IF_ERROR(def.Check());
+  UP_ASSIGN_OR_RETURN(HfConfig hf, HfConfig::Parse(ConfigJson(p, n_layers, n_experts, top_k).dump(),
+                                                   std::string("preset ") + p.name));
+  RandomWeightSource src(p.name, o.seed, o.materialize, /*zero_centred_norms=*/family != "llama");
+  std::unique_ptr<DeviceContext> cpu = DeviceContext::Cpu(0);
+  LoadOptions lo;
+  lo.f32_prefill_weights = o.materialize && o.f32_prefill_weights;
+  lo.f32_decode = o.f32_decode;
+  Result<ModelDefinition> def = [&]() -> Result<ModelDefinition> {
+    if (family == "llama") return LoadLlama(hf, nullptr, src, *cpu, lo);
+    if (family == "qwen3_next") return LoadQwen3Next(hf, nullptr, src, *cpu, lo);
+    UP_ASSIGN_OR_RETURN(ModelConfig config, Gemma3ConfigFromHf(hf));
+    return LoadGemma3(config, nullptr, src, *cpu, lo);
+  }();
+  if (!def.ok()) return def.status();
+  def->config.name = std::string(p.name) + " (random weights, seed " + std::to_string(o.seed) + ")";
+  for (std::shared_ptr<void>& owner : src.TakeOwners()) def->owners.push_back(std::move(owner));
+  UP_RETURN_IF_ERROR(def->Check());
   return def;
 }
 

@@ -1,22 +1,21 @@
 // Random-weight models of named preset shapes (vLLM's dummy weights): what `bench gpu-prefill`
 // measures and what the CUDA-vs-CPU tests run at the 8B-80B shapes, with no model files.
 //
-// A preset is built the way its family loader builds a loaded model (llama.cc, gemma3.cc,
-// qwen3_next.cc): the same ModelConfig (architecture, depth and width, so that
-// DefaultUniPrefillConfig gives the model's own drop layers), the same layer recipe and the same
-// block fields (RoPE frequencies and rotated dims, windows, q/k norms, output gate, activation,
-// DeltaNet and MoE sizes). Only the values are random, so the product's one layer walk runs it as
-// it runs a loaded model. Not for: accuracy (random weights say nothing about what UniPrefill
-// keeps in a trained model).
+// A preset is loaded by its family's own Hugging Face loader (llama.cc, gemma3.cc, qwen3_next.cc)
+// from the preset's config.json (written from the table in model_presets.cc) and a weight source of
+// seeds instead of safetensors: the same ModelConfig (so DefaultUniPrefillConfig gives the model's
+// own drop layers), the same layer recipe and block fields as a checkpoint of that shape. Only the
+// values are random, so the one layer walk runs it as it runs a loaded model. Not for: accuracy
+// (random weights say nothing about what UniPrefill keeps in a trained model).
 //
-// Values. Every large weight (embedding, head, attention and DeltaNet projections, FFN, router,
-// experts) is its own seeded stream of bf16 uniform in +-0.02 sqrt(3) (std 0.02, as the PyTorch
-// anchor's randn * 0.02; core/random_bf16.h), with seed = options.seed * 1000003 + a counter that
-// runs over the weights in model order, so a model of fewer layers has the first layers of the
-// full one. Small vectors are made on the host from the same counter: norm weights 1 +- 0.1 (as
-// multiplied), conv taps +- 0.5, DeltaNet A_log and dt_bias +- 0.5; activations stay finite over
-// 48 layers. Materialised weights hold exactly the values the CUDA model makes on the device
-// (ops::cuda::FillRandomBf16), so a CPU and a CUDA model of one preset and seed are one model.
+// Values. Every 2-D tensor (embedding, attention and DeltaNet projections, FFN, router, experts)
+// is a seeded stream of bf16 uniform in +-0.02 sqrt(3) (std 0.02, as the PyTorch anchor's randn *
+// 0.02; core/random_bf16.h), its seed a hash of the model seed and the tensor's name, so a model of
+// fewer layers or experts has the same values in the tensors it keeps. Small tensors are made on
+// the host the same way: norm weights 1 +- 0.1 as multiplied, conv taps, A_log and dt_bias +- 0.5;
+// activations stay finite over 48 layers. Materialised weights hold exactly the values the CUDA
+// model makes on the device (ops::cuda::FillRandomBf16), so a CPU and a CUDA model of one preset
+// and seed are one model. Embeddings are tied (one tensor).
 #pragma once
 
 #include <cstdint>
@@ -32,9 +31,9 @@ struct RandomModelOptions {
   uint64_t seed = 1;  // every value follows from it
   int n_layers = 0;   // 0: the preset's depth (tests run fewer layers)
   int n_experts = 0;  // 0: the preset's experts (MoE presets only; top-k capped at it)
-  // false: large weights are described by their seeds (ops::LinearWeight::random_seed) and a
-  // backend that can make them does (the CUDA model); true: filled on the host as bf16 parts,
-  // which the CPU model needs.
+  // false: 2-D weights are described by their seeds (ops::LinearWeight::random_parts) and the
+  // CUDA model fills them on the device; true: made on the host as bf16 tensors, which the CPU
+  // model needs.
   bool materialize = false;
   bool f32_prefill_weights = true;  // with materialize: f32 copies, as LoadOptions' field
   bool f32_decode = false;          // as LoadOptions::f32_decode

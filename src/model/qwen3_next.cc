@@ -11,6 +11,7 @@
 #include "model/blocks/attention_block.h"
 #include "model/blocks/gated_deltanet.h"
 #include "model/blocks/moe.h"
+#include "model/hf_checkpoint.h"
 #include "ops/ops.h"
 
 namespace uniprefill {
@@ -131,17 +132,14 @@ Status LoadQwen3NextWeights(DeviceContext& ctx, const WeightSource& src, const Q
 Result<ModelDefinition> LoadQwen3Next(const HfConfig& hf, std::shared_ptr<void> owner,
                                              const WeightSource& src, DeviceContext& ctx,
                                              const LoadOptions& options) {
-  ModelConfig c;
-  c.architecture = "qwen3_next";
+  HfCommonDefaults defaults;
+  defaults.context = 262144;
+  defaults.rope_theta = 1e7;
+  defaults.ffn = false;  // experts: moe_intermediate_size
+  UP_ASSIGN_OR_RETURN(ModelConfig c, ReadHfCommonConfig(hf, "qwen3_next", defaults));
   c.name = "qwen3_next (" + src.path() + ")";
+  const int64_t heads = c.n_heads, kv_heads = c.n_kv_heads, head_dim = c.head_dim;
   auto geti = [&](const char* k) { return hf.GetInt(k); };
-  UP_ASSIGN_OR_RETURN(int64_t layers, geti("num_hidden_layers"));
-  UP_ASSIGN_OR_RETURN(int64_t hidden, geti("hidden_size"));
-  UP_ASSIGN_OR_RETURN(int64_t heads, geti("num_attention_heads"));
-  UP_ASSIGN_OR_RETURN(int64_t kv_heads, geti("num_key_value_heads"));
-  UP_ASSIGN_OR_RETURN(int64_t head_dim, hf.GetIntOr("head_dim", heads ? hidden / heads : 0));
-  UP_ASSIGN_OR_RETURN(int64_t vocab, geti("vocab_size"));
-  UP_ASSIGN_OR_RETURN(int64_t ctx_len, hf.GetIntOr("max_position_embeddings", 262144));
   UP_ASSIGN_OR_RETURN(int64_t interval, hf.GetIntOr("full_attention_interval", 4));
   UP_ASSIGN_OR_RETURN(int64_t lk, geti("linear_num_key_heads"));
   UP_ASSIGN_OR_RETURN(int64_t lv, geti("linear_num_value_heads"));
@@ -153,8 +151,6 @@ Result<ModelDefinition> LoadQwen3Next(const HfConfig& hf, std::shared_ptr<void> 
   UP_ASSIGN_OR_RETURN(bool norm_topk, hf.GetBoolOr("norm_topk_prob", true));
   UP_ASSIGN_OR_RETURN(int64_t moe_ffn, geti("moe_intermediate_size"));
   UP_ASSIGN_OR_RETURN(int64_t shared_ffn, geti("shared_expert_intermediate_size"));
-  UP_ASSIGN_OR_RETURN(double eps, hf.GetFloatOr("rms_norm_eps", 1e-6));
-  UP_ASSIGN_OR_RETURN(double theta, hf.GetFloatOr("rope_theta", 1e7));
   UP_ASSIGN_OR_RETURN(double partial, hf.GetFloatOr("partial_rotary_factor", 0.25));
   if (hf.Has("rope_scaling") && !hf.json().at("rope_scaling").is_null()) {
     return Unimplemented(hf.Where() + ": rope_scaling is not supported for qwen3_next");
@@ -165,16 +161,6 @@ Result<ModelDefinition> LoadQwen3Next(const HfConfig& hf, std::shared_ptr<void> 
       return Unimplemented(hf.Where() + ": mlp_only_layers (dense FFN layers) is not supported");
     }
   }
-  c.n_layers = static_cast<int>(layers);
-  c.hidden = static_cast<int>(hidden);
-  c.n_heads = static_cast<int>(heads);
-  c.n_kv_heads = static_cast<int>(kv_heads);
-  c.head_dim = static_cast<int>(head_dim);
-  c.vocab_size = static_cast<int>(vocab);
-  c.context_length = static_cast<int>(ctx_len);
-  c.rms_eps = static_cast<float>(eps);
-  c.rope_theta_global = theta;
-  c.attention_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   c.linear_k_heads = static_cast<int>(lk);
   c.linear_v_heads = static_cast<int>(lv);
   c.linear_k_dim = static_cast<int>(dk);

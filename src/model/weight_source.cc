@@ -55,6 +55,9 @@ Result<ops::LinearWeight> LoadLinear(DeviceContext& ctx, const WeightSource& src
                                      const std::vector<std::string>& names,
                                      const std::vector<std::vector<int64_t>>& shapes,
                                      bool make_f32_copy) {
+  if (std::optional<ops::LinearWeight> described = src.DescribeLinear(names, shapes)) {
+    return std::move(*described);
+  }
   ops::LinearWeight w;
   for (size_t i = 0; i < names.size(); ++i) {
     UP_ASSIGN_OR_RETURN(TensorView v, src.Get(names[i], shapes[i]));

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,12 +26,22 @@ class WeightSource {
   // The tensor, checked to have `shape` and a dtype the engine can read.
   virtual Result<TensorView> Get(const std::string& name,
                                  const std::vector<int64_t>& shape) const = 0;
+  // A source whose weights are seeds (random-weight presets, model/model_presets.h) describes a
+  // linear weight of these [out_i, in] tensors without values (ops::LinearWeight::random_parts);
+  // file-backed sources return nullopt and LoadLinear reads the tensors.
+  virtual std::optional<ops::LinearWeight> DescribeLinear(
+      const std::vector<std::string>& names,
+      const std::vector<std::vector<int64_t>>& shapes) const {
+    (void)names, (void)shapes;
+    return std::nullopt;
+  }
 };
 
 std::unique_ptr<WeightSource> GgufWeightSource(const gguf::GgufFile& file);
 
 // A linear layer from one or more [out_i, in] tensors stacked along out (e.g. gate and up). With
-// make_f32_copy, a dequantised f32 copy is kept for many-row GEMMs (prefill).
+// make_f32_copy, a dequantised f32 copy is kept for many-row GEMMs (prefill). A source of seeds
+// gives its description instead (WeightSource::DescribeLinear).
 Result<ops::LinearWeight> LoadLinear(DeviceContext& ctx, const WeightSource& src,
                                      const std::vector<std::string>& names,
                                      const std::vector<std::vector<int64_t>>& shapes,

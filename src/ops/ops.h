@@ -28,13 +28,17 @@ struct LinearWeight {
   // Single-row (decode) products may quantise the activation row to int16 (error ~1e-5 of its
   // max; see ops/cpu/cpu_quant_dot_i16.h) for 2-3x faster integer kernels. false: f32 throughout.
   bool int16_decode_activations = true;
-  // A random weight (benchmarks' random-weight models, model/model_presets.h) has no parts: its
-  // row-major [out, in] element i is RandomBf16Bits(random_seed, i, random_scale)
-  // (core/random_bf16.h). The CUDA model fills it on the device; CPU models get it materialised
-  // into parts. 0: a stored weight.
-  uint64_t random_seed = 0;
-  float random_scale = 0;
-  bool is_random() const { return random_seed != 0 && parts.empty(); }
+  // A random weight (benchmarks' random-weight models, model/model_presets.h) has no parts but
+  // random_parts, stacked along `out` like parts: in part p, row-major element i of its
+  // [rows, in] block is RandomBf16Bits(seed, i, scale) (core/random_bf16.h). The CUDA model fills
+  // them on the device; CPU models get the same values materialised into parts.
+  struct RandomPart {
+    uint64_t seed = 0;
+    int64_t rows = 0;
+    float scale = 0;
+  };
+  std::vector<RandomPart> random_parts;
+  bool is_random() const { return parts.empty() && !random_parts.empty(); }
 };
 
 // out f32 [T, out] = x f32 [T, in] @ W^T. `out` rows may be strided.

@@ -26,6 +26,11 @@
 namespace uniprefill {
 namespace {
 
+// The seed of a weight's first random part (a stacked weight's first tensor).
+uint64_t SeedOf(const ops::LinearWeight& w) {
+  return w.random_parts.empty() ? 0 : w.random_parts[0].seed;
+}
+
 ModelDefinition Preset(const std::string& name, RandomModelOptions o = {}) {
   Result<ModelDefinition> d = RandomModelDefinition(name, o);
   EXPECT_TRUE(d.ok()) << d.status().message();
@@ -121,7 +126,7 @@ TEST(ModelPresetTest, LlamaIsBuiltAsTheLlamaLoaderBuildsIt) {
   EXPECT_EQ(c.architecture, "llama");
   EXPECT_EQ(c.rms_eps, 1e-5f);
   EXPECT_TRUE(c.tied_embeddings);
-  EXPECT_EQ(d.head.random_seed, d.token_embedding.random_seed);
+  EXPECT_EQ(SeedOf(d.head), SeedOf(d.token_embedding));
   const LayerDefinition& L = d.layers[0];
   ASSERT_TRUE(L.attention && L.ffn);
   EXPECT_TRUE(L.post_mixer_norm.empty() && L.post_ffn_norm.empty());
@@ -223,17 +228,16 @@ TEST(ModelPresetTest, FewerLayersKeepTheFirstLayersWeights) {
   const ModelDefinition full = Preset("llama-3.1-8b");
   EXPECT_EQ(short_model.config.n_layers, 2);
   ASSERT_EQ(short_model.layers.size(), 2u);
-  EXPECT_EQ(short_model.token_embedding.random_seed, full.token_embedding.random_seed);
+  EXPECT_EQ(SeedOf(short_model.token_embedding), SeedOf(full.token_embedding));
   for (int i = 0; i < 2; ++i) {
-    EXPECT_EQ(short_model.layers[i].attention->q.random_seed,
-              full.layers[i].attention->q.random_seed);
-    EXPECT_EQ(short_model.layers[i].ffn->down.random_seed, full.layers[i].ffn->down.random_seed);
+    EXPECT_EQ(SeedOf(short_model.layers[i].attention->q), SeedOf(full.layers[i].attention->q));
+    EXPECT_EQ(SeedOf(short_model.layers[i].ffn->down), SeedOf(full.layers[i].ffn->down));
     EXPECT_EQ(short_model.layers[i].mixer_norm, full.layers[i].mixer_norm);
   }
   // A different seed gives different weights.
   o.seed = 2;
-  EXPECT_NE(Preset("llama-3.1-8b", o).layers[0].attention->q.random_seed,
-            full.layers[0].attention->q.random_seed);
+  EXPECT_NE(SeedOf(Preset("llama-3.1-8b", o).layers[0].attention->q),
+            SeedOf(full.layers[0].attention->q));
 }
 
 TEST(ModelPresetTest, MaterialisedWeightsAreTheSeededValuesExactly) {
@@ -251,16 +255,25 @@ TEST(ModelPresetTest, MaterialisedWeightsAreTheSeededValuesExactly) {
     SCOPED_TRACE(what);
     EXPECT_TRUE(s.is_random());
     EXPECT_FALSE(h.is_random());
-    EXPECT_EQ(h.random_seed, s.random_seed);  // the CUDA model fills from this seed
-    ASSERT_EQ(h.parts.size(), 1u);
-    ASSERT_EQ(h.parts[0].dtype, DType::kBF16);
-    ASSERT_EQ(h.parts[0].dim(0), s.out_features);
-    ASSERT_EQ(h.parts[0].dim(1), s.in_features);
-    const auto* bits = h.parts[0].as<const uint16_t>();
-    const int64_t n = s.out_features * s.in_features;
-    for (int64_t i = 0; i < n; ++i) {
-      ASSERT_EQ(bits[i], RandomBf16Bits(s.random_seed, i, s.random_scale)) << i;
+    // Part by part (stacked weights: gate then up), the values the CUDA model fills from the
+    // same seeds.
+    ASSERT_EQ(h.parts.size(), s.random_parts.size());
+    EXPECT_EQ(h.out_features, s.out_features);
+    EXPECT_EQ(h.in_features, s.in_features);
+    std::vector<uint16_t> all;
+    for (size_t p = 0; p < h.parts.size(); ++p) {
+      const ops::LinearWeight::RandomPart& rp = s.random_parts[p];
+      ASSERT_EQ(h.parts[p].dtype, DType::kBF16);
+      ASSERT_EQ(h.parts[p].dim(0), rp.rows);
+      ASSERT_EQ(h.parts[p].dim(1), s.in_features);
+      const auto* part_bits = h.parts[p].as<const uint16_t>();
+      for (int64_t i = 0; i < rp.rows * s.in_features; ++i) {
+        ASSERT_EQ(part_bits[i], RandomBf16Bits(rp.seed, i, rp.scale)) << "part " << p << " " << i;
+      }
+      all.insert(all.end(), part_bits, part_bits + rp.rows * s.in_features);
     }
+    const uint16_t* bits = all.data();
+    const int64_t n = s.out_features * s.in_features;
     if (h.f32.size() > 0) {
       ASSERT_EQ(h.f32.size(), static_cast<size_t>(n) * 4);
       for (int64_t i = 0; i < n; ++i) ASSERT_EQ(h.f32.as<float>()[i], Bf16(bits[i])) << i;

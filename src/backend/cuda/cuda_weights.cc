@@ -77,10 +77,13 @@ Result<DeviceLinear> UploadRandom(DeviceContext& ctx, const std::vector<const op
   UP_ASSIGN_OR_RETURN(DeviceBuffer stacked, DeviceBuffer::Allocate(d.out * d.in * 2));
   int64_t at = 0;
   for (const ops::LinearWeight* w : ws) {
-    const int64_t n = w->out_features * d.in;
-    ops::cuda::FillRandomBf16(ctx, stacked.as<uint16_t>() + at, n, w->random_seed, w->random_scale);
-    at += n;
+    for (const ops::LinearWeight::RandomPart& p : w->random_parts) {
+      const int64_t n = p.rows * d.in;
+      ops::cuda::FillRandomBf16(ctx, stacked.as<uint16_t>() + at, n, p.seed, p.scale);
+      at += n;
+    }
   }
+  if (at != d.out * d.in) return Internal("random parts do not add up to the weight's rows");
   if (order == nullptr) {
     d.w = std::move(stacked);
   } else {
