@@ -3,6 +3,7 @@
 #include <string>
 
 #include "ops/ops.h"
+#include "sparsity/drop_plan.h"
 
 namespace uniprefill {
 
@@ -56,39 +57,30 @@ Result<PackedBatch> PackedBatch::Build(std::span<const SequenceStep> steps, int 
 
 void PackedBatch::NextSegment(DeviceContext& ctx, const std::vector<std::vector<int32_t>>& keep) {
   const int next = segment_ + 1;
-  std::vector<int32_t> rows;  // absolute rows kept, in order
+  // The layout is the drop plan's (sparsity/drop_plan.h), as on the GPU.
+  std::vector<DropRequest> requests(n_seqs());
+  for (int r = 0; r < n_seqs(); ++r) {
+    requests[r].rows = requests[r].rows_min = seqs_[r].rows();
+    requests[r].next_base = next < n_segments_ ? seqs_[r].cache->segment_length(next) : 0;
+  }
+  const SegmentLayout layout = PlanExactSegment(requests, keep);
   std::vector<Seq> seqs = seqs_;
   for (int r = 0; r < n_seqs(); ++r) {
-    Seq& q = seqs[r];
-    const int begin = static_cast<int>(rows.size());
-    if (r < static_cast<int>(keep.size()) && !keep[r].empty()) {
-      for (int32_t i : keep[r]) rows.push_back(seqs_[r].begin + i);
-    } else {
-      for (int i = seqs_[r].begin; i < seqs_[r].end; ++i) rows.push_back(i);
-    }
-    q.begin = begin;
-    q.end = static_cast<int>(rows.size());
+    seqs[r].begin = layout.begin[r];
+    seqs[r].end = layout.begin[r] + layout.rows[r];
+    if (next < n_segments_) added_[r][next] = layout.rows[r];
   }
-  if (next < n_segments_) {
-    for (int r = 0; r < n_seqs(); ++r) added_[r][next] = seqs[r].rows();
-  }
-  std::vector<int32_t> pos(rows.size()), index(rows.size());
-  for (int r = 0; r < n_seqs(); ++r) {
-    const int i0 = next < n_segments_ ? seqs[r].cache->segment_length(next) : 0;
-    for (int i = seqs[r].begin; i < seqs[r].end; ++i) {
-      pos[i] = pos_[rows[i]];
-      index[i] = i0 + (i - seqs[r].begin);
-    }
-  }
-  if (static_cast<int>(rows.size()) != this->rows()) {
-    Buffer x(sizeof(float) * rows.size() * hidden_);
-    ops::GatherRows(ctx, x.View(DType::kF32, {static_cast<int64_t>(rows.size()), hidden_}), this->x(),
-                    rows.data());
+  std::vector<int32_t> pos(layout.total);
+  for (int i = 0; i < layout.total; ++i) pos[i] = pos_[layout.source[i]];
+  if (layout.total != rows()) {
+    Buffer x(sizeof(float) * layout.total * hidden_);
+    ops::GatherRows(ctx, x.View(DType::kF32, {static_cast<int64_t>(layout.total), hidden_}),
+                    this->x(), layout.source.data());
     x_ = std::move(x);
   }
   seqs_ = std::move(seqs);
   pos_ = std::move(pos);
-  index_ = std::move(index);
+  index_ = layout.index;
   segment_ = next;
 }
 

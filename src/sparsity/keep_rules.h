@@ -30,4 +30,28 @@ UP_HOST_DEVICE inline int64_t FixedKeepBlocks(int64_t n_blocks, float keep_ratio
   return keep < 1 ? 1 : (keep > n_blocks ? n_blocks : keep);
 }
 
+// The sync-free drop's bounds (no host sync learns the kept count). The kept count of any
+// fixed-ratio selection over at most `capacity` tokens is at most this many: min(N, kept blocks x G
+// + S + n), and the kept block count never falls as N grows.
+UP_HOST_DEVICE inline int64_t FixedRatioCapacity(int64_t capacity, int block_size, int sink,
+                                                int last_n, float keep_ratio) {
+  const int64_t always = static_cast<int64_t>(sink) + last_n;
+  if (capacity <= always || keep_ratio >= 1.0f) return capacity;  // keeps everything
+  const int64_t n_blocks = (capacity + block_size - 1) / block_size;
+  const int64_t bound = FixedKeepBlocks(n_blocks, keep_ratio) * block_size + always;
+  return bound < capacity ? bound : capacity;
+}
+
+// And at least this many of any segment of at least `minimum` tokens: N <= S + n keeps all N (>=
+// minimum); a longer N keeps the disjoint sink and window and its chosen blocks (never fewer than
+// for `minimum` tokens), all whole but the last.
+UP_HOST_DEVICE inline int64_t FixedRatioMinimum(int64_t minimum, int block_size, int sink,
+                                               int last_n, float keep_ratio) {
+  const int64_t always = static_cast<int64_t>(sink) + last_n;
+  if (minimum <= always || keep_ratio >= 1.0f) return minimum;
+  const int64_t n_blocks = (minimum + block_size - 1) / block_size;
+  const int64_t chosen = (FixedKeepBlocks(n_blocks, keep_ratio) - 1) * block_size + 1;
+  return chosen > always ? chosen : always;
+}
+
 }  // namespace uniprefill::sparsity

@@ -24,6 +24,7 @@
 #include "ops/cuda/cuda_dense_ops.h"
 #include "ops/cuda/cuda_moe.h"
 #include "ops/cuda/cuda_uniprefill.h"
+#include "sparsity/drop_plan.h"
 
 namespace uniprefill {
 namespace cuda_backend {
@@ -209,31 +210,26 @@ Result<bool> CudaBackend::Begin(DeviceContext& ctx, std::span<const SequenceStep
   segment_ = 0;
   has_out_ = false;
 
-  // Sync-free drops when some request may select and every such request does so at a fixed
-  // ratio (top-p's kept count is unbounded until known; a forward where nobody selects, e.g. a
-  // decode batch, keeps the plain path). UniPrefillConfig::drop_sync = kEveryDrop forces the
-  // synced path (diagnostics and tests).
-  bool any_selects = false, all_fixed = true, all_fresh = true;
-  size_t cached_entries = 0;  // bounds what ScoreOverCache stages per drop
+  // Sync-free drops or one host sync per drop: the plan's rule (sparsity/drop_plan.h; top-p's
+  // kept count is unknown until read back; a forward where nobody selects, e.g. a decode batch,
+  // keeps the plain path). UniPrefillConfig::drop_sync = kEveryDrop forces the synced path.
+  std::vector<DropRequest> at_start;
   int max_last_n = uniprefill.selection.last_n;
+  size_t cached_entries = 0;  // bounds what ScoreOverCache stages per drop
   for (size_t r = 0; r < steps.size(); ++r) {
     const SequenceStep& step = steps[r];
     const UniPrefillConfig& config = step.selection ? *step.selection : uniprefill;
     max_last_n = std::max(max_last_n, config.selection.last_n);
-    if (!step.allow_drop) continue;
-    if (config.selection.mode != sparsity::SelectionMode::kFixedRatio) all_fixed = false;
-    if (batch.seq(static_cast<int>(r)).rows() > config.selection.sink + config.selection.last_n) {
-      any_selects = true;
-      if (step.cache->length() > 0) {
-        all_fresh = false;
-        cached_entries += step.cache->length() + step.tokens.size();
-      }
-    }
+    DropRequest d;
+    d.rows = d.rows_min = batch.seq(static_cast<int>(r)).rows();
+    d.allow_drop = step.allow_drop;
+    d.cache_holds_tokens = step.cache->length() > 0;
+    d.fixed_ratio = config.selection.mode == sparsity::SelectionMode::kFixedRatio;
+    d.params = &config.selection;
+    if (Selects(d) && d.cache_holds_tokens) cached_entries += step.cache->length() + d.rows;
+    at_start.push_back(d);
   }
-  // A request whose cache holds tokens selects by the synced path (its scoring gathers the cached
-  // keys; the bounded layout assumes every selecting request starts the segment).
-  bounded_ = !drops_.empty() && any_selects && all_fixed && all_fresh &&
-             uniprefill.drop_sync == DropSync::kOnlyWhenNeeded;
+  bounded_ = PlanSyncFree(at_start, !drops_.empty(), uniprefill.drop_sync);
   layer_segment_.assign(c.n_layers, 0);
 
   // Staging for every small array of this forward: an upper bound of what the layers Put (each

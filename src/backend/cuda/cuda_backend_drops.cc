@@ -25,6 +25,7 @@
 #include "backend/cuda/device_views.h"
 #include "ops/cuda/cuda_dense_ops.h"
 #include "ops/cuda/cuda_uniprefill.h"
+#include "sparsity/drop_plan.h"
 
 namespace uniprefill::cuda_backend {
 
@@ -32,31 +33,46 @@ namespace oc = ops::cuda;
 
 namespace {
 
-// Which requests select at a drop layer (the others pass through to the next segment whole): a
-// step that allows dropping, longer than S + n (for a bounded segment its capacity stands in for
-// its length; a shorter true count keeps everything on the device).
+// The host's view of each request at this drop (sparsity/drop_plan.h); a bounded segment's
+// capacity stands in for its length (a shorter true count keeps everything on the device).
+std::vector<DropRequest> DropRequests(const std::vector<Req>& reqs, const DropLayer& drop,
+                                      int segment) {
+  std::vector<DropRequest> out;
+  for (const Req& q : reqs) {
+    const SequenceStep& step = drop.steps[q.step];
+    const UniPrefillConfig* config = step.selection ? step.selection : drop.config;
+    DropRequest d;
+    d.rows = q.rows();
+    d.rows_min = q.n_min;
+    d.allow_drop = step.allow_drop;
+    d.cache_holds_tokens = !q.fresh;
+    d.fixed_ratio = config->selection.mode == sparsity::SelectionMode::kFixedRatio;
+    d.next_base = q.cache->segment_length(segment + 1);
+    d.params = &config->selection;
+    out.push_back(d);
+  }
+  return out;
+}
+
+// Which requests select (the others pass through to the next segment whole).
 struct Selecting {
-  std::vector<char> selects;                            // [B]
+  std::vector<DropRequest> requests;                     // [B]
+  std::vector<char> selects;                             // [B]
   std::vector<const sparsity::SelectionParams*> params;  // [B]: each request's selection
   bool any = false;
   size_t scratch_bytes = 0;  // SelectTokens scratch for the largest selecting request
 };
 
-Result<Selecting> SelectingRequests(const std::vector<Req>& reqs, const DropLayer& drop) {
-  const int B = static_cast<int>(reqs.size());
+Selecting SelectingRequests(const std::vector<Req>& reqs, const DropLayer& drop, int segment) {
   Selecting out;
-  out.selects.assign(B, 0);
-  out.params.resize(B);
-  for (int r = 0; r < B; ++r) {
-    const SequenceStep& step = drop.steps[reqs[r].step];
-    const UniPrefillConfig* config = step.selection ? step.selection : drop.config;
-    const sparsity::SelectionParams& p = config->selection;
-    out.params[r] = &p;
-    if (reqs[r].rows() <= p.sink + p.last_n || !step.allow_drop) continue;
-    out.selects[r] = 1;
+  out.requests = DropRequests(reqs, drop, segment);
+  for (const DropRequest& d : out.requests) {
+    const bool selects = Selects(d);
+    out.selects.push_back(selects ? 1 : 0);
+    out.params.push_back(d.params);
+    if (!selects) continue;
     out.any = true;
-    out.scratch_bytes =
-        std::max(out.scratch_bytes, oc::SelectTokensScratchBytes(reqs[r].rows(), p));
+    out.scratch_bytes = std::max(out.scratch_bytes, oc::SelectTokensScratchBytes(d.rows, *d.params));
   }
   return out;
 }
@@ -116,7 +132,7 @@ Status CudaBackend::SyncedDrop(const AttentionLayer& L, std::vector<Req>& reqs,
   auto mark = [&](std::pair<cudaEvent_t, cudaEvent_t>& p, bool first) {
     return Mark(first ? &p.first : &p.second);
   };
-  UP_ASSIGN_OR_RETURN(const Selecting selecting, SelectingRequests(reqs, drop));
+  const Selecting selecting = SelectingRequests(reqs, drop, segment);
   const std::vector<char>& eligible = selecting.selects;
   const std::vector<const sparsity::SelectionParams*>& params = selecting.params;
   const bool any = selecting.any;
@@ -162,37 +178,34 @@ Status CudaBackend::SyncedDrop(const AttentionLayer& L, std::vector<Req>& reqs,
     UP_RETURN_IF_ERROR(mark(ev_compact, true));
   }
 
-  // The next segment on the host: kept rows, their positions, their new alive indices.
-  std::vector<int32_t> gather;
-  int begin = 0;
+  // The next segment on the host (the plan): kept rows, their positions, their new alive indices.
+  std::vector<std::vector<int32_t>> keep(B);
   for (int r = 0; r < B; ++r) {
     Req& q_req = reqs[r];
-    const int n = q_req.rows();
-    q_req.added[segment] += n;
-    std::vector<int32_t> keep;
-    if (eligible[r]) {
-      const int c = counts.second[r];
-      keep.assign(kept.second + q_req.begin, kept.second + q_req.begin + c);
-      const SequenceStep& step = drop.steps[q_req.step];
-      if (step.kept) step.kept->push_back({drop.layer, c, n});
-    } else {
-      keep.resize(n);
-      std::iota(keep.begin(), keep.end(), 0);
-    }
-    std::vector<int32_t> pos, index;
-    const int base = q_req.cache->segment_length(segment + 1);
-    for (size_t i = 0; i < keep.size(); ++i) {
-      gather.push_back(q_req.begin + keep[i]);
-      pos.push_back(q_req.pos[keep[i]]);
-      index.push_back(base + static_cast<int>(i));
-    }
-    q_len[r] = static_cast<int>(keep.size());
-    q_begin[r] = begin;
-    q_req.begin = begin;
-    q_req.SetExactRows(std::move(pos), std::move(index));
-    begin += q_len[r];
+    q_req.added[segment] += q_req.rows();
+    if (!eligible[r]) continue;
+    const int c = counts.second[r];
+    keep[r].assign(kept.second + q_req.begin, kept.second + q_req.begin + c);
+    const SequenceStep& step = drop.steps[q_req.step];
+    if (step.kept) step.kept->push_back({drop.layer, c, q_req.rows()});
+    // A selection that keeps every row passes through (the plan's empty list).
+    if (c == q_req.rows()) keep[r].clear();
   }
-  const int64_t t_out = begin;
+  const SegmentLayout next = PlanExactSegment(selecting.requests, keep);
+  const std::vector<int32_t>& gather = next.source;
+  for (int r = 0; r < B; ++r) {
+    Req& q_req = reqs[r];
+    const int first = next.begin[r];
+    std::vector<int32_t> pos(next.rows[r]);
+    for (int i = 0; i < next.rows[r]; ++i) pos[i] = q_req.pos[gather[first + i] - q_req.begin];
+    q_len[r] = next.rows[r];
+    q_begin[r] = first;
+    q_req.begin = first;
+    q_req.SetExactRows(std::move(pos), std::vector<int32_t>(next.index.begin() + first,
+                                                            next.index.begin() + first +
+                                                                next.rows[r]));
+  }
+  const int64_t t_out = next.total;
   kq->total = t_out;
   if (!any) {  // nothing dropped: same rows, renumbered for the next segment
     return UploadSegment(reqs);
@@ -240,7 +253,7 @@ Status CudaBackend::BoundedDrop(const AttentionLayer& L, std::vector<Req>& reqs,
   const int B = static_cast<int>(reqs.size());
   std::pair<cudaEvent_t, cudaEvent_t> ev_score{}, ev_select{}, ev_compact{};
 
-  UP_ASSIGN_OR_RETURN(const Selecting selecting, SelectingRequests(reqs, drop));
+  const Selecting selecting = SelectingRequests(reqs, drop, segment);
   const std::vector<const sparsity::SelectionParams*>& params = selecting.params;
   for (int r = 0; r < B; ++r) {
     if (selecting.selects[r] && !reqs[r].fresh) {
@@ -288,15 +301,16 @@ Status CudaBackend::BoundedDrop(const AttentionLayer& L, std::vector<Req>& reqs,
   UP_RETURN_IF_ERROR(Mark(&ev_select.second));
   UP_RETURN_IF_ERROR(Mark(&ev_compact.first));
 
-  // The next segment's layout from capacities alone: no sync.
+  // The next segment's layout from capacities alone (the plan): no sync.
+  const SegmentLayout next = PlanBoundedSegment(selecting.requests);
   std::vector<int32_t> cu{0}, base(B);
   max_rows_ = 0;
   for (int r = 0; r < B; ++r) {
     Req& q = reqs[r];
-    base[r] = q.cache->segment_length(segment + 1);
-    if (!pass[r]) {
-      q.n_min = static_cast<int>(oc::FixedRatioMinimum(q.n_min, *params[r]));
-      q.n = static_cast<int>(oc::FixedRatioCapacity(q.n, *params[r]));
+    base[r] = selecting.requests[r].next_base;
+    if (next.selected[r]) {
+      q.n_min = next.rows_min[r];
+      q.n = next.rows[r];
       q.exact = false;
       q.pos.clear();
       q.index.clear();
@@ -304,10 +318,10 @@ Status CudaBackend::BoundedDrop(const AttentionLayer& L, std::vector<Req>& reqs,
     } else if (q.exact) {  // kept whole: the same rows, renumbered for the next segment
       for (int i = 0; i < q.n; ++i) q.index[i] = base[r] + i;
     }
-    kq->begin[r] = cu.back();
+    kq->begin[r] = next.begin[r];
     kq->len[r] = q.n;
-    q.begin = cu.back();
-    cu.push_back(cu.back() + q.n);
+    q.begin = next.begin[r];
+    cu.push_back(next.begin[r] + next.rows[r]);
     max_rows_ = std::max(max_rows_, q.n);
   }
   const int64_t t_out = cu.back();

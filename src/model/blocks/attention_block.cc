@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 
+#include "sparsity/drop_plan.h"
 #include "sparsity/token_selection.h"
 
 namespace uniprefill {
@@ -59,7 +60,11 @@ Result<std::vector<int32_t>> SelectRows(DeviceContext& ctx, const AttentionWeigh
   const UniPrefillConfig* config = drop.steps[r].selection ? drop.steps[r].selection : drop.config;
   const sparsity::SelectionParams& p = config->selection;
   const int n_alive = s.rows();
-  if (n_alive <= p.sink + p.last_n || !drop.steps[r].allow_drop) return std::vector<int32_t>();
+  DropRequest request;  // the drop plan's rule (sparsity/drop_plan.h), as on the GPU
+  request.rows = request.rows_min = n_alive;
+  request.allow_drop = drop.steps[r].allow_drop;
+  request.params = &p;
+  if (!Selects(request)) return std::vector<int32_t>();
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
   // The request's alive rows of this step are its newest n_alive cache entries.

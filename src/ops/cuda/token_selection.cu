@@ -234,24 +234,12 @@ void Require(bool ok, const char* what) {
 
 }  // namespace
 
-int64_t FixedRatioCapacity(int64_t capacity, const sparsity::SelectionParams& params) {
-  const int64_t always = static_cast<int64_t>(params.sink) + params.last_n;
-  if (capacity <= always || params.keep_ratio >= 1.0f) return capacity;  // keeps everything
-  // The kept count of any N <= capacity is at most min(N, blocks(N) G + S + n), and the block
-  // count never falls as N grows.
-  const int64_t n_blocks = (capacity + params.block_size - 1) / params.block_size;
-  return std::min(capacity,
-                  sparsity::FixedKeepBlocks(n_blocks, params.keep_ratio) * params.block_size + always);
+int64_t FixedRatioCapacity(int64_t capacity, const sparsity::SelectionParams& p) {
+  return sparsity::FixedRatioCapacity(capacity, p.block_size, p.sink, p.last_n, p.keep_ratio);
 }
 
-int64_t FixedRatioMinimum(int64_t minimum, const sparsity::SelectionParams& params) {
-  const int64_t always = static_cast<int64_t>(params.sink) + params.last_n;
-  // N <= S + n keeps all N (>= minimum); a longer N keeps the disjoint sink and window, and its
-  // chosen blocks (never fewer than blocks(minimum)), all whole but the last.
-  if (minimum <= always || params.keep_ratio >= 1.0f) return minimum;
-  const int64_t n_blocks = (minimum + params.block_size - 1) / params.block_size;
-  return std::max(always,
-                  (sparsity::FixedKeepBlocks(n_blocks, params.keep_ratio) - 1) * params.block_size + 1);
+int64_t FixedRatioMinimum(int64_t minimum, const sparsity::SelectionParams& p) {
+  return sparsity::FixedRatioMinimum(minimum, p.block_size, p.sink, p.last_n, p.keep_ratio);
 }
 
 size_t SelectTokensScratchBytes(int64_t max_tokens, const sparsity::SelectionParams& params) {
