@@ -1,4 +1,4 @@
-// MakeCudaBackend in builds without the CUDA backend (the real one is backend/cuda/cuda_backend.cc).
+// MakeCudaBackend in builds without the CUDA backend (the real one: backend/cuda/cuda_backend.cc).
 #ifndef UNIPREFILL_WITH_CUDA
 
 #include "backend/cuda/cuda_backend.h"

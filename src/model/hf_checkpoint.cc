@@ -45,8 +45,8 @@ Result<ModelConfig> ReadHfCommonConfig(const HfConfig& hf, const std::string& ar
   UP_ASSIGN_OR_RETURN(int64_t hidden, hf.GetInt("hidden_size"));
   UP_ASSIGN_OR_RETURN(int64_t heads, hf.GetInt("num_attention_heads"));
   UP_ASSIGN_OR_RETURN(int64_t kv_heads, hf.GetIntOr("num_key_value_heads", heads));
-  UP_ASSIGN_OR_RETURN(int64_t head_dim,
-                      hf.GetIntOr("head_dim", d.head_dim ? d.head_dim : heads ? hidden / heads : 0));
+  const int64_t default_head_dim = d.head_dim ? d.head_dim : heads ? hidden / heads : 0;
+  UP_ASSIGN_OR_RETURN(int64_t head_dim, hf.GetIntOr("head_dim", default_head_dim));
   UP_ASSIGN_OR_RETURN(int64_t vocab, d.vocab ? hf.GetIntOr("vocab_size", d.vocab)
                                              : hf.GetInt("vocab_size"));
   UP_ASSIGN_OR_RETURN(int64_t ctx_len, hf.GetIntOr("max_position_embeddings", d.context));
@@ -77,7 +77,8 @@ Result<ModelDefinition> LoadHfDefinition(const std::string& dir, DeviceContext& 
                                            const LoadOptions& options) {
   UP_ASSIGN_OR_RETURN(HfConfig root, HfConfig::Load(dir + "/config.json"));
   UP_ASSIGN_OR_RETURN(std::string type, root.GetString("model_type"));
-  UP_ASSIGN_OR_RETURN(std::unique_ptr<safetensors::Checkpoint> ck, safetensors::Checkpoint::Open(dir));
+  UP_ASSIGN_OR_RETURN(std::unique_ptr<safetensors::Checkpoint> ck,
+                      safetensors::Checkpoint::Open(dir));
   std::shared_ptr<safetensors::Checkpoint> owner(std::move(ck));
   auto src = SafetensorsWeightSource(*owner);
   if (type == "llama") return LoadLlama(root, owner, *src, ctx, options);

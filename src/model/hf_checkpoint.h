@@ -1,5 +1,6 @@
-// Hugging Face checkpoints (a directory with config.json and safetensors) as model definitions: the tensor
-// source over safetensors and the dispatch on config.json's model_type.
+// Hugging Face checkpoints (a directory with config.json and safetensors) as model definitions:
+// the tensor source over safetensors, the config keys every family shares, and the dispatch on
+// config.json's model_type.
 #pragma once
 
 #include <memory>

@@ -134,7 +134,9 @@ class RandomWeightSource final : public WeightSource {
 
   Result<TensorView> Get(const std::string& name,
                          const std::vector<int64_t>& shape) const override {
-    if (shape.empty() || shape.size() > 3) return InvalidArgument("preset tensor '" + name + "': bad rank");
+    if (shape.empty() || shape.size() > 3) {
+      return InvalidArgument("preset tensor '" + name + "': bad rank");
+    }
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
     // One tensor per name (a tied head reads the embedding's).

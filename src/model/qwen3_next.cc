@@ -43,8 +43,8 @@ Status LoadQwen3NextWeights(DeviceContext& ctx, const WeightSource& src, const Q
   UP_ASSIGN_OR_RETURN(d.output_norm, LoadVector(src, "model.norm.weight", H, 1.0f));
   const bool tied = !src.Has("lm_head.weight");
   c.tied_embeddings = tied;
-  UP_ASSIGN_OR_RETURN(d.head, LoadLinear(ctx, src, {tied ? "model.embed_tokens.weight" : "lm_head.weight"},
-                                        {{V, H}}, false));
+  const std::string head_name = tied ? "model.embed_tokens.weight" : "lm_head.weight";
+  UP_ASSIGN_OR_RETURN(d.head, LoadLinear(ctx, src, {head_name}, {{V, H}}, false));
   d.head.int16_decode_activations = !options.f32_decode;
   const bool f32 = options.f32_prefill_weights;
   const std::vector<float> inv_freq = ops::RopeInvFreq(c.rope_theta_global, x.rot_dims);

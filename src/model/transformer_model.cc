@@ -62,7 +62,8 @@ Result<std::unique_ptr<Model>> MakeModel(ModelDefinition definition, DeviceConte
   } else {
     UP_ASSIGN_OR_RETURN(backend, MakeCpuBackend(*def));
   }
-  return std::unique_ptr<Model>(std::make_unique<TransformerModel>(std::move(def), std::move(backend)));
+  return std::unique_ptr<Model>(
+      std::make_unique<TransformerModel>(std::move(def), std::move(backend)));
 }
 
 }  // namespace uniprefill

@@ -49,11 +49,11 @@ TEST(DropPlanTest, SyncFreeOnlyWhenEveryDroppingRequestIsFixedRatioAndFresh) {
   EXPECT_FALSE(PlanSyncFree(fixed, false, only));  // no drop layers
   EXPECT_FALSE(PlanSyncFree(fixed, true, DropSync::kEveryDrop));
   // Nobody selects (decodes, short prompts): the plain path.
-  EXPECT_FALSE(PlanSyncFree(std::vector<DropRequest>{Request(200, kRatio), Request(1, kRatio, true)},
-                            true, only));
+  const std::vector<DropRequest> nobody{Request(200, kRatio), Request(1, kRatio, true)};
+  EXPECT_FALSE(PlanSyncFree(nobody, true, only));
   // A top-p request that may drop (even a decode): its count is unknown until read back.
-  EXPECT_FALSE(PlanSyncFree(std::vector<DropRequest>{Request(1000, kRatio), Request(1, kTopP, true)},
-                            true, only));
+  const std::vector<DropRequest> top_p_decode{Request(1000, kRatio), Request(1, kTopP, true)};
+  EXPECT_FALSE(PlanSyncFree(top_p_decode, true, only));
   // ... unless it may not drop.
   DropRequest barred = Request(1000, kTopP);
   barred.allow_drop = false;

@@ -72,7 +72,8 @@ Selecting SelectingRequests(const std::vector<Req>& reqs, const DropLayer& drop,
     out.params.push_back(d.params);
     if (!selects) continue;
     out.any = true;
-    out.scratch_bytes = std::max(out.scratch_bytes, oc::SelectTokensScratchBytes(d.rows, *d.params));
+    out.scratch_bytes =
+        std::max(out.scratch_bytes, oc::SelectTokensScratchBytes(d.rows, *d.params));
   }
   return out;
 }
@@ -93,7 +94,9 @@ Status CudaBackend::ScoreOverCache(int layer, const Req& req, const TensorView& 
   std::vector<int32_t> k_rows(count), c_rows(count);
   for (int i = 0; i < count; ++i) {
     const int32_t block = blocks[i / bt], row = i % bt;
-    if (block < 0) return Internal("UniPrefill scoring: a page of a full-attention layer was released");
+    if (block < 0) {
+      return Internal("UniPrefill scoring: a page of a full-attention layer was released");
+    }
     k_rows[i] = 2 * bt * block + row;       // the K half of kv [blocks, 2, bt, kv_dim]
     c_rows[i] = 2 * bt * block + bt + row;  // the alive index of meta [blocks, 2, bt]
   }
@@ -107,7 +110,8 @@ Status CudaBackend::ScoreOverCache(int layer, const Req& req, const TensorView& 
                  Rows(pool_->kv().data, DType::kBF16, pool_rows, kvd, kvd), d_k_rows);
   oc::GatherRows(ctx_, Rows(cache_coords_.data(), DType::kI32, count, 1, 1),
                  Rows(pool_->meta(), DType::kI32, pool_rows, 1, 1), d_c_rows);
-  UP_CUDA_CHECK(cudaMemsetAsync(cache_importance_.data(), 0, static_cast<size_t>(count) * 4, stream));
+  UP_CUDA_CHECK(
+      cudaMemsetAsync(cache_importance_.data(), 0, static_cast<size_t>(count) * 4, stream));
   oc::AttentionImportance(ctx_, cache_importance_.as<float>(), q_obs,
                           Heads(cache_keys_.data(), count, a.n_kv_heads, a.head_dim, kvd), q_coord,
                           cache_coords_.as<int32_t>(), a.scale);

@@ -1,6 +1,7 @@
-// The CUDA backend's mixers (cuda_backend_impl.h): attention (projections, q/k-norm, RoPE, the step's
-// keys and values into the cache, then flash / paged decode / cache attention and the output
-// projection; a drop layer hands its queries to cuda_backend_drops.cc first) and Gated DeltaNet.
+// The CUDA backend's mixers (cuda_backend_impl.h): attention (projections, q/k-norm, RoPE, the
+// step's keys and values into the cache, then flash / paged decode / cache attention and the
+// output projection; a drop layer hands its queries to cuda_backend_drops.cc first) and Gated
+// DeltaNet.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>

@@ -64,7 +64,8 @@ namespace {
 
 // Random weights (model/model_presets.h) are filled on the device: stacked part by part, then
 // rows reordered by a device gather when `order` asks for it.
-Result<DeviceLinear> UploadRandom(DeviceContext& ctx, const std::vector<const ops::LinearWeight*>& ws,
+Result<DeviceLinear> UploadRandom(DeviceContext& ctx,
+                                  const std::vector<const ops::LinearWeight*>& ws,
                                   const std::vector<int64_t>* order) {
   DeviceLinear d;
   d.in = ws.front()->in_features;

@@ -79,10 +79,12 @@ struct Layer {
 // Each adds the bytes it uploaded to *bytes.
 // Attention: q | gate | k | v fused (Qwen3-Next's per-head [query | gate] rows regrouped into all
 // queries, then all gates).
-Status UploadAttention(DeviceContext& ctx, const AttentionWeights& a, AttentionLayer* L, int64_t* bytes);
+Status UploadAttention(DeviceContext& ctx, const AttentionWeights& a, AttentionLayer* L,
+                       int64_t* bytes);
 // Gated DeltaNet: in_proj_qkvz and in_proj_ba fused, their per-key-head grouping undone, so the
 // GEMM output is [q | k | v | z | b | a].
-Status UploadDelta(DeviceContext& ctx, const GatedDeltaNetWeights& d, DeltaLayer* L, int64_t* bytes);
+Status UploadDelta(DeviceContext& ctx, const GatedDeltaNetWeights& d, DeltaLayer* L,
+                   int64_t* bytes);
 // MoE: every expert's gate_up (and down) stacked into one [E, 2I, H] ([E, H, I]) buffer.
 Status UploadMoe(DeviceContext& ctx, const MoeWeights& m, MoeLayer* L, int64_t* bytes);
 
