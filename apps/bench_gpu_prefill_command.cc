@@ -94,6 +94,11 @@ CLI::App* AddBenchGpuPrefillCommand(CLI::App& bench_group, BenchGpuPrefillOption
   cmd->add_flag("--compare-sync", o.compare_sync,
                 "Also run each keep ratio the way top-p must: a host sync per drop layer to learn "
                 "the kept counts (mode keepR-sync), to show what the sync-free path saves");
+  cmd->add_option("--attention", o.attention,
+                  "Prefill attention kernel: ours (the engine's flash attention) or cudnn (cuDNN's "
+                  "fused attention where its masks can express the layer, ours elsewhere)")
+      ->check(CLI::IsMember({"ours", "cudnn"}))
+      ->capture_default_str();
   cmd->add_option("--commit", o.commit, "Commit id recorded in the JSON");
   cmd->add_option("--json", o.json_out, "Write the results as JSON here");
   cmd->footer(
@@ -274,7 +279,9 @@ Result<BenchModel> BuildModel(const BenchGpuPrefillOptions& o, const Points& p,
     if (L.moe) b.n_experts = L.moe->n_experts;
   }
   for (int64_t n : p.contexts) b.dense_flops.push_back(DensePrefillFlops(def, n));
-  UP_ASSIGN_OR_RETURN(b.model, MakeModel(std::move(def), ctx, LoadOptions{}));
+  LoadOptions lo;
+  lo.gpu_attention = o.attention == "cudnn" ? GpuAttention::kCudnn : GpuAttention::kOurs;
+  UP_ASSIGN_OR_RETURN(b.model, MakeModel(std::move(def), ctx, lo));
   UP_CUDA_CHECK(cudaDeviceSynchronize());  // the weights are filled on the device's stream
   return b;
 }
@@ -325,6 +332,7 @@ nlohmann::json Summary(const BenchGpuPrefillOptions& o, const BenchModel& bm,
       {"gpu", gpu},
       {"commit", o.commit},
       {"shape", bm.preset},
+      {"attention_kernel", o.attention},
       {"model",
        "the product's model (MakeModel + Model::ForwardBatch, the walk serve and run use) on the "
        "CUDA backend, random bf16 weights made on the device (model/model_presets.h)"},

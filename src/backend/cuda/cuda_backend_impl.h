@@ -20,6 +20,7 @@
 #include "model/model.h"
 #include "model/model_definition.h"
 #include "model/packed_batch.h"
+#include "ops/cuda/cudnn_attention.h"
 
 namespace uniprefill::cuda_backend {
 
@@ -59,7 +60,9 @@ class CudaBackend final : public LayerBackend {
   CudaBackend(const ModelDefinition& def, DeviceContext& ctx, DeltaRuleChoice delta_rule)
       : def_(def), ctx_(ctx), cfg_(def.config), delta_rule_(delta_rule) {}
 
-  Status Load(const ProgressFn& progress);
+  // Uploads the weights; with GpuAttention::kCudnn also makes the cuDNN attention (an error if this
+  // build or machine has no cuDNN).
+  Status Load(const ProgressFn& progress, GpuAttention attention);
 
   Device device() const override { return Device::kCuda; }
   size_t resident_weight_bytes() const override { return weight_bytes_; }
@@ -94,6 +97,13 @@ class CudaBackend final : public LayerBackend {
   Status AttentionMixer(int layer_index, const AttentionLayer& L, std::vector<Req>& reqs,
                         const DropLayer* drop, WindowMode window_mode, int segment, int64_t* rows,
                         TensorView out);
+  // cuDNN's fused attention for the fresh requests [0, fresh) of an uncompacted attention layer
+  // without a window; false (FlashAttention then runs them) when cuDNN cannot take this shape, which
+  // turns it off for the model's life (said once on stderr).
+  struct KeptQueries;
+  Result<bool> CudnnPrefill(int fresh, const TensorView& q, const TensorView& k,
+                            const TensorView& v, const TensorView& attn, const KeptQueries& kq,
+                            const ops::AttentionParams& params);
   Status DeltaMixer(int layer_index, const DeltaLayer& L, const std::vector<Req>& reqs,
                     int64_t rows, TensorView out);
   // The query side of a drop: which rows get an attention output, where, at which coordinates.
@@ -135,6 +145,7 @@ class CudaBackend final : public LayerBackend {
   float embedding_scale_ = 1.0f;
   bool has_linear_ = false;  // any Gated DeltaNet layer (state slots needed)
   DeltaRuleChoice delta_rule_ = DeltaRuleChoice::kAuto;  // LoadOptions::gpu_delta_rule
+  std::unique_ptr<ops::cuda::CudnnAttention> cudnn_;    // LoadOptions::gpu_attention = kCudnn
   DeviceBuffer output_norm_;
   std::vector<Layer> layers_;
 

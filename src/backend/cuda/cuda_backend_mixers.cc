@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
@@ -78,6 +79,46 @@ Status CudaBackend::DeltaMixer(int layer_index, const DeltaLayer& L, const std::
                       ops::Activation::kSilu);
   oc::Gemm(ctx_, out, z, L.out_proj.view());
   return OkStatus();
+}
+
+Result<bool> CudaBackend::CudnnPrefill(int fresh, const TensorView& q, const TensorView& k,
+                                       const TensorView& v, const TensorView& attn,
+                                       const KeptQueries& kq, const ops::AttentionParams& params) {
+  cudaStream_t stream = ctx_.cuda().stream();
+  std::vector<int32_t> begin(fresh + 1), len(fresh);
+  int max_rows = 0;
+  for (int r = 0; r < fresh; ++r) {
+    begin[r] = kq.begin[r];
+    len[r] = kq.len[r];
+    max_rows = std::max(max_rows, kq.len[r]);
+  }
+  begin[fresh] = kq.begin[fresh - 1] + kq.len[fresh - 1];
+  ops::cuda::CudnnVarlen vb;
+  vb.batch = fresh;
+  vb.max_rows = max_rows;
+  if (bounded_) {
+    vb.seq_len = d_counts_;  // true counts; the rest of each capacity is padding
+  } else {
+    UP_ASSIGN_OR_RETURN(vb.seq_len, staging_.Put(len, stream));
+  }
+  // Ragged offsets: each sequence's first row in elements of its view.
+  auto offsets = [&](const TensorView& view) {
+    return staging_.Put(ops::cuda::RaggedOffsets(begin, view.stride[0]), stream);
+  };
+  UP_ASSIGN_OR_RETURN(vb.q_offsets, offsets(q));
+  UP_ASSIGN_OR_RETURN(vb.k_offsets, offsets(k));
+  UP_ASSIGN_OR_RETURN(vb.v_offsets, offsets(v));
+  UP_ASSIGN_OR_RETURN(vb.o_offsets, offsets(attn));
+  const Status st = cudnn_->Run(ctx_, attn, q, k, v, vb, params);
+  if (!st.ok()) {
+    std::fprintf(stderr,
+                 "uniprefill: cuDNN attention cannot run this model's prefill (%s); using the "
+                 "engine's own attention kernel from here on\n",
+                 st.message().c_str());
+    cudnn_.reset();
+    return false;
+  }
+  return true;
 }
 
 Status CudaBackend::AttentionMixer(int li, const AttentionLayer& L, std::vector<Req>& reqs,
@@ -153,8 +194,12 @@ Status CudaBackend::AttentionMixer(int li, const AttentionLayer& L, std::vector<
   ops::AttentionParams ap;
   ap.scale = a.scale;
   ap.window = a.window;
-  const int fresh = fast_d ? fresh_ : 0;  // requests served by flash attention
-  if (fresh > 0) {
+  const int fresh = fast_d ? fresh_ : 0;  // requests served by flash attention (or cuDNN's)
+  bool cudnn_done = false;
+  if (fresh > 0 && cudnn_ && a.window == 0 && !kq.compacted) {
+    UP_ASSIGN_OR_RETURN(cudnn_done, CudnnPrefill(fresh, q_rows, k, v, attn, kq, ap));
+  }
+  if (fresh > 0 && !cudnn_done) {
     std::vector<int32_t> cu_q{0}, cu_k{0};
     int max_q = 0, max_k = 0;
     for (int r = 0; r < fresh; ++r) {

@@ -28,6 +28,7 @@
 #include "model/model_presets.h"
 #include "model/transformer_model.h"
 #include "ops/cuda/cuda_dense_ops.h"
+#include "ops/cuda/cudnn_attention.h"
 #include "testing/compare.h"
 #include "testing/cuda_test_util.h"
 
@@ -43,13 +44,15 @@ constexpr double kQwenLogitsBound = 0.15;
 
 // The preset's model on ctx's device (the CPU needs o.materialize), f32 decode products on the CPU.
 std::unique_ptr<Model> MakePreset(DeviceContext& ctx, const std::string& preset,
-                                  RandomModelOptions o = {.seed = 7}) {
+                                  RandomModelOptions o = {.seed = 7},
+                                  GpuAttention attention = GpuAttention::kOurs) {
   o.f32_decode = true;
   Result<ModelDefinition> def = RandomModelDefinition(preset, o);
   EXPECT_TRUE(def.ok()) << def.status().message();
   if (!def.ok()) return nullptr;
   LoadOptions lo;
   lo.f32_decode = true;
+  lo.gpu_attention = attention;
   Result<std::unique_ptr<Model>> m = MakeModel(std::move(def).value(), ctx, lo);
   EXPECT_TRUE(m.ok()) << m.status().message();
   return m.ok() ? std::move(m).value() : nullptr;
@@ -214,29 +217,41 @@ TEST(CudaRandomModelTest, Llama8bPresetMatchesTheCpuModel) {
   RandomModelOptions o;
   o.seed = 3;
   o.n_layers = 2;
-  auto gpu = MakePreset(ctx, "llama-3.1-8b", o);
   auto cpu_ctx = DeviceContext::Cpu(0);
-  o.materialize = true;
-  auto cpu = MakePreset(*cpu_ctx, "llama-3.1-8b", o);
-  ASSERT_TRUE(gpu && cpu);
+  RandomModelOptions host = o;
+  host.materialize = true;
+  auto cpu = MakePreset(*cpu_ctx, "llama-3.1-8b", host);
+  ASSERT_TRUE(cpu);
   const std::vector<int64_t> lengths = {700, 300};
-  for (bool drop : {false, true}) {
-    SCOPED_TRACE(drop ? "drop at layer 0" : "dense");
-    const UniPrefillConfig up = drop ? FixedRatio({0}, 0.5f) : Dense();
-    const PrefillRun g = Prefill(*gpu, ctx, lengths, up, 21);
-    const PrefillRun c = Prefill(*cpu, *cpu_ctx, lengths, up, 21);
-    for (size_t r = 0; r < lengths.size(); ++r) {
-      const double err = testing::RelativeL2Error(g.logits[r], c.logits[r]);
-      std::printf("[llama-3.1-8b, 2 layers, %s] request %zu (%lld tokens): normalised error %.2e\n",
-                  drop ? "drop" : "dense", r, static_cast<long long>(lengths[r]), err);
-      EXPECT_LT(err, kLogitsBound) << "request " << r;
-      // Kept counts exactly equal (as cuda_model_test.cc: a bf16 near-tie of two block scores
-      // could move one, but the fixed seeds make this deterministic, measured equal).
-      EXPECT_EQ(Records(g.kept[r]), Records(c.kept[r])) << "request " << r;
+  // Both prefill attention kernels: ours, and cuDNN's (where this build and machine have it; a
+  // fixed-ratio drop makes layer 1 a sync-free segment, so cuDNN meets padded capacities there).
+  for (GpuAttention attention : {GpuAttention::kOurs, GpuAttention::kCudnn}) {
+    const char* kernel = attention == GpuAttention::kCudnn ? "cudnn" : "ours";
+    if (attention == GpuAttention::kCudnn && !ops::cuda::CudnnAttention::Create(ctx).ok()) {
+      std::printf("[llama-3.1-8b] no cuDNN here: its variant skipped\n");
+      continue;
     }
-    if (drop) {
-      ASSERT_EQ(c.kept[0].size(), 1u);
-      EXPECT_LT(c.kept[0][0].kept, 700);
+    auto gpu = MakePreset(ctx, "llama-3.1-8b", o, attention);
+    ASSERT_TRUE(gpu);
+    for (bool drop : {false, true}) {
+      SCOPED_TRACE(std::string(kernel) + (drop ? ", drop at layer 0" : ", dense"));
+      const UniPrefillConfig up = drop ? FixedRatio({0}, 0.5f) : Dense();
+      const PrefillRun g = Prefill(*gpu, ctx, lengths, up, 21);
+      const PrefillRun c = Prefill(*cpu, *cpu_ctx, lengths, up, 21);
+      for (size_t r = 0; r < lengths.size(); ++r) {
+        const double err = testing::RelativeL2Error(g.logits[r], c.logits[r]);
+        std::printf("[llama-3.1-8b, 2 layers, %s attention, %s] request %zu (%lld tokens): "
+                    "normalised error %.2e\n", kernel, drop ? "drop" : "dense", r,
+                    static_cast<long long>(lengths[r]), err);
+        EXPECT_LT(err, kLogitsBound) << "request " << r;
+        // Kept counts exactly equal (as cuda_model_test.cc: a bf16 near-tie of two block scores
+        // could move one, but the fixed seeds make this deterministic, measured equal).
+        EXPECT_EQ(Records(g.kept[r]), Records(c.kept[r])) << "request " << r;
+      }
+      if (drop) {
+        ASSERT_EQ(c.kept[0].size(), 1u);
+        EXPECT_LT(c.kept[0][0].kept, 700);
+      }
     }
   }
 }
