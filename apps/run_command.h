@@ -31,6 +31,7 @@ struct RunOptions {
   std::vector<int32_t> stop_token_ids;  // repeatable flag
   int threads = 0;
   std::string device = "cpu";  // cpu or cuda
+  std::string gpu_attention = "ours";  // with --device cuda: ours or cudnn
   int ctx_size = 0;
   bool ignore_eos = false;
   bool f32_decode = false;

@@ -24,6 +24,7 @@ struct ServeOptions {
   int max_tokens_default = 4096;  // chat requests without max_tokens
   int threads = 0;                // compute threads (0 = every core)
   std::string device = "cpu";  // cpu or cuda
+  std::string gpu_attention = "ours";  // with --device cuda: ours or cudnn
   int ctx_size = 0;
   int http_threads = 64;
   bool f32_decode = false;

@@ -64,6 +64,15 @@ void AddDeviceFlag(CLI::App& cmd, std::string& device) {
       ->capture_default_str();
 }
 
+void AddGpuAttentionFlag(CLI::App& cmd, std::string& kernel) {
+  cmd.add_option("--gpu-attention", kernel,
+                 "With --device cuda, the prefill attention kernel: ours (the engine's flash "
+                 "attention) or cudnn (cuDNN's fused attention where its masks express the layer, "
+                 "ours elsewhere; needs libcudnn 9)")
+      ->check(CLI::IsMember({"ours", "cudnn"}))
+      ->capture_default_str();
+}
+
 std::unique_ptr<Engine> LoadComparisonEngine(const std::string& model, int threads,
                                              const std::string& device,
                                              const UniPrefillFlags& flags) {

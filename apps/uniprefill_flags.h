@@ -31,6 +31,8 @@ bool ToUniPrefillOptions(const UniPrefillFlags& flags, UniPrefillOptions* out, s
 // returns nullptr.
 // --device cpu|cuda (where the model runs).
 void AddDeviceFlag(CLI::App& cmd, std::string& device);
+// --gpu-attention ours|cudnn (the GPU's prefill attention kernel, EngineOptions::gpu_attention).
+void AddGpuAttentionFlag(CLI::App& cmd, std::string& kernel);
 
 std::unique_ptr<Engine> LoadComparisonEngine(const std::string& model, int threads,
                                              const std::string& device,

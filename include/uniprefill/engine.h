@@ -41,6 +41,9 @@ struct EngineOptions {
   int context_size = 0;   // <= 0: the model's own context length
   // Decode matmuls in f32 throughout instead of on int16-quantised activations (exact, slower).
   bool f32_decode = false;
+  // With device "cuda": the prefill attention kernel, "ours" (the engine's flash attention) or
+  // "cudnn" (cuDNN's fused attention where its masks express the layer; needs libcudnn 9).
+  std::string gpu_attention = "ours";
   UniPrefillOptions uniprefill;
 };
 

@@ -43,6 +43,17 @@ Result<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options,
   LoadOptions lo;
   lo.progress = progress;
   lo.f32_decode = options.f32_decode;
+  if (options.gpu_attention == "cudnn") {
+    if (options.device != "cuda") {
+      return InvalidArgument(
+          "gpu attention 'cudnn' (--gpu-attention) is a GPU kernel: use it with device cuda "
+          "(--device cuda)");
+    }
+    lo.gpu_attention = GpuAttention::kCudnn;
+  } else if (options.gpu_attention != "ours" && !options.gpu_attention.empty()) {
+    return InvalidArgument("unknown gpu attention '" + options.gpu_attention +
+                           "' (--gpu-attention: expected ours or cudnn)");
+  }
   if (IsHfCheckpointDir(options.model_path)) {
     // A Hugging Face folder: config.json + safetensors, and tokenizer.json when it ships one.
     UP_ASSIGN_OR_RETURN(impl->model, LoadModel(options.model_path, *impl->ctx, lo));

@@ -144,6 +144,14 @@ TEST_F(CliTest, DeviceCudaRunsOnTheGpuOrSaysWhy) {
   ExpectCleanError("run --model " + Tiny() + " --prompt hi --device gpu", "--device");
 }
 
+// --gpu-attention: ours or cudnn, and cudnn only with --device cuda (one clear error otherwise).
+TEST_F(CliTest, GpuAttentionIsCheckedAndNeedsTheGpu) {
+  ExpectCleanError("run --model " + Tiny() + " --prompt hi --gpu-attention flash", "--gpu-attention");
+  ExpectCleanError("run --model " + Tiny() + " --prompt hi --gpu-attention cudnn", "device cuda");
+  CliResult r = RunCli("run --model " + Tiny() + " --prompt hi --max-tokens 2 --gpu-attention ours");
+  EXPECT_EQ(r.exit_code, 0) << r.err;  // the default, accepted on the CPU (nothing to choose)
+}
+
 TEST_F(CliTest, BadPromptTokensFile) {
   const std::string bad = testing::TempPath("bad_ids.json");
   std::ofstream(bad) << "[1, 2, \"x\"]";
