@@ -40,7 +40,7 @@ void AddBenchPrefillCommand(CLI::App& app, BenchPrefillOptions& o) {
       ->check(CLI::Range(1, 100))
       ->capture_default_str();
   cmd->add_option("-t,--threads", o.threads, "CPU threads (0 = every core)");
-  AddDeviceFlag(*cmd, o.device);
+  AddDeviceFlags(*cmd, o.device);
   cmd->add_option("--json", o.json_out, "Write the results as JSON here");
   AddUniPrefillFlags(*cmd, o.uniprefill);
 }

@@ -18,7 +18,7 @@ struct BenchPrefillOptions {
   std::string lengths = "4096,8192,16384,32768";
   int repeats = 3;
   int threads = 0;
-  std::string device = "cpu";  // cpu or cuda
+  DeviceFlags device;  // --device, --gpu-attention
   std::string json_out;
   UniPrefillFlags uniprefill;
 };

@@ -130,7 +130,7 @@ void AddCalibrateCommand(CLI::App& app, CalibrateOptions& o) {
                   "Largest allowed drop on any task where dense scores above 20 (points)")
       ->capture_default_str();
   cmd->add_option("-t,--threads", o.threads, "CPU threads (0 = every core)");
-  AddDeviceFlag(*cmd, o.device);
+  AddDeviceFlags(*cmd, o.device);
   cmd->add_option("-o,--output", o.output, "Write every setting's results as JSON");
   cmd->add_option("--write-config", o.write_config,
                   "Write the recommended setting (for --uniprefill-config)");
@@ -183,7 +183,7 @@ int CalibrateCommand(const CalibrateOptions& o) {
   EngineOptions eo;
   eo.model_path = o.model;
   eo.threads = o.threads;
-  eo.device = o.device;
+  o.device.ApplyTo(eo);
   auto loaded = Engine::Load(eo);
   if (!loaded.ok()) {
     std::fprintf(stderr, "error: %s\n", loaded.status().message().c_str());

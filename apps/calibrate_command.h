@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <string>
 
+#include "uniprefill_flags.h"
+
 namespace uniprefill::cli {
 
 struct CalibrateOptions {
@@ -27,7 +29,7 @@ struct CalibrateOptions {
   std::string window_modes = "alive,position";
   double max_mean_drop = 1.0, max_task_drop = 3.0;
   int threads = 0;
-  std::string device = "cpu";  // cpu or cuda
+  DeviceFlags device;  // --device, --gpu-attention
   std::string output;
   std::string write_config;
 };

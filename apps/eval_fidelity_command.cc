@@ -58,7 +58,7 @@ CLI::App* AddEvalFidelityCommand(CLI::App& eval, EvalFidelityOptions& o) {
       ->capture_default_str();
   cmd->add_option("--seed", o.seed, "Seed of the built-in prompts")->capture_default_str();
   cmd->add_option("-t,--threads", o.threads, "CPU threads (0 = every core)");
-  AddDeviceFlag(*cmd, o.device);
+  AddDeviceFlags(*cmd, o.device);
   cmd->add_option("-o,--output", o.output, "Write per-prompt results and the summary as JSON");
   AddUniPrefillFlags(*cmd, o.uniprefill);
   return cmd;

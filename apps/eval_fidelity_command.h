@@ -20,7 +20,7 @@ struct EvalFidelityOptions {
   int greedy_tokens = 32;
   uint64_t seed = 1;
   int threads = 0;
-  std::string device = "cpu";  // cpu or cuda
+  DeviceFlags device;  // --device, --gpu-attention
   std::string output;
   UniPrefillFlags uniprefill;
 };

@@ -174,7 +174,7 @@ CLI::App* AddEvalRulerCommand(CLI::App& eval, EvalRulerOptions& o) {
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
   cmd->add_option("-t,--threads", o.threads, "CPU threads (0 = every core)");
-  AddDeviceFlag(*cmd, o.device);
+  AddDeviceFlags(*cmd, o.device);
   cmd->add_option("-o,--output", o.output, "Write results (per cell and per sample) as JSON");
   cmd->add_option("--plot", o.plot, "Write an SVG plot of accuracy vs context length");
   AddUniPrefillFlags(*cmd, o.uniprefill);

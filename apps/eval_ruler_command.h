@@ -21,7 +21,7 @@ struct EvalRulerOptions {
   uint64_t seed = 1;
   std::string chat = "auto";
   int threads = 0;
-  std::string device = "cpu";  // cpu or cuda
+  DeviceFlags device;  // --device, --gpu-attention
   std::string output;
   std::string plot;
   UniPrefillFlags uniprefill;

@@ -124,8 +124,7 @@ void AddRunCommand(CLI::App& app, RunOptions& o) {
       ->allow_extra_args(false);
   run->add_option("-t,--threads", o.threads, "CPU threads (0 = every core)")
       ->check(CLI::Range(0, 4096))->capture_default_str();
-  AddDeviceFlag(*run, o.device);
-  AddGpuAttentionFlag(*run, o.gpu_attention);
+  AddDeviceFlags(*run, o.device);
   run->add_option("-c,--ctx-size", o.ctx_size, "Context length (0 = the model's)")
       ->check(CLI::Range(0, 1 << 24))->capture_default_str();
   run->add_flag("--ignore-eos", o.ignore_eos, "Keep generating past end-of-turn tokens");
@@ -268,8 +267,7 @@ int RunCommand(const RunOptions& o) {
   EngineOptions eo;
   eo.model_path = o.model;
   eo.threads = o.threads;
-  eo.device = o.device;
-  eo.gpu_attention = o.gpu_attention;
+  o.device.ApplyTo(eo);
   eo.context_size = o.ctx_size;
   eo.f32_decode = o.f32_decode;
   std::unique_ptr<Engine> loaded = LoadEngineWithProgress(eo, o.uniprefill, o.quiet);

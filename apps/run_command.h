@@ -30,8 +30,7 @@ struct RunOptions {
   std::vector<std::string> stop;        // stop strings (repeatable flag)
   std::vector<int32_t> stop_token_ids;  // repeatable flag
   int threads = 0;
-  std::string device = "cpu";  // cpu or cuda
-  std::string gpu_attention = "ours";  // with --device cuda: ours or cudnn
+  DeviceFlags device;  // --device, --gpu-attention
   int ctx_size = 0;
   bool ignore_eos = false;
   bool f32_decode = false;

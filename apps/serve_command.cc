@@ -142,8 +142,7 @@ void AddServeCommand(CLI::App& app, ServeOptions& o) {
   cmd->add_option("-t,--threads", o.threads, "Compute threads (0 = every core)")
       ->check(CLI::Range(0, 4096))
       ->capture_default_str();
-  AddDeviceFlag(*cmd, o.device);
-  AddGpuAttentionFlag(*cmd, o.gpu_attention);
+  AddDeviceFlags(*cmd, o.device);
   cmd->add_option("-c,--ctx-size", o.ctx_size, "Context length (0 = the model's)")
       ->check(CLI::Range(0, 1 << 24))
       ->capture_default_str();
@@ -161,8 +160,7 @@ int ServeCommand(const ServeOptions& o) {
   EngineOptions eo;
   eo.model_path = o.model;
   eo.threads = o.threads;
-  eo.device = o.device;
-  eo.gpu_attention = o.gpu_attention;
+  o.device.ApplyTo(eo);
   eo.context_size = o.ctx_size;
   eo.f32_decode = o.f32_decode;
   if (!IsLoopback(o.host) && o.api_key.empty()) {

@@ -23,8 +23,7 @@ struct ServeOptions {
   int max_batched_tokens = 8192;
   int max_tokens_default = 4096;  // chat requests without max_tokens
   int threads = 0;                // compute threads (0 = every core)
-  std::string device = "cpu";  // cpu or cuda
-  std::string gpu_attention = "ours";  // with --device cuda: ours or cudnn
+  DeviceFlags device;  // --device, --gpu-attention
   int ctx_size = 0;
   int http_threads = 64;
   bool f32_decode = false;

@@ -57,15 +57,12 @@ bool ToUniPrefillOptions(const UniPrefillFlags& f, UniPrefillOptions* out, std::
   return true;
 }
 
-void AddDeviceFlag(CLI::App& cmd, std::string& device) {
-  cmd.add_option("--device", device,
+void AddDeviceFlags(CLI::App& cmd, DeviceFlags& flags) {
+  cmd.add_option("--device", flags.device,
                  "Where the model runs: cpu, or cuda (GPU 0, bf16 weights and KV cache)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
-}
-
-void AddGpuAttentionFlag(CLI::App& cmd, std::string& kernel) {
-  cmd.add_option("--gpu-attention", kernel,
+  cmd.add_option("--gpu-attention", flags.gpu_attention,
                  "With --device cuda, the prefill attention kernel: ours (the engine's flash "
                  "attention) or cudnn (cuDNN's fused attention where its masks express the layer, "
                  "ours elsewhere; needs libcudnn 9)")
@@ -74,12 +71,12 @@ void AddGpuAttentionFlag(CLI::App& cmd, std::string& kernel) {
 }
 
 std::unique_ptr<Engine> LoadComparisonEngine(const std::string& model, int threads,
-                                             const std::string& device,
+                                             const DeviceFlags& device,
                                              const UniPrefillFlags& flags) {
   EngineOptions eo;
   eo.model_path = model;
   eo.threads = threads;
-  eo.device = device;
+  device.ApplyTo(eo);
   std::string error;
   if (!ToUniPrefillOptions(flags, &eo.uniprefill, &error)) {
     std::fprintf(stderr, "error: %s\n", error.c_str());

@@ -29,13 +29,20 @@ bool ToUniPrefillOptions(const UniPrefillFlags& flags, UniPrefillOptions* out, s
 // For commands that compare dense with UniPrefill per request (bench-prefill, eval): loads the
 // model with UniPrefill enabled and the flags applied; on failure prints one `error:` line and
 // returns nullptr.
-// --device cpu|cuda (where the model runs).
-void AddDeviceFlag(CLI::App& cmd, std::string& device);
-// --gpu-attention ours|cudnn (the GPU's prefill attention kernel, EngineOptions::gpu_attention).
-void AddGpuAttentionFlag(CLI::App& cmd, std::string& kernel);
+// Where the model runs: --device cpu|cuda and, on the GPU, --gpu-attention ours|cudnn (the prefill
+// attention kernel, EngineOptions::gpu_attention).
+struct DeviceFlags {
+  std::string device = "cpu";
+  std::string gpu_attention = "ours";
+  void ApplyTo(EngineOptions& eo) const {
+    eo.device = device;
+    eo.gpu_attention = gpu_attention;
+  }
+};
+void AddDeviceFlags(CLI::App& cmd, DeviceFlags& flags);
 
 std::unique_ptr<Engine> LoadComparisonEngine(const std::string& model, int threads,
-                                             const std::string& device,
+                                             const DeviceFlags& device,
                                              const UniPrefillFlags& flags);
 
 // For commands that serve one configuration (run, serve): loads the model with `options` and the
