@@ -15,8 +15,8 @@
 //     (FixedRatioCapacity) with padding rows, the true counts stay on the device, and the caches
 //     are trimmed after the forward's one sync (the logits). Top-p learns the kept rows by one
 //     host sync per drop layer.
-// Caches come from NewCache (CudaSequenceCache on the backend's device pool); UniPrefill drops need
-// the whole prompt in one step (as every engine path does).
+// Caches come from NewCache (CudaSequenceCache on the backend's device pool). A request whose cache
+// already holds tokens may drop too (scored over every cached key of the layer, synced path).
 //
 // The header is CUDA-free: builds without the CUDA backend get an Unimplemented error.
 #pragma once
