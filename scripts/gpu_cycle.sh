@@ -6,8 +6,8 @@
 #                                                 # and pack binaries + their libraries into
 #                                                 # .gpu_carry/ (git-ignored) to send along
 #   bash scripts/gpu_cycle.sh run OUTDIR [STAGE...]     # on the GPU machine; stages: tests llama
-#                                                 # anchor batch gemma qwen (default: tests llama
-#                                                 # anchor)
+#                                                 # anchor cudnn batch gemma qwen (default: tests
+#                                                 # llama anchor)
 #   bash scripts/gpu_cycle.sh build-run OUTDIR [STAGE...]   # on the GPU machine, self-contained:
 #                                                 # build there (scripts/gpu_build.sh, carry
 #                                                 # .gpu_deps), then `run` the stages with that build
@@ -93,6 +93,20 @@ case "$mode" in
     if [[ $stages == *" anchor "* && -f "$carry/anchor/pytorch_anchor.py" ]]; then
       echo "== PyTorch anchor"
       PYTHONUNBUFFERED=1 python3 "$carry/anchor/pytorch_anchor.py" 8192 32768 131072 | tee "$out/anchor.jsonl"
+    fi
+    if [[ $stages == *" cudnn "* ]]; then
+      # Our walk with cuDNN's fused attention, its kernel rate, and the anchor on cuDNN attention
+      # (the bar issue 17 sets), in the same call as the stages above.
+      echo "== Llama-3.1-8B shape, batch 1, --attention cudnn"
+      bench --shape llama-3.1-8b --contexts 8192,32768,131072 --repeats 3 --attention cudnn \
+        --json "$out/llama8b_b1_cudnn.json"
+      "$bin/uniprefill_cuda_tests" --gtest_also_run_disabled_tests \
+        --gtest_filter='CudnnAttentionTest.*' 2>&1 | grep -iE 'tflop|error|FAIL' | tee "$out/cudnn_throughput.log"
+      if [ -f "$carry/anchor/pytorch_anchor.py" ]; then
+        echo "== PyTorch anchor, cuDNN attention"
+        ANCHOR_SDPA=cudnn PYTHONUNBUFFERED=1 python3 "$carry/anchor/pytorch_anchor.py" 8192 32768 131072 |
+          tee "$out/anchor_cudnn.jsonl"
+      fi
     fi
     if [[ $stages == *" batch "* ]]; then
       echo "== Llama-3.1-8B shape, batches 4 and 16"

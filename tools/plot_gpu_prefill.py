@@ -2,7 +2,10 @@
 """Draws the GPU prefill-throughput figure (in the style of the UniPrefill paper's Figure 1).
 
 Reads the GPU benchmark results in bench/results/gpu/ (llama8b_b1.json, gemma3_12b.json,
-qwen3_next.json and, when present, the PyTorch anchor's anchor.jsonl) and writes <out>.png and <out>.svg: prompt tokens
+qwen3_next.json and, when present, the PyTorch anchor's anchor.jsonl, the anchor on cuDNN attention
+anchor_cudnn.jsonl and our run with cuDNN attention llama8b_b1_cudnn.json, both from
+`scripts/gpu_cycle.sh run OUT ... cudnn`, drawn as markers on the Llama panel) and writes
+<out>.png and <out>.svg: prompt tokens
 per second (context * batch / TTFT) against context length, dense vs UniPrefill keep 0.5 / keep 0.3,
 one panel per architecture, batch-1 rows only. Needs matplotlib (.venv/bin/pip install matplotlib).
 
@@ -70,10 +73,24 @@ def load_anchor(path: Path) -> dict:
     return out
 
 
-def draw_panel(ax, title: str, tput: dict, anchor: dict) -> None:
+# Markers drawn over the bars of the Llama panel: (results key, legend label, marker style).
+MARKERS = [
+    ("anchor", "PyTorch anchor, flash SDPA (Llama)",
+     dict(marker="D", markersize=5.5, markerfacecolor="white", markeredgecolor="black",
+          markeredgewidth=1.3)),
+    ("anchor_cudnn", "PyTorch anchor, cuDNN SDPA (Llama)",
+     dict(marker="D", markersize=5.5, markerfacecolor="black", markeredgecolor="black",
+          markeredgewidth=1.3)),
+    ("ours_cudnn", "ours with --attention cudnn (Llama)",
+     dict(marker="*", markersize=9, markerfacecolor="#e07b00", markeredgecolor="#7a4300",
+          markeredgewidth=0.8)),
+]
+
+
+def draw_panel(ax, title: str, tput: dict, markers: dict) -> None:
     width = 0.26
     offsets = {m: (i - 1) * width for i, m in enumerate(MODES)}
-    ymax = max(list(tput.values()) + list(anchor.values())) / 1e3
+    ymax = max(list(tput.values()) + [v for m in markers.values() for v in m.values()]) / 1e3
     for gi, ctx in enumerate(CONTEXTS):
         dense = tput.get((ctx, "dense"))
         if not any((ctx, m) in tput for m in MODES):
@@ -89,10 +106,10 @@ def draw_panel(ax, title: str, tput: dict, anchor: dict) -> None:
             if m != "dense" and dense:
                 ax.text(x, v / 1e3 + ymax * 0.012, f"{v / dense:.1f}x", ha="center", va="bottom",
                         fontsize=9, fontweight="bold", color="#1f4e89", zorder=4)
-            a = anchor.get((ctx, m))
-            if a is not None:
-                ax.plot([x], [a / 1e3], marker="D", markersize=5.5, markerfacecolor="white",
-                        markeredgecolor="black", markeredgewidth=1.3, linestyle="none", zorder=3)
+            for key, _, style in MARKERS:
+                a = markers.get(key, {}).get((ctx, m))
+                if a is not None:
+                    ax.plot([x], [a / 1e3], linestyle="none", zorder=3, **style)
     ax.set_title(title, fontsize=12, fontweight="bold")
     ax.set_xticks(range(len(CONTEXTS)), [ctx_label(c) for c in CONTEXTS])
     ax.set_xlim(-0.6, len(CONTEXTS) - 0.4)
@@ -111,7 +128,12 @@ def main() -> int:
                     help="output path prefix; .png and .svg are appended")
     args = ap.parse_args()
 
-    anchor = load_anchor(args.results_dir / "anchor.jsonl")
+    llama_markers = {"anchor": load_anchor(args.results_dir / "anchor.jsonl"),
+                     "anchor_cudnn": load_anchor(args.results_dir / "anchor_cudnn.jsonl")}
+    ours_cudnn = args.results_dir / "llama8b_b1_cudnn.json"
+    if ours_cudnn.exists():
+        llama_markers["ours_cudnn"] = load_throughputs(ours_cudnn)[0]
+    llama_markers = {k: v for k, v in llama_markers.items() if v}
     panels, gpus, dates = [], [], []
     for fname, title, with_anchor in PANELS:
         path = args.results_dir / fname
@@ -122,7 +144,7 @@ def main() -> int:
         if not tput:
             print(f"plot_gpu_prefill: no batch-1 rows in {path}; skipping", file=sys.stderr)
             continue
-        panels.append((title, tput, anchor if with_anchor else {}))
+        panels.append((title, tput, llama_markers if with_anchor else {}))
         for lst, key in ((gpus, "gpu"), (dates, "date")):
             if meta.get(key) and meta[key] not in lst:
                 lst.append(meta[key])
@@ -137,11 +159,12 @@ def main() -> int:
     axes[0][0].set_ylabel("Prefill throughput (K prompt tokens/s)")
 
     handles = [Patch(label=MODE_LABEL[m], linewidth=1.0, **MODE_STYLE[m]) for m in MODES]
-    if any(anc for _, _, anc in panels):
-        handles.append(Line2D([], [], marker="D", markersize=5.5, markerfacecolor="white",
-                              markeredgecolor="black", markeredgewidth=1.3, linestyle="none",
-                              label="PyTorch anchor (Llama)"))
-    fig.legend(handles=handles, loc="upper center", ncol=len(handles), frameon=False,
+    drawn = {key for _, _, markers in panels for key in markers}
+    for key, label, style in MARKERS:
+        if key in drawn:
+            handles.append(Line2D([], [], linestyle="none", label=label, **style))
+    ncol = min(len(handles), 4)
+    fig.legend(handles=handles, loc="upper center", ncol=ncol, frameon=False,
                bbox_to_anchor=(0.5, 0.935), fontsize=9.5, handlelength=2.2)
     fig.suptitle(f"Prefill throughput, batch 1 \u2014 {'; '.join(gpus) or 'GPU'}"
                  f"{', ' + ', '.join(dates) if dates else ''}", fontsize=12.5, y=0.985)
