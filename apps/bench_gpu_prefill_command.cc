@@ -9,6 +9,7 @@
 #include <sstream>
 #include <vector>
 
+#include "bench_common.h"
 #include "model/model_presets.h"
 #include "output_files.h"
 
@@ -28,32 +29,6 @@ namespace {
 
 // Hopper SXM dense bf16 tensor-core peak (datasheet; H100 and H200 share it).
 constexpr double kDatasheetBf16Tflops = 989.4;
-
-template <typename T>
-bool ParseList(const std::string& text, std::vector<T>& out) {
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    std::stringstream is(item);
-    T v;
-    if (!(is >> v) || !is.eof()) return false;
-    out.push_back(v);
-  }
-  return !out.empty();
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-std::string Today() {
-  std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%d", std::gmtime(&t));
-  return buf;
-}
 
 std::string PresetNames() {
   std::string s;

@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
+#include "bench_gpu_decode_command.h"
 #include "bench_gpu_prefill_command.h"
 #include "bench_prefill_command.h"
 #include "bench_serve_command.h"
@@ -41,6 +42,9 @@ int main(int argc, char** argv) {
   CLI::App* bench_serve_cmd = uniprefill::cli::AddBenchServeCommand(*bench_group, bench_serve);
   uniprefill::cli::BenchGpuPrefillOptions bench_gpu;
   CLI::App* bench_gpu_cmd = uniprefill::cli::AddBenchGpuPrefillCommand(*bench_group, bench_gpu);
+  uniprefill::cli::BenchGpuDecodeOptions bench_gpu_decode;
+  CLI::App* bench_gpu_decode_cmd =
+      uniprefill::cli::AddBenchGpuDecodeCommand(*bench_group, bench_gpu_decode);
   bool known = false;
   for (const CLI::App* sub : app.get_subcommands({})) known |= argc > 1 && sub->get_name() == argv[1];
   if (argc > 1 && argv[1][0] != '-' && !known) {
@@ -70,5 +74,8 @@ int main(int argc, char** argv) {
   if (app.got_subcommand("serve")) return uniprefill::cli::ServeCommand(serve);
   if (bench_serve_cmd->parsed()) return uniprefill::cli::BenchServeCommand(bench_serve);
   if (bench_gpu_cmd->parsed()) return uniprefill::cli::BenchGpuPrefillCommand(bench_gpu);
+  if (bench_gpu_decode_cmd->parsed()) {
+    return uniprefill::cli::BenchGpuDecodeCommand(bench_gpu_decode);
+  }
   return 2;
 }

@@ -135,6 +135,10 @@ void AddServeCommand(CLI::App& app, ServeOptions& o) {
       ->check(CLI::Range(1, 1 << 24))
       ->capture_default_str()
       ->group("Batching");
+  cmd->add_flag("--host-sampling", o.host_sampling,
+                "With --device cuda: copy every request's logits to the host and sample there "
+                "(by default a request without penalties or top_logprobs is sampled on the GPU)")
+      ->group("Batching");
   cmd->add_option("--max-tokens-default", o.max_tokens_default,
                   "max_tokens of chat requests that give none (capped by the context left)")
       ->check(CLI::Range(1, 1 << 24))
@@ -182,6 +186,7 @@ int ServeCommand(const ServeOptions& o) {
   so.kv_block_tokens = o.kv_block_tokens;
   so.max_num_seqs = o.max_num_seqs;
   so.max_batched_tokens = o.max_batched_tokens;
+  so.device_sampling = !o.host_sampling;
   auto batch_or = BatchEngine::Start(engine, so);
   if (!batch_or.ok()) {
     std::fprintf(stderr, "error: %s\n", batch_or.status().message().c_str());

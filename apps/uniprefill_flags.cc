@@ -68,6 +68,9 @@ void AddDeviceFlags(CLI::App& cmd, DeviceFlags& flags) {
                  "ours elsewhere; needs libcudnn 9)")
       ->check(CLI::IsMember({"ours", "cudnn"}))
       ->capture_default_str();
+  cmd.add_flag("--cuda-graphs", flags.cuda_graphs,
+               "With --device cuda, run decode steps as CUDA graphs (captured each step, launched "
+               "as one; measured slower than kernel-by-kernel launches on an H200, so off)");
 }
 
 std::unique_ptr<Engine> LoadComparisonEngine(const std::string& model, int threads,

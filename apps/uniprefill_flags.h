@@ -34,9 +34,11 @@ bool ToUniPrefillOptions(const UniPrefillFlags& flags, UniPrefillOptions* out, s
 struct DeviceFlags {
   std::string device = "cpu";
   std::string gpu_attention = "ours";
+  bool cuda_graphs = false;
   void ApplyTo(EngineOptions& eo) const {
     eo.device = device;
     eo.gpu_attention = gpu_attention;
+    eo.gpu_decode_graphs = cuda_graphs;
   }
 };
 void AddDeviceFlags(CLI::App& cmd, DeviceFlags& flags);

@@ -44,6 +44,9 @@ struct EngineOptions {
   // With device "cuda": the prefill attention kernel, "ours" (the engine's flash attention) or
   // "cudnn" (cuDNN's fused attention where its masks express the layer; needs libcudnn 9).
   std::string gpu_attention = "ours";
+  // With device "cuda": run decode steps as CUDA graphs (LoadOptions::gpu_decode_graphs; off by
+  // default, measured slower).
+  bool gpu_decode_graphs = false;
   UniPrefillOptions uniprefill;
 };
 

@@ -102,6 +102,10 @@ struct BatchEngine::Impl {
     std::vector<SampledToken> unreported;
     std::vector<int32_t> feed;     // this step's input ids
     std::vector<float> logits;     // f32 [vocab]
+    StepSampling device;           // this step's on-device choice (when `on_device`)
+    int32_t device_token = -1;
+    float device_logprob = 0.0f;
+    bool on_device = false;
     std::vector<KeptTokens> kept;  // of the latest prefill
     std::unique_ptr<SequenceCache> cache;
     RequestUsage usage;
@@ -408,7 +412,18 @@ void BatchEngine::Impl::RunStep() {
     SequenceStep s;
     s.cache = l.cache.get();
     s.tokens = l.feed;
-    s.logits = l.logits.data();
+    l.on_device = options.device_sampling && c.model->device() == Device::kCuda &&
+                  !l.sampler.has_penalties() && l.params.logprobs <= 0;
+    if (l.on_device) {
+      const SamplerConfig& sc = l.sampler.config();
+      // f32 uniform below 1 (the kernel's draw is `u < cumulative probability`).
+      const float u = std::min(static_cast<float>(l.sampler.NextUniform()), 0x1.fffffep-1f);
+      l.device = {sc.temperature, sc.top_k, sc.top_p, sc.min_p, u, &l.device_token,
+                  &l.device_logprob};
+      s.sampling = &l.device;
+    } else {
+      s.logits = l.logits.data();
+    }
     s.kept = sr.is_prefill ? &l.kept : nullptr;
     s.allow_drop = sr.uniprefill;
     s.selection = &l.selection;
@@ -458,7 +473,7 @@ void BatchEngine::Impl::RunStep() {
         counters.uniprefill_prefill_kept_tokens += l.usage.kept.back().kept;
       }
     }
-    const int32_t token = l.sampler.Sample(l.logits);
+    const int32_t token = l.on_device ? l.device_token : l.sampler.Sample(l.logits);
     l.sampler.Accept(token);
     l.sampled.push_back(token);
     ++sampled_now;
@@ -476,9 +491,13 @@ void BatchEngine::Impl::RunStep() {
     if (end_token) {
       r.stop = true;
     } else {
-      l.unreported.push_back(l.params.logprobs >= 0
-                                 ? WithLogprobs(token, l.logits, l.params.logprobs)
-                                 : SampledToken{token, 0, {}});
+      if (l.params.logprobs < 0) {
+        l.unreported.push_back(SampledToken{token, 0, {}});
+      } else if (l.on_device) {  // logprobs 0: the chosen token's, computed on the device
+        l.unreported.push_back(SampledToken{token, l.device_logprob, {}});
+      } else {
+        l.unreported.push_back(WithLogprobs(token, l.logits, l.params.logprobs));
+      }
       ++l.usage.completion_tokens;
       if (l.out->Push(token)) r.stop = true;  // a stop string completed
     }

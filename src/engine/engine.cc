@@ -43,6 +43,7 @@ Result<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options,
   LoadOptions lo;
   lo.progress = progress;
   lo.f32_decode = options.f32_decode;
+  lo.gpu_decode_graphs = options.gpu_decode_graphs;
   if (options.gpu_attention == "cudnn") {
     if (options.device != "cuda") {
       return InvalidArgument(

@@ -195,13 +195,15 @@ std::vector<TokenProb> Sampler::Distribution(std::span<const float> raw) const {
   return TemperatureSoftmax(config_.temperature, c);
 }
 
+double Sampler::NextUniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
+
 int32_t Sampler::Sample(std::span<const float> logits) {
   const std::vector<TokenProb> dist = Distribution(logits);
   if (dist.empty()) return -1;
   if (dist.size() == 1) return dist[0].id;  // greedy or a single survivor: no draw
   // A uniform in [0, 1) from the top 53 bits, then the inverse CDF: portable, unlike
   // std::discrete_distribution whose algorithm each standard library picks.
-  const double u = static_cast<double>(rng_() >> 11) * 0x1.0p-53;
+  const double u = NextUniform();
   double cum = 0;
   for (const TokenProb& t : dist) {
     cum += t.prob;

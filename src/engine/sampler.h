@@ -88,6 +88,11 @@ class Sampler {
   void Accept(int32_t token);
 
   const SamplerConfig& config() const { return config_; }
+  // Whether step 1 changes anything (penalties need the host logits and this sampler's history).
+  bool has_penalties() const { return PenaltiesActive(); }
+  // The uniform of the next draw from this sampler's generator (53 bits, what Sample() draws), for
+  // a draw made elsewhere: on-device sampling (SequenceStep::sampling) walks steps 2-7 with it.
+  double NextUniform();
 
  private:
   bool PenaltiesActive() const;

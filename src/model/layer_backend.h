@@ -57,6 +57,9 @@ class LayerBackend {
   // residual += out; the final norm; the logits of each request that wants them (its last row);
   // every cache committed.
   virtual Status Finish() = 0;
+  // After a step between Begin and Finish failed: drop whatever the forward left half done (a
+  // device backend's open graph capture), so the next forward starts clean.
+  virtual void Abandon() {}
 };
 
 }  // namespace uniprefill

@@ -91,6 +91,12 @@ struct LoadOptions {
   bool f32_decode = false;
   DeltaRuleChoice gpu_delta_rule = DeltaRuleChoice::kAuto;  // GPU only
   GpuAttention gpu_attention = GpuAttention::kOurs;         // GPU only
+  // GPU only: run each decode step (every request one token, none fresh) as a CUDA graph: the
+  // step is captured, the batch size's executable graph updated with it and launched. Off by
+  // default: measured slower on an H200 (8B shape, 32 x 1K: 9.82 vs 8.93 ms per step), because
+  // decode there is GPU-bound and capture serialises the host's walk before the GPU starts
+  // (docs/gpu_performance.md, decode section).
+  bool gpu_decode_graphs = false;
   ProgressFn progress;
 };
 

@@ -32,6 +32,19 @@ struct KeptTokens {
   int alive = 0;
 };
 
+// The next token chosen on the device that ran the forward (CUDA models): the filters of
+// engine/sampler.h without its penalties, and the uniform of the draw, so the request's seeded
+// generator stays on the host. Only ids (and logprobs) travel back, not [vocab] logits.
+struct StepSampling {
+  float temperature = 0.0f;  // <= 0: greedy (argmax, lowest id on ties)
+  int32_t top_k = 0;         // <= 0: off
+  float top_p = 1.0f;        // >= 1: off
+  float min_p = 0.0f;        // <= 0: off
+  float uniform = 0.0f;      // in [0, 1): the draw is `uniform < cumulative probability`
+  int32_t* token = nullptr;  // out: the chosen id
+  float* logprob = nullptr;  // out (optional): its log-softmax over the raw logits
+};
+
 // One request's part of a forward.
 struct SequenceStep {
   SequenceCache* cache = nullptr;
@@ -42,6 +55,9 @@ struct SequenceStep {
   // This request's selection parameters (mode, p, ratio, G, S, n) at drop layers; nullptr: the
   // forward's config. The drop layers and window mode are the forward's (they fix the cache layout).
   const UniPrefillConfig* selection = nullptr;
+  // Device models: choose the next token on the device (with or without `logits`); host models
+  // reject it. nullptr: no token is chosen by the forward.
+  const StepSampling* sampling = nullptr;
 };
 
 // Where a forward spent its UniPrefill time (benchmarks report the overhead share).

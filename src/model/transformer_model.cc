@@ -14,8 +14,21 @@ Status TransformerModel::ForwardBatch(DeviceContext& ctx, std::span<const Sequen
   // ValidateUniPrefillConfig); the walk trusts it.
   const std::vector<int> drops = uniprefill.active_drop_layers();
   const int n_segments = CacheLayoutFor(drops).n_segments;
-  UP_ASSIGN_OR_RETURN(bool any_rows, backend_->Begin(ctx, steps, uniprefill, n_segments, stats));
-  if (!any_rows) return OkStatus();
+  Result<bool> any_rows = backend_->Begin(ctx, steps, uniprefill, n_segments, stats);
+  if (!any_rows.ok()) {
+    backend_->Abandon();
+    return any_rows.status();
+  }
+  if (!*any_rows) return OkStatus();
+  const Status st = Walk(steps, uniprefill, drops, progress, stats);
+  if (!st.ok()) backend_->Abandon();
+  return st;
+}
+
+Status TransformerModel::Walk(std::span<const SequenceStep> steps,
+                              const UniPrefillConfig& uniprefill, const std::vector<int>& drops,
+                              const ProgressFn& progress, ForwardStats* stats) {
+  const ModelConfig& c = def_->config;
   UP_RETURN_IF_ERROR(backend_->Embed());
   size_t next_drop = 0;
   for (int i = 0; i < c.n_layers; ++i) {

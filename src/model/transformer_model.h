@@ -40,6 +40,9 @@ class TransformerModel final : public Model {
   const ModelDefinition& definition() const { return *def_; }
 
  private:
+  // Embed, every layer, Finish (after a Begin that found rows).
+  Status Walk(std::span<const SequenceStep> steps, const UniPrefillConfig& uniprefill,
+              const std::vector<int>& drops, const ProgressFn& progress, ForwardStats* stats);
   std::unique_ptr<const ModelDefinition> def_;  // the backend points into it: declared first
   std::unique_ptr<LayerBackend> backend_;
 };

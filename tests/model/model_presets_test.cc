@@ -316,6 +316,29 @@ std::vector<int32_t> RandomTokens(int n, int vocab, uint32_t seed) {
   return ids;
 }
 
+// On-device sampling is a device model's: a host model refuses it before touching any cache.
+TEST(ModelPresetTest, CpuModelRefusesOnDeviceSampling) {
+  auto ctx = DeviceContext::Cpu(2);
+  RandomModelOptions o;
+  o.materialize = true;
+  Result<std::unique_ptr<Model>> made = MakeModel(Preset("tiny", o), *ctx);
+  ASSERT_TRUE(made.ok()) << made.status().message();
+  auto cache = (*made)->NewCache(16);
+  const std::vector<int32_t> prompt = {1, 2, 3};
+  int32_t token = -1;
+  StepSampling greedy;
+  greedy.token = &token;
+  SequenceStep s{cache.get(), prompt, nullptr};
+  s.sampling = &greedy;
+  UniPrefillConfig dense;
+  dense.enabled = false;
+  Status st = (*made)->ForwardBatch(*ctx, {&s, 1}, dense);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("CUDA model"), std::string::npos) << st.message();
+  EXPECT_EQ(cache->length(), 0);
+  EXPECT_EQ(token, -1);
+}
+
 TEST(ModelPresetTest, TinyPresetsRunOnTheCpuWithFiniteLogits) {
   auto ctx = DeviceContext::Cpu(2);
   for (const char* name : {"tiny", "tiny-hybrid"}) {

@@ -29,6 +29,13 @@ class CpuBackend final : public LayerBackend {
                      const UniPrefillConfig& uniprefill, int n_segments,
                      ForwardStats* stats) override {
     (void)stats;  // drop timings are recorded by the attention block through DropLayer
+    for (size_t r = 0; r < steps.size(); ++r) {
+      if (steps[r].sampling) {
+        return InvalidArgument("request " + std::to_string(r) +
+                               ": on-device sampling (SequenceStep::sampling) needs a CUDA "
+                               "model; sample the host logits instead");
+      }
+    }
     ctx_ = &ctx;
     steps_ = steps;
     window_mode_ = uniprefill.window_mode;

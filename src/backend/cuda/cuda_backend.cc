@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
@@ -23,6 +24,7 @@
 #include "backend/cuda/device_views.h"
 #include "ops/cuda/cuda_dense_ops.h"
 #include "ops/cuda/cuda_moe.h"
+#include "ops/cuda/cuda_sampling.h"
 #include "ops/cuda/cuda_uniprefill.h"
 #include "sparsity/drop_plan.h"
 
@@ -244,14 +246,16 @@ Result<bool> CudaBackend::Begin(DeviceContext& ctx, std::span<const SequenceStep
   const size_t per_layer = T + B * (max_tokens / bt + 2) + 12 * B + 96;
   const size_t per_drop = 6 * T + 6 * B + 64 + 2 * cached_entries + 8 * B +
                           (bounded_ ? 4 * T + 3 * B + B * (2 * max_last_n + 4) : 0);
+  const size_t sampling = 6 * B + 16;  // SampleOnDevice: filters, uniforms, ids, logprobs
   UP_RETURN_IF_ERROR(staging_.Reserve(c.n_layers * per_layer + drops_.size() * per_drop + 4 * T +
-                                      8 * B + drops_.size() * B + 64));
+                                      8 * B + drops_.size() * B + sampling + 64));
   UP_RETURN_IF_ERROR(EnsureWork(T, B));
   cudaStream_t stream = ctx_.cuda().stream();
   events_.clear();
   drop_events_ = stats ? &events_ : nullptr;
 
   cur_ = 0;
+  if (GraphEligible()) UP_RETURN_IF_ERROR(BeginCapture());
   UP_ASSIGN_OR_RETURN(d_ids_, staging_.Put(ids, stream));
   UP_RETURN_IF_ERROR(UploadSegment(reqs));
   if (bounded_) {
@@ -372,20 +376,46 @@ Status CudaBackend::Finish() {
   oc::Gemm(ctx_, logits_.View(DType::kBF16, {B, c.vocab_size}), last_h, head);
   oc::Bf16ToF32(ctx_, logits_f32_.as<float>(), logits_.data(),
                 static_cast<int64_t>(B) * c.vocab_size);
-  std::vector<float> logits(static_cast<size_t>(B) * c.vocab_size);
-  UP_CUDA_CHECK(cudaMemcpyAsync(logits.data(), logits_f32_.data(), logits.size() * 4,
-                                cudaMemcpyDeviceToHost, stream));
+  const TensorView logits_f32 = logits_f32_.View(DType::kF32, {B, c.vocab_size});
+  // Only what the steps ask for travels back: chosen ids, and logits rows where wanted.
+  int32_t* h_ids = nullptr;
+  float* h_logprobs = nullptr;
+  const bool any_sampling = std::any_of(reqs.begin(), reqs.end(), [&](const Req& q) {
+    return steps[q.step].sampling != nullptr;
+  });
+  if (any_sampling) UP_RETURN_IF_ERROR(SampleOnDevice(logits_f32, &h_ids, &h_logprobs));
+  std::vector<int> want_logits;  // reqs indices
+  for (int i = 0; i < B; ++i) {
+    if (steps[reqs[i].step].logits) want_logits.push_back(i);
+  }
+  const size_t V = static_cast<size_t>(c.vocab_size);
+  UP_ASSIGN_OR_RETURN(float* h_logits, host_logits_.Get(want_logits.size() * V));
+  if (static_cast<int>(want_logits.size()) == B) {
+    UP_CUDA_CHECK(cudaMemcpyAsync(h_logits, logits_f32_.data(), B * V * 4,
+                                  cudaMemcpyDeviceToHost, stream));
+  } else {
+    for (size_t j = 0; j < want_logits.size(); ++j) {
+      UP_CUDA_CHECK(cudaMemcpyAsync(h_logits + j * V, logits_f32_.as<float>() + want_logits[j] * V,
+                                    V * 4, cudaMemcpyDeviceToHost, stream));
+    }
+  }
   if (bounded_) {
     UP_CUDA_CHECK(cudaMemcpyAsync(h_kept_hist_, d_kept_hist_, drops.size() * B * 4,
                                   cudaMemcpyDeviceToHost, stream));
   }
+  if (capturing_) UP_RETURN_IF_ERROR(LaunchCaptured());
   // The forward's one host sync (with fixed-ratio drops, its only one).
   UP_CUDA_CHECK(cudaStreamSynchronize(stream));
+  retired_.clear();
   if (bounded_) ReconcileBoundedCaches(reqs, steps, drops);
-  for (int i = 0; i < B; ++i) {
-    float* dst = steps[reqs[i].step].logits;
-    if (dst)
-      std::memcpy(dst, logits.data() + static_cast<size_t>(i) * c.vocab_size, 4 * c.vocab_size);
+  for (size_t j = 0; j < want_logits.size(); ++j) {
+    std::memcpy(steps[reqs[want_logits[j]].step].logits, h_logits + j * V, 4 * V);
+  }
+  for (int i = 0; i < B && any_sampling; ++i) {
+    const StepSampling* s = steps[reqs[i].step].sampling;
+    if (s == nullptr) continue;
+    if (s->token) *s->token = h_ids[i];
+    if (s->logprob) *s->logprob = h_logprobs[i];
   }
   // Commit every cache; sliding pages behind the window go back (windows over alive indices).
   for (Req& q : reqs) {
@@ -415,6 +445,138 @@ Status CudaBackend::Finish() {
   return OkStatus();
 }
 
+CudaBackend::~CudaBackend() {
+  Abandon();
+  for (auto& [batch, exec] : graph_execs_) cudaGraphExecDestroy(exec);
+}
+
+bool CudaBackend::GraphEligible() const {
+  if (!decode_graphs_ || fresh_ > 0 || bounded_ || stats_ != nullptr) return false;
+  for (const Req& q : reqs_) {
+    if (q.rows() != 1) return false;
+  }
+  // A one-row request never selects (Selects needs more rows than S + n), so no drop syncs.
+  return true;
+}
+
+Status CudaBackend::BeginCapture() {
+  // Nothing in the step may synchronise: the pool must not grow mid-capture (each request may
+  // open one block per attention layer).
+  int attention_layers = 0;
+  for (const Layer& L : layers_) attention_layers += L.attention != nullptr;
+  UP_RETURN_IF_ERROR(pool_->ReserveFreeBlocks(static_cast<int>(reqs_.size()) * attention_layers));
+  // Relaxed: a work buffer that grows mid-step may still cudaMalloc (Grow keeps the old one alive).
+  UP_CUDA_CHECK(cudaStreamBeginCapture(ctx_.cuda().stream(), cudaStreamCaptureModeRelaxed));
+  capturing_ = true;
+  return OkStatus();
+}
+
+Status CudaBackend::LaunchCaptured() {
+  cudaStream_t stream = ctx_.cuda().stream();
+  cudaGraph_t graph = nullptr;
+  capturing_ = false;
+  const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
+  if (ended != cudaSuccess) {
+    // Something in the step was not capturable: this step is lost (its requests fail), later
+    // decode steps run kernel by kernel.
+    (void)cudaGetLastError();
+    decode_graphs_ = false;
+    std::fprintf(stderr,
+                 "uniprefill: a decode step could not be captured as a CUDA graph (%s); decode "
+                 "runs without graphs from here on\n",
+                 cudaGetErrorString(ended));
+    return Internal(std::string("CUDA graph capture of a decode step failed: ") +
+                    cudaGetErrorString(ended));
+  }
+  const int batch = static_cast<int>(reqs_.size());
+  auto it = std::find_if(graph_execs_.begin(), graph_execs_.end(),
+                         [&](const auto& e) { return e.first == batch; });
+  cudaError_t err = cudaSuccess;
+  if (it != graph_execs_.end()) {
+    // Same topology as the last step of this batch size: only the nodes' parameters change.
+    cudaGraphExecUpdateResultInfo info;
+    if (cudaGraphExecUpdate(it->second, graph, &info) != cudaSuccess) {
+      (void)cudaGetLastError();  // clears the update's error; re-instantiate below
+      cudaGraphExecDestroy(it->second);
+      graph_execs_.erase(it);
+      it = graph_execs_.end();
+    }
+  }
+  if (it == graph_execs_.end()) {
+    cudaGraphExec_t exec = nullptr;
+    err = cudaGraphInstantiate(&exec, graph, 0);
+    if (err == cudaSuccess) it = graph_execs_.insert(graph_execs_.end(), {batch, exec});
+  }
+  if (err == cudaSuccess) err = cudaGraphLaunch(it->second, stream);
+  cudaGraphDestroy(graph);
+  UP_CUDA_CHECK(err);
+  return OkStatus();
+}
+
+void CudaBackend::Abandon() {
+  if (!capturing_) return;
+  capturing_ = false;
+  cudaGraph_t graph = nullptr;
+  if (cudaStreamEndCapture(ctx_.cuda().stream(), &graph) == cudaSuccess && graph) {
+    cudaGraphDestroy(graph);
+  }
+  (void)cudaGetLastError();
+  retired_.clear();
+}
+
+Status CudaBackend::SampleOnDevice(const TensorView& logits, int32_t** ids, float** logprobs) {
+  const int B = static_cast<int>(reqs_.size());
+  const int64_t V = cfg_.vocab_size;
+  cudaStream_t stream = ctx_.cuda().stream();
+  // Rows without a request for a token get greedy filters (their id is not read).
+  std::vector<oc::SamplingRow> rows(B);
+  std::vector<float> uniforms(B, 0.0f);
+  bool all_greedy = true;
+  for (int i = 0; i < B; ++i) {
+    const StepSampling* s = steps_[reqs_[i].step].sampling;
+    if (s == nullptr) continue;
+    if (!(s->uniform >= 0.0f && s->uniform < 1.0f)) {
+      return InvalidArgument("request " + std::to_string(reqs_[i].step) +
+                             ": StepSampling::uniform must lie in [0, 1)");
+    }
+    rows[i] = {s->temperature, s->top_k, s->top_p, s->min_p};
+    uniforms[i] = s->uniform;
+    all_greedy = all_greedy && s->temperature <= 0.0f;
+  }
+  UP_ASSIGN_OR_RETURN(auto id_scratch, staging_.Scratch(B));
+  UP_ASSIGN_OR_RETURN(auto lp_scratch, staging_.Scratch(B));
+  float* d_logprobs = reinterpret_cast<float*>(lp_scratch.first);
+  if (all_greedy) {
+    const size_t bytes = oc::ArgMaxScratchBytes(ctx_, B, V);
+    UP_RETURN_IF_ERROR(Grow(argmax_scratch_, bytes));
+    oc::ArgMax(ctx_, id_scratch.first, d_logprobs, logits, argmax_scratch_.data(), bytes);
+  } else {
+    if (V > oc::MaxSampleVocab(ctx_)) {
+      return InvalidArgument("on-device sampling holds at most " +
+                             std::to_string(oc::MaxSampleVocab(ctx_)) +
+                             " vocabulary entries per row on this GPU; this model has " +
+                             std::to_string(V) + ": sample the host logits instead");
+    }
+    // SamplingRow is four 4-byte fields: staged as ints like every small array.
+    static_assert(sizeof(oc::SamplingRow) == 16);
+    std::vector<int32_t> row_words(4 * static_cast<size_t>(B)), uniform_words(B);
+    std::memcpy(row_words.data(), rows.data(), row_words.size() * 4);
+    std::memcpy(uniform_words.data(), uniforms.data(), uniform_words.size() * 4);
+    UP_ASSIGN_OR_RETURN(const int32_t* d_rows, staging_.Put(row_words, stream));
+    UP_ASSIGN_OR_RETURN(const int32_t* d_uniforms, staging_.Put(uniform_words, stream));
+    oc::Sample(ctx_, id_scratch.first, d_logprobs, logits,
+               reinterpret_cast<const oc::SamplingRow*>(d_rows),
+               reinterpret_cast<const float*>(d_uniforms));
+  }
+  UP_CUDA_CHECK(cudaMemcpyAsync(id_scratch.second, id_scratch.first, B * 4,
+                                cudaMemcpyDeviceToHost, stream));
+  UP_CUDA_CHECK(cudaMemcpyAsync(lp_scratch.second, lp_scratch.first, B * 4,
+                                cudaMemcpyDeviceToHost, stream));
+  *ids = id_scratch.second;
+  *logprobs = reinterpret_cast<float*>(lp_scratch.second);
+  return OkStatus();
+}
+
 }  // namespace cuda_backend
 
 Result<std::unique_ptr<LayerBackend>> MakeCudaBackend(const ModelDefinition& definition,
@@ -424,7 +586,8 @@ Result<std::unique_ptr<LayerBackend>> MakeCudaBackend(const ModelDefinition& def
     return InvalidArgument("MakeCudaBackend needs a CUDA context");
   }
   auto backend =
-      std::make_unique<cuda_backend::CudaBackend>(definition, ctx, options.gpu_delta_rule);
+      std::make_unique<cuda_backend::CudaBackend>(definition, ctx, options.gpu_delta_rule,
+                                                  options.gpu_decode_graphs);
   UP_RETURN_IF_ERROR(backend->Load(options.progress, options.gpu_attention));
   return std::unique_ptr<LayerBackend>(std::move(backend));
 }

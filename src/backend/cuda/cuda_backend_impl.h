@@ -57,8 +57,11 @@ struct Req {
 
 class CudaBackend final : public LayerBackend {
  public:
-  CudaBackend(const ModelDefinition& def, DeviceContext& ctx, DeltaRuleChoice delta_rule)
-      : def_(def), ctx_(ctx), cfg_(def.config), delta_rule_(delta_rule) {}
+  CudaBackend(const ModelDefinition& def, DeviceContext& ctx, DeltaRuleChoice delta_rule,
+              bool decode_graphs)
+      : def_(def), ctx_(ctx), cfg_(def.config), delta_rule_(delta_rule),
+        decode_graphs_(decode_graphs) {}
+  ~CudaBackend() override;
 
   // Uploads the weights; with GpuAttention::kCudnn also makes the cuDNN attention (an error if this
   // build or machine has no cuDNN).
@@ -86,11 +89,23 @@ class CudaBackend final : public LayerBackend {
   Status GatedFfn(int layer) override;
   Status Moe(int layer) override;
   Status Finish() override;
+  void Abandon() override;
 
  private:
   const DeviceBuffer& NormWeight(int layer, NormSlot slot) const;
   Status EnsureWork(int64_t rows, int batch);
-  Status Grow(DeviceBuffer& b, size_t bytes) { return Ensure(b, bytes, ctx_.cuda().stream()); }
+  // During a graph capture the replaced buffer stays alive until the step's sync: nodes captured
+  // before the growth still point into it.
+  Status Grow(DeviceBuffer& b, size_t bytes) {
+    if (capturing_ && b.size() < bytes) retired_.push_back(std::move(b));
+    return Ensure(b, bytes, ctx_.cuda().stream());
+  }
+  // Decode steps as CUDA graphs (LoadOptions::gpu_decode_graphs): whether this step qualifies
+  // (every request one token, none fresh, nobody selecting), and the capture around its work.
+  bool GraphEligible() const;
+  Status BeginCapture();
+  // Ends the capture and launches the step's graph (the batch size's executable, updated).
+  Status LaunchCaptured();
 
   // Uploads the current segment's per-row arrays and per-request lists.
   Status UploadSegment(const std::vector<Req>& reqs);
@@ -130,6 +145,10 @@ class CudaBackend final : public LayerBackend {
   // After the final sync: true segment lengths, cache entry counts and kept records.
   void ReconcileBoundedCaches(std::vector<Req>& reqs, std::span<const SequenceStep> steps,
                               const std::vector<int>& drops);
+  // The next token of every step with SequenceStep::sampling, chosen on the device from
+  // logits f32 [B, V] (rows in reqs_ order); ids and logprobs land in pinned *ids / *logprobs
+  // ([B] each), valid after the forward's final sync.
+  Status SampleOnDevice(const TensorView& logits, int32_t** ids, float** logprobs);
   // Records *event on the forward's stream when drop timings are asked for (ForwardStats).
   Status Mark(cudaEvent_t* event);
 
@@ -153,7 +172,8 @@ class CudaBackend final : public LayerBackend {
   int64_t max_qkv_ = 0, max_attn_ = 0, max_ffn2_ = 0, max_conv_ = 0, max_hv_ = 0;
   DeviceBuffer residual_[2], normed_, out_, qkv_, q_kept_, attn_, ffn_, conv_, gbeta_;
   DeviceBuffer importance_, kept_rows_, kept_count_, select_scratch_, moe_scratch_, decode_scratch_,
-      logits_, logits_f32_, last_hidden_;
+      logits_, logits_f32_, last_hidden_, argmax_scratch_;
+  PinnedFloats host_logits_;  // f32 [B, V]: the rows the steps want on the host
   DeviceBuffer cache_keys_, cache_coords_, cache_importance_;  // ScoreOverCache's gathers
   int cur_ = 0;  // live residual buffer
   PinnedStaging staging_;
@@ -186,6 +206,12 @@ class CudaBackend final : public LayerBackend {
   int segment_ = 0;
   bool has_out_ = false;  // out_ holds a block output not yet added to the residual
   std::vector<std::pair<cudaEvent_t, cudaEvent_t>> events_;
+
+  // Decode graphs: one executable graph per batch size, updated with each step's capture.
+  bool decode_graphs_ = false;
+  bool capturing_ = false;
+  std::vector<DeviceBuffer> retired_;  // replaced while capturing; freed after the step's sync
+  std::vector<std::pair<int, cudaGraphExec_t>> graph_execs_;  // (batch size, executable)
 };
 
 }  // namespace uniprefill::cuda_backend

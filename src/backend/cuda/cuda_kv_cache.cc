@@ -75,6 +75,12 @@ Status CudaKvPool::FixCapacity(int num_blocks) {
   return OkStatus();
 }
 
+Status CudaKvPool::ReserveFreeBlocks(int n) {
+  const int missing = n - static_cast<int>(free_blocks_.size());
+  if (fixed_ || missing <= 0) return OkStatus();
+  return GrowBlocks(std::max({64, num_blocks_ * 2, num_blocks_ + missing}));
+}
+
 Result<int> CudaKvPool::AllocateBlock() {
   if (free_blocks_.empty()) {
     if (fixed_) {

@@ -42,6 +42,10 @@ class CudaKvPool {
   // Sizes the pool to exactly num_blocks blocks (no later growth). Fails if blocks are in use.
   Status FixCapacity(int num_blocks);
 
+  // At least n free blocks now (a growing pool grows; a fixed one is left as it is), so that a
+  // step captured into a CUDA graph never grows the pool (which synchronises) mid-capture.
+  Status ReserveFreeBlocks(int n);
+  bool fixed() const { return fixed_; }
   Result<int> AllocateBlock();
   void FreeBlock(int block);
   // A state slot with every linear layer's state zeroed.

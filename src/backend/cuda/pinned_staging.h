@@ -61,4 +61,30 @@ class PinnedStaging {
   size_t cap_ = 0, used_ = 0;
 };
 
+// A grow-only pinned host array of floats: device-to-host copies into it run at full PCIe rate and
+// asynchronously (a pageable destination is staged by the driver and blocks the host).
+class PinnedFloats {
+ public:
+  PinnedFloats() = default;
+  PinnedFloats(const PinnedFloats&) = delete;
+  PinnedFloats& operator=(const PinnedFloats&) = delete;
+  ~PinnedFloats() {
+    if (host_) cudaFreeHost(host_);
+  }
+  // At least n floats; earlier contents are lost when it grows.
+  Result<float*> Get(size_t n) {
+    if (n <= cap_) return host_;
+    if (host_) cudaFreeHost(host_);
+    host_ = nullptr;
+    cap_ = 0;
+    UP_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&host_), n * sizeof(float)));
+    cap_ = n;
+    return host_;
+  }
+
+ private:
+  float* host_ = nullptr;
+  size_t cap_ = 0;
+};
+
 }  // namespace uniprefill::cuda_backend

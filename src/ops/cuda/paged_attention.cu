@@ -51,6 +51,7 @@ constexpr int kMinKeysPerSplit = 256;
 constexpr int kSplitAlign = 64;
 constexpr int kMaxSplits = 256;
 constexpr size_t kScratchAlign = 256;
+constexpr int kTableTile = 256;  // block-table entries staged in shared memory per tile
 using lanes::Exp2;
 using lanes::kLog2e;
 using lanes::kNegInf;
@@ -141,79 +142,92 @@ __global__ void __launch_bounds__(kThreads) PagedDecodeKernel(const DecodeArgs a
   const int32_t* table = a.table + static_cast<int64_t>(b) * a.table_stride;
   const int64_t head_off = static_cast<int64_t>(kvh) * D + dl * 8;
 
-  // Warp-uniform loop: every lane runs the same iterations (the shuffles need all 32).
-  for (int wbase = k_begin + warp * S::kWarpKeys; wbase < k_end; wbase += S::kCtaKeys) {
-    const int base = wbase + sub * S::kC;
-    uint4 kr[S::kC], vr[S::kC];
-    bool vis[S::kC];
-#pragma unroll
-    for (int c = 0; c < S::kC; ++c) {
-      const int j = base + c;
-      const int blk = j < k_end ? __ldg(table + (j >> a.block_shift)) : -1;
-      const bool present = blk >= 0 && blk < a.num_blocks;
-      kr[c] = make_uint4(0, 0, 0, 0);
-      vr[c] = make_uint4(0, 0, 0, 0);
-      int p = 0;
-      if (present) {
-        const int off = j & bt_mask;
-        p = __ldg(a.pos + blk * a.pos_blk + off);
-        const bf16* row = a.kv + blk * a.blk_stride + off * a.kv_row + head_off;
-        kr[c] = __ldg(reinterpret_cast<const uint4*>(row));
-        vr[c] = __ldg(reinterpret_cast<const uint4*>(row + a.v_off));
-      }
-      vis[c] = present && p <= qp && p > after;
-    }
-
-    float s[S::kC][G];
-#pragma unroll
-    for (int c = 0; c < S::kC; ++c) {
-      float kf[8];
-      Unpack8(kr[c], kf);
-#pragma unroll
-      for (int g = 0; g < G; ++g) {
-        float d = 0.0f;
-#pragma unroll
-        for (int e = 0; e < 8; ++e) d = fmaf(q[g][e], kf[e], d);
-        s[c][g] = d;
-      }
-    }
-#pragma unroll
-    for (int o = 1; o < S::kL; o <<= 1) {
+  // The split's block-table entries are staged in shared memory a tile at a time, so a step's
+  // K / V / position loads wait on one global round trip, not two (table, then rows): decode is
+  // latency-bound at a few CTAs per SM (measured in docs/gpu_performance.md, decode section).
+  __shared__ int32_t s_table[kTableTile + 1];
+  const int tile_keys = kTableTile << a.block_shift;  // a multiple of kCtaKeys
+  for (int tile = k_begin; tile < k_end; tile += tile_keys) {
+    const int tile_end = min(k_end, tile + tile_keys);
+    const int p0 = tile >> a.block_shift;
+    const int pages = ((tile_end - 1) >> a.block_shift) - p0 + 1;  // <= kTableTile + 1
+    __syncthreads();  // the previous tile's readers are done
+    for (int i = threadIdx.x; i < pages; i += kThreads) s_table[i] = __ldg(table + p0 + i);
+    __syncthreads();
+    // Warp-uniform loop: every lane runs the same iterations (the shuffles need all 32).
+    for (int wbase = tile + warp * S::kWarpKeys; wbase < tile_end; wbase += S::kCtaKeys) {
+      const int base = wbase + sub * S::kC;
+      uint4 kr[S::kC], vr[S::kC];
+      bool vis[S::kC];
 #pragma unroll
       for (int c = 0; c < S::kC; ++c) {
-#pragma unroll
-        for (int g = 0; g < G; ++g) s[c][g] += __shfl_xor_sync(0xffffffffu, s[c][g], o);
+        const int j = base + c;
+        const int blk = j < tile_end ? s_table[(j >> a.block_shift) - p0] : -1;
+        const bool present = blk >= 0 && blk < a.num_blocks;
+        kr[c] = make_uint4(0, 0, 0, 0);
+        vr[c] = make_uint4(0, 0, 0, 0);
+        int p = 0;
+        if (present) {
+          const int off = j & bt_mask;
+          p = __ldg(a.pos + blk * a.pos_blk + off);
+          const bf16* row = a.kv + blk * a.blk_stride + off * a.kv_row + head_off;
+          kr[c] = __ldg(reinterpret_cast<const uint4*>(row));
+          vr[c] = __ldg(reinterpret_cast<const uint4*>(row + a.v_off));
+        }
+        vis[c] = present && p <= qp && p > after;
       }
-    }
 
-    // Online softmax: s becomes the probabilities 2^(s - m) (0 for masked keys).
+      float s[S::kC][G];
 #pragma unroll
-    for (int g = 0; g < G; ++g) {
-      float mx = kNegInf;
+      for (int c = 0; c < S::kC; ++c) {
+        float kf[8];
+        Unpack8(kr[c], kf);
 #pragma unroll
-      for (int c = 0; c < S::kC; ++c) mx = vis[c] ? fmaxf(mx, s[c][g]) : mx;
-      const float m_new = fmaxf(m[g], mx);
-      if (m_new > m[g]) {
-        const float corr = Exp2(m[g] - m_new);  // m[g] == -inf: 0 (acc and l are 0 anyway)
-        l[g] *= corr;
+        for (int g = 0; g < G; ++g) {
+          float d = 0.0f;
 #pragma unroll
-        for (int e = 0; e < 8; ++e) acc[g][e] *= corr;
-        m[g] = m_new;
+          for (int e = 0; e < 8; ++e) d = fmaf(q[g][e], kf[e], d);
+          s[c][g] = d;
+        }
+      }
+#pragma unroll
+      for (int o = 1; o < S::kL; o <<= 1) {
+#pragma unroll
+        for (int c = 0; c < S::kC; ++c) {
+#pragma unroll
+          for (int g = 0; g < G; ++g) s[c][g] += __shfl_xor_sync(0xffffffffu, s[c][g], o);
+        }
+      }
+
+      // Online softmax: s becomes the probabilities 2^(s - m) (0 for masked keys).
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+        float mx = kNegInf;
+#pragma unroll
+        for (int c = 0; c < S::kC; ++c) mx = vis[c] ? fmaxf(mx, s[c][g]) : mx;
+        const float m_new = fmaxf(m[g], mx);
+        if (m_new > m[g]) {
+          const float corr = Exp2(m[g] - m_new);  // m[g] == -inf: 0 (acc and l are 0 anyway)
+          l[g] *= corr;
+#pragma unroll
+          for (int e = 0; e < 8; ++e) acc[g][e] *= corr;
+          m[g] = m_new;
+        }
+#pragma unroll
+        for (int c = 0; c < S::kC; ++c) {
+          s[c][g] = vis[c] ? Exp2(s[c][g] - m[g]) : 0.0f;  // vis implies m[g] finite
+          l[g] += s[c][g];
+        }
       }
 #pragma unroll
       for (int c = 0; c < S::kC; ++c) {
-        s[c][g] = vis[c] ? Exp2(s[c][g] - m[g]) : 0.0f;  // vis implies m[g] finite
-        l[g] += s[c][g];
-      }
-    }
+        float vf[8];
+        Unpack8(vis[c] ? vr[c] : make_uint4(0, 0, 0, 0), vf);  // a masked row adds 0, even if NaN
 #pragma unroll
-    for (int c = 0; c < S::kC; ++c) {
-      float vf[8];
-      Unpack8(vis[c] ? vr[c] : make_uint4(0, 0, 0, 0), vf);  // a masked row adds 0, even if NaN
+        for (int g = 0; g < G; ++g) {
 #pragma unroll
-      for (int g = 0; g < G; ++g) {
-#pragma unroll
-        for (int e = 0; e < 8; ++e) acc[g][e] = fmaf(s[c][g], vf[e], acc[g][e]);
+          for (int e = 0; e < 8; ++e) acc[g][e] = fmaf(s[c][g], vf[e], acc[g][e]);
+        }
       }
     }
   }

@@ -798,6 +798,166 @@ TEST(CudaModelTinyGgufTest, SyncFreeFixedRatioEqualsSyncedPath) {
   }
 }
 
+// Decode with the next token chosen on the device (SequenceStep::sampling) equals the host path
+// token for token: three requests decoded together, greedy, each step's device id equal to the
+// argmax of the same step's host logits (one request asks for both, so both come from one forward)
+// and its device logprob equal to the host log-softmax; then filtered draws whose kept set is
+// known on the host (top-k 1 at temperature 1: the argmax; top-p 0.9: inside the host's set).
+TEST_P(CudaModelFamilyTest, DeviceSamplingEqualsHostLogitsTokenForToken) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  Pair p = Load(ModelDir(GetParam()), ctx);
+  ASSERT_TRUE(p.gpu);
+  Model& m = *p.gpu;
+  const int V = m.config().vocab_size;
+  const UniPrefillConfig dense = Dense();
+  const std::vector<int> lengths = {7, 40, 131};
+  constexpr int kSteps = 12;
+  std::vector<std::unique_ptr<SequenceCache>> caches;
+  std::vector<std::vector<float>> logits(3, std::vector<float>(V));
+  std::vector<std::vector<int32_t>> feed(3);
+  for (int r = 0; r < 3; ++r) {
+    caches.push_back(m.NewCache(lengths[r] + kSteps + 1));
+    feed[r] = RandomTokens(lengths[r], V, 500 + r);
+  }
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
+  for (int step = 0; step < kSteps; ++step) {
+    SCOPED_TRACE(GetParam() + " step " + std::to_string(step));
+    // Step kinds: greedy; top-k 1 at temperature 1; top-p 0.9 at temperature 0.7.
+    const int kind = step % 3;
+    std::vector<StepSampling> sampling(3);
+    std::vector<int32_t> ids(3, -1);
+    std::vector<float> logprobs(3, NAN);
+    std::vector<SequenceStep> steps(3);
+    for (int r = 0; r < 3; ++r) {
+      sampling[r].temperature = kind == 0 ? 0.0f : kind == 1 ? 1.0f : 0.7f;
+      sampling[r].top_k = kind == 1 ? 1 : 0;
+      sampling[r].top_p = kind == 2 ? 0.9f : 1.0f;
+      sampling[r].uniform = uniform(rng);
+      sampling[r].token = &ids[r];
+      sampling[r].logprob = &logprobs[r];
+      steps[r].cache = caches[r].get();
+      steps[r].tokens = feed[r];
+      steps[r].sampling = &sampling[r];
+      steps[r].logits = logits[r].data();  // the host's view of the very same forward
+    }
+    ASSERT_TRUE(m.ForwardBatch(ctx, steps, dense).ok());
+    for (int r = 0; r < 3; ++r) {
+      const std::vector<float>& l = logits[r];
+      const int32_t argmax = static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
+      double z = 0;
+      const float max = l[argmax];
+      for (float x : l) z += std::exp(static_cast<double>(x - max));
+      ASSERT_GE(ids[r], 0);
+      ASSERT_LT(ids[r], V);
+      EXPECT_NEAR(logprobs[r], l[ids[r]] - max - std::log(z), 1e-4) << "request " << r;
+      if (kind < 2) {
+        EXPECT_EQ(ids[r], argmax) << "request " << r;
+      } else {  // inside the smallest descending prefix whose mass reaches 0.9 (+ slack)
+        std::vector<int32_t> order(V);
+        std::iota(order.begin(), order.end(), 0);
+        std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+          return l[a] != l[b] ? l[a] > l[b] : a < b;
+        });
+        double mass = 0;
+        bool inside = false;
+        for (int32_t id : order) {
+          inside = inside || id == ids[r];
+          mass += std::exp(static_cast<double>(l[id] - max)) / z;
+          if (mass >= 0.9 + 1e-4) break;
+        }
+        EXPECT_TRUE(inside) << "request " << r << " drew " << ids[r];
+      }
+      feed[r] = {ids[r]};
+    }
+  }
+  // The same requests decoded greedily with host logits only, from fresh caches, reproduce the
+  // device path's greedy tokens (nothing else in the forward depends on how tokens are chosen).
+  for (int r = 0; r < 3; ++r) {
+    std::vector<int32_t> host_tokens, device_tokens;
+    Greedy(m, ctx, RandomTokens(lengths[r], V, 500 + r), 6, dense, &host_tokens, nullptr);
+    auto cache = m.NewCache(lengths[r] + 8);
+    std::vector<int32_t> in = RandomTokens(lengths[r], V, 500 + r);
+    for (int i = 0; i < 6; ++i) {
+      int32_t id = -1;
+      StepSampling greedy;
+      greedy.token = &id;
+      SequenceStep s{cache.get(), in, nullptr};
+      s.sampling = &greedy;
+      ASSERT_TRUE(m.ForwardBatch(ctx, {&s, 1}, dense).ok());
+      device_tokens.push_back(id);
+      in = {id};
+    }
+    EXPECT_EQ(device_tokens, host_tokens) << GetParam() << " request " << r;
+  }
+}
+
+// Decode steps as CUDA graphs (LoadOptions::gpu_decode_graphs) equal kernel-by-kernel decode bit
+// for bit: the same model loaded both ways decodes three requests together (batch sizes 3, then
+// 2 after one finishes, then 3 again: graphs updated and re-made), greedy on the device, with every
+// step's host logits compared exactly and the tokens equal.
+TEST_P(CudaModelFamilyTest, DecodeGraphsEqualEagerDecodeBitForBit) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  auto load = [&](bool graphs) {
+    LoadOptions lo;
+    lo.gpu_decode_graphs = graphs;
+    auto m = LoadModel(ModelDir(GetParam()), ctx, lo);
+    EXPECT_TRUE(m.ok()) << m.status().message();
+    return m.ok() ? std::move(*m) : nullptr;
+  };
+  std::unique_ptr<Model> graphed = load(true), eager = load(false);
+  ASSERT_TRUE(graphed && eager);
+  const int V = graphed->config().vocab_size;
+  const UniPrefillConfig dense = Dense();
+  const std::vector<int> lengths = {9, 64, 133};
+  constexpr int kSteps = 10;
+  struct Run {
+    std::vector<std::unique_ptr<SequenceCache>> caches;
+    std::vector<std::vector<int32_t>> feed, tokens;
+    std::vector<std::vector<float>> logits;
+  };
+  auto start = [&](Model& m) {
+    Run run;
+    for (int r = 0; r < 3; ++r) {
+      run.caches.push_back(m.NewCache(lengths[r] + kSteps + 1));
+      run.feed.push_back(RandomTokens(lengths[r], V, 700 + r));
+      run.tokens.emplace_back();
+      run.logits.emplace_back(V);
+    }
+    return run;
+  };
+  Run a = start(*graphed), b = start(*eager);
+  for (int step = 0; step < kSteps; ++step) {
+    SCOPED_TRACE(GetParam() + " step " + std::to_string(step));
+    // Request 2 sits out steps 4 and 5 (a smaller batch in between).
+    std::vector<int> active = {0, 1};
+    if (step < 4 || step > 5) active.push_back(2);
+    for (Run* run : {&a, &b}) {
+      Model& m = run == &a ? *graphed : *eager;
+      std::vector<StepSampling> sampling(active.size());
+      std::vector<int32_t> ids(active.size(), -1);
+      std::vector<SequenceStep> steps(active.size());
+      for (size_t i = 0; i < active.size(); ++i) {
+        const int r = active[i];
+        sampling[i].token = &ids[i];
+        steps[i].cache = run->caches[r].get();
+        steps[i].tokens = run->feed[r];
+        steps[i].sampling = &sampling[i];
+        steps[i].logits = run->logits[r].data();
+      }
+      ASSERT_TRUE(m.ForwardBatch(ctx, steps, dense).ok());
+      for (size_t i = 0; i < active.size(); ++i) {
+        run->tokens[active[i]].push_back(ids[i]);
+        run->feed[active[i]] = {ids[i]};
+      }
+    }
+    for (int r : active) {
+      EXPECT_EQ(a.logits[r], b.logits[r]) << "request " << r;
+      EXPECT_EQ(a.tokens[r], b.tokens[r]) << "request " << r;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Families, CudaModelFamilyTest,
                          ::testing::Values("gemma3", "llama", "qwen3_next"));
 

@@ -1,0 +1,48 @@
+// Small helpers the benchmark commands share: comma-separated flag lists, medians, the date.
+#pragma once
+
+#include <algorithm>
+#include <ctime>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace uniprefill::cli {
+
+// "1,8,32" -> {1, 8, 32}; false when any item does not parse as a whole T or the list is empty.
+template <typename T>
+bool ParseList(const std::string& text, std::vector<T>& out) {
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    std::stringstream is(item);
+    T v;
+    if (!(is >> v) || !is.eof()) return false;
+    out.push_back(v);
+  }
+  return !out.empty();
+}
+
+// The median of v (the mean of the middle two for even sizes); v must not be empty.
+inline double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// The q-quantile of v by nearest rank (q in [0, 1]); v must not be empty.
+inline double Quantile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  const size_t i = static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5);
+  return v[std::min(i, v.size() - 1)];
+}
+
+// Today's date in UTC, YYYY-MM-DD (recorded in benchmark JSON).
+inline std::string Today() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%d", std::gmtime(&t));
+  return buf;
+}
+
+}  // namespace uniprefill::cli
