@@ -184,6 +184,7 @@ int BenchGpuDecodeCommand(const BenchGpuDecodeOptions& o) {
   ro.n_layers = o.layers;
   ro.n_experts = o.experts;
   nlohmann::json rows = nlohmann::json::array();
+  bool failed = false;
   ModelConfig config;
   double weight_bytes = 0;
   std::printf("%-8s %5s %-7s %-6s %9s %9s %10s %9s %7s\n", "context", "batch", "mode", "graphs",
@@ -211,11 +212,17 @@ int BenchGpuDecodeCommand(const BenchGpuDecodeOptions& o) {
       for (int64_t b : batches) {
         for (const std::string& mode : modes) {
           Result<DecodePoint> p = TimeDecode(**model, ctx, n, b, mode == "device", o.steps);
-          if (!p.ok()) {
+          if (!p.ok()) {  // e.g. a point whose caches do not fit: recorded, the others still run
             std::fprintf(stderr, "error: context %lld batch %lld: %s\n",
                          static_cast<long long>(n), static_cast<long long>(b),
                          p.status().message().c_str());
-            return 1;
+            rows.push_back({{"context", n},
+                            {"batch", b},
+                            {"sampling", mode},
+                            {"cuda_graphs", graphs == "on"},
+                            {"error", p.status().message()}});
+            failed = true;
+            continue;
           }
           const double ms = Median(p->step_ms), p90 = Quantile(p->step_ms, 0.9);
           const double kv = static_cast<double>(KvBytesPerToken(config)) * b * n;
@@ -253,7 +260,7 @@ int BenchGpuDecodeCommand(const BenchGpuDecodeOptions& o) {
        "(weight bytes + KV bytes of all requests' contexts) / 4.8 TB/s (H200 datasheet)"},
       {"rows", rows}};
   if (!o.json_out.empty() && !WriteJsonFile(o.json_out, j, "--json")) return 1;
-  return 0;
+  return failed ? 1 : 0;
 }
 
 #endif
