@@ -74,8 +74,9 @@ class Model {
                  float* logits, const ProgressFn& progress = nullptr);
 };
 
-// Which Gated DeltaNet delta-rule kernel the GPU runs (diagnostics; kAuto picks by chunk length).
-enum class DeltaRuleChoice { kAuto, kChunked, kRecurrent };
+// Which Gated DeltaNet delta-rule kernel the GPU runs (diagnostics; kAuto picks by chunk length:
+// the tensor-core chunked kernel for bf16 prefills, the recurrent one for decodes).
+enum class DeltaRuleChoice { kAuto, kChunked, kRecurrent, kChunkedTensorCore };
 
 // Which kernel runs the GPU's prefill attention where both can: the engine's own flash attention,
 // or cuDNN's fused attention (ops/cuda/cudnn_attention.h; our kernel runs what its masks cannot

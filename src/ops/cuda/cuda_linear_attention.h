@@ -6,7 +6,8 @@
 // running them in several consecutive calls (a prefill, then 1-row decodes), and each sequence's
 // state slot holds exactly what the CPU op's `state` holds (f32 always; zero at the start of a
 // sequence). Token activations are bf16 or f32 (the dtype of the views; out has the dtype of its
-// inputs); all math is f32.
+// inputs); all math is f32, except the bf16 tensor-core products of
+// DeltaRuleKernel::kChunkedTensorCore (kAuto's choice for bf16 prefills).
 // Every op takes the DeviceContext (device kCuda) first, enqueues on ctx.cuda().stream() and never
 // synchronises. Tensors are device views (TensorView::device == kCuda) whose rows may be strided
 // (q, k, v are column ranges of one conv output) with the last dimension contiguous; integer
@@ -60,8 +61,14 @@ void L2NormalizeHeads(DeviceContext& ctx, TensorView x, float eps, float scale =
 // Which kernel runs the gated delta rule; every one computes the same recurrence.
 enum class DeltaRuleKernel {
   kAuto,       // recurrent when max_seqlen <= kDeltaRuleRecurrentMaxSeqlen, else chunked
-  kChunked,    // chunks of 64 tokens in the WY form (prefill)
+               // (kChunkedTensorCore for bf16 activations, kChunked for f32)
+  kChunked,    // chunks of 64 tokens in the WY form (prefill), f32 math on CUDA cores
   kRecurrent,  // token by token (decode, short sequences)
+  // kChunked's math with every matrix product on the tensor cores: bf16 operands (activations,
+  // and the state, the triangular inverse and the deltas rounded to bf16 where they enter a
+  // product), f32 accumulation, f32 state and f32 triangular inverse. Agrees with kChunked to a
+  // few 1e-3 (relative); f32 activations are rounded to bf16 on load.
+  kChunkedTensorCore,
 };
 inline constexpr int kDeltaRuleRecurrentMaxSeqlen = 16;
 

@@ -1,6 +1,7 @@
 // The sm_80+ warp-level primitives flash_attention.cu is built from, as thin inline-PTX wrappers:
 // 16-byte cp.async (with zero fill), ldmatrix (.x4, plain and .trans), the bf16 tensor-core MMA
-// m16n8k16 with f32 accumulators, ex2.approx and bf16x2 packing. Private to flash_attention.cu.
+// m16n8k16 with f32 accumulators, ex2.approx and bf16x2 packing. Shared by the CUDA kernels
+// (flash_attention.cu, linear_attention_delta_rule_tc.cu); not a public op interface.
 //
 // Fragment layouts of mma.m16n8k16 (lane = 4 * g + t, g = lane / 4, t = lane % 4), which the
 // kernel's index arithmetic relies on:

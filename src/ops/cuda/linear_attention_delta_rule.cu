@@ -1,5 +1,6 @@
 // GatedDeltaRule of cuda_linear_attention.h: the gated delta rule, chunked (prefill) and recurrent
-// (decode), f32 math on CUDA cores (FFMA) so that both equal the CPU recurrence to f32 rounding.
+// (decode), f32 math on CUDA cores (FFMA) so that both equal the CPU recurrence to f32 rounding,
+// and the dispatch (the tensor-core chunked kernel is linear_attention_delta_rule_tc.cu).
 //
 // Columns of S are independent in the recurrence (u[j], delta[j], the update of column j and o[j]
 // only touch column j), so both kernels give each block a tile of value columns of one
@@ -40,11 +41,13 @@
 #include "core/cuda/cuda_context.h"
 #include "ops/cuda/cuda_linear_attention.h"
 #include "ops/cuda/linear_attention_common.cuh"
+#include "ops/cuda/linear_attention_delta_rule_common.cuh"
 
 namespace uniprefill::ops::cuda {
 namespace {
 
 using linear_detail::bf16;
+using linear_detail::DeltaArgs;
 using linear_detail::GetSeq;
 using linear_detail::LoadF;
 using linear_detail::Require;
@@ -57,22 +60,6 @@ constexpr int kBlk = 16;              // rows per diagonal block of the triangul
 constexpr int kNBlk = kChunk / kBlk;  // diagonal blocks per chunk
 constexpr int kRecWarps = 8;          // recurrent kernel: warps per block (rows of S split)
 constexpr int kMaxDk = 128;
-
-template <typename T>
-struct DeltaArgs {
-  T* out = nullptr;             // [T, Hv, Dv]
-  const T* q = nullptr;         // [T, Hk, Dk]
-  const T* k = nullptr;         // [T, Hk, Dk]
-  const T* v = nullptr;         // [T, Hv, Dv]
-  const float* g = nullptr;     // f32 [T, Hv]
-  const float* beta = nullptr;  // f32 [T, Hv]
-  float* state = nullptr;       // f32 [slots][Hv][Dk][Dv]
-  int64_t out_t = 0, out_h = 0, q_t = 0, q_h = 0, k_t = 0, k_h = 0, v_t = 0, v_h = 0;
-  int64_t g_t = 0, beta_t = 0;
-  int group = 1;  // Hv / Hk
-  int hv = 0, dk = 0, dv = 0;
-  LinearAttentionBatch seqs;
-};
 
 // ---- Chunked kernel -----------------------------------------------------------------------------
 
@@ -549,6 +536,14 @@ DeltaArgs<T> MakeDeltaArgs(TensorView out, TensorView q, TensorView k, TensorVie
   return a;
 }
 
+// kAuto: token by token for short calls (decode); else the tensor-core chunked kernel for bf16
+// activations (bf16 operands lose nothing they carry), the f32 chunked kernel for f32 ones (whose
+// callers asked for f32 precision).
+DeltaRuleKernel AutoKernel(DType dtype, int max_seqlen) {
+  if (max_seqlen <= kDeltaRuleRecurrentMaxSeqlen) return DeltaRuleKernel::kRecurrent;
+  return dtype == DType::kBF16 ? DeltaRuleKernel::kChunkedTensorCore : DeltaRuleKernel::kChunked;
+}
+
 }  // namespace
 
 void GatedDeltaRule(DeviceContext& ctx, TensorView out, TensorView q, TensorView k, TensorView v,
@@ -579,11 +574,19 @@ void GatedDeltaRule(DeviceContext& ctx, TensorView out, TensorView q, TensorView
   Require(seqs.cu_seqlens != nullptr || static_cast<int64_t>(seqs.batch) * seqs.max_seqlen == T,
           kOp, "without cu_seqlens, the views must have batch * max_seqlen rows");
   if (seqs.batch == 0 || seqs.max_seqlen == 0) return;
-  const bool chunked =
-      kernel == DeltaRuleKernel::kChunked ||
-      (kernel == DeltaRuleKernel::kAuto && seqs.max_seqlen > kDeltaRuleRecurrentMaxSeqlen);
+  if (kernel == DeltaRuleKernel::kAuto) kernel = AutoKernel(q.dtype, seqs.max_seqlen);
+  const bool chunked = kernel == DeltaRuleKernel::kChunked;
   CudaContext& cuda = ctx.cuda();
-  if (q.dtype == DType::kBF16) {
+  if (kernel == DeltaRuleKernel::kChunkedTensorCore) {
+    if (q.dtype == DType::kBF16) {
+      linear_detail::LaunchChunkedTensorCore(
+          MakeDeltaArgs<bf16>(out, q, k, v, g, beta, state, seqs), cuda.sm_count(), cuda.stream());
+    } else {
+      linear_detail::LaunchChunkedTensorCore(
+          MakeDeltaArgs<float>(out, q, k, v, g, beta, state, seqs), cuda.sm_count(),
+          cuda.stream());
+    }
+  } else if (q.dtype == DType::kBF16) {
     DispatchDeltaRule(MakeDeltaArgs<bf16>(out, q, k, v, g, beta, state, seqs), chunked,
                       cuda.sm_count(), cuda.stream());
   } else {

@@ -1016,10 +1016,12 @@ TEST(CudaModelQwen3NextTest, DISABLED_ErrorByDepth) {
   const std::pair<DeltaRuleChoice, const char*> kernels[] = {
       {DeltaRuleChoice::kAuto, "auto"},
       {DeltaRuleChoice::kChunked, "chunked"},
-      {DeltaRuleChoice::kRecurrent, "recurrent"}};
-  for (int run = 0; run < 8 * 3; ++run) {
-    const int layers = 1 + run / 3;
-    const auto& [kernel, name] = kernels[run % 3];
+      {DeltaRuleChoice::kRecurrent, "recurrent"},
+      {DeltaRuleChoice::kChunkedTensorCore, "tensor-core"}};
+  constexpr int kKernels = 4;
+  for (int run = 0; run < 8 * kKernels; ++run) {
+    const int layers = 1 + run / kKernels;
+    const auto& [kernel, name] = kernels[run % kKernels];
     Pair p = Load(QwenAllExpertsDir(layers), ctx, kernel);
     ASSERT_TRUE(p.cpu && p.gpu);
     std::printf("[qwen3_next depth %d, %s delta rule]", layers, name);
