@@ -6,8 +6,8 @@
 #                                                 # and pack binaries + their libraries into
 #                                                 # .gpu_carry/ (git-ignored) to send along
 #   bash scripts/gpu_cycle.sh run OUTDIR [STAGE...]     # on the GPU machine; stages: tests llama
-#                                                 # anchor cudnn batch gemma qwen (default: tests
-#                                                 # llama anchor)
+#                                                 # anchor cudnn decode batch gemma qwen (default:
+#                                                 # tests llama anchor)
 #   bash scripts/gpu_cycle.sh build-run OUTDIR [STAGE...]   # on the GPU machine, self-contained:
 #                                                 # build there (scripts/gpu_build.sh, carry
 #                                                 # .gpu_deps), then `run` the stages with that build
@@ -68,7 +68,12 @@ case "$mode" in
     fi
     bin=$carry
     commit=$(cat "$carry/commit")
-    bench() { "$bin/uniprefill" bench gpu-prefill --commit "$commit" "$@"; }
+    # UP_CONTEXTS: the Llama / anchor contexts (default 8K, 32K, 128K); UP_ATTENTION: the prefill
+    # attention kernel of every bench (ours or cudnn; the cudnn stage always runs cudnn).
+    contexts=${UP_CONTEXTS:-8192,32768,131072}
+    bench() {
+      "$bin/uniprefill" bench gpu-prefill --commit "$commit" --attention "${UP_ATTENTION:-ours}" "$@"
+    }
     nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm,driver_version --format=csv | tee "$out/gpu.txt"
     if [[ $stages == *" tests "* || $stages == *" quick "* ]]; then
       echo "== CUDA tests"
@@ -87,26 +92,34 @@ case "$mode" in
     fi
     if [[ $stages == *" llama "* ]]; then
       echo "== Llama-3.1-8B shape, batch 1"
-      bench --shape llama-3.1-8b --contexts 8192,32768,131072 --repeats 2 --compare-sync \
+      bench --shape llama-3.1-8b --contexts "$contexts" --repeats 2 --compare-sync \
         --json "$out/llama8b_b1.json"
     fi
     if [[ $stages == *" anchor "* && -f "$carry/anchor/pytorch_anchor.py" ]]; then
       echo "== PyTorch anchor"
-      PYTHONUNBUFFERED=1 python3 "$carry/anchor/pytorch_anchor.py" 8192 32768 131072 | tee "$out/anchor.jsonl"
+      PYTHONUNBUFFERED=1 python3 "$carry/anchor/pytorch_anchor.py" ${UP_ANCHOR_CONTEXTS:-${contexts//,/ }} |
+        tee "$out/anchor.jsonl"
     fi
     if [[ $stages == *" cudnn "* ]]; then
       # Our walk with cuDNN's fused attention, its kernel rate, and the anchor on cuDNN attention
       # (the bar issue 17 sets), in the same call as the stages above.
       echo "== Llama-3.1-8B shape, batch 1, --attention cudnn"
-      bench --shape llama-3.1-8b --contexts 8192,32768,131072 --repeats 3 --attention cudnn \
+      UP_ATTENTION=cudnn bench --shape llama-3.1-8b --contexts "$contexts" --repeats 3 \
         --json "$out/llama8b_b1_cudnn.json"
       "$bin/uniprefill_cuda_tests" --gtest_also_run_disabled_tests \
         --gtest_filter='CudnnAttentionTest.*' 2>&1 | grep -iE 'tflop|error|FAIL' | tee "$out/cudnn_throughput.log"
       if [ -f "$carry/anchor/pytorch_anchor.py" ]; then
         echo "== PyTorch anchor, cuDNN attention"
-        ANCHOR_SDPA=cudnn PYTHONUNBUFFERED=1 python3 "$carry/anchor/pytorch_anchor.py" 8192 32768 131072 |
+        ANCHOR_SDPA=cudnn PYTHONUNBUFFERED=1 python3 "$carry/anchor/pytorch_anchor.py" ${contexts//,/ } |
           tee "$out/anchor_cudnn.jsonl"
       fi
+    fi
+    if [[ $stages == *" decode "* ]]; then
+      echo "== decode, Llama-3.1-8B shape: host vs on-device token choice"
+      "$bin/uniprefill" bench gpu-decode --commit "$commit" --shape llama-3.1-8b --contexts 1024 \
+        --batch-sizes 1,32 --graphs off,on --json "$out/decode_1k.json" || true
+      "$bin/uniprefill" bench gpu-decode --commit "$commit" --shape llama-3.1-8b --contexts 32768 \
+        --batch-sizes 4 --graphs off --json "$out/decode_32k.json" || true
     fi
     if [[ $stages == *" batch "* ]]; then
       echo "== Llama-3.1-8B shape, batches 4 and 16"
@@ -124,7 +137,7 @@ case "$mode" in
     fi
     ;;
   *)
-    echo "usage: bash scripts/gpu_cycle.sh pack | run OUTDIR [STAGE...] | build-run OUTDIR [STAGE...] (stages: tests quick llama anchor batch gemma qwen)" >&2
+    echo "usage: bash scripts/gpu_cycle.sh pack | run OUTDIR [STAGE...] | build-run OUTDIR [STAGE...] (stages: tests quick llama anchor cudnn decode batch gemma qwen)" >&2
     exit 2
     ;;
 esac
