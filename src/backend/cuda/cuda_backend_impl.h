@@ -113,8 +113,10 @@ class CudaBackend final : public LayerBackend {
                         const DropLayer* drop, WindowMode window_mode, int segment, int64_t* rows,
                         TensorView out);
   // cuDNN's fused attention for the fresh requests [0, fresh) of an uncompacted attention layer
-  // without a window; false (FlashAttention then runs them) when cuDNN cannot take this shape, which
-  // turns it off for the model's life (said once on stderr).
+  // whose mask coordinates are the rows' indices (causal, or a window by alive index, or by
+  // position in segment 0); false (FlashAttention then runs them) when cuDNN has no plan for this
+  // shape (that shape falls back from then on) or a plan fails to run (cuDNN is off for the
+  // model's life); said once on stderr.
   struct KeptQueries;
   Result<bool> CudnnPrefill(int fresh, const TensorView& q, const TensorView& k,
                             const TensorView& v, const TensorView& attn, const KeptQueries& kq,

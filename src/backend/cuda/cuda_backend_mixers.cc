@@ -67,6 +67,8 @@ Status CudaBackend::DeltaMixer(int layer_index, const DeltaLayer& L, const std::
                                          ? oc::DeltaRuleKernel::kChunked
                                      : delta_rule_ == DeltaRuleChoice::kRecurrent
                                          ? oc::DeltaRuleKernel::kRecurrent
+                                     : delta_rule_ == DeltaRuleChoice::kChunkedTensorCore
+                                         ? oc::DeltaRuleKernel::kChunkedTensorCore
                                          : oc::DeltaRuleKernel::kAuto;
   oc::GatedDeltaRule(ctx_, core, q, k, v,
                      TensorView::Contiguous(g, DType::kF32, {T, hv}, Device::kCuda),
@@ -110,15 +112,17 @@ Result<bool> CudaBackend::CudnnPrefill(int fresh, const TensorView& q, const Ten
   UP_ASSIGN_OR_RETURN(vb.v_offsets, offsets(v));
   UP_ASSIGN_OR_RETURN(vb.o_offsets, offsets(attn));
   const Status st = cudnn_->Run(ctx_, attn, q, k, v, vb, params);
-  if (!st.ok()) {
-    std::fprintf(stderr,
-                 "uniprefill: cuDNN attention cannot run this model's prefill (%s); using the "
-                 "engine's own attention kernel from here on\n",
-                 st.message().c_str());
-    cudnn_.reset();
-    return false;
-  }
-  return true;
+  if (st.ok()) return true;
+  // A shape cuDNN has no plan for falls back alone (said once: a repeat comes back Unavailable);
+  // a plan that fails to run retires cuDNN for the model.
+  if (st.code() == ErrorCode::kUnavailable) return false;
+  const bool shape_only = st.code() == ErrorCode::kUnimplemented;
+  std::fprintf(stderr, "uniprefill: cuDNN attention cannot run %s (%s); using the engine's own "
+               "attention kernel %s\n",
+               shape_only ? "this attention shape" : "this model's prefill", st.message().c_str(),
+               shape_only ? "for it" : "from here on");
+  if (!shape_only) cudnn_.reset();
+  return false;
 }
 
 Status CudaBackend::AttentionMixer(int li, const AttentionLayer& L, std::vector<Req>& reqs,
@@ -196,7 +200,14 @@ Status CudaBackend::AttentionMixer(int li, const AttentionLayer& L, std::vector<
   ap.window = a.window;
   const int fresh = fast_d ? fresh_ : 0;  // requests served by flash attention (or cuDNN's)
   bool cudnn_done = false;
-  if (fresh > 0 && cudnn_ && a.window == 0 && !kq.compacted) {
+  // cuDNN's masks take each fresh request's row indices for coordinates (a window is a band on
+  // them). k_coord / q_coord equal those (up to order, which is all causality sees) for uncompacted
+  // queries: causal layers in any segment; windows by alive index in any segment (a fresh
+  // request's indices are 0..n-1: 0-based in segment 0, renumbered from next_base = 0 after each
+  // drop); windows by position only in segment 0 (later segments keep the kept tokens' gapped
+  // positions).
+  const bool rows_are_coords = a.window == 0 || !by_position || segment == 0;
+  if (fresh > 0 && cudnn_ && !kq.compacted && rows_are_coords) {
     UP_ASSIGN_OR_RETURN(cudnn_done, CudnnPrefill(fresh, q_rows, k, v, attn, kq, ap));
   }
   if (fresh > 0 && !cudnn_done) {

@@ -1,21 +1,45 @@
-// cuDNN's fused attention (the cuDNN frontend's SDPA graph) for the prefill cases its masks express,
-// beside our FlashAttention (cuda_attention.h) for the rest. Chosen per model by
+// cuDNN's fused attention (the cuDNN frontend's SDPA graph) for the prefill cases its masks
+// express, beside our FlashAttention (cuda_attention.h) for the rest. Chosen per model by
 // LoadOptions::gpu_attention; measured against our kernel in docs/gpu_performance.md.
 //
-// Covered: packed varlen self-attention of prompts whose query and key rows are the same rows and
-// whose mask coordinates are their row indices within the sequence (a fresh prompt in segment 0,
-// and in later segments, where alive indices restart at 0), causal, GQA, bf16 in and out, D 64,
-// 128 or 256, rows strided (the fused QKV GEMM's column slices). Each sequence may end in padding
-// rows (the sync-free drop's capacities): seq_len holds its true length, and padding rows are
-// neither keys nor written. Not covered (FlashAttention runs them): a drop layer's kept queries
-// (coordinates not their row indices), sliding windows, requests whose cache holds tokens.
+// Run covers packed varlen self-attention of prompts whose query and key rows are the same rows and
+// whose mask coordinates are their row indices within the sequence, causal, optionally with a
+// sliding window (AttentionParams::window W: query row i sees key rows j with i - W < j <= i, the
+// frontend's diagonal band: top-left alignment, right bound 0, left bound W), GQA, bf16 in and out,
+// D 64, 128 or 256, rows strided (the fused QKV GEMM's column slices). Each sequence may end in
+// padding rows (the sync-free drop's capacities): seq_len holds its true length; padding rows are
+// no keys, and their outputs are nobody's (the tests check real rows only). The caller (CudaBackend::AttentionMixer) vouches for "coordinates =
+// row indices": causal layers in any segment (order alone matters), windows by alive index in any
+// segment (a fresh prompt's alive indices are 0..n-1, renumbered from 0 after each drop), windows
+// by position only in segment 0 (after a drop the kept tokens keep their gapped positions). Not
+// covered (FlashAttention runs them): a drop layer's kept queries, windows by position after a
+// drop, and requests whose cache holds tokens.
 //
-// One graph per shape bucket (batch, max length rounded up to a power of two, heads, head dim,
-// strides, scale) is built once (cuDNN's heuristics, then its plan) and reused.
+// RunPaged covers queries over a cached prefix: sequence b's q_len[b] new query rows are its last
+// ones among kv_len[b] cache entries (coordinates kv_len - q_len .. kv_len - 1, alive indices of an
+// uncompacted cache), causal aligned bottom-right, keys and values read in place from the CUDA
+// backend's KV pool (cuda_kv_cache.h: bf16 [num_blocks, 2 (K, V), block_tokens, kv_dim], entry a of
+// a sequence in block block_table[b][a / block_tokens], row a % block_tokens): the K container is
+// [num_blocks, Hkv, block_tokens, D] with strides (2 block_tokens kv_dim, D, kv_dim, 1) and V the
+// same from block_tokens kv_dim elements on. cuDNN (>= 9.7 for paged K/V with ragged Q) reads a
+// container through its strides, so the pool's interleaved K | V blocks and 16-token pages need no
+// copy: measured on the H200's cuDNN 9.14 for D 64 / 128 / 256 and GQA against the CPU op
+// (cudnn_attention_test.cc). Not wired into CudaBackend yet (its cached-request path is our paged
+// kernels'); wiring it needs window 0, uncompacted queries that are the last rows of the layer's
+// cache, and no call inside a CUDA-graph capture (a bucket's first call autotunes and syncs).
+//
+// Plans: one graph per shape bucket (batch, max length rounded up to a power of two, heads, head
+// dim, strides, scale, window; paged: pool blocks and table width) is built once and reused. With
+// CudnnOptions::autotune (the default) every plan cuDNN's heuristics offer (modes A and B, plus
+// FALLBACK when asked; with sweep_knobs also every one-knob variant of each engine's config) is
+// built (BuildPlanPolicy ALL) and timed on the first call's own tensors (one warm-up, best of two),
+// and the fastest is kept for the bucket; PlanTimings() reports them. Without autotune the
+// heuristics' first plan runs.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/device_context.h"
@@ -38,20 +62,60 @@ struct CudnnVarlen {
   int max_rows = 0;  // the longest sequence's rows
 };
 
+// Queries over paged caches (RunPaged). Sequence b's queries are rows [q_begin[b], q_begin[b] +
+// q_len[b]) of q and out, given as ragged offsets like CudnnVarlen's.
+struct CudnnPagedBatch {
+  const int32_t* q_len = nullptr;        // device int32 [batch]: new query rows
+  const int32_t* kv_len = nullptr;       // device int32 [batch]: cache entries, queries included
+  const int32_t* q_offsets = nullptr;    // device int32 [batch + 1]
+  const int32_t* o_offsets = nullptr;    // device int32 [batch + 1]
+  const int32_t* block_table = nullptr;  // device int32 [batch, max_blocks] (row-major) pool blocks
+  int batch = 0;
+  int max_q_rows = 0;  // the most query rows of a sequence
+  int max_blocks = 0;  // the table's row width (>= every ceil(kv_len / block_tokens))
+};
+
 // offsets[b] = row_begin[b] * row_stride, b <= batch (host).
 std::vector<int32_t> RaggedOffsets(const std::vector<int32_t>& row_begin, int64_t row_stride);
+
+struct CudnnOptions {
+  bool autotune = true;         // time every heuristic plan once per bucket, keep the fastest
+  bool fallback_plans = false;  // also the FALLBACK heuristic's plans (slow builds; for reports)
+  // Also every one-knob variant of each heuristic engine's config (reports only: slow builds,
+  // and on cuDNN 9.14 no variant beat the heuristics' plans; docs/gpu_performance.md).
+  bool sweep_knobs = false;
+};
+
+// One plan of the latest bucket built: cuDNN's name for it (engine and knobs) and its time.
+struct CudnnPlanTiming {
+  std::string name;
+  double ms = 0;        // best of the timed runs; < 0: the plan failed to run
+  bool chosen = false;  // the plan the bucket keeps
+};
 
 class CudnnAttention {
  public:
   // Unimplemented in builds without cuDNN (UNIPREFILL_WITH_CUDNN), or when no handle can be made.
-  static Result<std::unique_ptr<CudnnAttention>> Create(DeviceContext& ctx);
+  static Result<std::unique_ptr<CudnnAttention>> Create(DeviceContext& ctx,
+                                                        const CudnnOptions& options = {});
   virtual ~CudnnAttention() = default;
 
-  // out bf16 [T, Hq, D] = causal attention of q bf16 [T, Hq, D] over k, v bf16 [T, Hkv, D] per
-  // sequence; params.window must be 0. An error (an unsupported shape) leaves out untouched: the
-  // caller runs FlashAttention instead.
+  // out bf16 [T, Hq, D] = causal (params.window > 0: windowed) attention of q bf16 [T, Hq, D] over
+  // k, v bf16 [T, Hkv, D] per sequence. On any error the caller runs FlashAttention instead (out
+  // may hold a failed plan's partial result): Unimplemented when cuDNN has no plan for the shape
+  // (bucket), then Unavailable at once for that bucket's later calls (no rebuild, nothing more to
+  // report); Internal when a plan failed to run.
   virtual Status Run(DeviceContext& ctx, TensorView out, TensorView q, TensorView k, TensorView v,
                      const CudnnVarlen& batch, const AttentionParams& params) = 0;
+
+  // out bf16 [Tq, Hq, D] = causal attention (bottom-right aligned; params.window must be 0) of
+  // q bf16 [Tq, Hq, D] over the pages of kv bf16 [num_blocks, 2, block_tokens, kv_dim] that
+  // batch.block_table names; kv_dim >= Hkv * D, head h's keys at columns [h D, (h + 1) D).
+  virtual Status RunPaged(DeviceContext& ctx, TensorView out, TensorView q, TensorView kv, int hkv,
+                          const CudnnPagedBatch& batch, const AttentionParams& params) = 0;
+
+  // The plans of the latest bucket built with autotune, in heuristic order (empty before).
+  virtual std::vector<CudnnPlanTiming> PlanTimings() const = 0;
 };
 
 }  // namespace uniprefill::ops::cuda
