@@ -49,8 +49,8 @@ CLI::App* AddBenchGpuDecodeCommand(CLI::App& bench_group, BenchGpuDecodeOptions&
   cmd->add_option("--experts", o.experts, "Experts per MoE layer (0: the preset's)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  cmd->add_option("--attention", o.attention, "Prefill attention kernel: ours or cudnn")
-      ->check(CLI::IsMember({"ours", "cudnn"}))
+  cmd->add_option("--attention", o.attention, "Prefill attention kernel: auto, ours or cudnn")
+      ->check(CLI::IsMember({"auto", "ours", "cudnn"}))
       ->capture_default_str();
   cmd->add_option("--commit", o.commit, "Commit id recorded in the JSON");
   cmd->add_option("--json", o.json_out, "Write the results as JSON here");
@@ -198,7 +198,9 @@ int BenchGpuDecodeCommand(const BenchGpuDecodeOptions& o) {
     }
     config = def->config;
     LoadOptions lo;
-    lo.gpu_attention = o.attention == "cudnn" ? GpuAttention::kCudnn : GpuAttention::kOurs;
+    lo.gpu_attention = o.attention == "cudnn" ? GpuAttention::kCudnn
+                     : o.attention == "ours"  ? GpuAttention::kOurs
+                                              : GpuAttention::kAuto;
     lo.gpu_decode_graphs = graphs == "on";
     Result<std::unique_ptr<Model>> model = MakeModel(std::move(*def), ctx, lo);
     if (!model.ok()) {

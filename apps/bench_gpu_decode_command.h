@@ -23,7 +23,7 @@ struct BenchGpuDecodeOptions {
   int steps = 32;                        // timed decode steps per point (after 4 warm-up steps)
   int layers = 0;                        // 0: the preset's depth
   int experts = 0;                       // 0: the preset's experts per MoE layer
-  std::string attention = "ours";        // prefill attention kernel (LoadOptions)
+  std::string attention = "auto";        // prefill attention kernel (LoadOptions)
   std::string commit;                    // recorded in the JSON
   std::string json_out;
 };

@@ -70,9 +70,10 @@ CLI::App* AddBenchGpuPrefillCommand(CLI::App& bench_group, BenchGpuPrefillOption
                 "Also run each keep ratio the way top-p must: a host sync per drop layer to learn "
                 "the kept counts (mode keepR-sync), to show what the sync-free path saves");
   cmd->add_option("--attention", o.attention,
-                  "Prefill attention kernel: ours (the engine's flash attention) or cudnn (cuDNN's "
-                  "fused attention where its masks can express the layer, ours elsewhere)")
-      ->check(CLI::IsMember({"ours", "cudnn"}))
+                  "Prefill attention kernel: auto (cuDNN's fused attention where its masks can "
+                  "express the layer when libcudnn loads, ours elsewhere: the product's default), "
+                  "ours (the engine's flash attention) or cudnn (as auto; no cuDNN is an error)")
+      ->check(CLI::IsMember({"auto", "ours", "cudnn"}))
       ->capture_default_str();
   cmd->add_option("--commit", o.commit, "Commit id recorded in the JSON");
   cmd->add_option("--json", o.json_out, "Write the results as JSON here");
@@ -255,7 +256,9 @@ Result<BenchModel> BuildModel(const BenchGpuPrefillOptions& o, const Points& p,
   }
   for (int64_t n : p.contexts) b.dense_flops.push_back(DensePrefillFlops(def, n));
   LoadOptions lo;
-  lo.gpu_attention = o.attention == "cudnn" ? GpuAttention::kCudnn : GpuAttention::kOurs;
+  lo.gpu_attention = o.attention == "cudnn" ? GpuAttention::kCudnn
+                     : o.attention == "ours"  ? GpuAttention::kOurs
+                                              : GpuAttention::kAuto;
   UP_ASSIGN_OR_RETURN(b.model, MakeModel(std::move(def), ctx, lo));
   UP_CUDA_CHECK(cudaDeviceSynchronize());  // the weights are filled on the device's stream
   return b;

@@ -23,7 +23,7 @@ struct BenchGpuPrefillOptions {
   int layers = 0;             // 0: the preset's depth
   int experts = 0;            // 0: the preset's experts per MoE layer
   bool compare_sync = false;  // also run each ratio with a host sync per drop (exact layout)
-  std::string attention = "ours";  // prefill attention kernel: ours or cudnn (LoadOptions)
+  std::string attention = "auto";  // prefill attention kernel: ours or cudnn (LoadOptions)
   std::string commit;         // recorded in the JSON
   std::string json_out;
 };

@@ -63,10 +63,11 @@ void AddDeviceFlags(CLI::App& cmd, DeviceFlags& flags) {
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
   cmd.add_option("--gpu-attention", flags.gpu_attention,
-                 "With --device cuda, the prefill attention kernel: ours (the engine's flash "
-                 "attention) or cudnn (cuDNN's fused attention where its masks express the layer, "
-                 "ours elsewhere; needs libcudnn 9)")
-      ->check(CLI::IsMember({"ours", "cudnn"}))
+                 "With --device cuda, the prefill attention kernel: auto (cuDNN's fused attention "
+                 "where its masks express the layer when libcudnn 9 loads, ours elsewhere), ours "
+                 "(the engine's flash attention everywhere) or cudnn (as auto; no cuDNN is an "
+                 "error)")
+      ->check(CLI::IsMember({"auto", "ours", "cudnn"}))
       ->capture_default_str();
   cmd.add_flag("--cuda-graphs", flags.cuda_graphs,
                "With --device cuda, run decode steps as CUDA graphs (captured each step, launched "

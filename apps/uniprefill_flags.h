@@ -29,11 +29,11 @@ bool ToUniPrefillOptions(const UniPrefillFlags& flags, UniPrefillOptions* out, s
 // For commands that compare dense with UniPrefill per request (bench-prefill, eval): loads the
 // model with UniPrefill enabled and the flags applied; on failure prints one `error:` line and
 // returns nullptr.
-// Where the model runs: --device cpu|cuda and, on the GPU, --gpu-attention ours|cudnn (the prefill
+// Where the model runs: --device cpu|cuda and, on the GPU, --gpu-attention auto|ours|cudnn (the prefill
 // attention kernel, EngineOptions::gpu_attention).
 struct DeviceFlags {
   std::string device = "cpu";
-  std::string gpu_attention = "ours";
+  std::string gpu_attention = "auto";
   bool cuda_graphs = false;
   void ApplyTo(EngineOptions& eo) const {
     eo.device = device;

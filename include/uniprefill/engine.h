@@ -41,9 +41,10 @@ struct EngineOptions {
   int context_size = 0;   // <= 0: the model's own context length
   // Decode matmuls in f32 throughout instead of on int16-quantised activations (exact, slower).
   bool f32_decode = false;
-  // With device "cuda": the prefill attention kernel, "ours" (the engine's flash attention) or
-  // "cudnn" (cuDNN's fused attention where its masks express the layer; needs libcudnn 9).
-  std::string gpu_attention = "ours";
+  // With device "cuda": the prefill attention kernel, "auto" (cuDNN's fused attention where its
+  // masks express the layer when libcudnn 9 loads, else ours), "ours" (the engine's flash
+  // attention) or "cudnn" (as auto, but a missing cuDNN is an error).
+  std::string gpu_attention = "auto";
   // With device "cuda": run decode steps as CUDA graphs (LoadOptions::gpu_decode_graphs; off by
   // default, measured slower).
   bool gpu_decode_graphs = false;

@@ -79,9 +79,11 @@ class Model {
 enum class DeltaRuleChoice { kAuto, kChunked, kRecurrent, kChunkedTensorCore };
 
 // Which kernel runs the GPU's prefill attention where both can: the engine's own flash attention,
-// or cuDNN's fused attention (ops/cuda/cudnn_attention.h; our kernel runs what its masks cannot
-// express: drop layers' kept queries, sliding windows, requests whose cache holds tokens).
-enum class GpuAttention { kOurs, kCudnn };
+// or cuDNN's fused attention (ops/cuda/cudnn_attention.h; 1.7-2.3x ours on an H200; our kernel
+// runs what its masks cannot express: drop layers' kept queries, windows by position after a drop,
+// requests whose cache holds tokens). kAuto: cuDNN when libcudnn 9 loads, else ours (kCudnn
+// makes a missing cuDNN an error).
+enum class GpuAttention { kAuto, kOurs, kCudnn };
 
 struct LoadOptions {
   // Dequantise linear weights to f32 for fast many-token GEMMs (prefill). Costs ~4 bytes per
@@ -91,7 +93,7 @@ struct LoadOptions {
   // on AVX2, error ~1e-5 of the row's max). true: f32 activations throughout (exact, slower).
   bool f32_decode = false;
   DeltaRuleChoice gpu_delta_rule = DeltaRuleChoice::kAuto;  // GPU only
-  GpuAttention gpu_attention = GpuAttention::kOurs;         // GPU only
+  GpuAttention gpu_attention = GpuAttention::kAuto;         // GPU only
   // GPU only: run each decode step (every request one token, none fresh) as a CUDA graph: the
   // step is captured, the batch size's executable graph updated with it and launched. Off by
   // default: measured slower on an H200 (8B shape, 32 x 1K: 9.82 vs 8.93 ms per step), because

@@ -144,12 +144,16 @@ TEST_F(CliTest, DeviceCudaRunsOnTheGpuOrSaysWhy) {
   ExpectCleanError("run --model " + Tiny() + " --prompt hi --device gpu", "--device");
 }
 
-// --gpu-attention: ours or cudnn, and cudnn only with --device cuda (one clear error otherwise).
+// --gpu-attention: auto, ours or cudnn, and cudnn only with --device cuda (one clear error
+// otherwise); auto (the default) and ours mean nothing on the CPU and are accepted there.
 TEST_F(CliTest, GpuAttentionIsCheckedAndNeedsTheGpu) {
   ExpectCleanError("run --model " + Tiny() + " --prompt hi --gpu-attention flash", "--gpu-attention");
   ExpectCleanError("run --model " + Tiny() + " --prompt hi --gpu-attention cudnn", "device cuda");
-  CliResult r = RunCli("run --model " + Tiny() + " --prompt hi --max-tokens 2 --gpu-attention ours");
-  EXPECT_EQ(r.exit_code, 0) << r.err;  // the default, accepted on the CPU (nothing to choose)
+  for (const char* kernel : {"ours", "auto"}) {
+    CliResult r = RunCli("run --model " + Tiny() + " --prompt hi --max-tokens 2 --gpu-attention " +
+                         kernel);
+    EXPECT_EQ(r.exit_code, 0) << kernel << ": " << r.err;
+  }
 }
 
 TEST_F(CliTest, BadPromptTokensFile) {

@@ -45,8 +45,14 @@ Status Ensure(DeviceBuffer& b, size_t bytes, cudaStream_t stream) {
 }
 
 Status CudaBackend::Load(const ProgressFn& progress, GpuAttention attention) {
-  if (attention == GpuAttention::kCudnn) {
-    UP_ASSIGN_OR_RETURN(cudnn_, ops::cuda::CudnnAttention::Create(ctx_));
+  if (attention != GpuAttention::kOurs) {
+    Result<std::unique_ptr<ops::cuda::CudnnAttention>> cudnn =
+        ops::cuda::CudnnAttention::Create(ctx_);
+    if (cudnn.ok()) {
+      cudnn_ = std::move(*cudnn);
+    } else if (attention == GpuAttention::kCudnn) {
+      return cudnn.status();
+    }  // kAuto without cuDNN: our kernel everywhere
   }
   const ModelDefinition& e = def_;
   embedding_scale_ = cfg_.embedding_scale;

@@ -63,7 +63,8 @@ class CudaBackend final : public LayerBackend {
         decode_graphs_(decode_graphs) {}
   ~CudaBackend() override;
 
-  // Uploads the weights; with GpuAttention::kCudnn also makes the cuDNN attention (an error if this
+  // Uploads the weights; with GpuAttention::kCudnn / kAuto also makes the cuDNN attention (for kCudnn
+  // an error if this
   // build or machine has no cuDNN).
   Status Load(const ProgressFn& progress, GpuAttention attention);
 
@@ -166,7 +167,7 @@ class CudaBackend final : public LayerBackend {
   float embedding_scale_ = 1.0f;
   bool has_linear_ = false;  // any Gated DeltaNet layer (state slots needed)
   DeltaRuleChoice delta_rule_ = DeltaRuleChoice::kAuto;  // LoadOptions::gpu_delta_rule
-  std::unique_ptr<ops::cuda::CudnnAttention> cudnn_;    // LoadOptions::gpu_attention = kCudnn
+  std::unique_ptr<ops::cuda::CudnnAttention> cudnn_;    // LoadOptions::gpu_attention (null: ours)
   DeviceBuffer output_norm_;
   std::vector<Layer> layers_;
 
