@@ -61,7 +61,8 @@ void L2NormalizeHeads(DeviceContext& ctx, TensorView x, float eps, float scale =
 // Which kernel runs the gated delta rule; every one computes the same recurrence.
 enum class DeltaRuleKernel {
   kAuto,       // recurrent when max_seqlen <= kDeltaRuleRecurrentMaxSeqlen, else chunked
-               // (kChunkedTensorCore for bf16 activations, kChunked for f32)
+               // (kChunkedTensorCore for bf16 activations longer than kDeltaRuleF32MaxSeqlen,
+               // kChunked otherwise)
   kChunked,    // chunks of 64 tokens in the WY form (prefill), f32 math on CUDA cores
   kRecurrent,  // token by token (decode, short sequences)
   // kChunked's math with every matrix product on the tensor cores: bf16 operands (activations,
@@ -71,6 +72,8 @@ enum class DeltaRuleKernel {
   kChunkedTensorCore,
 };
 inline constexpr int kDeltaRuleRecurrentMaxSeqlen = 16;
+// kAuto keeps sequences of at most one chunk (64 rows) on kChunked's f32 math.
+inline constexpr int kDeltaRuleF32MaxSeqlen = 64;
 
 // The gated delta rule of ops::GatedDeltaRule for every sequence of the batch, continuing from its
 // state slot. Per value head h (key head h / (Hv / Hk)) and token t, with S = state[h]:

@@ -541,7 +541,12 @@ DeltaArgs<T> MakeDeltaArgs(TensorView out, TensorView q, TensorView k, TensorVie
 // callers asked for f32 precision).
 DeltaRuleKernel AutoKernel(DType dtype, int max_seqlen) {
   if (max_seqlen <= kDeltaRuleRecurrentMaxSeqlen) return DeltaRuleKernel::kRecurrent;
-  return dtype == DType::kBF16 ? DeltaRuleKernel::kChunkedTensorCore : DeltaRuleKernel::kChunked;
+  // One chunk or less: nothing to gain from the tensor cores, so the f32 kernel keeps its
+  // rounding (a short ill-conditioned prompt of the tiny Qwen3-Next sits near its model bound).
+  if (max_seqlen <= kDeltaRuleF32MaxSeqlen || dtype != DType::kBF16) {
+    return DeltaRuleKernel::kChunked;
+  }
+  return DeltaRuleKernel::kChunkedTensorCore;
 }
 
 }  // namespace

@@ -31,6 +31,7 @@
 
 #include "backend/cuda/cuda_kv_cache.h"
 #include "model/model.h"
+#include "ops/cuda/cudnn_attention.h"
 #include "testing/compare.h"
 #include "testing/cuda_test_util.h"
 #include "testing/required_asset.h"
@@ -100,12 +101,14 @@ struct Pair {
 };
 
 Pair Load(const std::string& path, DeviceContext& gpu_ctx,
-          DeltaRuleChoice delta_rule = DeltaRuleChoice::kAuto) {
+          DeltaRuleChoice delta_rule = DeltaRuleChoice::kAuto,
+          GpuAttention attention = GpuAttention::kAuto) {
   Pair p;
   p.cpu_ctx = DeviceContext::Cpu(0);
   LoadOptions lo;
   lo.f32_decode = true;
   lo.gpu_delta_rule = delta_rule;
+  lo.gpu_attention = attention;
   auto cpu = LoadModel(path, *p.cpu_ctx, lo);
   EXPECT_TRUE(cpu.ok()) << cpu.status().message();
   auto gpu = LoadModel(path, gpu_ctx, lo);
@@ -464,9 +467,10 @@ Trace RunScenario(Model& m, DeviceContext& ctx, const UniPrefillConfig& up) {
 }
 
 // Both keep-all settings against dense: every logits vector bit for bit (EXPECT_EQ on the
-// vectors: equal floats, NaN never equal), and the drop path ran (it records what it kept) and
-// kept every token of every prefill.
-void ExpectKeepAllEqualsDense(DeviceContext& ctx, Model& m, const std::string& label) {
+// vectors: equal floats, NaN never equal) or, with bound > 0, within `bound` relative L2 error,
+// and the drop path ran (it records what it kept) and kept every token of every prefill.
+void ExpectKeepAllEqualsDense(DeviceContext& ctx, Model& m, const std::string& label,
+                              double bound = 0.0) {
   const Trace dense = RunScenario(m, ctx, Dense());
   for (size_t i = 0; i < dense.logits.size(); ++i) {
     EXPECT_TRUE(std::isfinite(testing::MaxAbs(dense.logits[i]))) << label << ", " << dense.what[i];
@@ -480,10 +484,17 @@ void ExpectKeepAllEqualsDense(DeviceContext& ctx, Model& m, const std::string& l
     const Trace all = RunScenario(m, ctx, up);
     ASSERT_EQ(all.logits.size(), dense.logits.size());
     int identical = 0;
+    double worst = 0;
     for (size_t i = 0; i < dense.logits.size(); ++i) {
-      EXPECT_EQ(all.logits[i], dense.logits[i])
-          << dense.what[i]
-          << ": max |diff| " << testing::MaxAbsDiff(all.logits[i], dense.logits[i]);
+      if (bound == 0.0) {
+        EXPECT_EQ(all.logits[i], dense.logits[i])
+            << dense.what[i]
+            << ": max |diff| " << testing::MaxAbsDiff(all.logits[i], dense.logits[i]);
+      } else {
+        const double err = testing::RelativeL2Error(all.logits[i], dense.logits[i]);
+        EXPECT_LT(err, bound) << dense.what[i];
+        worst = std::max(worst, err);
+      }
       identical += all.logits[i] == dense.logits[i] ? 1 : 0;
     }
     for (int r = 0; r < 4; ++r) {
@@ -494,8 +505,9 @@ void ExpectKeepAllEqualsDense(DeviceContext& ctx, Model& m, const std::string& l
         EXPECT_EQ(all.kept[r][i].alive, kScenarioLengths[r]) << "request " << r;
       }
     }
-    std::printf("[%s] keep-all vs dense: %d of %zu logit vectors bit-identical\n", name.c_str(),
-                identical, dense.logits.size());
+    std::printf("[%s] keep-all vs dense: %d of %zu logit vectors bit-identical, worst relative "
+                "L2 error %.2e\n",
+                name.c_str(), identical, dense.logits.size(), worst);
   }
 }
 
@@ -507,14 +519,30 @@ TEST_P(CudaModelFamilyTest, KeepAllEqualsDenseBitForBit) {
 }
 
 // The tiny GGUF (head dim 128): fresh prefills through flash attention, decodes through paged
-// decode attention.
+// decode attention. Bit for bit with our attention kernel everywhere. With cuDNN's (the default
+// where libcudnn loads) dense prefills run cuDNN, while keep-all's drop layer gathers its kept
+// queries (then ours runs them) and later windows by position stay ours: the two differ by the
+// kernels' rounding only. Measured on the H200 (bench/results/gpu/issue17_final/cuda_tests.log,
+// where the bit-for-bit check ran with cuDNN): 4 of 18 vectors differ, max |logit diff| 1.6e-2,
+// relative L2 error <= 4.6e-3 over the 32 logits printed; the bound 2e-2 is 4x that, far below a
+// wrong kept set or a mixed-up request (O(1)). This cuDNN variant itself has not run yet.
 TEST(CudaModelTinyGgufTest, KeepAllEqualsDenseBitForBit) {
   UP_CUDA_TEST_CONTEXT(ctx);
   const std::string path =
       testing::WriteTempFile("cuda_tiny_gemma3.gguf", testing::BuildTinyGemma3());
-  Pair p = Load(path, ctx);
+  Pair p = Load(path, ctx, DeltaRuleChoice::kAuto, GpuAttention::kOurs);
   ASSERT_TRUE(p.gpu);
   ExpectKeepAllEqualsDense(ctx, *p.gpu, "tiny gguf");
+}
+
+TEST(CudaModelTinyGgufTest, KeepAllNearDenseWithCudnnAttention) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  if (!ops::cuda::CudnnAttention::Create(ctx).ok()) GTEST_SKIP() << "no cuDNN on this machine";
+  const std::string path =
+      testing::WriteTempFile("cuda_tiny_gemma3.gguf", testing::BuildTinyGemma3());
+  Pair p = Load(path, ctx, DeltaRuleChoice::kAuto, GpuAttention::kCudnn);
+  ASSERT_TRUE(p.gpu);
+  ExpectKeepAllEqualsDense(ctx, *p.gpu, "tiny gguf, cuDNN", /*bound=*/2e-2);
 }
 
 // ---- A packed batch with drops equals each request alone ----

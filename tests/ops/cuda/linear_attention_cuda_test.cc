@@ -12,8 +12,8 @@
 //   bf16 activations: outputs < 1e-2 (output rounding, RMS ~1.1e-3, on top of the f32 math);
 //   the f32 states: < 1e-4 for either dtype (the same inputs and f32 math); the conv state is a
 //                   copy of inputs and must match exactly.
-//   the tensor-core delta rule (kChunkedTensorCore, and kAuto on bf16 prefills): outputs < 8e-3,
-//                   states < 6e-3. Its products round four f32 operands to bf16 per chunk (the
+//   the tensor-core delta rule (kChunkedTensorCore, and kAuto on bf16 calls of > 64 rows):
+//                   outputs < 8e-3, states < 6e-3. Its products round four f32 operands to bf16 per chunk (the
 //                   state S0, the triangular inverse, the right-hand side, the deltas; f32
 //                   activations too), each a relative 2^-9 (RMS ~1.1e-3) that partly averages out
 //                   in the dot products; the states carry these errors from chunk to chunk
@@ -423,11 +423,11 @@ const char* KernelName(DeltaRuleKernel k) {
                                                     : "auto";
 }
 
-// Whether a call may run the tensor-core kernel (kAuto does for bf16 calls of > 16 rows).
+// Whether a call may run the tensor-core kernel (kAuto does for bf16 calls of > 64 rows).
 bool MayUseTensorCores(DeltaRuleKernel k, DType dtype, int max_seqlen) {
   return k == DeltaRuleKernel::kChunkedTensorCore ||
          (k == DeltaRuleKernel::kAuto && dtype == DType::kBF16 &&
-          max_seqlen > cuda::kDeltaRuleRecurrentMaxSeqlen);
+          max_seqlen > cuda::kDeltaRuleF32MaxSeqlen);
 }
 
 // Checks a delta-rule run's outputs and states against the reference, with the bounds of the
