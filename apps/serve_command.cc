@@ -135,6 +135,10 @@ void AddServeCommand(CLI::App& app, ServeOptions& o) {
       ->check(CLI::Range(1, 1 << 24))
       ->capture_default_str()
       ->group("Batching");
+  cmd->add_flag("--no-chunked-prefill", o.no_chunked_prefill,
+                "Run every prefill whole in one step (by default a dense prefill is cut into "
+                "chunks that share steps with the running decodes; UniPrefill prefills run whole)")
+      ->group("Batching");
   cmd->add_flag("--host-sampling", o.host_sampling,
                 "With --device cuda: copy every request's logits to the host and sample there "
                 "(by default a request without penalties or top_logprobs is sampled on the GPU)")
@@ -187,6 +191,7 @@ int ServeCommand(const ServeOptions& o) {
   so.max_num_seqs = o.max_num_seqs;
   so.max_batched_tokens = o.max_batched_tokens;
   so.device_sampling = !o.host_sampling;
+  so.chunked_prefill = !o.no_chunked_prefill;
   auto batch_or = BatchEngine::Start(engine, so);
   if (!batch_or.ok()) {
     std::fprintf(stderr, "error: %s\n", batch_or.status().message().c_str());

@@ -33,6 +33,9 @@ struct ServingOptions {
   int kv_block_tokens = 16;                     // alive indices per KV block
   int max_num_seqs = 256;                       // requests running at once
   int max_batched_tokens = 8192;                // tokens of all requests in one step
+  // Cut dense prefills into chunks that fill what the running decodes leave of each step's budget
+  // (UniPrefill prefills still run whole; engine/scheduler.h).
+  bool chunked_prefill = true;
   // CUDA models: choose each request's next token on the GPU (only ids travel back) when its
   // sampling has no penalties and asks for no top_logprobs; false: every token from host logits.
   bool device_sampling = true;

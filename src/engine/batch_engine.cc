@@ -100,6 +100,7 @@ struct BatchEngine::Impl {
     std::unique_ptr<TextOutput> out;
     std::vector<int32_t> sampled;  // every sampled token (the prefill of a recompute feeds them)
     std::vector<SampledToken> unreported;
+    std::vector<int32_t> prefill;  // the prefill being computed: prompt + tokens sampled so far
     std::vector<int32_t> feed;     // this step's input ids
     std::vector<float> logits;     // f32 [vocab]
     StepSampling device;           // this step's on-device choice (when `on_device`)
@@ -170,7 +171,8 @@ Result<std::unique_ptr<BatchEngine>> BatchEngine::Start(Engine& engine,
   } else {
     impl->arena = std::make_unique<KvArena>(impl->layout, size);
   }
-  impl->scheduler.emplace(SchedulerConfig{options.max_batched_tokens}, KvBlockManager(spec, size));
+  impl->scheduler.emplace(SchedulerConfig{options.max_batched_tokens, options.chunked_prefill},
+                          KvBlockManager(spec, size));
   ServingMetrics& m = impl->counters;
   m.ttft_s = Histogram::WithBounds(LatencyBounds());
   m.e2e_s = Histogram::WithBounds(LatencyBounds());
@@ -395,15 +397,21 @@ void BatchEngine::Impl::RunStep() {
     }
     if (sr.is_prefill) {
       any_prefill = true;
-      l.feed = l.prompt;
-      l.feed.insert(l.feed.end(), l.sampled.begin(), l.sampled.end());
-      if (arena) {
-        l.cache = std::make_unique<PagedSequenceCache>(layout, c.context_size, &sched.kv(), sr.id,
-                                                       arena.get());
-      } else {  // a device model: its own cache on the pool sized like the manager's
-        l.cache = c.model->NewCache(c.context_size, c.uniprefill.active_drop_layers());
+      if (sr.chunk_begin == 0) {  // a prefill starts (or a preempted request's recompute)
+        l.prefill = l.prompt;
+        l.prefill.insert(l.prefill.end(), l.sampled.begin(), l.sampled.end());
+        if (arena) {
+          l.cache = std::make_unique<PagedSequenceCache>(layout, c.context_size, &sched.kv(),
+                                                         sr.id, arena.get());
+        } else {  // a device model: its own cache on the pool sized like the manager's
+          l.cache = c.model->NewCache(c.context_size, c.uniprefill.active_drop_layers());
+        }
+        l.kept.clear();
       }
-      l.kept.clear();
+      // This chunk of it (the whole prefill unless the scheduler chunked it); earlier chunks are
+      // in the cache.
+      l.feed.assign(l.prefill.begin() + sr.chunk_begin,
+                    l.prefill.begin() + sr.chunk_begin + sr.num_tokens);
       counters.prompt_tokens += static_cast<int64_t>(l.feed.size());
     } else {
       any_decode = true;
@@ -414,7 +422,9 @@ void BatchEngine::Impl::RunStep() {
     s.tokens = l.feed;
     l.on_device = options.device_sampling && c.model->device() == Device::kCuda &&
                   !l.sampler.has_penalties() && l.params.logprobs <= 0;
-    if (l.on_device) {
+    if (!sr.last_chunk) {
+      // A chunk before a prefill's last: it only fills the cache (no logits, no token).
+    } else if (l.on_device) {
       const SamplerConfig& sc = l.sampler.config();
       // f32 uniform below 1 (the kernel's draw is `u < cumulative probability`).
       const float u = std::min(static_cast<float>(l.sampler.NextUniform()), 0x1.fffffep-1f);
@@ -458,6 +468,10 @@ void BatchEngine::Impl::RunStep() {
     Live& l = *step_live[i];
     RequestStepResult r;
     r.id = sr.id;
+    if (sr.is_prefill && !sr.last_chunk) {  // nothing sampled yet
+      results.push_back(std::move(r));
+      continue;
+    }
     if (sr.is_prefill) {
       for (int s = 0; s < l.cache->layout().n_segments; ++s) {
         r.segment_tokens.push_back(l.cache->segment_length(s));

@@ -97,6 +97,7 @@ Result<StepPlan> Scheduler::Schedule() {
   }
   StepPlan plan;
   ScheduleDecodes(plan);
+  ContinueChunkedPrefills(plan);
   if (plan.preempted.empty()) AdmitWaiting(plan);
   open_step_ = plan;
   return plan;
@@ -106,6 +107,10 @@ void Scheduler::ScheduleDecodes(StepPlan& plan) {
   size_t i = 0;
   while (i < running_.size()) {
     const RequestId id = running_[i];
+    if (requests_.at(id).prefill_in_progress()) {  // its blocks are reserved; no decode yet
+      ++i;
+      continue;
+    }
     bool preempted_self = false;
     while (!kv_.CanAppendDecode(id)) {
       const RequestId victim = running_.back();
@@ -124,22 +129,48 @@ void Scheduler::ScheduleDecodes(StepPlan& plan) {
   }
 }
 
+void Scheduler::ContinueChunkedPrefills(StepPlan& plan) {
+  for (RequestId id : running_) {  // admission order: the oldest prefill first
+    RequestInfo& r = requests_.at(id);
+    const int budget_left = config_.max_batched_tokens - plan.num_tokens();
+    if (!r.prefill_in_progress() || budget_left <= 0) continue;
+    const int n = std::min(budget_left, r.prefill_target - r.prefilled);
+    ScheduledRequest s{id, n, true, false};
+    s.chunk_begin = r.prefilled;
+    s.last_chunk = r.prefilled + n == r.prefill_target;
+    plan.requests.push_back(s);
+    stats_.prefill_tokens += n;
+  }
+}
+
 void Scheduler::AdmitWaiting(StepPlan& plan) {
   int budget_left = config_.max_batched_tokens - plan.num_tokens();
-  bool any_prefill = false;
+  bool any_admitted = false;
   while (!waiting_.empty()) {
     RequestInfo& r = requests_.at(waiting_.front());
     const int n = PrefillTokens(r);
-    if (any_prefill && n > budget_left) break;
+    const bool chunked = config_.chunked_prefill && !r.uniprefill;
+    if (chunked) {
+      if (budget_left <= 0) break;  // a chunk needs some budget
+    } else if (any_admitted && n > budget_left) {
+      break;  // a whole prefill must fit, unless it is the step's first admission
+    }
     const std::vector<int> dense(kv_.n_segments(), n);
     if (!kv_.CanAllocate(dense) || !kv_.Allocate(r.id, dense).ok()) break;
     waiting_.pop_front();
     running_.push_back(r.id);
     r.state = RequestState::kRunning;
-    plan.requests.push_back({r.id, n, true, r.uniprefill});
-    stats_.prefill_tokens += n;
-    budget_left -= n;
-    any_prefill = true;
+    ScheduledRequest s{r.id, n, true, r.uniprefill};
+    if (chunked) {
+      s.num_tokens = std::min(n, budget_left);
+      s.last_chunk = s.num_tokens == n;
+      r.prefill_target = n;
+      r.prefilled = 0;
+    }
+    plan.requests.push_back(s);
+    stats_.prefill_tokens += s.num_tokens;
+    budget_left -= s.num_tokens;
+    any_admitted = true;
   }
 }
 
@@ -148,6 +179,7 @@ void Scheduler::Preempt(RequestId id, StepPlan& plan) {
   (void)kv_.Free(id);
   running_.erase(std::find(running_.begin(), running_.end(), id));
   r.state = RequestState::kPreempted;
+  r.prefilled = r.prefill_target = 0;  // a chunked prefill starts over when re-admitted
   ++r.preemptions;
   waiting_.push_front(id);
   plan.preempted.push_back(id);
@@ -174,16 +206,22 @@ Status Scheduler::ValidateResults(std::span<const RequestStepResult> results) co
     if (it == planned.end()) return InvalidArgument(who + ": not scheduled in this step");
     if (!seen.insert(res.id).second) return InvalidArgument(who + ": given twice");
     const std::vector<int>& t = res.segment_tokens;
-    if (t.empty()) continue;
     const ScheduledRequest& s = *it->second;
+    if (s.is_prefill && !s.last_chunk && res.stop) {
+      return InvalidArgument(who + ": a prefill chunk that is not the last samples nothing to stop");
+    }
+    if (t.empty()) continue;
     if (!s.is_prefill) return InvalidArgument(who + ": a decode has no segment_tokens");
+    if (!s.last_chunk) {
+      return InvalidArgument(who + ": segment_tokens come with a prefill's last chunk only");
+    }
     if (static_cast<int>(t.size()) != kv_.n_segments()) {
       return InvalidArgument(who + ": " + Str(t.size()) + " segment counts for " +
                              Str(kv_.n_segments()) + " segments");
     }
-    if (t[0] != s.num_tokens) {
+    if (t[0] != s.prefill_tokens()) {
       return InvalidArgument(who + ": segment 0 holds " + Str(t[0]) + " tokens, the prefill had " +
-                             Str(s.num_tokens));
+                             Str(s.prefill_tokens()));
     }
     for (size_t i = 1; i < t.size(); ++i) {
       if (t[i] > t[i - 1] || t[i] < 1) {
@@ -208,11 +246,17 @@ Result<std::vector<FinishedRequest>> Scheduler::OnStepDone(
     RequestInfo& r = requests_.at(s.id);
     auto found = by_id.find(s.id);
     const RequestStepResult* res = found == by_id.end() ? nullptr : found->second;
+    if (s.is_prefill && !s.last_chunk) {  // a chunk: nothing sampled, the reservation stays
+      r.prefilled += s.num_tokens;
+      if (r.abort_requested) Finish(s.id, FinishReason::kAborted, finished);
+      continue;
+    }
     if (s.is_prefill) {
       const bool kept = res && !res->segment_tokens.empty();
       const std::vector<int> tokens =
-          kept ? res->segment_tokens : std::vector<int>(kv_.n_segments(), s.num_tokens);
+          kept ? res->segment_tokens : std::vector<int>(kv_.n_segments(), s.prefill_tokens());
       (void)kv_.CommitPrefill(s.id, tokens);  // validated above: within the reservation
+      r.prefilled = r.prefill_target = 0;     // the prefill is done
     } else {
       (void)kv_.ReleaseWindow(s.id);
     }
@@ -249,10 +293,12 @@ Status Scheduler::CheckInvariants() const {
     }
     if (kv_.Contains(id)) return Internal("waiting request " + Str(id) + " holds KV blocks");
   }
+  // What the manager holds for a prefill in flight or a chunked one between chunks: the dense
+  // reservation of the whole prefill.
   std::unordered_map<RequestId, int> prefill_tokens;
   if (open_step_) {
     for (const ScheduledRequest& s : open_step_->requests) {
-      if (s.is_prefill) prefill_tokens[s.id] = s.num_tokens;
+      if (s.is_prefill) prefill_tokens[s.id] = s.prefill_tokens();
     }
   }
   for (RequestId id : running_) {
@@ -266,8 +312,13 @@ Status Scheduler::CheckInvariants() const {
     if (!kv_.Contains(id)) return Internal("running request " + Str(id) + " holds no KV blocks");
     // Between steps the cache holds every token fed so far: all but the last sampled one.
     auto p = prefill_tokens.find(id);
-    const int expect = p != prefill_tokens.end() ? p->second
-                       : r->prompt_tokens + r->generated - (open_step_ ? 0 : 1);
+    const int expect = r->prefill_in_progress()     ? r->prefill_target
+                       : p != prefill_tokens.end() ? p->second
+                                                   : r->prompt_tokens + r->generated -
+                                                         (open_step_ ? 0 : 1);
+    if (r->prefill_in_progress() && r->prefilled > r->prefill_target) {
+      return Internal("running request " + Str(id) + " prefilled past its prefill");
+    }
     if (kv_.segment_tokens(id, 0) != expect) {
       return Internal("running request " + Str(id) + " holds " + Str(kv_.segment_tokens(id, 0)) +
                       " tokens in segment 0, expected " + Str(expect));

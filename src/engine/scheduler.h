@@ -8,16 +8,22 @@
 //    goes back to the front of the waiting queue), possibly the request itself; repeat until it
 //    fits. A preempted request is later recomputed: its prompt plus the tokens it generated become
 //    one prefill (the engine feeds those token ids).
-// 2. Unless this step preempted (memory is short: admitting now would only thrash), waiting
-//    requests are admitted first-come-first-served while the token budget and KV memory allow. A
-//    prefill runs whole in one step (UniPrefill's selection needs the prompt's last queries; dense
-//    prefills are not chunked either, to keep one rule). Admission reserves the dense worst case
-//    (the whole prefill in every segment); OnStepDone shrinks it to the kept counts. The first
-//    prefill of a step is admitted even when it does not fit the remaining budget: that is how a
-//    prompt longer than the budget runs (the only prefill of its step, next to the running
-//    decodes) instead of waiting forever. The queue is strict FCFS: a head that does not fit stops
-//    admission (no overtaking, so long prompts do not starve).
-// A step's tokens therefore stay within the budget unless it holds at most one prefill.
+// 2. Running requests whose prefill is chunked and not done get their next chunk, oldest first:
+//    as many of their remaining prefill tokens as the budget left allows (none when it is spent).
+// 3. Unless this step preempted (memory is short: admitting now would only thrash), waiting
+//    requests are admitted first-come-first-served while the token budget and KV memory allow.
+//    Admission reserves the dense worst case (the whole prefill in every segment); OnStepDone
+//    shrinks it to the kept counts. A dense prefill (RequestSpec::uniprefill false) with
+//    SchedulerConfig::chunked_prefill is cut into chunks that fill what the budget leaves
+//    (Sarathi-style: a long prompt shares its steps with the running decodes instead of stalling
+//    them); each chunk attends to the chunks before it through the cache, and only the last
+//    samples a token. A UniPrefill prefill runs whole in one step (its selection needs every
+//    query of the prompt's segment; segment-wise chunking is issue 18's next step); the first
+//    whole prefill of a step is admitted even when it does not fit the remaining budget: that is
+//    how such a prompt longer than the budget runs (the only prefill of its step) instead of
+//    waiting forever. The queue is strict FCFS: a head that does not fit stops admission (no
+//    overtaking, so long prompts do not starve).
+// A step's tokens therefore stay within the budget unless it holds one whole (UniPrefill) prefill.
 //
 // Lifecycle: Submit -> waiting -> (Schedule admits) running -> (OnStepDone) finished, with
 // running -> preempted (waiting again) on memory pressure. Every submitted request is reported
@@ -27,7 +33,7 @@
 //
 // Protocol: Schedule() opens a step, OnStepDone() closes it; between them the block tables in kv()
 // are the ones the step must write to and read from. Not for: sampling, token ids, streaming, or
-// tensor memory; priorities and chunked prefill are later issues.
+// tensor memory; priorities are a later issue.
 #pragma once
 
 #include <cstdint>
@@ -44,6 +50,7 @@ namespace uniprefill {
 
 struct SchedulerConfig {
   int max_batched_tokens = 8192;  // --max-batched-tokens: tokens of all requests in one step
+  bool chunked_prefill = true;    // cut dense prefills into chunks that fit the step's budget
 };
 
 enum class RequestState { kWaiting, kRunning, kPreempted, kFinished };
@@ -68,14 +75,24 @@ struct RequestInfo {
   RequestState state = RequestState::kWaiting;  // kPreempted: waiting to be recomputed
   int preemptions = 0;
   bool abort_requested = false;
+  // Running with a chunked prefill: tokens of its prefill (prompt + generated at admission) whose
+  // chunks are done; prefill_target is that prefill's length (0: not in a chunked prefill).
+  int prefilled = 0;
+  int prefill_target = 0;
+  bool prefill_in_progress() const { return prefill_target > 0 && prefilled < prefill_target; }
 };
 
 // One request's part of a step.
 struct ScheduledRequest {
   RequestId id = 0;
-  int num_tokens = 0;   // prefill: prompt + generated (a recompute); decode: 1
+  int num_tokens = 0;   // prefill: this chunk's tokens (all of prompt + generated unless chunked)
   bool is_prefill = false;
   bool uniprefill = false;  // a prefill that may drop tokens (false for decodes)
+  // Prefills: where this chunk starts in the prefill's tokens, and whether it ends the prefill
+  // (only then is a token sampled; an unchunked prefill is one chunk from 0).
+  int chunk_begin = 0;
+  bool last_chunk = true;
+  int prefill_tokens() const { return chunk_begin + num_tokens; }  // done after this chunk
   bool operator==(const ScheduledRequest&) const = default;
 };
 
@@ -92,7 +109,8 @@ struct StepPlan {
 struct RequestStepResult {
   RequestId id = 0;
   // Prefills only: tokens each segment holds after the forward (segment 0 = the prefill length,
-  // then UniPrefill's kept counts, non-increasing, >= 1). Empty: dense.
+  // then UniPrefill's kept counts, non-increasing, >= 1). Empty: dense. Never for a chunk that
+  // is not its prefill's last.
   std::vector<int> segment_tokens;
   bool stop = false;  // the sampled token ends the request (EOS, stop string)
 };
@@ -125,7 +143,8 @@ class Scheduler {
 
   // Opens a step (see the header comment). InvalidArgument while a step is open.
   Result<StepPlan> Schedule();
-  // Closes the open step: every scheduled request sampled one token. Validates all results first
+  // Closes the open step: every scheduled request sampled one token, except prefill chunks that
+  // are not their prefill's last (they sampled nothing). Validates all results first
   // (ids in the plan, no duplicates, kept counts within the reservation); on error nothing changes.
   Result<std::vector<FinishedRequest>> OnStepDone(std::span<const RequestStepResult> results);
 
@@ -147,6 +166,7 @@ class Scheduler {
  private:
   int PrefillTokens(const RequestInfo& r) const { return r.prompt_tokens + r.generated; }
   void ScheduleDecodes(StepPlan& plan);
+  void ContinueChunkedPrefills(StepPlan& plan);
   void AdmitWaiting(StepPlan& plan);
   void Preempt(RequestId id, StepPlan& plan);
   void Finish(RequestId id, FinishReason reason, std::vector<FinishedRequest>& out);

@@ -329,6 +329,55 @@ TEST_F(BatchEngineTest, ConcurrentRequestsGiveTheirAloneTokensAndShareSteps) {
   EXPECT_EQ(m.inter_token_s.count, n * 9);
 }
 
+// Dense prefills cut into chunks of what a 24-token budget leaves beside the running decodes
+// (SchedulerConfig::chunked_prefill) give the tokens of the same requests prefilled whole, alone
+// (or a near tie: the chunks' matmuls have other row counts), and their steps carry decodes.
+TEST_F(BatchEngineTest, ChunkedDensePrefillsGiveTheirWholePrefillTokens) {
+  const int n = 4;
+  std::vector<std::vector<int32_t>> prompts;
+  SamplingParams p = Greedy(8);
+  p.uniprefill = false;
+  int prompt_tokens = 0;
+  for (int i = 0; i < n; ++i) {
+    prompts.push_back(Prompt(60 + 45 * i, 300 + i));
+    prompt_tokens += static_cast<int>(prompts.back().size());
+  }
+  std::vector<std::vector<int32_t>> alone(n);
+  std::vector<std::vector<SampledToken>> alone_lp(n);
+  {
+    ServingOptions whole;
+    whole.chunked_prefill = false;
+    auto batch = Start(whole);
+    for (int i = 0; i < n; ++i) {
+      Collector c;
+      ASSERT_TRUE(batch->Submit(prompts[i], p, c.Callback()).ok());
+      ASSERT_TRUE(c.Wait());
+      alone[i] = c.Tokens();
+      for (const RequestUpdate& u : c.updates) {
+        alone_lp[i].insert(alone_lp[i].end(), u.tokens.begin(), u.tokens.end());
+      }
+    }
+  }
+  ServingOptions o;
+  o.max_batched_tokens = 24;
+  auto batch = Start(o);
+  std::vector<Collector> c(n);
+  for (int i = 0; i < n; ++i) ASSERT_TRUE(batch->Submit(prompts[i], p, c[i].Callback()).ok());
+  for (int i = 0; i < n; ++i) {
+    ASSERT_TRUE(c[i].Wait());
+    ExpectSameOrNearTie(c[i].Tokens(), alone[i], alone_lp[i], "request " + std::to_string(i));
+    EXPECT_EQ(c[i].Final().finish_reason, "length");
+    EXPECT_EQ(c[i].Final().usage.prompt_tokens, static_cast<int>(prompts[i].size()));
+  }
+  const ServingMetrics m = batch->Metrics();
+  EXPECT_EQ(m.prompt_tokens, prompt_tokens);  // every prompt token computed once
+  // No step held more than 24 tokens, so the prefills took at least this many steps.
+  EXPECT_GE(m.steps, (prompt_tokens + n * 8) / 24);
+  EXPECT_GT(m.mixed_steps, 0) << "no chunk shared a step with decodes";
+  EXPECT_EQ(m.ttft_s.count, n);
+  EXPECT_EQ(m.kv_blocks_used, 0);
+}
+
 TEST_F(BatchEngineTest, BurstLargerThanKvMemoryCompletesEveryRequest) {
   // 16 requests of ~100 + 24 tokens; the pool holds about three of them.
   ServingOptions o;

@@ -15,6 +15,9 @@ namespace uniprefill {
 void PrintTo(const ScheduledRequest& r, std::ostream* os) {
   *os << (r.is_prefill ? "P" : "D") << r.id;
   if (r.is_prefill) *os << "x" << r.num_tokens << (r.uniprefill ? "u" : "");
+  if (r.is_prefill && (r.chunk_begin > 0 || !r.last_chunk)) {
+    *os << "@" << r.chunk_begin << (r.last_chunk ? "$" : "");
+  }
 }
 void PrintTo(const StepPlan& p, std::ostream* os) {
   *os << "{";
@@ -36,6 +39,14 @@ ScheduledRequest P(RequestId id, int n, bool uniprefill = true) {
   return {id, n, true, uniprefill};
 }
 ScheduledRequest D(RequestId id) { return {id, 1, false, false}; }
+// A chunk of a dense prefill: n tokens from `begin`; `last` ends the prefill.
+ScheduledRequest C(RequestId id, int n, int begin, bool last) {
+  ScheduledRequest r{id, n, true, false};
+  r.chunk_begin = begin;
+  r.last_chunk = last;
+  return r;
+}
+RequestSpec Dense(int prompt, int max_tokens) { return {prompt, max_tokens, false}; }
 StepPlan Plan(std::vector<ScheduledRequest> requests, std::vector<RequestId> preempted = {}) {
   return StepPlan{std::move(requests), std::move(preempted)};
 }
@@ -127,6 +138,87 @@ TEST(SchedulerTest, PromptLongerThanTheBudgetRunsAsTheOnlyPrefillOfItsStep) {
     RunSteps(s, c.steps);
     EXPECT_FALSE(s.has_unfinished());
   }
+}
+
+// Dense prefills are cut into chunks that fill what the decodes leave of the budget; a chunk
+// samples nothing until the last; UniPrefill prompts still run whole.
+TEST(SchedulerTest, DensePrefillIsChunkedIntoTheBudgetBesideDecodes) {
+  Scheduler s = Make(/*budget=*/16, 1, 1000, 4);
+  SubmitAll(s, {Dense(6, 4), Dense(40, 2), Dense(5, 1)});
+  RunSteps(s, {
+      // A whole (6), B's first chunk takes the 10 left; C waits (no budget).
+      {Plan({P(0, 6, false), C(1, 10, 0, false)})},
+      // A decodes; B continues with the 15 left; C still waits.
+      {Plan({D(0), C(1, 15, 10, false)})},
+      // B's last 15 tokens end its prefill (one token sampled); C's chunk is the 0 left: waits.
+      {Plan({D(0), C(1, 15, 25, true)})},
+      {Plan({D(0), D(1), P(2, 5, false)}), {}, {Length(0, 4), Length(1, 2), Length(2, 1)}},
+  });
+  EXPECT_FALSE(s.has_unfinished());
+  EXPECT_EQ(s.kv().Usage().used_blocks, 0);
+}
+
+TEST(SchedulerTest, ChunkedPrefillOffRunsDensePrefillsWhole) {
+  KvCacheSpec spec = Spec({KvSegmentSpec{1, 0, 0}});
+  Scheduler s(SchedulerConfig{16, /*chunked_prefill=*/false},
+              KvBlockManager(spec, KvPoolSize{1000, 4, 8}));
+  SubmitAll(s, {Dense(40, 1)});
+  RunSteps(s, {{Plan({P(0, 40, false)}), {}, {Length(0, 1)}}});
+}
+
+// A request preempted in the middle of its chunked prefill frees its whole reservation and
+// starts its prefill over when it is re-admitted.
+TEST(SchedulerTest, PreemptedMidPrefillStartsItsPrefillOver) {
+  // 10 blocks of 4 tokens, budget 4. A (UniPrefill, 8 tokens) runs whole; B (dense, 28 tokens:
+  // 7 blocks reserved) is prefilled 3 tokens a step beside A's decodes until A's 13th token
+  // needs a 4th block: B, the newest, is preempted.
+  Scheduler s = Make(/*budget=*/4, 1, 10, 4);
+  SubmitAll(s, {{8, 10}, Dense(28, 1)});
+  RunSteps(s, {
+      {Plan({P(0, 8)})},
+      {Plan({D(0), C(1, 3, 0, false)})},
+      {Plan({D(0), C(1, 3, 3, false)})},
+      {Plan({D(0), C(1, 3, 6, false)})},
+      {Plan({D(0), C(1, 3, 9, false)})},
+      {Plan({D(0)}, {1})},
+      {Plan({D(0)})},  // 4 + 7 blocks do not fit: B waits for A
+  });
+  EXPECT_EQ(s.Find(1)->preemptions, 1);
+  // Drain: B comes back with a chunk from 0 once A is done, and everything is freed.
+  bool restarted = false;
+  for (int step = 0; step < 100 && s.has_unfinished(); ++step) {
+    Result<StepPlan> plan = s.Schedule();
+    ASSERT_TRUE(plan.ok());
+    for (const ScheduledRequest& r : plan->requests) {
+      if (r.id == 1 && !restarted) {
+        EXPECT_EQ(r.chunk_begin, 0);
+        restarted = true;
+      }
+    }
+    ASSERT_TRUE(s.CheckInvariants().ok()) << s.CheckInvariants().message();
+    ASSERT_TRUE(s.OnStepDone({}).ok());
+    ASSERT_TRUE(s.CheckInvariants().ok()) << s.CheckInvariants().message();
+  }
+  EXPECT_TRUE(restarted);
+  EXPECT_FALSE(s.has_unfinished());
+  EXPECT_EQ(s.kv().Usage().used_blocks, 0);
+}
+
+// Protocol checks of chunks: a chunk that is not the last samples nothing, so it can neither
+// stop nor report segment counts.
+TEST(SchedulerTest, ChunkResultsThatClaimASampleAreRefused) {
+  Scheduler s = Make(/*budget=*/8, 1, 100, 4);
+  SubmitAll(s, {Dense(20, 2)});
+  Result<StepPlan> plan = s.Schedule();
+  ASSERT_TRUE(plan.ok());
+  ASSERT_EQ(*plan, Plan({C(0, 8, 0, false)}));
+  const std::vector<RequestStepResult> stop = {{0, {}, true}};
+  EXPECT_FALSE(s.OnStepDone(stop).ok());
+  const std::vector<RequestStepResult> kept = {{0, {8}, false}};
+  EXPECT_FALSE(s.OnStepDone(kept).ok());
+  ASSERT_TRUE(s.OnStepDone({}).ok());  // nothing changed by the refused calls
+  EXPECT_EQ(s.Find(0)->prefilled, 8);
+  EXPECT_EQ(s.Find(0)->generated, 0);
 }
 
 TEST(SchedulerTest, RequestWaitsForMemoryThenGetsTheFreedBlocks) {
@@ -376,7 +468,7 @@ TEST(SchedulerTest, RandomizedSimulationFinishesEveryRequestOnceWithoutLeaks) {
       // Plan shape: decodes then prefills, each request once; the budget holds unless the step has
       // at most one prefill.
       std::set<RequestId> in_plan;
-      int prefills = 0;
+      int prefills = 0, whole_prefills = 0;
       bool seen_prefill = false;
       for (const ScheduledRequest& r : plan->requests) {
         ASSERT_TRUE(in_plan.insert(r.id).second);
@@ -385,15 +477,18 @@ TEST(SchedulerTest, RandomizedSimulationFinishesEveryRequestOnceWithoutLeaks) {
         prefills += r.is_prefill;
         if (r.is_prefill) {
           const RequestInfo* info = s.Find(r.id);
-          ASSERT_EQ(r.num_tokens, info->prompt_tokens + info->generated);
+          ASSERT_LE(r.prefill_tokens(), info->prompt_tokens + info->generated);
+          if (r.last_chunk) ASSERT_EQ(r.prefill_tokens(), info->prompt_tokens + info->generated);
+          if (r.uniprefill) ASSERT_TRUE(r.chunk_begin == 0 && r.last_chunk);
+          whole_prefills += r.uniprefill;
         }
       }
-      ASSERT_TRUE(plan->num_tokens() <= budget || prefills <= 1);
+      ASSERT_TRUE(plan->num_tokens() <= budget || whole_prefills == 1);
       for (RequestId id : plan->preempted) ASSERT_EQ(in_plan.count(id), 0u);
 
       std::vector<RequestStepResult> results;
       for (const ScheduledRequest& r : plan->requests) {
-        RequestStepResult res{r.id, {}, chance(0.03)};
+        RequestStepResult res{r.id, {}, r.last_chunk && chance(0.03)};
         if (r.is_prefill && r.uniprefill && r.num_tokens > 32) {
           const int k1 = std::max(1, r.num_tokens * uniform(20, 100) / 100);
           const int k2 = std::max(1, k1 * uniform(20, 100) / 100);
