@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <ctime>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "output_files.h"
@@ -65,6 +67,7 @@ struct ModeRun {
   BenchMode mode;
   RunResult run;
   ModeSummary summary;
+  std::vector<std::pair<std::string, ModeSummary>> classes;  // mixed workloads: short, long
 };
 
 void PrintTable(const std::vector<ModeRun>& runs) {
@@ -108,6 +111,33 @@ void PrintTable(const std::vector<ModeRun>& runs) {
   row("mixed prefill+decode steps", [](const ModeRun& r) {
     return r.run.metrics.available ? Cell(r.run.metrics.mixed_steps, 1, 0) : "-";
   });
+  row("goodput (req/s, SLO)", [](const ModeRun& r) { return Cell(r.summary.goodput, 1, 3); });
+  if (runs.empty() || runs[0].classes.empty()) return;
+  for (size_t k = 0; k < runs[0].classes.size(); ++k) {
+    const std::string cls = runs[0].classes[k].first;
+    auto of = [k](const ModeRun& r) -> const ModeSummary& { return r.classes[k].second; };
+    const std::string p = cls + ": ";
+    row((p + "requests ok/failed").c_str(), [&](const ModeRun& r) {
+      return std::to_string(of(r).ok) + "/" + std::to_string(of(r).failed);
+    });
+    using loadgen::LatencyStats;
+    auto latency = [&](const char* label, LatencyStats ModeSummary::*stats,
+                       double LatencyStats::*pct, int decimals) {
+      row((p + label).c_str(),
+          [&](const ModeRun& r) { return Cell(of(r).*stats.*pct, kMs, decimals); });
+    };
+    latency("TTFT p50 (ms)", &ModeSummary::ttft_s, &LatencyStats::p50, 1);
+    latency("TTFT p90 (ms)", &ModeSummary::ttft_s, &LatencyStats::p90, 1);
+    latency("TTFT p99 (ms)", &ModeSummary::ttft_s, &LatencyStats::p99, 1);
+    latency("ITL p50 (ms)", &ModeSummary::itl_s, &LatencyStats::p50, 2);
+    latency("ITL p90 (ms)", &ModeSummary::itl_s, &LatencyStats::p90, 2);
+    latency("ITL p99 (ms)", &ModeSummary::itl_s, &LatencyStats::p99, 2);
+    row((p + "goodput (req/s, SLO)").c_str(),
+        [&](const ModeRun& r) { return Cell(of(r).goodput, 1, 3); });
+    row((p + "good / ok").c_str(), [&](const ModeRun& r) {
+      return std::to_string(of(r).good) + "/" + std::to_string(of(r).ok);
+    });
+  }
 }
 
 // UniPrefill modes against the first dense mode: ratios of TTFT p50 and throughput (both > 0).
@@ -181,6 +211,26 @@ CLI::App* AddBenchServeCommand(CLI::App& bench_group, BenchServeOptions& o) {
       ->capture_default_str();
   cmd->add_option("-o,--output", o.json_out, "Write configuration, summaries and every request "
                                              "as JSON");
+  cmd->add_option("--long-prompt-tokens", o.long_prompt_tokens,
+                  "Mixed workload (with --rate): long random prompts of this many tokens land "
+                  "among the short requests (0: none)")
+      ->capture_default_str()
+      ->group("Mixed workload");
+  cmd->add_option("--long-requests", o.long_requests,
+                  "How many long requests, at evenly spaced times within the short stream")
+      ->capture_default_str()
+      ->group("Mixed workload");
+  cmd->add_option("--long-output-tokens", o.long_output_tokens, "Tokens each long request makes")
+      ->capture_default_str()
+      ->group("Mixed workload");
+  cmd->add_option("--slo-ttft-ms", o.slo_ttft_ms,
+                  "Goodput: a request is good when its TTFT is at most this...")
+      ->capture_default_str()
+      ->group("Mixed workload");
+  cmd->add_option("--slo-itl-ms", o.slo_itl_ms,
+                  "...and its time per output token (mean inter-token gap) at most this")
+      ->capture_default_str()
+      ->group("Mixed workload");
   return cmd;
 }
 
@@ -223,6 +273,26 @@ int BenchServeCommand(const BenchServeOptions& o) {
     warmups.assign(requests.begin() + o.num_requests, requests.end());
     requests.resize(o.num_requests);
   }
+  const bool mixed = o.long_prompt_tokens > 0;
+  if (mixed) {
+    if (o.rate <= 0) return FlagError("--long-prompt-tokens needs --rate (the short stream)");
+    if (!o.dataset.empty()) return FlagError("--long-prompt-tokens needs random prompts");
+    if (o.long_requests < 1) return FlagError("--long-requests must be at least 1");
+    if (o.long_output_tokens < 1) return FlagError("--long-output-tokens must be at least 1");
+  }
+  if (!(o.slo_ttft_ms > 0) || !(o.slo_itl_ms > 0)) {
+    return FlagError("--slo-ttft-ms and --slo-itl-ms must be more than 0");
+  }
+  std::vector<double> arrivals;
+  if (mixed) {
+    std::vector<RequestSpec> longs = loadgen::RandomTokenRequests(
+        o.long_requests, o.long_prompt_tokens, o.long_output_tokens, vocab_lo, vocab_hi,
+        o.seed + 1);
+    loadgen::TimedWorkload w = loadgen::MixedWorkload(requests, longs, o.rate, o.seed);
+    requests = std::move(w.requests);
+    arrivals = std::move(w.arrivals);
+  }
+  const loadgen::Slo slo{o.slo_ttft_ms / 1e3, o.slo_itl_ms / 1e3};
   if (!CheckOutputWritable(o.json_out, "--output")) return 1;
 
   loadgen::HttpClientOptions http;
@@ -272,13 +342,19 @@ int BenchServeCommand(const BenchServeOptions& o) {
   load.rate = o.concurrency > 0 ? 0 : o.rate;
   load.seed = o.seed;
   load.timeout_s = o.timeout_s;
+  load.arrivals = arrivals;
   const std::string load_text = o.concurrency > 0
                                     ? "concurrency " + std::to_string(o.concurrency)
                                     : "rate " + Cell(o.rate, 1, 2) + " req/s (Poisson)";
-  const std::string workload =
+  std::string workload =
       o.dataset.empty() ? "random " + std::to_string(o.prompt_tokens) + "-token prompts, " +
                               std::to_string(o.output_tokens) + " output tokens"
                         : "dataset " + o.dataset;
+  if (mixed) {
+    workload += " + " + std::to_string(o.long_requests) + " long " +
+                std::to_string(o.long_prompt_tokens) + "-token prompts (" +
+                std::to_string(o.long_output_tokens) + " output tokens) among them";
+  }
   std::printf("server %s | model %s | %s | %d requests per mode | %s\n", where.c_str(),
               model.c_str(), load_text.c_str(), o.num_requests, workload.c_str());
   std::fflush(stdout);
@@ -297,7 +373,12 @@ int BenchServeCommand(const BenchServeOptions& o) {
     mr.run = loadgen::RunLoad(client, load, mode, requests,
                              [&](int done, int total) { bar.Update(done, total); });
     bar.Finish();
-    mr.summary = loadgen::SummarizeRun(mr.run);
+    mr.summary = loadgen::SummarizeRun(mr.run, "", &slo);
+    if (mixed) {
+      for (const char* cls : {"short", "long"}) {
+        mr.classes.emplace_back(cls, loadgen::SummarizeRun(mr.run, cls, &slo));
+      }
+    }
     std::fprintf(stderr, "%s: %d ok, %d failed in %.2f s\n", mode.name.c_str(), mr.summary.ok,
                  mr.summary.failed, mr.summary.duration_s);
     runs.push_back(std::move(mr));
@@ -332,6 +413,14 @@ int BenchServeCommand(const BenchServeOptions& o) {
     } else {
       config["rate"] = o.rate;
     }
+    config["slo"] = {{"ttft_ms", o.slo_ttft_ms},
+                     {"itl_ms", o.slo_itl_ms},
+                     {"good", "ttft <= ttft_ms and mean inter-token gap <= itl_ms"}};
+    if (mixed) {
+      config["long_prompt_tokens"] = o.long_prompt_tokens;
+      config["long_requests"] = o.long_requests;
+      config["long_output_tokens"] = o.long_output_tokens;
+    }
     if (o.dataset.empty()) {
       config["prompt_tokens"] = o.prompt_tokens;
       config["output_tokens"] = o.output_tokens;
@@ -346,9 +435,12 @@ int BenchServeCommand(const BenchServeOptions& o) {
       for (const loadgen::RequestRecord& rec : r.run.records) {
         records.push_back(loadgen::ToJson(rec));
       }
+      nlohmann::json classes = nlohmann::json::object();
+      for (const auto& [cls, summary] : r.classes) classes[cls] = loadgen::ToJson(summary);
       mode_json.push_back({{"mode", r.mode.name},
                            {"uniprefill_field", r.mode.field},
                            {"summary", loadgen::ToJson(r.summary)},
+                           {"classes", classes},
                            {"kv_metrics", loadgen::ToJson(r.run.metrics)},
                            {"requests", records}});
     }

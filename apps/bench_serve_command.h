@@ -3,6 +3,8 @@
 // streaming /v1/completions requests, at a fixed concurrency or at Poisson arrival times, and
 // reports TTFT, inter-token and end-to-end latency percentiles, throughput, keep ratios and the KV
 // memory peaks seen on /metrics; a table on stdout, everything (per request too) as JSON with -o.
+// A mixed workload (short chat requests at Poisson times with long documents landing among them)
+// reports each class apart, with goodput under a TTFT / time-per-token SLO.
 // The measuring itself is loadgen/load_generator.h.
 #pragma once
 
@@ -28,6 +30,14 @@ struct BenchServeOptions {
   double timeout_s = 600;
   uint64_t seed = 0;
   std::string json_out;
+  // Mixed workload (--long-prompt-tokens > 0, with --rate): the --num-requests short requests
+  // arrive at --rate while --long-requests long ones land at evenly spaced times among them;
+  // TTFT / ITL / goodput are reported per class too.
+  int long_prompt_tokens = 0;
+  int long_requests = 1;
+  int long_output_tokens = 16;
+  double slo_ttft_ms = 2000;  // goodput: TTFT at most this
+  double slo_itl_ms = 50;     // and time per output token at most this
 };
 
 // Adds the "serve" subcommand to the `bench` group and returns it.

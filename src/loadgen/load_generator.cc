@@ -12,6 +12,7 @@
 #include <random>
 #include <sstream>
 #include <thread>
+#include <utility>
 
 namespace uniprefill::loadgen {
 namespace {
@@ -217,6 +218,32 @@ std::vector<RequestSpec> RandomTokenRequests(int count, int prompt_tokens, int o
     s.max_tokens = output_tokens;
   }
   return specs;
+}
+
+TimedWorkload MixedWorkload(std::vector<RequestSpec> shorts, std::vector<RequestSpec> longs,
+                            double rate, uint64_t seed) {
+  const std::vector<double> short_at =
+      PoissonArrivals(static_cast<int>(shorts.size()), rate, seed);
+  const double span = short_at.empty() ? 0.0 : short_at.back();
+  std::vector<std::pair<double, RequestSpec>> all;
+  for (size_t i = 0; i < shorts.size(); ++i) {
+    shorts[i].cls = "short";
+    all.emplace_back(short_at[i], std::move(shorts[i]));
+  }
+  for (size_t i = 0; i < longs.size(); ++i) {
+    longs[i].cls = "long";
+    all.emplace_back(span * static_cast<double>(i + 1) / static_cast<double>(longs.size() + 1),
+                     std::move(longs[i]));
+  }
+  // Stable: at equal times the shorts (added first) go first.
+  std::stable_sort(all.begin(), all.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  TimedWorkload w;
+  for (auto& [at, spec] : all) {
+    w.arrivals.push_back(at);
+    w.requests.push_back(std::move(spec));
+  }
+  return w;
 }
 
 std::vector<double> PoissonArrivals(int n, double rate, uint64_t seed) {
@@ -454,6 +481,7 @@ RunResult RunLoad(const HttpClient& client, const LoadOptions& options, const Be
     const double start = SecondsSince(t0);
     RequestRecord rec = SendCompletion(client, bodies[i], options.timeout_s);
     rec.index = i;
+    rec.cls = requests[i].cls;
     rec.start_s = start;
     std::lock_guard<std::mutex> lock(mu);
     out.records[i] = std::move(rec);
@@ -471,7 +499,9 @@ RunResult RunLoad(const HttpClient& client, const LoadOptions& options, const Be
     }
     for (std::thread& t : workers) t.join();
   } else {
-    const std::vector<double> arrivals = PoissonArrivals(n, options.rate, options.seed);
+    const std::vector<double> arrivals = options.arrivals.empty()
+                                             ? PoissonArrivals(n, options.rate, options.seed)
+                                             : options.arrivals;
     const int cap = std::max(options.max_in_flight, 1);
     std::vector<std::thread> threads(n);
     for (int i = 0; i < n; ++i) {
@@ -527,18 +557,25 @@ LatencyStats ComputeLatencyStats(const std::vector<double>& values) {
   return s;
 }
 
-ModeSummary SummarizeRun(const RunResult& run) {
+ModeSummary SummarizeRun(const RunResult& run, const std::string& cls, const Slo* slo) {
   ModeSummary s;
   s.duration_s = run.duration_s;
   std::vector<double> ttft, itl, e2e;
   double keep_sum = 0;
   int keep_n = 0;
   for (const RequestRecord& r : run.records) {
+    if (!cls.empty() && r.cls != cls) continue;
     if (!r.ok) {
       if (s.failed++ == 0) s.first_error = r.error;
       continue;
     }
     ++s.ok;
+    if (slo) {
+      double tpot = 0;
+      for (double g : r.itl_s) tpot += g;
+      if (!r.itl_s.empty()) tpot /= static_cast<double>(r.itl_s.size());
+      if (r.ttft_s >= 0 && r.ttft_s <= slo->ttft_s && tpot <= slo->itl_s) ++s.good;
+    }
     s.prompt_tokens += r.prompt_tokens;
     s.completion_tokens += r.completion_tokens;
     if (r.ttft_s >= 0) ttft.push_back(r.ttft_s);
@@ -551,6 +588,7 @@ ModeSummary SummarizeRun(const RunResult& run) {
   }
   if (run.duration_s > 0) {
     s.request_throughput = s.ok / run.duration_s;
+    s.goodput = s.good / run.duration_s;
     s.output_tokens_per_s = static_cast<double>(s.completion_tokens) / run.duration_s;
     s.total_tokens_per_s =
         static_cast<double>(s.prompt_tokens + s.completion_tokens) / run.duration_s;
@@ -569,6 +607,7 @@ nlohmann::json OrNull(double v) { return v < 0 || std::isnan(v) ? nlohmann::json
 
 nlohmann::json ToJson(const RequestRecord& r) {
   nlohmann::json j = {{"index", r.index},
+                      {"class", r.cls},
                       {"ok", r.ok},
                       {"http_status", r.http_status},
                       {"start_s", r.start_s},
@@ -600,7 +639,9 @@ nlohmann::json ToJson(const ModeSummary& s) {
                       {"ttft_s", ToJson(s.ttft_s)},
                       {"itl_s", ToJson(s.itl_s)},
                       {"e2e_s", ToJson(s.e2e_s)},
-                      {"mean_keep_ratio", OrNull(s.mean_keep_ratio)}};
+                      {"mean_keep_ratio", OrNull(s.mean_keep_ratio)},
+                      {"good", s.good},
+                      {"goodput", s.goodput}};
   if (s.failed > 0) j["first_error"] = s.first_error;
   return j;
 }

@@ -35,6 +35,7 @@ struct RequestSpec {
   std::string prompt_text;
   std::vector<int32_t> prompt_ids;
   int max_tokens = 64;
+  std::string cls;  // its class in a mixed workload ("short", "long"); empty: one class
 };
 
 // JSONL: one object per non-blank line, {"prompt": "text"} or {"prompt": [ids]} or
@@ -52,6 +53,17 @@ std::vector<RequestSpec> RandomTokenRequests(int count, int prompt_tokens, int o
 // Start offsets (seconds from the run's start) of n requests arriving as a Poisson process of
 // `rate` requests/s: the first at 0, then exponential gaps of mean 1/rate.
 std::vector<double> PoissonArrivals(int n, double rate, uint64_t seed);
+
+// A mixed workload: `shorts` (class "short") arriving as a Poisson process of `rate` requests/s,
+// and `longs` (class "long") arriving at evenly spaced times inside the shorts' span (long i of
+// L at (i + 1) / (L + 1) of it), e.g. long documents landing among chat traffic. Requests come
+// back ordered by arrival, with their start offsets.
+struct TimedWorkload {
+  std::vector<RequestSpec> requests;
+  std::vector<double> arrivals;  // seconds from the run's start, ascending
+};
+TimedWorkload MixedWorkload(std::vector<RequestSpec> shorts, std::vector<RequestSpec> longs,
+                            double rate, uint64_t seed);
 
 // ---- Modes ----
 
@@ -102,6 +114,7 @@ struct RequestRecord {
   double ttft_s = -1;   // < 0 when no token came
   double e2e_s = 0;
   std::vector<double> itl_s;
+  std::string cls;            // the request's class (RequestSpec::cls)
   int prompt_tokens = 0;      // from usage (0 when the server sent none)
   int completion_tokens = 0;  // from usage, else the number of token chunks
   int token_chunks = 0;
@@ -132,6 +145,9 @@ struct LoadOptions {
   std::string model;
   int concurrency = 0;  // > 0: this many workers, each sending back to back
   double rate = 0;      // > 0 (and concurrency 0): Poisson arrivals at this many requests/s
+  // Not empty (and concurrency 0): request i starts at arrivals[i] seconds (ascending), instead
+  // of Poisson arrivals (MixedWorkload).
+  std::vector<double> arrivals;
   uint64_t seed = 0;    // of the arrival times
   double timeout_s = 600;
   int max_in_flight = 1024;  // rate mode: requests running at once are capped (threads)
@@ -163,8 +179,18 @@ struct LatencyStats {
 };
 LatencyStats ComputeLatencyStats(const std::vector<double>& values);
 
+// A service-level objective for goodput: a request is good when it succeeded, its TTFT is at most
+// ttft_s and its time per output token (the mean of its inter-token gaps, vLLM's TPOT) at most
+// itl_s.
+struct Slo {
+  double ttft_s = 2.0;
+  double itl_s = 0.05;
+};
+
 struct ModeSummary {
   int ok = 0, failed = 0;
+  int good = 0;          // requests that met the SLO given to SummarizeRun (0 without one)
+  double goodput = 0;    // good requests / s
   std::string first_error;  // of the first failed request, in request order
   double duration_s = 0;
   int64_t prompt_tokens = 0, completion_tokens = 0;  // over successful requests
@@ -173,7 +199,10 @@ struct ModeSummary {
   LatencyStats ttft_s, itl_s, e2e_s;  // over successful requests
   double mean_keep_ratio = -1;        // < 0 when no request reported one
 };
-ModeSummary SummarizeRun(const RunResult& run);
+// Over every request of the run, or only those of class `cls` when it is not empty; with `slo`,
+// also how many met it.
+ModeSummary SummarizeRun(const RunResult& run, const std::string& cls = "",
+                         const Slo* slo = nullptr);
 
 nlohmann::json ToJson(const RequestRecord& r);
 nlohmann::json ToJson(const LatencyStats& s);

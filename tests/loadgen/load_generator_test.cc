@@ -90,6 +90,43 @@ TEST(LoadGenSummaryTest, ThroughputAndLatenciesOverSuccessfulRequests) {
   EXPECT_EQ(j["ttft_s"]["count"], 3);
 }
 
+// Per class and against an SLO: a request is good when TTFT <= ttft_s and its mean inter-token
+// gap <= itl_s; failed requests never are.
+TEST(LoadGenSummaryTest, ClassesAndGoodputUnderAnSlo) {
+  RunResult run;
+  run.duration_s = 4;
+  auto add = [&](const char* cls, bool ok, double ttft, std::vector<double> itl) {
+    RequestRecord r;
+    r.cls = cls;
+    r.ok = ok;
+    r.ttft_s = ttft;
+    r.itl_s = std::move(itl);
+    r.e2e_s = 1;
+    run.records.push_back(r);
+  };
+  add("short", true, 0.5, {0.01, 0.03});   // good: TTFT 0.5, TPOT 0.02
+  add("short", true, 2.5, {0.01});         // TTFT over
+  add("short", true, 0.1, {0.01, 0.2});    // TPOT 0.105 over (one gap of 0.2)
+  add("short", false, 0.1, {});            // failed
+  add("long", true, 1.9, {0.04, 0.05});    // good: TPOT 0.045
+  const Slo slo{2.0, 0.05};
+  const ModeSummary all = SummarizeRun(run, "", &slo);
+  EXPECT_EQ(all.ok, 4);
+  EXPECT_EQ(all.failed, 1);
+  EXPECT_EQ(all.good, 2);
+  EXPECT_DOUBLE_EQ(all.goodput, 0.5);
+  const ModeSummary shorts = SummarizeRun(run, "short", &slo);
+  EXPECT_EQ(shorts.ok, 3);
+  EXPECT_EQ(shorts.good, 1);
+  EXPECT_EQ(shorts.itl_s.count, 5);
+  const ModeSummary longs = SummarizeRun(run, "long", &slo);
+  EXPECT_EQ(longs.ok, 1);
+  EXPECT_EQ(longs.good, 1);
+  EXPECT_NEAR(longs.ttft_s.p50, 1.9, 1e-12);
+  EXPECT_EQ(SummarizeRun(run).good, 0);  // no SLO, nothing counted
+  EXPECT_EQ(ToJson(all)["good"], 2);
+}
+
 // ---- Workload ----
 
 TEST(LoadGenDatasetTest, ParsesTextAndTokenPrompts) {
@@ -163,6 +200,34 @@ TEST(LoadGenWorkloadTest, PoissonArrivalsHaveTheRequestedRate) {
   for (size_t i = 1; i < t.size(); ++i) ASSERT_GE(t[i], t[i - 1]);
   EXPECT_NEAR(t.back() / (t.size() - 1), 0.25, 0.01);  // mean gap 1/rate
   EXPECT_EQ(PoissonArrivals(5, 4.0, 1), PoissonArrivals(5, 4.0, 1));
+}
+
+// Long requests land at evenly spaced times inside the short stream; the result is ordered by
+// arrival and every request keeps its class.
+TEST(LoadGenWorkloadTest, MixedWorkloadPlacesLongRequestsAmongTheShortOnes) {
+  const std::vector<RequestSpec> shorts = RandomTokenRequests(30, 8, 4, 1, 100, 3);
+  const std::vector<RequestSpec> longs = RandomTokenRequests(2, 64, 2, 1, 100, 4);
+  const TimedWorkload w = MixedWorkload(shorts, longs, 5.0, 9);
+  ASSERT_EQ(w.requests.size(), 32u);
+  ASSERT_EQ(w.arrivals.size(), 32u);
+  const std::vector<double> short_at = PoissonArrivals(30, 5.0, 9);
+  std::vector<double> long_at;
+  int n_short = 0;
+  for (size_t i = 0; i < w.requests.size(); ++i) {
+    if (i > 0) ASSERT_GE(w.arrivals[i], w.arrivals[i - 1]);
+    if (w.requests[i].cls == "long") {
+      EXPECT_EQ(w.requests[i].prompt_ids.size(), 64u);
+      long_at.push_back(w.arrivals[i]);
+    } else {
+      ASSERT_EQ(w.requests[i].cls, "short");
+      EXPECT_EQ(w.arrivals[i], short_at[n_short]);
+      EXPECT_EQ(w.requests[i].prompt_ids, shorts[n_short].prompt_ids);
+      ++n_short;
+    }
+  }
+  ASSERT_EQ(long_at.size(), 2u);
+  EXPECT_DOUBLE_EQ(long_at[0], short_at.back() / 3);
+  EXPECT_DOUBLE_EQ(long_at[1], 2 * short_at.back() / 3);
 }
 
 TEST(LoadGenModesTest, DenseUniPrefillAndOptions) {
@@ -587,6 +652,9 @@ TEST(BenchServeCliTest, BadFlagsExitTwoWithOneErrorLine) {
       {"--concurrency 1 -n 2 --url localhost:8000", "http://"},
       {"--concurrency 1 -n 2 --dataset /nonexistent/d.jsonl", "/nonexistent/d.jsonl"},
       {"--concurrency 1 -n 2 --dataset " + data, "bench_serve_bad.jsonl:2: not valid JSON"},
+      {"--concurrency 1 -n 2 --long-prompt-tokens 64", "--long-prompt-tokens needs --rate"},
+      {"--rate 2 -n 2 --long-prompt-tokens 64 --long-requests 0", "--long-requests"},
+      {"--rate 2 -n 2 --slo-itl-ms 0", "--slo-itl-ms"},
   };
   for (const auto& [args, needle] : cases) {
     ExpectCleanError("bench serve " + args, needle);
@@ -628,6 +696,31 @@ TEST(BenchServeCliTest, ComparesDenseAndUniPrefillAgainstFakeServer) {
     EXPECT_TRUE(m["kv_metrics"]["available"]);
   }
   EXPECT_GT(j["comparisons"][0]["ttft_p50_ratio"].get<double>(), 0);
+}
+
+// A mixed workload: short requests at Poisson times, one long among them, each class reported.
+TEST(BenchServeCliTest, MixedWorkloadReportsEachClass) {
+  FakeServer server(std::chrono::milliseconds(5));
+  const std::string json = testing::TempPath("bench_serve_mixed.json");
+  CliResult r = RunCli("bench serve --url " + server.url() +
+                       " --rate 50 -n 6 --prompt-tokens 16 --output-tokens 3 --modes dense "
+                       "--long-prompt-tokens 200 --long-requests 1 --long-output-tokens 2 "
+                       "--slo-ttft-ms 5000 --slo-itl-ms 1000 --warmup 0 -o " + json);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* row : {"short: TTFT p99 (ms)", "long: ITL p99 (ms)", "goodput (req/s, SLO)",
+                          "long: good / ok"}) {
+    EXPECT_NE(r.out.find(row), std::string::npos) << row << "\n" << r.out;
+  }
+  const nlohmann::json j = nlohmann::json::parse(ReadAll(json));
+  EXPECT_EQ(j["config"]["long_prompt_tokens"], 200);
+  const nlohmann::json& m = j["modes"][0];
+  EXPECT_EQ(m["summary"]["ok"], 7);
+  EXPECT_EQ(m["classes"]["short"]["ok"], 6);
+  EXPECT_EQ(m["classes"]["long"]["ok"], 1);
+  EXPECT_EQ(m["classes"]["long"]["good"], 1);  // a generous SLO against the fast fake server
+  int longs = 0;
+  for (const nlohmann::json& req : m["requests"]) longs += req["class"] == "long";
+  EXPECT_EQ(longs, 1);
 }
 
 }  // namespace
