@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Mixed-workload serving benchmark on the default model (Gemma 3 270M) on this machine's CPU: short
+# chat requests arriving as a Poisson stream with one long document landing among them, served
+# with chunked prefill (a small step budget) and without (--no-chunked-prefill), dense vs
+# UniPrefill, in one invocation. Writes docs/results/mixed_gemma3_270m_{chunked,whole}.json and
+# prints both tables. UniPrefill prefills run whole either way (segment-wise chunking is not built
+# yet), so the chunked/whole contrast shows on the dense mode.
+#   bash scripts/bench_mixed.sh [extra serve flags, e.g. --threads 2]
+# Environment: LONG (long prompt tokens, default 16384), BUDGET (chunked step budget, default
+# 512), SHORTS (short requests, default 8), RATE (short arrivals/s, default 0.5).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/build.sh >/dev/null
+long=${LONG:-16384}
+budget=${BUDGET:-512}
+shorts=${SHORTS:-8}
+rate=${RATE:-0.5}
+port=${PORT:-18081}
+mkdir -p bench/out docs/results
+for variant in chunked whole; do
+  if [ "$variant" = chunked ]; then
+    flags=(--max-batched-tokens "$budget")
+  else
+    flags=(--no-chunked-prefill)
+  fi
+  ./build/uniprefill serve --port "$port" --kv-cache-memory 4GiB --quiet "${flags[@]}" "$@" \
+    2> "bench/out/mixed_server_$variant.log" &
+  server=$!
+  trap 'kill $server 2>/dev/null || true' EXIT
+  for _ in $(seq 1 120); do
+    curl -sf "http://127.0.0.1:$port/health" >/dev/null && break
+    sleep 1
+  done
+  echo "== $variant prefill (${flags[*]})"
+  ./build/uniprefill bench serve --url "http://127.0.0.1:$port" --rate "$rate" -n "$shorts" \
+    --prompt-tokens 256 --output-tokens 48 --long-prompt-tokens "$long" --long-requests 1 \
+    --long-output-tokens 4 --slo-ttft-ms 2000 --slo-itl-ms 1000 --modes dense,uniprefill \
+    --warmup 1 -o "docs/results/mixed_gemma3_270m_$variant.json"
+  kill "$server" 2>/dev/null || true
+  wait "$server" 2>/dev/null || true
+done
