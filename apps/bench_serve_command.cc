@@ -98,6 +98,7 @@ void PrintTable(const std::vector<ModeRun>& runs) {
   row("ITL p50 (ms)", [&](const ModeRun& r) { return Cell(r.summary.itl_s.p50, kMs, 2); });
   row("ITL p90 (ms)", [&](const ModeRun& r) { return Cell(r.summary.itl_s.p90, kMs, 2); });
   row("ITL p99 (ms)", [&](const ModeRun& r) { return Cell(r.summary.itl_s.p99, kMs, 2); });
+  row("ITL max (ms)", [&](const ModeRun& r) { return Cell(r.summary.itl_s.max, kMs, 2); });
   row("E2E p50 (s)", [](const ModeRun& r) { return Cell(r.summary.e2e_s.p50, 1, 3); });
   row("E2E p90 (s)", [](const ModeRun& r) { return Cell(r.summary.e2e_s.p90, 1, 3); });
   row("E2E p99 (s)", [](const ModeRun& r) { return Cell(r.summary.e2e_s.p99, 1, 3); });
@@ -132,6 +133,7 @@ void PrintTable(const std::vector<ModeRun>& runs) {
     latency("ITL p50 (ms)", &ModeSummary::itl_s, &LatencyStats::p50, 2);
     latency("ITL p90 (ms)", &ModeSummary::itl_s, &LatencyStats::p90, 2);
     latency("ITL p99 (ms)", &ModeSummary::itl_s, &LatencyStats::p99, 2);
+    latency("ITL max (ms)", &ModeSummary::itl_s, &LatencyStats::max, 2);
     row((p + "goodput (req/s, SLO)").c_str(),
         [&](const ModeRun& r) { return Cell(of(r).goodput, 1, 3); });
     row((p + "good / ok").c_str(), [&](const ModeRun& r) {

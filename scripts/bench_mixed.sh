@@ -6,15 +6,19 @@
 # prints both tables. UniPrefill prefills run whole either way (segment-wise chunking is not built
 # yet), so the chunked/whole contrast shows on the dense mode.
 #   bash scripts/bench_mixed.sh [extra serve flags, e.g. --threads 2]
+# The short requests generate long enough (SHORT_OUT tokens) to be decoding while the long prompt
+# is prefilled: their ITL then shows whether that prefill stalls them.
 # Environment: LONG (long prompt tokens, default 16384), BUDGET (chunked step budget, default
-# 512), SHORTS (short requests, default 8), RATE (short arrivals/s, default 0.5).
+# 256), SHORTS (short requests, default 6), RATE (short arrivals/s, default 1), SHORT_OUT (tokens
+# each short request generates, default 600).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh >/dev/null
 long=${LONG:-16384}
-budget=${BUDGET:-512}
-shorts=${SHORTS:-8}
-rate=${RATE:-0.5}
+budget=${BUDGET:-256}
+shorts=${SHORTS:-6}
+rate=${RATE:-1}
+short_out=${SHORT_OUT:-600}
 port=${PORT:-18081}
 mkdir -p bench/out docs/results
 for variant in chunked whole; do
@@ -33,7 +37,7 @@ for variant in chunked whole; do
   done
   echo "== $variant prefill (${flags[*]})"
   ./build/uniprefill bench serve --url "http://127.0.0.1:$port" --rate "$rate" -n "$shorts" \
-    --prompt-tokens 256 --output-tokens 48 --long-prompt-tokens "$long" --long-requests 1 \
+    --prompt-tokens 256 --output-tokens "$short_out" --long-prompt-tokens "$long" --long-requests 1 \
     --long-output-tokens 4 --slo-ttft-ms 2000 --slo-itl-ms 1000 --modes dense,uniprefill \
     --warmup 1 -o "docs/results/mixed_gemma3_270m_$variant.json"
   kill "$server" 2>/dev/null || true

@@ -130,11 +130,15 @@ void Scheduler::ScheduleDecodes(StepPlan& plan) {
 }
 
 void Scheduler::ContinueChunkedPrefills(StepPlan& plan) {
+  // While requests wait (and memory is not short), a continuing prefill takes at most half of
+  // what is left, so arrivals are admitted beside a long prompt instead of after all of it.
+  const bool others_wait = !waiting_.empty() && plan.preempted.empty();
   for (RequestId id : running_) {  // admission order: the oldest prefill first
     RequestInfo& r = requests_.at(id);
     const int budget_left = config_.max_batched_tokens - plan.num_tokens();
     if (!r.prefill_in_progress() || budget_left <= 0) continue;
-    const int n = std::min(budget_left, r.prefill_target - r.prefilled);
+    const int share = others_wait ? (budget_left + 1) / 2 : budget_left;
+    const int n = std::min(share, r.prefill_target - r.prefilled);
     ScheduledRequest s{id, n, true, false};
     s.chunk_begin = r.prefilled;
     s.last_chunk = r.prefilled + n == r.prefill_target;

@@ -9,7 +9,8 @@
 //    fits. A preempted request is later recomputed: its prompt plus the tokens it generated become
 //    one prefill (the engine feeds those token ids).
 // 2. Running requests whose prefill is chunked and not done get their next chunk, oldest first:
-//    as many of their remaining prefill tokens as the budget left allows (none when it is spent).
+//    as many of their remaining prefill tokens as the budget left allows (none when it is spent),
+//    but at most half of it while requests wait, so arrivals get in beside a long prompt.
 // 3. Unless this step preempted (memory is short: admitting now would only thrash), waiting
 //    requests are admitted first-come-first-served while the token budget and KV memory allow.
 //    Admission reserves the dense worst case (the whole prefill in every segment); OnStepDone

@@ -547,13 +547,14 @@ LatencyStats ComputeLatencyStats(const std::vector<double>& values) {
   LatencyStats s;
   s.count = static_cast<int>(values.size());
   if (values.empty()) {
-    s.mean = s.p50 = s.p90 = s.p99 = std::numeric_limits<double>::quiet_NaN();
+    s.mean = s.p50 = s.p90 = s.p99 = s.max = std::numeric_limits<double>::quiet_NaN();
     return s;
   }
   s.mean = std::accumulate(values.begin(), values.end(), 0.0) / static_cast<double>(values.size());
   s.p50 = Percentile(values, 50);
   s.p90 = Percentile(values, 90);
   s.p99 = Percentile(values, 99);
+  s.max = *std::max_element(values.begin(), values.end());
   return s;
 }
 
@@ -624,7 +625,7 @@ nlohmann::json ToJson(const RequestRecord& r) {
 
 nlohmann::json ToJson(const LatencyStats& s) {
   return {{"count", s.count}, {"mean", OrNull(s.mean)}, {"p50", OrNull(s.p50)},
-          {"p90", OrNull(s.p90)}, {"p99", OrNull(s.p99)}};
+          {"p90", OrNull(s.p90)}, {"p99", OrNull(s.p99)}, {"max", OrNull(s.max)}};
 }
 
 nlohmann::json ToJson(const ModeSummary& s) {

@@ -175,7 +175,9 @@ double Percentile(std::vector<double> values, double p);
 
 struct LatencyStats {
   int count = 0;
-  double mean = 0, p50 = 0, p90 = 0, p99 = 0;  // NaN when count is 0
+  // NaN when count is 0. max shows a rare stall that p99 hides (one long prefill step among
+  // thousands of decode gaps).
+  double mean = 0, p50 = 0, p90 = 0, p99 = 0, max = 0;
 };
 LatencyStats ComputeLatencyStats(const std::vector<double>& values);
 

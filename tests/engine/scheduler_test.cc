@@ -141,18 +141,21 @@ TEST(SchedulerTest, PromptLongerThanTheBudgetRunsAsTheOnlyPrefillOfItsStep) {
 }
 
 // Dense prefills are cut into chunks that fill what the decodes leave of the budget; a chunk
-// samples nothing until the last; UniPrefill prompts still run whole.
+// samples nothing until the last; while others wait a continuing prefill takes half of what is
+// left.
 TEST(SchedulerTest, DensePrefillIsChunkedIntoTheBudgetBesideDecodes) {
   Scheduler s = Make(/*budget=*/16, 1, 1000, 4);
   SubmitAll(s, {Dense(6, 4), Dense(40, 2), Dense(5, 1)});
   RunSteps(s, {
       // A whole (6), B's first chunk takes the 10 left; C waits (no budget).
       {Plan({P(0, 6, false), C(1, 10, 0, false)})},
-      // A decodes; B continues with the 15 left; C still waits.
-      {Plan({D(0), C(1, 15, 10, false)})},
-      // B's last 15 tokens end its prefill (one token sampled); C's chunk is the 0 left: waits.
-      {Plan({D(0), C(1, 15, 25, true)})},
-      {Plan({D(0), D(1), P(2, 5, false)}), {}, {Length(0, 4), Length(1, 2), Length(2, 1)}},
+      // A decodes; C waits, so B continues with 8 of the 15 left, and C gets in with its 5.
+      {Plan({D(0), C(1, 8, 10, false), P(2, 5, false)}), {}, {Length(2, 1)}},
+      // Nobody waits: B takes all 15 left.
+      {Plan({D(0), C(1, 15, 18, false)})},
+      // B's last 7 tokens end its prefill (one token sampled).
+      {Plan({D(0), C(1, 7, 33, true)}), {}, {Length(0, 4)}},
+      {Plan({D(1)}), {}, {Length(1, 2)}},
   });
   EXPECT_FALSE(s.has_unfinished());
   EXPECT_EQ(s.kv().Usage().used_blocks, 0);

@@ -123,6 +123,7 @@ TEST(LoadGenSummaryTest, ClassesAndGoodputUnderAnSlo) {
   EXPECT_EQ(longs.ok, 1);
   EXPECT_EQ(longs.good, 1);
   EXPECT_NEAR(longs.ttft_s.p50, 1.9, 1e-12);
+  EXPECT_DOUBLE_EQ(shorts.itl_s.max, 0.2);
   EXPECT_EQ(SummarizeRun(run).good, 0);  // no SLO, nothing counted
   EXPECT_EQ(ToJson(all)["good"], 2);
 }
