@@ -99,6 +99,7 @@ Result<StepPlan> Scheduler::Schedule() {
   ScheduleDecodes(plan);
   ContinueChunkedPrefills(plan);
   if (plan.preempted.empty()) AdmitWaiting(plan);
+  TopUpChunkedPrefills(plan);
   open_step_ = plan;
   return plan;
 }
@@ -130,20 +131,41 @@ void Scheduler::ScheduleDecodes(StepPlan& plan) {
 }
 
 void Scheduler::ContinueChunkedPrefills(StepPlan& plan) {
-  // While requests wait (and memory is not short), a continuing prefill takes at most half of
-  // what is left, so arrivals are admitted beside a long prompt instead of after all of it.
-  const bool others_wait = !waiting_.empty() && plan.preempted.empty();
+  // Fair shares: the unfinished chunked prefills, and while requests wait the admissions after
+  // them as one more party, split what the decodes leave of the budget, so a short prompt that
+  // arrives beside a long one is prefilled within a few steps instead of after all of it. What
+  // the shares leave unused goes back to the prefills after admission (TopUpChunkedPrefills).
+  std::vector<RequestId> continuing;
   for (RequestId id : running_) {  // admission order: the oldest prefill first
+    if (requests_.at(id).prefill_in_progress()) continuing.push_back(id);
+  }
+  const bool others_wait = !waiting_.empty() && plan.preempted.empty();
+  int parties = static_cast<int>(continuing.size()) + (others_wait ? 1 : 0);
+  for (RequestId id : continuing) {
     RequestInfo& r = requests_.at(id);
     const int budget_left = config_.max_batched_tokens - plan.num_tokens();
-    if (!r.prefill_in_progress() || budget_left <= 0) continue;
-    const int share = others_wait ? (budget_left + 1) / 2 : budget_left;
+    if (budget_left <= 0) break;
+    const int share = (budget_left + parties - 1) / parties;
+    --parties;
     const int n = std::min(share, r.prefill_target - r.prefilled);
     ScheduledRequest s{id, n, true, false};
     s.chunk_begin = r.prefilled;
     s.last_chunk = r.prefilled + n == r.prefill_target;
     plan.requests.push_back(s);
     stats_.prefill_tokens += n;
+  }
+}
+
+void Scheduler::TopUpChunkedPrefills(StepPlan& plan) {
+  for (ScheduledRequest& s : plan.requests) {
+    const int budget_left = config_.max_batched_tokens - plan.num_tokens();
+    if (budget_left <= 0) return;
+    if (!s.is_prefill || s.last_chunk) continue;  // decodes, whole prefills, finished chunks
+    const RequestInfo& r = requests_.at(s.id);
+    const int more = std::min(budget_left, r.prefill_target - s.prefill_tokens());
+    s.num_tokens += more;
+    s.last_chunk = s.prefill_tokens() == r.prefill_target;
+    stats_.prefill_tokens += more;
   }
 }
 

@@ -9,8 +9,10 @@
 //    fits. A preempted request is later recomputed: its prompt plus the tokens it generated become
 //    one prefill (the engine feeds those token ids).
 // 2. Running requests whose prefill is chunked and not done get their next chunk, oldest first:
-//    as many of their remaining prefill tokens as the budget left allows (none when it is spent),
-//    but at most half of it while requests wait, so arrivals get in beside a long prompt.
+//    fair shares of what the decodes left (the admissions after them count as one more party
+//    while requests wait), so a short prompt arriving beside a long one is prefilled within a few
+//    steps instead of after all of it; what the shares leave unused tops up these chunks after
+//    admission (in plan order).
 // 3. Unless this step preempted (memory is short: admitting now would only thrash), waiting
 //    requests are admitted first-come-first-served while the token budget and KV memory allow.
 //    Admission reserves the dense worst case (the whole prefill in every segment); OnStepDone
@@ -168,6 +170,7 @@ class Scheduler {
   int PrefillTokens(const RequestInfo& r) const { return r.prompt_tokens + r.generated; }
   void ScheduleDecodes(StepPlan& plan);
   void ContinueChunkedPrefills(StepPlan& plan);
+  void TopUpChunkedPrefills(StepPlan& plan);
   void AdmitWaiting(StepPlan& plan);
   void Preempt(RequestId id, StepPlan& plan);
   void Finish(RequestId id, FinishReason reason, std::vector<FinishedRequest>& out);

@@ -141,23 +141,40 @@ TEST(SchedulerTest, PromptLongerThanTheBudgetRunsAsTheOnlyPrefillOfItsStep) {
 }
 
 // Dense prefills are cut into chunks that fill what the decodes leave of the budget; a chunk
-// samples nothing until the last; while others wait a continuing prefill takes half of what is
-// left.
+// samples nothing until the last; unfinished prefills and the waiting queue share the budget.
 TEST(SchedulerTest, DensePrefillIsChunkedIntoTheBudgetBesideDecodes) {
   Scheduler s = Make(/*budget=*/16, 1, 1000, 4);
   SubmitAll(s, {Dense(6, 4), Dense(40, 2), Dense(5, 1)});
   RunSteps(s, {
       // A whole (6), B's first chunk takes the 10 left; C waits (no budget).
       {Plan({P(0, 6, false), C(1, 10, 0, false)})},
-      // A decodes; C waits, so B continues with 8 of the 15 left, and C gets in with its 5.
-      {Plan({D(0), C(1, 8, 10, false), P(2, 5, false)}), {}, {Length(2, 1)}},
+      // A decodes; B's share is 8 of the 15 left (C waits: two parties), C gets in with its 5,
+      // and the 2 left over top B up to 10.
+      {Plan({D(0), C(1, 10, 10, false), P(2, 5, false)}), {}, {Length(2, 1)}},
       // Nobody waits: B takes all 15 left.
-      {Plan({D(0), C(1, 15, 18, false)})},
-      // B's last 7 tokens end its prefill (one token sampled).
-      {Plan({D(0), C(1, 7, 33, true)}), {}, {Length(0, 4)}},
+      {Plan({D(0), C(1, 15, 20, false)})},
+      // B's last 5 tokens end its prefill (one token sampled).
+      {Plan({D(0), C(1, 5, 35, true)}), {}, {Length(0, 4)}},
       {Plan({D(1)}), {}, {Length(1, 2)}},
   });
   EXPECT_FALSE(s.has_unfinished());
+  EXPECT_EQ(s.kv().Usage().used_blocks, 0);
+}
+
+// Two unfinished prefills split the budget; the short one then ends while the long one goes on
+// with all that is left.
+TEST(SchedulerTest, UnfinishedPrefillsShareTheBudget) {
+  Scheduler s = Make(/*budget=*/20, 1, 1000, 4);
+  SubmitAll(s, {Dense(100, 1), Dense(30, 1)});
+  RunSteps(s, {
+      {Plan({C(0, 20, 0, false)})},                      // B waits: no budget left
+      {Plan({C(0, 10, 20, false), C(1, 10, 0, false)})},  // A's share 10 (B waits), B gets 10
+      {Plan({C(0, 10, 30, false), C(1, 10, 10, false)})},  // two parties: 10 each
+      {Plan({C(0, 10, 40, false), C(1, 10, 20, true)}), {}, {Length(1, 1)}},
+      {Plan({C(0, 20, 50, false)})},
+      {Plan({C(0, 20, 70, false)})},
+      {Plan({C(0, 10, 90, true)}), {}, {Length(0, 1)}},
+  });
   EXPECT_EQ(s.kv().Usage().used_blocks, 0);
 }
 
