@@ -2,8 +2,8 @@
 # Mixed-workload serving benchmark on the default model (Gemma 3 270M) on this machine's CPU: short
 # chat requests arriving as a Poisson stream with one long document landing among them, served
 # with chunked prefill (a small step budget) and without (--no-chunked-prefill), dense vs
-# UniPrefill, in one invocation. Writes docs/results/mixed_gemma3_270m_{chunked,whole}.json and
-# prints both tables. UniPrefill prefills run whole either way (segment-wise chunking is not built
+# UniPrefill, in one invocation. Writes docs/results/mixed_gemma3_270m_{chunked,whole}_{dense,
+# uniprefill}.json, prints the tables and the server's peak resident memory after each mode. UniPrefill prefills run whole either way (segment-wise chunking is not built
 # yet), so the chunked/whole contrast shows on the dense mode.
 #   bash scripts/bench_mixed.sh [extra serve flags, e.g. --threads 2]
 # The short requests generate long enough (SHORT_OUT tokens) to be decoding while the long prompt
@@ -35,11 +35,16 @@ for variant in chunked whole; do
     curl -sf "http://127.0.0.1:$port/health" >/dev/null && break
     sleep 1
   done
-  echo "== $variant prefill (${flags[*]})"
-  ./build/uniprefill bench serve --url "http://127.0.0.1:$port" --rate "$rate" -n "$shorts" \
-    --prompt-tokens 256 --output-tokens "$short_out" --long-prompt-tokens "$long" --long-requests 1 \
-    --long-output-tokens 4 --slo-ttft-ms 2000 --slo-itl-ms 1000 --modes dense,uniprefill \
-    --warmup 1 -o "docs/results/mixed_gemma3_270m_$variant.json"
+  # One bench serve per mode, so the server's peak resident memory (VmHWM, which only grows) is
+  # read after the dense run alone and again after the UniPrefill run.
+  for mode in dense uniprefill; do
+    echo "== $variant prefill (${flags[*]}), $mode"
+    ./build/uniprefill bench serve --url "http://127.0.0.1:$port" --rate "$rate" -n "$shorts" \
+      --prompt-tokens 256 --output-tokens "$short_out" --long-prompt-tokens "$long" \
+      --long-requests 1 --long-output-tokens 4 --slo-ttft-ms 2000 --slo-itl-ms 1000 \
+      --modes "$mode" --warmup 1 -o "docs/results/mixed_gemma3_270m_${variant}_$mode.json"
+    echo "server peak resident memory after the $mode run: $(grep VmHWM /proc/$server/status)"
+  done
   kill "$server" 2>/dev/null || true
   wait "$server" 2>/dev/null || true
 done
