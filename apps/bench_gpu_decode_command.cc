@@ -198,9 +198,8 @@ int BenchGpuDecodeCommand(const BenchGpuDecodeOptions& o) {
     }
     config = def->config;
     LoadOptions lo;
-    lo.gpu_attention = o.attention == "cudnn" ? GpuAttention::kCudnn
-                     : o.attention == "ours"  ? GpuAttention::kOurs
-                                              : GpuAttention::kAuto;
+    // --attention was checked against the names by CLI11.
+    lo.gpu_attention = GpuAttentionFromName(o.attention).value_or(GpuAttention::kAuto);
     lo.gpu_decode_graphs = graphs == "on";
     Result<std::unique_ptr<Model>> model = MakeModel(std::move(*def), ctx, lo);
     if (!model.ok()) {

@@ -256,9 +256,8 @@ Result<BenchModel> BuildModel(const BenchGpuPrefillOptions& o, const Points& p,
   }
   for (int64_t n : p.contexts) b.dense_flops.push_back(DensePrefillFlops(def, n));
   LoadOptions lo;
-  lo.gpu_attention = o.attention == "cudnn" ? GpuAttention::kCudnn
-                     : o.attention == "ours"  ? GpuAttention::kOurs
-                                              : GpuAttention::kAuto;
+  // --attention was checked against the names by CLI11.
+  lo.gpu_attention = GpuAttentionFromName(o.attention).value_or(GpuAttention::kAuto);
   UP_ASSIGN_OR_RETURN(b.model, MakeModel(std::move(def), ctx, lo));
   UP_CUDA_CHECK(cudaDeviceSynchronize());  // the weights are filled on the device's stream
   return b;

@@ -44,21 +44,17 @@ Result<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options,
   lo.progress = progress;
   lo.f32_decode = options.f32_decode;
   lo.gpu_decode_graphs = options.gpu_decode_graphs;
-  if (options.gpu_attention == "auto" || options.gpu_attention.empty()) {
-    lo.gpu_attention = GpuAttention::kAuto;
-  } else if (options.gpu_attention == "ours") {
-    lo.gpu_attention = GpuAttention::kOurs;
-  } else if (options.gpu_attention == "cudnn") {
-    if (options.device != "cuda") {
-      return InvalidArgument(
-          "gpu attention 'cudnn' (--gpu-attention) is a GPU kernel: use it with device cuda "
-          "(--device cuda)");
-    }
-    lo.gpu_attention = GpuAttention::kCudnn;
-  } else {
+  const std::optional<GpuAttention> attention = GpuAttentionFromName(options.gpu_attention);
+  if (!attention) {
     return InvalidArgument("unknown gpu attention '" + options.gpu_attention +
                            "' (--gpu-attention: expected auto, ours or cudnn)");
   }
+  if (*attention == GpuAttention::kCudnn && options.device != "cuda") {
+    return InvalidArgument(
+        "gpu attention 'cudnn' (--gpu-attention) is a GPU kernel: use it with device cuda "
+        "(--device cuda)");
+  }
+  lo.gpu_attention = *attention;
   if (IsHfCheckpointDir(options.model_path)) {
     // A Hugging Face folder: config.json + safetensors, and tokenizer.json when it ships one.
     UP_ASSIGN_OR_RETURN(impl->model, LoadModel(options.model_path, *impl->ctx, lo));

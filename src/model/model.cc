@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
+#include <string>
 
 #include "io/gguf.h"
 #include "io/hf_config.h"
@@ -11,6 +13,13 @@
 #include "model/transformer_model.h"
 
 namespace uniprefill {
+
+std::optional<GpuAttention> GpuAttentionFromName(const std::string& name) {
+  if (name == "auto" || name.empty()) return GpuAttention::kAuto;
+  if (name == "ours") return GpuAttention::kOurs;
+  if (name == "cudnn") return GpuAttention::kCudnn;
+  return std::nullopt;
+}
 
 CacheLayout Model::CacheLayoutFor(const std::vector<int>& drop_layers) const {
   return ModelCacheLayout(config(), drop_layers);

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -84,6 +85,8 @@ enum class DeltaRuleChoice { kAuto, kChunked, kRecurrent, kChunkedTensorCore };
 // requests whose cache holds tokens). kAuto: cuDNN when libcudnn 9 loads, else ours (kCudnn
 // makes a missing cuDNN an error).
 enum class GpuAttention { kAuto, kOurs, kCudnn };
+// "auto" (or empty), "ours", "cudnn" -> the kernel choice; nullopt for any other name.
+std::optional<GpuAttention> GpuAttentionFromName(const std::string& name);
 
 struct LoadOptions {
   // Dequantise linear weights to f32 for fast many-token GEMMs (prefill). Costs ~4 bytes per
