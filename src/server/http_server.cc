@@ -333,14 +333,18 @@ struct OpenAiServer::Impl {
     auto state = std::make_shared<RequestState>();
     state->streaming = r.stream;
     state->fd = FindConnectionSocket(req);
+    // Counted from before the engine sees the request until its response is complete (Wait
+    // below, or the stream's releaser): Stop() waits for it, so a request the engine admits
+    // while the server stops still gets its answer.
+    ++in_flight;
     auto submitted = engine.Submit(std::move(ids), r.params,
                                    [state](const RequestUpdate& u) { state->Push(u); });
     if (!submitted.ok()) {
+      --in_flight;
       SetError(req, res, ApiErrorFromStatus(submitted.status()));
       return;
     }
     const int64_t id = *submitted;
-    ++in_flight;  // until the response is complete: Wait below, or the stream's releaser
     NoteState(req, state);
     const ResponseContext ctx{ResponseId(endpoint, id), static_cast<int64_t>(std::time(nullptr)),
                               r.model};
