@@ -5,6 +5,11 @@
 #include <unordered_set>
 
 namespace uniprefill {
+
+int NextSegmentChunkRows(int remaining, int budget, int tail) {
+  if (remaining <= std::max(budget, tail)) return remaining;
+  return std::min(budget, remaining - tail);
+}
 namespace {
 
 std::string Str(int64_t v) { return std::to_string(v); }

@@ -51,6 +51,12 @@
 
 namespace uniprefill {
 
+// Rows of a segment-wise prefill's next chunk, with `remaining` rows of the segment left and
+// `budget` rows to spend: the segment's last chunk must hold the segment's last `tail` rows (the
+// selection reads the last n queries; 0 in the last segment), so a chunk stops `tail` rows short
+// of the end unless it takes everything left. With budget < tail the last chunk runs `tail` rows.
+int NextSegmentChunkRows(int remaining, int budget, int tail);
+
 struct SchedulerConfig {
   int max_batched_tokens = 8192;  // --max-batched-tokens: tokens of all requests in one step
   bool chunked_prefill = true;    // cut dense prefills into chunks that fit the step's budget

@@ -72,6 +72,38 @@ struct KvAppendSlot {
   TensorView k, v;
 };
 
+// Segment-wise chunked prefill (docs/design.md section 2): a UniPrefill prompt's rows between
+// two segments. Each chunk of segment s leaves its residual rows here at drop layer d_{s+1} (after
+// that layer's attention); the segment's last chunk selects, the collected rows shrink to the
+// kept ones and become the rows segment s + 1's chunks enter with, in order.
+class BoundaryStorage {  // the rows themselves, in the backend's memory (host f32, device bf16)
+ public:
+  virtual ~BoundaryStorage() = default;
+  virtual size_t bytes() const = 0;
+};
+
+struct BoundaryRows {
+  int segment = 0;                  // the segment these rows enter
+  std::vector<int32_t> pos;         // [rows] their original positions, ascending
+  int consumed = 0;                 // rows already fed to that segment's chunks
+  std::unique_ptr<BoundaryStorage> data;
+  int rows() const { return static_cast<int>(pos.size()); }
+  void Clear() { *this = BoundaryRows(); }
+};
+
+struct SegmentBoundary {
+  BoundaryRows ready;      // rows the current segment's chunks enter with
+  BoundaryRows collected;  // rows the current segment's chunks left (for the next segment)
+  // Set by the selecting (segment-ending) chunk's drop layer, used when its rows leave: the kept
+  // rows among `collected` (ascending; every row when the request did not select).
+  std::vector<int32_t> kept;
+  bool segment_ended = false;
+  bool empty() const { return ready.rows() == 0 && collected.rows() == 0; }
+  size_t bytes() const {
+    return (ready.data ? ready.data->bytes() : 0) + (collected.data ? collected.data->bytes() : 0);
+  }
+};
+
 class SequenceCache {
  public:
   virtual ~SequenceCache() = default;
@@ -93,6 +125,14 @@ class SequenceCache {
   // Ends a forward: every segment s grew by added[s] tokens and the sequence by `tokens` positions.
   virtual void Commit(int tokens, const std::vector<int>& added) = 0;
   virtual size_t bytes() const = 0;
+
+  // The request's rows between segments while its prefill runs segment-wise in chunks (held with
+  // its KV, so a preempted or finished request frees both at once).
+  SegmentBoundary& boundary() { return boundary_; }
+  const SegmentBoundary& boundary() const { return boundary_; }
+
+ private:
+  SegmentBoundary boundary_;
 };
 
 // Each attention layer in one growable buffer (full layers) or a bounded one (sliding layers).

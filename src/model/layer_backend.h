@@ -7,7 +7,8 @@
 //
 // Per forward: Begin, Embed, then per layer NormInput(kMixer), Attention or DeltaNet,
 // NormOutput(kPostMixer)?, NormInput(kFfn), GatedFfn or Moe, NormOutput(kPostFfn)?; then Finish.
-// At a drop layer Attention gets the DropLayer and compacts the rows (docs/design.md section 1).
+// At a drop layer Attention gets the DropLayer and compacts the rows (docs/design.md section 1),
+// and ExchangeSegmentRows follows NormOutput(kPostMixer) (segment-wise chunked prefill).
 #pragma once
 
 #include <cstddef>
@@ -51,6 +52,16 @@ class LayerBackend {
   virtual Status NormOutput(int layer, NormSlot slot) = 0;
   // out = attention(normed) of this layer; `drop` set at drop layers (rows shrink).
   virtual Status Attention(int layer, const DropLayer* drop) = 0;
+  // At drop layer d_segment, after its attention (and post norm): rows of segment-wise chunks that
+  // end segment - 1 leave for their caches' boundaries (compacted to the kept rows when the
+  // chunk ended its segment), and chunks of `segment` enter from theirs (packed_batch.h,
+  // SegmentChunk). A no-op for forwards without such chunks.
+  virtual Status ExchangeSegmentRows(int segment) {
+    (void)segment;
+    return OkStatus();
+  }
+  // Whether this backend runs SequenceStep::chunk (segment-wise chunked prefill).
+  virtual bool supports_segment_chunks() const { return false; }
   virtual Status DeltaNet(int layer) = 0;  // out = Gated DeltaNet(normed)
   virtual Status GatedFfn(int layer) = 0;  // out = gated MLP(normed)
   virtual Status Moe(int layer) = 0;       // out = MoE(normed)

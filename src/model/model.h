@@ -62,6 +62,9 @@ class Model {
                               const ProgressFn& progress = nullptr,
                               ForwardStats* stats = nullptr) = 0;
 
+  // Whether ForwardBatch runs SequenceStep::chunk (segment-wise chunked UniPrefill prefill).
+  virtual bool supports_segment_chunks() const { return false; }
+
   // Device models: fixes the device KV pool their caches allocate from to num_blocks blocks of
   // block_tokens tokens (the serving engine sizes it like its block manager's pool). Host models
   // have no such pool and accept any call.

@@ -45,6 +45,21 @@ struct StepSampling {
   float* logprob = nullptr;  // out (optional): its log-softmax over the raw logits
 };
 
+// One chunk of a segment-wise chunked UniPrefill prefill (docs/design.md section 2): the step runs
+// segment `segment`'s layers only. Segment 0 starts from the embedding of the step's tokens; a
+// later segment starts at drop layer d_segment's FFN with the next `rows` of the cache's boundary
+// rows. Every segment but the last ends after drop layer d_{segment+1}'s attention, where the rows
+// leave for the boundary; the last runs to the final norm (and gives logits when asked).
+struct SegmentChunk {
+  int segment = 0;
+  int rows = 0;          // rows this chunk runs (segment 0: the step's token count)
+  int segment_rows = 0;  // alive rows of the segment in this prefill: the selection's candidates
+  // The segment's last chunk: at d_{segment+1} it selects among all segment_rows rows (its own
+  // rows must hold the last n queries), and the collected rows shrink to the kept ones. (The last
+  // segment ends at a drop only when a drop is the last layer: it selects there for the record.)
+  bool ends_segment = false;
+};
+
 // One request's part of a forward.
 struct SequenceStep {
   SequenceCache* cache = nullptr;
@@ -58,6 +73,9 @@ struct SequenceStep {
   // Device models: choose the next token on the device (with or without `logits`); host models
   // reject it. nullptr: no token is chosen by the forward.
   const StepSampling* sampling = nullptr;
+  // A chunk of a segment-wise chunked prefill; nullptr: the step runs every layer (decodes, whole
+  // prefills, dense chunks). Backends without LayerBackend::supports_segment_chunks reject it.
+  const SegmentChunk* chunk = nullptr;
 };
 
 // Where a forward spent its UniPrefill time (benchmarks report the overhead share).
@@ -84,7 +102,17 @@ class PackedBatch {
     int begin = 0, end = 0;  // rows
     SequenceCache* cache = nullptr;
     int new_tokens = 0;      // tokens this step brought (prefill length, or 1)
+    // Segment-wise chunks: the segment the rows enter at (0: the embedding; before it the
+    // request has no rows) and the segment at whose end they leave (-1: they reach the logits).
+    int enters = 0;
+    int leaves = -1;
     int rows() const { return end - begin; }
+  };
+
+  // Rows entering at a segment start (segment-wise chunks): f32 [rows, hidden] and positions.
+  struct EnteringRows {
+    const float* x = nullptr;
+    std::span<const int32_t> pos;
   };
 
   // Checks the steps (tokens inside the vocabulary, room in each cache, caches with `n_segments`
@@ -106,6 +134,13 @@ class PackedBatch {
   // ascending; an empty list keeps every row (decodes, short prefills, no drop). Gathers x, the
   // positions and the rows' next-segment indices.
   void NextSegment(DeviceContext& ctx, const std::vector<std::vector<int32_t>>& keep);
+
+  // Whether segment-wise chunks leave or enter at the start of `segment` (drop layer d_segment).
+  bool Exchanges(int segment) const;
+  // At drop layer d_k after its attention (segment() == k): the rows of requests that leave at the
+  // end of segment k - 1 go (the caller copied them out), and request r with enter[r].x set enters
+  // segment k with those rows (alive indices continue its cache's segment k).
+  void Exchange(std::span<const EnteringRows> enter);
 
   // Records in every cache how many tokens each segment gained; call once the forward is done.
   void Commit();

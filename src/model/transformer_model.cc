@@ -9,7 +9,6 @@ namespace uniprefill {
 Status TransformerModel::ForwardBatch(DeviceContext& ctx, std::span<const SequenceStep> steps,
                                       const UniPrefillConfig& uniprefill,
                                       const ProgressFn& progress, ForwardStats* stats) {
-  const ModelConfig& c = def_->config;
   // `uniprefill` was validated when it was made (the engine at load and at each request,
   // ValidateUniPrefillConfig); the walk trusts it.
   const std::vector<int> drops = uniprefill.active_drop_layers();
@@ -51,6 +50,8 @@ Status TransformerModel::Walk(std::span<const SequenceStep> steps,
     if (!L.post_mixer_norm.empty()) {
       UP_RETURN_IF_ERROR(backend_->NormOutput(i, NormSlot::kPostMixer));
     }
+    const bool was_drop = next_drop > 0 && drops[next_drop - 1] == i;
+    if (was_drop) UP_RETURN_IF_ERROR(backend_->ExchangeSegmentRows(static_cast<int>(next_drop)));
     UP_RETURN_IF_ERROR(backend_->NormInput(i, NormSlot::kFfn));
     if (L.moe) {
       UP_RETURN_IF_ERROR(backend_->Moe(i));

@@ -2,7 +2,9 @@
 // residual stream x the attention block compacts at drop layers.
 #include "backend/cpu/cpu_backend.h"
 
+#include <algorithm>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -12,6 +14,18 @@
 
 namespace uniprefill {
 namespace {
+
+// A request's boundary rows on the host: f32 [capacity, hidden].
+class HostBoundaryRows final : public BoundaryStorage {
+ public:
+  HostBoundaryRows(int capacity, int hidden)
+      : x(sizeof(float) * std::max<size_t>(1, size_t(capacity) * hidden)) {}
+  size_t bytes() const override { return x.size(); }
+  float* row(int i, int hidden) { return x.as<float>() + static_cast<size_t>(i) * hidden; }
+  Buffer x;
+};
+
+HostBoundaryRows& HostRows(BoundaryRows& b) { return static_cast<HostBoundaryRows&>(*b.data); }
 
 class CpuBackend final : public LayerBackend {
  public:
@@ -44,7 +58,10 @@ class CpuBackend final : public LayerBackend {
     return batch_.n_seqs() > 0;
   }
 
+  bool supports_segment_chunks() const override { return true; }
+
   Status Embed() override {
+    if (batch_.rows() == 0) return OkStatus();  // only later segments' chunks
     ops::Embedding(*ctx_, batch_.x(), def_.token_embedding.parts[0], batch_.token_ids().data(),
                    c_.embedding_scale);
     return OkStatus();
@@ -53,16 +70,22 @@ class CpuBackend final : public LayerBackend {
   Status NormInput(int layer, NormSlot slot) override {
     AddPendingOutput();
     normed_ = Buffer(sizeof(float) * batch_.rows() * c_.hidden);
+    if (batch_.rows() == 0) return OkStatus();
     ops::RmsNorm(*ctx_, Normed(), batch_.x(), Norm(layer, slot), c_.rms_eps);
     return OkStatus();
   }
 
   Status NormOutput(int layer, NormSlot slot) override {
+    if (!has_out_) return OkStatus();
     ops::RmsNorm(*ctx_, Out(), Out(), Norm(layer, slot), c_.rms_eps);
     return OkStatus();
   }
 
   Status Attention(int layer, const DropLayer* drop) override {
+    if (batch_.rows() == 0) {  // no rows in this segment yet: the drop only moves to the next
+      if (drop != nullptr) batch_.NextSegment(*ctx_, {});
+      return OkStatus();
+    }
     has_out_ = true;
     return AttentionForward(*ctx_, *def_.layers[layer].attention, layer, batch_, Normed(), drop,
                             window_mode_, &out_);
@@ -70,9 +93,11 @@ class CpuBackend final : public LayerBackend {
 
   Status DeltaNet(int layer) override {
     // The recurrence runs per request over its alive rows, carrying its state.
+    if (batch_.rows() == 0) return OkStatus();
     std::vector<SequenceRows> rows;
     std::vector<LinearAttentionState*> states;
     for (int r = 0; r < batch_.n_seqs(); ++r) {
+      if (batch_.seq(r).rows() == 0) continue;  // a segment-wise chunk not in this segment
       rows.push_back({batch_.seq(r).begin, batch_.seq(r).end});
       states.push_back(batch_.seq(r).cache->Linear(layer));
     }
@@ -82,14 +107,51 @@ class CpuBackend final : public LayerBackend {
   }
 
   Status GatedFfn(int layer) override {
+    if (batch_.rows() == 0) return OkStatus();
     NewOut();
     GatedFfnForward(*ctx_, *def_.layers[layer].ffn, Normed(), Out());
     return OkStatus();
   }
 
   Status Moe(int layer) override {
+    if (batch_.rows() == 0) return OkStatus();
     NewOut();
     MoeForward(*ctx_, *def_.layers[layer].moe, Normed(), Out());
+    return OkStatus();
+  }
+
+  Status ExchangeSegmentRows(int segment) override {
+    if (!batch_.Exchanges(segment)) return OkStatus();
+    AddPendingOutput();
+    const int H = c_.hidden;
+    std::vector<PackedBatch::EnteringRows> enter(batch_.n_seqs());
+    for (int r = 0; r < batch_.n_seqs(); ++r) {
+      const PackedBatch::Seq& q = batch_.seq(r);
+      SegmentBoundary& b = q.cache->boundary();
+      if (q.leaves >= 0 && q.leaves + 1 == segment) {
+        BoundaryRows& out = b.collected;
+        if (!out.data) {  // the segment's first chunk: room for all of its rows
+          out.data = std::make_unique<HostBoundaryRows>(steps_[r].chunk->segment_rows, H);
+          out.segment = segment;
+        }
+        std::memcpy(HostRows(out).row(out.rows(), H), batch_.x().row<float>(q.begin),
+                    sizeof(float) * H * q.rows());
+        out.pos.insert(out.pos.end(), batch_.positions() + q.begin, batch_.positions() + q.end);
+        if (b.segment_ended) EndSegment(b, H);
+      }
+      if (q.enters == segment) {
+        BoundaryRows& in = b.ready;
+        const int n = steps_[r].chunk->rows;
+        enter[r].x = HostRows(in).row(in.consumed, H);
+        enter[r].pos = std::span<const int32_t>(in.pos).subspan(in.consumed, n);
+        in.consumed += n;
+      }
+    }
+    batch_.Exchange(enter);  // copies the entering rows
+    for (int r = 0; r < batch_.n_seqs(); ++r) {
+      BoundaryRows& in = batch_.seq(r).cache->boundary().ready;
+      if (batch_.seq(r).enters == segment && in.consumed == in.rows()) in.Clear();
+    }
     return OkStatus();
   }
 
@@ -122,6 +184,28 @@ class CpuBackend final : public LayerBackend {
   }
 
  private:
+  // The segment's last chunk left: its collected rows shrink to the kept ones and become the
+  // rows the next segment's chunks enter with.
+  static void EndSegment(SegmentBoundary& b, int hidden) {
+    BoundaryRows& out = b.collected;
+    if (!b.kept.empty()) {
+      auto kept = std::make_unique<HostBoundaryRows>(static_cast<int>(b.kept.size()), hidden);
+      std::vector<int32_t> pos(b.kept.size());
+      for (size_t i = 0; i < b.kept.size(); ++i) {
+        std::memcpy(kept->row(static_cast<int>(i), hidden), HostRows(out).row(b.kept[i], hidden),
+                    sizeof(float) * hidden);
+        pos[i] = out.pos[b.kept[i]];
+      }
+      out.data = std::move(kept);
+      out.pos = std::move(pos);
+    }
+    out.consumed = 0;
+    b.ready = std::move(out);
+    b.collected.Clear();
+    b.kept.clear();
+    b.segment_ended = false;
+  }
+
   const float* Norm(int layer, NormSlot slot) const {
     const LayerDefinition& L = def_.layers[layer];
     switch (slot) {

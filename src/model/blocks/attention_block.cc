@@ -59,7 +59,23 @@ Result<std::vector<int32_t>> SelectRows(DeviceContext& ctx, const AttentionWeigh
   const PackedBatch::Seq& s = batch.seq(r);
   const UniPrefillConfig* config = drop.steps[r].selection ? drop.steps[r].selection : drop.config;
   const sparsity::SelectionParams& p = config->selection;
-  const int n_alive = s.rows();
+  int n_alive = s.rows();
+  // A segment-wise chunk passes its drop layer whole (its rows leave for the boundary next); the
+  // segment's last chunk selects among every row of the segment, all of them cached by now, and
+  // leaves the kept list with the boundary, which compacts the collected rows.
+  const SegmentChunk* chunk = drop.steps[r].chunk;
+  SegmentBoundary* boundary = nullptr;
+  if (chunk != nullptr) {
+    if (s.rows() == 0 || chunk->segment != batch.segment() || !chunk->ends_segment) {
+      return std::vector<int32_t>();
+    }
+    if (s.leaves >= 0) {  // the last segment (a drop at the last layer) only records
+      boundary = &s.cache->boundary();
+      boundary->segment_ended = true;
+      boundary->kept.clear();  // every row, unless the selection below keeps fewer
+    }
+    n_alive = chunk->segment_rows;
+  }
   DropRequest request;  // the drop plan's rule (sparsity/drop_plan.h), as on the GPU
   request.rows = request.rows_min = n_alive;
   request.allow_drop = drop.steps[r].allow_drop;
@@ -71,6 +87,11 @@ Result<std::vector<int32_t>> SelectRows(DeviceContext& ctx, const AttentionWeigh
   const int first_new = kv.n - n_alive;
   if (first_new < 0) return Internal("UniPrefill: the cache holds fewer entries than alive rows");
   const int n_obs = std::min(p.last_n, n_alive);
+  if (n_obs > s.rows()) {
+    return InvalidArgument("UniPrefill: the segment's last chunk has " +
+                           std::to_string(s.rows()) + " rows but the selection reads the last " +
+                           std::to_string(n_obs) + " queries; its last chunk must hold them");
+  }
   TensorView q_obs = q.Slice0(s.end - n_obs, n_obs);  // f32 [n_obs, Hq, D]
   std::vector<float> importance(kv.n, 0.0f);
   ops::AttentionImportance(ctx, importance.data(), q_obs, kv.k, batch.indices() + s.end - n_obs,
@@ -84,6 +105,10 @@ Result<std::vector<int32_t>> SelectRows(DeviceContext& ctx, const AttentionWeigh
   }
   if (drop.steps[r].kept) {
     drop.steps[r].kept->push_back({drop.layer, static_cast<int>(keep.size()), n_alive});
+  }
+  if (chunk != nullptr) {
+    if (boundary && static_cast<int>(keep.size()) != n_alive) boundary->kept = std::move(keep);
+    return std::vector<int32_t>();
   }
   if (static_cast<int>(keep.size()) == n_alive) return std::vector<int32_t>();
   return keep;
@@ -138,6 +163,7 @@ Status AttentionForward(DeviceContext& ctx, const AttentionWeights& w, int layer
   // Cache this step's keys and values, per request.
   for (int r = 0; r < batch.n_seqs(); ++r) {
     const PackedBatch::Seq& s = batch.seq(r);
+    if (s.rows() == 0) continue;  // a segment-wise chunk not in this segment
     UP_ASSIGN_OR_RETURN(KvAppendSlot slot,
                         s.cache->AppendKv(layer, s.rows(), batch.positions() + s.begin,
                                           batch.indices() + s.begin));
@@ -156,10 +182,11 @@ Status AttentionForward(DeviceContext& ctx, const AttentionWeights& w, int layer
     std::vector<int32_t> rows;  // absolute rows kept
     bool any = false;
     for (int r = 0; r < batch.n_seqs(); ++r) {
-      ContiguousKv kv;
-      ViewKv(batch.seq(r).cache->Layer(layer), Hkv, D, &kv);
-      UP_ASSIGN_OR_RETURN(keep[r], SelectRows(ctx, w, batch, r, q, kv, *drop));
       const PackedBatch::Seq& s = batch.seq(r);
+      if (s.rows() == 0) continue;
+      ContiguousKv kv;
+      ViewKv(s.cache->Layer(layer), Hkv, D, &kv);
+      UP_ASSIGN_OR_RETURN(keep[r], SelectRows(ctx, w, batch, r, q, kv, *drop));
       if (keep[r].empty()) {
         for (int i = s.begin; i < s.end; ++i) rows.push_back(i);
       } else {
@@ -201,6 +228,7 @@ Status AttentionForward(DeviceContext& ctx, const AttentionWeights& w, int layer
   ap.window = w.window;
   for (int r = 0; r < batch.n_seqs(); ++r) {
     const PackedBatch::Seq& s = batch.seq(r);
+    if (s.rows() == 0) continue;
     ContiguousKv kv;
     ViewKv(s.cache->Layer(layer), Hkv, D, &kv);
     const int32_t* k_mask =
