@@ -74,6 +74,7 @@ Result<RequestId> Scheduler::Submit(const RequestSpec& spec) {
   info.prompt_tokens = spec.prompt_tokens;
   info.max_tokens = spec.max_tokens;
   info.uniprefill = spec.uniprefill;
+  info.selection_queries = spec.selection_queries;
   requests_.emplace(info.id, info);
   waiting_.push_back(info.id);
   return info.id;
@@ -147,18 +148,33 @@ void Scheduler::ContinueChunkedPrefills(StepPlan& plan) {
   const bool others_wait = !waiting_.empty() && plan.preempted.empty();
   int parties = static_cast<int>(continuing.size()) + (others_wait ? 1 : 0);
   for (RequestId id : continuing) {
-    RequestInfo& r = requests_.at(id);
+    const RequestInfo& r = requests_.at(id);
     const int budget_left = config_.max_batched_tokens - plan.num_tokens();
     if (budget_left <= 0) break;
     const int share = (budget_left + parties - 1) / parties;
     --parties;
-    const int n = std::min(share, r.prefill_target - r.prefilled);
-    ScheduledRequest s{id, n, true, false};
-    s.chunk_begin = r.prefilled;
-    s.last_chunk = r.prefilled + n == r.prefill_target;
+    const ScheduledRequest s = NextChunk(r, share);
     plan.requests.push_back(s);
-    stats_.prefill_tokens += n;
+    if (s.segment <= 0) stats_.prefill_tokens += s.num_tokens;  // later segments: same tokens
   }
+}
+
+ScheduledRequest Scheduler::NextChunk(const RequestInfo& r, int budget) const {
+  ScheduledRequest s{r.id, 0, true, false};
+  if (r.segment < 0) {  // dense chunks: every layer, tokens in order
+    s.chunk_begin = r.prefilled;
+    s.num_tokens = std::min(budget, r.prefill_target - r.prefilled);
+    s.last_chunk = s.prefill_tokens() == r.prefill_target;
+    return s;
+  }
+  s.uniprefill = true;
+  s.segment = r.segment;
+  s.segment_rows = r.segment_rows;
+  s.chunk_begin = r.segment_done;
+  s.num_tokens = NextSegmentChunkRows(r.segment_rows - r.segment_done, budget,
+                                      std::min(r.selection_queries, r.segment_rows));
+  s.last_chunk = s.ends_segment() && r.segment + 1 == kv_.n_segments();
+  return s;
 }
 
 void Scheduler::TopUpChunkedPrefills(StepPlan& plan) {
@@ -167,6 +183,14 @@ void Scheduler::TopUpChunkedPrefills(StepPlan& plan) {
     if (budget_left <= 0) return;
     if (!s.is_prefill || s.last_chunk) continue;  // decodes, whole prefills, finished chunks
     const RequestInfo& r = requests_.at(s.id);
+    if (s.segment >= 0) {  // the chunk grows up to its segment's end, keeping the tail rule
+      if (s.ends_segment()) continue;
+      const int n = NextChunk(r, s.num_tokens + budget_left).num_tokens;
+      if (s.segment == 0) stats_.prefill_tokens += n - s.num_tokens;
+      s.num_tokens = n;
+      s.last_chunk = s.ends_segment() && s.segment + 1 == kv_.n_segments();
+      continue;
+    }
     const int more = std::min(budget_left, r.prefill_target - s.prefill_tokens());
     s.num_tokens += more;
     s.last_chunk = s.prefill_tokens() == r.prefill_target;
@@ -180,7 +204,10 @@ void Scheduler::AdmitWaiting(StepPlan& plan) {
   while (!waiting_.empty()) {
     RequestInfo& r = requests_.at(waiting_.front());
     const int n = PrefillTokens(r);
-    const bool chunked = config_.chunked_prefill && !r.uniprefill;
+    // A UniPrefill prefill that fits runs whole (exactly the unchunked path); a longer one runs
+    // segment-wise when the model can.
+    const bool chunked = config_.chunked_prefill &&
+                         (!r.uniprefill || (config_.segment_chunks && n > budget_left));
     if (chunked) {
       if (budget_left <= 0) break;  // a chunk needs some budget
     } else if (any_admitted && n > budget_left) {
@@ -193,10 +220,14 @@ void Scheduler::AdmitWaiting(StepPlan& plan) {
     r.state = RequestState::kRunning;
     ScheduledRequest s{r.id, n, true, r.uniprefill};
     if (chunked) {
-      s.num_tokens = std::min(n, budget_left);
-      s.last_chunk = s.num_tokens == n;
       r.prefill_target = n;
       r.prefilled = 0;
+      if (r.uniprefill) {
+        r.segment = 0;
+        r.segment_rows = n;
+        r.segment_done = 0;
+      }
+      s = NextChunk(r, budget_left);
     }
     plan.requests.push_back(s);
     stats_.prefill_tokens += s.num_tokens;
@@ -211,6 +242,8 @@ void Scheduler::Preempt(RequestId id, StepPlan& plan) {
   running_.erase(std::find(running_.begin(), running_.end(), id));
   r.state = RequestState::kPreempted;
   r.prefilled = r.prefill_target = 0;  // a chunked prefill starts over when re-admitted
+  r.segment = -1;                      // (its boundary rows went with its cache)
+  r.segment_rows = r.segment_done = 0;
   ++r.preemptions;
   waiting_.push_front(id);
   plan.preempted.push_back(id);
@@ -241,6 +274,16 @@ Status Scheduler::ValidateResults(std::span<const RequestStepResult> results) co
     if (s.is_prefill && !s.last_chunk && res.stop) {
       return InvalidArgument(who + ": a prefill chunk that is not the last samples nothing to stop");
     }
+    if (res.next_segment_rows != 0) {
+      if (!s.ends_segment() || s.last_chunk) {
+        return InvalidArgument(who + ": next_segment_rows come with a chunk that ends a segment "
+                               "before the last");
+      }
+      if (res.next_segment_rows < 1 || res.next_segment_rows > s.segment_rows) {
+        return InvalidArgument(who + ": the selection kept " + Str(res.next_segment_rows) +
+                               " of the segment's " + Str(s.segment_rows) + " rows");
+      }
+    }
     if (t.empty()) continue;
     if (!s.is_prefill) return InvalidArgument(who + ": a decode has no segment_tokens");
     if (!s.last_chunk) {
@@ -250,9 +293,10 @@ Status Scheduler::ValidateResults(std::span<const RequestStepResult> results) co
       return InvalidArgument(who + ": " + Str(t.size()) + " segment counts for " +
                              Str(kv_.n_segments()) + " segments");
     }
-    if (t[0] != s.prefill_tokens()) {
+    const int prefill = s.segment >= 0 ? requests_.at(s.id).prefill_target : s.prefill_tokens();
+    if (t[0] != prefill) {
       return InvalidArgument(who + ": segment 0 holds " + Str(t[0]) + " tokens, the prefill had " +
-                             Str(s.prefill_tokens()));
+                             Str(prefill));
     }
     for (size_t i = 1; i < t.size(); ++i) {
       if (t[i] > t[i - 1] || t[i] < 1) {
@@ -278,16 +322,28 @@ Result<std::vector<FinishedRequest>> Scheduler::OnStepDone(
     auto found = by_id.find(s.id);
     const RequestStepResult* res = found == by_id.end() ? nullptr : found->second;
     if (s.is_prefill && !s.last_chunk) {  // a chunk: nothing sampled, the reservation stays
-      r.prefilled += s.num_tokens;
+      if (s.segment < 0) {
+        r.prefilled += s.num_tokens;
+      } else if (s.ends_segment()) {  // the next segment runs the rows its selection kept
+        r.segment_rows = res && res->next_segment_rows > 0 ? res->next_segment_rows
+                                                          : r.segment_rows;
+        ++r.segment;
+        r.segment_done = 0;
+      } else {
+        r.segment_done += s.num_tokens;
+      }
       if (r.abort_requested) Finish(s.id, FinishReason::kAborted, finished);
       continue;
     }
     if (s.is_prefill) {
       const bool kept = res && !res->segment_tokens.empty();
+      const int prefill = s.segment >= 0 ? r.prefill_target : s.prefill_tokens();
       const std::vector<int> tokens =
-          kept ? res->segment_tokens : std::vector<int>(kv_.n_segments(), s.prefill_tokens());
+          kept ? res->segment_tokens : std::vector<int>(kv_.n_segments(), prefill);
       (void)kv_.CommitPrefill(s.id, tokens);  // validated above: within the reservation
       r.prefilled = r.prefill_target = 0;     // the prefill is done
+      r.segment = -1;
+      r.segment_rows = r.segment_done = 0;
     } else {
       (void)kv_.ReleaseWindow(s.id);
     }
@@ -349,6 +405,13 @@ Status Scheduler::CheckInvariants() const {
                                                          (open_step_ ? 0 : 1);
     if (r->prefill_in_progress() && r->prefilled > r->prefill_target) {
       return Internal("running request " + Str(id) + " prefilled past its prefill");
+    }
+    if (r->segment >= 0 &&
+        (!r->prefill_in_progress() || r->segment >= kv_.n_segments() ||
+         r->segment_done >= r->segment_rows || r->segment_rows > r->prefill_target)) {
+      return Internal("running request " + Str(id) + " is at row " + Str(r->segment_done) +
+                      " of " + Str(r->segment_rows) + " in segment " + Str(r->segment) +
+                      ", outside its segment-wise prefill");
     }
     if (kv_.segment_tokens(id, 0) != expect) {
       return Internal("running request " + Str(id) + " holds " + Str(kv_.segment_tokens(id, 0)) +

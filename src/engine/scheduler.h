@@ -16,17 +16,21 @@
 // 3. Unless this step preempted (memory is short: admitting now would only thrash), waiting
 //    requests are admitted first-come-first-served while the token budget and KV memory allow.
 //    Admission reserves the dense worst case (the whole prefill in every segment); OnStepDone
-//    shrinks it to the kept counts. A dense prefill (RequestSpec::uniprefill false) with
-//    SchedulerConfig::chunked_prefill is cut into chunks that fill what the budget leaves
-//    (Sarathi-style: a long prompt shares its steps with the running decodes instead of stalling
-//    them); each chunk attends to the chunks before it through the cache, and only the last
-//    samples a token. A UniPrefill prefill runs whole in one step (its selection needs every
-//    query of the prompt's segment; segment-wise chunking is issue 18's next step); the first
-//    whole prefill of a step is admitted even when it does not fit the remaining budget: that is
-//    how such a prompt longer than the budget runs (the only prefill of its step) instead of
-//    waiting forever. The queue is strict FCFS: a head that does not fit stops admission (no
-//    overtaking, so long prompts do not starve).
-// A step's tokens therefore stay within the budget unless it holds one whole (UniPrefill) prefill.
+//    shrinks it to the kept counts. With SchedulerConfig::chunked_prefill a prefill longer than
+//    what the budget leaves is cut into chunks that fill it (Sarathi-style: a long prompt shares
+//    its steps with the running decodes instead of stalling them); only the last chunk samples.
+//    A dense prefill's chunks run every layer, each attending to the chunks before it through
+//    the cache. A UniPrefill prefill runs segment-wise (segment_chunks; docs/design.md section
+//    2): chunks of segment 0's tokens, then, once the segment's last chunk reported what its
+//    selection kept (RequestStepResult::next_segment_rows), chunks of those rows through
+//    segment 1, and so on; each segment's last chunk holds the selection's last n queries
+//    (NextSegmentChunkRows). A UniPrefill prefill that fits runs whole; without segment_chunks
+//    every one does, and the first whole prefill of a step is admitted even when it does not fit
+//    the remaining budget (that is how a prompt longer than the budget runs) instead of waiting
+//    forever. The queue is strict FCFS: a head that does not fit stops admission (no overtaking,
+//    so long prompts do not starve).
+// A step's tokens therefore stay within the budget, except a whole UniPrefill prefill without
+// segment_chunks, and a segment's last chunk where the budget is below the n queries it holds.
 //
 // Lifecycle: Submit -> waiting -> (Schedule admits) running -> (OnStepDone) finished, with
 // running -> preempted (waiting again) on memory pressure. Every submitted request is reported
@@ -59,7 +63,10 @@ int NextSegmentChunkRows(int remaining, int budget, int tail);
 
 struct SchedulerConfig {
   int max_batched_tokens = 8192;  // --max-batched-tokens: tokens of all requests in one step
-  bool chunked_prefill = true;    // cut dense prefills into chunks that fit the step's budget
+  bool chunked_prefill = true;    // cut prefills into chunks that fit the step's budget
+  // With chunked_prefill: cut UniPrefill prefills segment-wise (the model runs
+  // SequenceStep::chunk); false: such a prefill runs whole in one step.
+  bool segment_chunks = true;
 };
 
 enum class RequestState { kWaiting, kRunning, kPreempted, kFinished };
@@ -73,6 +80,8 @@ struct RequestSpec {
   int prompt_tokens = 0;
   int max_tokens = 1;     // tokens to generate, >= 1
   bool uniprefill = true;  // whether its prefill may drop tokens
+  // UniPrefill: the queries its selection reads (n); each segment's last chunk holds them.
+  int selection_queries = 0;
 };
 
 struct RequestInfo {
@@ -88,6 +97,12 @@ struct RequestInfo {
   // chunks are done; prefill_target is that prefill's length (0: not in a chunked prefill).
   int prefilled = 0;
   int prefill_target = 0;
+  // A segment-wise chunked prefill: the segment whose chunks run now (-1: dense chunks, or no
+  // chunked prefill), that segment's rows (its kept tokens) and how many of them are done.
+  int segment = -1;
+  int segment_rows = 0;
+  int segment_done = 0;
+  int selection_queries = 0;
   bool prefill_in_progress() const { return prefill_target > 0 && prefilled < prefill_target; }
 };
 
@@ -101,6 +116,13 @@ struct ScheduledRequest {
   // (only then is a token sampled; an unchunked prefill is one chunk from 0).
   int chunk_begin = 0;
   bool last_chunk = true;
+  // A segment-wise chunk (a UniPrefill prefill longer than its share): rows [chunk_begin,
+  // chunk_begin + num_tokens) of segment `segment`'s segment_rows rows, which it runs that
+  // segment's layers on; last_chunk is the last segment's end. -1: every layer (dense chunks,
+  // whole prefills, decodes).
+  int segment = -1;
+  int segment_rows = 0;
+  bool ends_segment() const { return segment >= 0 && chunk_begin + num_tokens == segment_rows; }
   int prefill_tokens() const { return chunk_begin + num_tokens; }  // done after this chunk
   bool operator==(const ScheduledRequest&) const = default;
 };
@@ -122,6 +144,9 @@ struct RequestStepResult {
   // is not its prefill's last.
   std::vector<int> segment_tokens;
   bool stop = false;  // the sampled token ends the request (EOS, stop string)
+  // A segment-wise chunk that ended a segment before the last: the rows its selection kept, which
+  // the next segment's chunks run (0: every row kept).
+  int next_segment_rows = 0;
 };
 
 struct FinishedRequest {
@@ -175,6 +200,8 @@ class Scheduler {
  private:
   int PrefillTokens(const RequestInfo& r) const { return r.prompt_tokens + r.generated; }
   void ScheduleDecodes(StepPlan& plan);
+  // The next chunk of r's chunked prefill within `budget` tokens (rows).
+  ScheduledRequest NextChunk(const RequestInfo& r, int budget) const;
   void ContinueChunkedPrefills(StepPlan& plan);
   void TopUpChunkedPrefills(StepPlan& plan);
   void AdmitWaiting(StepPlan& plan);

@@ -15,6 +15,7 @@ namespace uniprefill {
 void PrintTo(const ScheduledRequest& r, std::ostream* os) {
   *os << (r.is_prefill ? "P" : "D") << r.id;
   if (r.is_prefill) *os << "x" << r.num_tokens << (r.uniprefill ? "u" : "");
+  if (r.is_prefill && r.segment >= 0) *os << "s" << r.segment << "/" << r.segment_rows;
   if (r.is_prefill && (r.chunk_begin > 0 || !r.last_chunk)) {
     *os << "@" << r.chunk_begin << (r.last_chunk ? "$" : "");
   }
@@ -46,6 +47,20 @@ ScheduledRequest C(RequestId id, int n, int begin, bool last) {
   r.last_chunk = last;
   return r;
 }
+// A segment-wise chunk: rows [begin, begin + n) of segment `seg`'s `rows` rows.
+ScheduledRequest SC(RequestId id, int n, int begin, int seg, int rows, bool last = false) {
+  ScheduledRequest r{id, n, true, true};
+  r.chunk_begin = begin;
+  r.segment = seg;
+  r.segment_rows = rows;
+  r.last_chunk = last;
+  return r;
+}
+RequestStepResult Kept(RequestId id, int next_segment_rows) {
+  RequestStepResult r{id, {}, false};
+  r.next_segment_rows = next_segment_rows;
+  return r;
+}
 RequestSpec Dense(int prompt, int max_tokens) { return {prompt, max_tokens, false}; }
 StepPlan Plan(std::vector<ScheduledRequest> requests, std::vector<RequestId> preempted = {}) {
   return StepPlan{std::move(requests), std::move(preempted)};
@@ -61,10 +76,11 @@ KvCacheSpec Spec(std::vector<KvSegmentSpec> segments) {
   return spec;
 }
 
-// One full-attention layer per segment.
-Scheduler Make(int budget, int segments, int num_blocks, int block_tokens, int slots = 8) {
+// One full-attention layer per segment. UniPrefill prefills run whole unless segment_chunks.
+Scheduler Make(int budget, int segments, int num_blocks, int block_tokens, int slots = 8,
+               bool segment_chunks = false) {
   KvCacheSpec spec = Spec(std::vector<KvSegmentSpec>(segments, KvSegmentSpec{1, 0, 0}));
-  return Scheduler(SchedulerConfig{budget},
+  return Scheduler(SchedulerConfig{budget, /*chunked_prefill=*/true, segment_chunks},
                    KvBlockManager(spec, KvPoolSize{num_blocks, block_tokens, slots}));
 }
 
@@ -221,6 +237,93 @@ TEST(SchedulerTest, PreemptedMidPrefillStartsItsPrefillOver) {
   }
   EXPECT_TRUE(restarted);
   EXPECT_FALSE(s.has_unfinished());
+  EXPECT_EQ(s.kv().Usage().used_blocks, 0);
+}
+
+// A UniPrefill prompt longer than the budget runs segment-wise: segment 0's tokens in chunks (the
+// segment's last chunk holds the selection's 24 queries), then the rows each selection kept; the
+// reservation stays dense until the last chunk reports the kept counts.
+TEST(SchedulerTest, UniPrefillPrefillRunsSegmentWiseInChunks) {
+  Scheduler s = Make(/*budget=*/64, 3, 200, 16, 8, /*segment_chunks=*/true);
+  SubmitAll(s, {{200, 2, true, 24}, {20, 2, true, 24}});
+  RunSteps(s, {
+      {Plan({SC(0, 64, 0, 0, 200)})},
+      // A fair share (32), B fits whole (20), and A's chunk takes what is left (12).
+      {Plan({SC(0, 44, 64, 0, 200), P(1, 20)})},
+      {Plan({D(1), SC(0, 63, 108, 0, 200)}), {}, {Length(1, 2)}},
+      // 29 left under a budget of 64: one chunk ends the segment; it kept 100 rows.
+      {Plan({SC(0, 29, 171, 0, 200)}), {Kept(0, 100)}},
+      {Plan({SC(0, 64, 0, 1, 100)})},
+      // 36 left: all of it (the tail rule holds), kept 50.
+      {Plan({SC(0, 36, 64, 1, 100)}), {Kept(0, 50)}},
+  });
+  EXPECT_EQ(s.kv().BlocksHeld(0), 3 * 13);  // still reserved dense
+  const RequestInfo* a = s.Find(0);
+  EXPECT_EQ(a->segment, 2);
+  EXPECT_EQ(a->segment_rows, 50);
+  Result<StepPlan> plan = s.Schedule();
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(*plan, Plan({SC(0, 50, 0, 2, 50, /*last=*/true)}));
+  const std::vector<RequestStepResult> done = {{0, {200, 100, 50}, false}};
+  ASSERT_TRUE(s.OnStepDone(done).ok());
+  EXPECT_EQ(Vec(s.kv().FullTable(0, 1)).size(), 7u);  // 100 tokens kept: 7 blocks of 16
+  EXPECT_EQ(Vec(s.kv().FullTable(0, 2)).size(), 4u);
+  EXPECT_EQ(s.Find(0)->segment, -1);
+  RunSteps(s, {{Plan({D(0)}), {}, {Length(0, 2)}}});
+  EXPECT_EQ(s.kv().Usage().used_blocks, 0);
+}
+
+// The tail rule: with room for 10 rows a step, a segment is cut 10, 10, ... until the last 24
+// rows, which run as one chunk; the last segment (no drop after it here) too, since its end may
+// be a drop at the last layer.
+TEST(SchedulerTest, SegmentsLastChunkHoldsTheSelectionsQueries) {
+  Scheduler s = Make(/*budget=*/10, 2, 100, 16, 8, /*segment_chunks=*/true);
+  SubmitAll(s, {{50, 1, true, 24}});
+  RunSteps(s, {
+      {Plan({SC(0, 10, 0, 0, 50)})},
+      {Plan({SC(0, 10, 10, 0, 50)})},
+      {Plan({SC(0, 6, 20, 0, 50)})},
+      {Plan({SC(0, 24, 26, 0, 50)}), {Kept(0, 30)}},
+      {Plan({SC(0, 6, 0, 1, 30)})},
+      {Plan({SC(0, 24, 6, 1, 30, true)}), {{0, {50, 30}, false}}, {Length(0, 1)}},
+  });
+}
+
+// Preempted in segment 1, a request frees its blocks (its boundary rows go with its cache) and
+// starts over from segment 0's first token when re-admitted.
+TEST(SchedulerTest, PreemptedMidSegmentStartsItsPrefillOver) {
+  // 17 blocks of 4 tokens, 2 segments, budget 8. A (8 tokens, 2 + 2 blocks) runs whole and
+  // decodes; B (20 tokens: 5 + 5 blocks) runs segment-wise beside it until A's decode needs a
+  // 4th block in each segment (token 13): B, the newest, is preempted in segment 1.
+  Scheduler s = Make(/*budget=*/8, 2, 17, 4, 8, /*segment_chunks=*/true);
+  SubmitAll(s, {{8, 10, true, 4}, {20, 1, true, 4}});
+  RunSteps(s, {
+      {Plan({P(0, 8)})},
+      {Plan({D(0), SC(1, 7, 0, 0, 20)})},
+      {Plan({D(0), SC(1, 7, 7, 0, 20)})},
+      {Plan({D(0), SC(1, 6, 14, 0, 20)}), {Kept(1, 12)}},
+      {Plan({D(0), SC(1, 7, 0, 1, 12)})},
+      {Plan({D(0)}, {1})},
+  });
+  EXPECT_EQ(s.Find(1)->segment, -1);
+  EXPECT_EQ(s.Find(1)->preemptions, 1);
+  bool restarted = false;
+  for (int step = 0; step < 100 && s.has_unfinished(); ++step) {
+    Result<StepPlan> plan = s.Schedule();
+    ASSERT_TRUE(plan.ok());
+    std::vector<RequestStepResult> results;
+    for (const ScheduledRequest& r : plan->requests) {
+      if (r.id == 1 && !restarted) {
+        EXPECT_EQ(r.segment, 0);
+        EXPECT_EQ(r.chunk_begin, 0);
+        EXPECT_EQ(r.segment_rows, 20);
+        restarted = true;
+      }
+    }
+    ASSERT_TRUE(s.OnStepDone({}).ok());
+    ASSERT_TRUE(s.CheckInvariants().ok()) << s.CheckInvariants().message();
+  }
+  EXPECT_TRUE(restarted);
   EXPECT_EQ(s.kv().Usage().used_blocks, 0);
 }
 
@@ -447,7 +550,8 @@ TEST(SchedulerTest, ProtocolErrorsChangeNothing) {
 // cache small enough to force waiting and preemption. Checks every step: invariants, plan shape,
 // the budget rule; at the end: each request finished exactly once, and no block leaked.
 TEST(SchedulerTest, RandomizedSimulationFinishesEveryRequestOnceWithoutLeaks) {
-  for (uint64_t seed : {1u, 2u, 3u}) {
+  for (uint64_t seed : {1u, 2u, 3u, 4u, 5u, 6u}) {
+    const bool segment_chunks = seed > 3;  // UniPrefill prefills segment-wise in chunks
     SCOPED_TRACE("seed " + std::to_string(seed));
     std::mt19937_64 rng(seed);
     auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
@@ -457,7 +561,17 @@ TEST(SchedulerTest, RandomizedSimulationFinishesEveryRequestOnceWithoutLeaks) {
     spec.linear_layers = 1;
     spec.linear_state_bytes = 100;
     const int budget = 256;
-    Scheduler s(SchedulerConfig{budget}, KvBlockManager(spec, KvPoolSize{300, 8, 16}));
+    const int tail = 24;  // the selection's last n queries
+    Scheduler s(SchedulerConfig{budget, true, segment_chunks},
+                KvBlockManager(spec, KvPoolSize{300, 8, 16}));
+    // Segment-wise prefills in flight: what each segment kept (the engine's boundary rows) and
+    // where the next chunk must start.
+    struct InFlight {
+      std::vector<int> segment_rows;
+      int segment = 0, done = 0;
+    };
+    std::map<RequestId, InFlight> in_flight;
+    int max_boundaries = 0;
 
     const int n_requests = 300;
     std::map<RequestId, RequestSpec> submitted;
@@ -467,7 +581,7 @@ TEST(SchedulerTest, RandomizedSimulationFinishesEveryRequestOnceWithoutLeaks) {
     for (int step = 0; step < 100000; ++step) {
       // Arrivals: a few per step, sometimes one that can never fit.
       for (int a = uniform(0, 3); a > 0 && submitted_count < n_requests; --a, ++submitted_count) {
-        RequestSpec r{uniform(1, 200), uniform(1, 120), chance(0.7)};
+        RequestSpec r{uniform(1, 400), uniform(1, 120), chance(0.7), tail};
         if (chance(0.02)) r.prompt_tokens = 5000;
         Result<RequestId> id = s.Submit(r);
         if (!id.ok()) {
@@ -497,18 +611,53 @@ TEST(SchedulerTest, RandomizedSimulationFinishesEveryRequestOnceWithoutLeaks) {
         prefills += r.is_prefill;
         if (r.is_prefill) {
           const RequestInfo* info = s.Find(r.id);
-          ASSERT_LE(r.prefill_tokens(), info->prompt_tokens + info->generated);
-          if (r.last_chunk) ASSERT_EQ(r.prefill_tokens(), info->prompt_tokens + info->generated);
+          const int prefill = info->prompt_tokens + info->generated;
+          ASSERT_LE(r.prefill_tokens(), prefill);
+          if (r.segment >= 0) {  // the chunk continues its segment where the last one stopped
+            ASSERT_TRUE(segment_chunks && r.uniprefill);
+            InFlight& f = in_flight[r.id];
+            if (f.segment_rows.empty()) f.segment_rows = {prefill};
+            ASSERT_EQ(r.segment, f.segment);
+            ASSERT_EQ(r.chunk_begin, f.done);
+            ASSERT_EQ(r.segment_rows, f.segment_rows.back());
+            ASSERT_TRUE(!r.ends_segment() || r.num_tokens >= std::min(tail, r.segment_rows));
+            ASSERT_EQ(r.last_chunk, r.ends_segment() && r.segment == 2);
+            continue;
+          }
+          if (r.last_chunk) ASSERT_EQ(r.prefill_tokens(), prefill);
           if (r.uniprefill) ASSERT_TRUE(r.chunk_begin == 0 && r.last_chunk);
           whole_prefills += r.uniprefill;
         }
       }
-      ASSERT_TRUE(plan->num_tokens() <= budget || whole_prefills == 1);
-      for (RequestId id : plan->preempted) ASSERT_EQ(in_plan.count(id), 0u);
+      if (segment_chunks) {  // a whole UniPrefill prefill fits; a segment's tail may add n - 1
+        ASSERT_LE(plan->num_tokens(), budget + tail - 1);
+      } else {
+        ASSERT_TRUE(plan->num_tokens() <= budget || whole_prefills == 1);
+      }
+      for (RequestId id : plan->preempted) {
+        ASSERT_EQ(in_plan.count(id), 0u);
+        in_flight.erase(id);  // its prefill starts over
+      }
 
       std::vector<RequestStepResult> results;
       for (const ScheduledRequest& r : plan->requests) {
         RequestStepResult res{r.id, {}, r.last_chunk && chance(0.03)};
+        if (r.segment >= 0) {  // the engine's boundary: what each segment kept
+          InFlight& f = in_flight[r.id];
+          if (r.ends_segment() && !r.last_chunk) {
+            res.next_segment_rows = std::max(1, r.segment_rows * uniform(20, 100) / 100);
+            f.segment_rows.push_back(res.next_segment_rows);
+            ++f.segment;
+            f.done = 0;
+          } else if (r.last_chunk) {
+            res.segment_tokens = f.segment_rows;
+            in_flight.erase(r.id);
+          } else {
+            f.done += r.num_tokens;
+          }
+          results.push_back(res);
+          continue;
+        }
         if (r.is_prefill && r.uniprefill && r.num_tokens > 32) {
           const int k1 = std::max(1, r.num_tokens * uniform(20, 100) / 100);
           const int k2 = std::max(1, k1 * uniform(20, 100) / 100);
@@ -527,6 +676,7 @@ TEST(SchedulerTest, RandomizedSimulationFinishesEveryRequestOnceWithoutLeaks) {
       Result<std::vector<FinishedRequest>> done = s.OnStepDone(results);
       ASSERT_TRUE(done.ok()) << done.status().message();
       for (const FinishedRequest& f : *done) {
+        in_flight.erase(f.id);  // an abort mid-prefill frees its boundary with its cache
         ++finished_count[f.id];
         ASSERT_TRUE(submitted.count(f.id));
         if (f.reason == FinishReason::kLength) {
@@ -536,7 +686,12 @@ TEST(SchedulerTest, RandomizedSimulationFinishesEveryRequestOnceWithoutLeaks) {
       }
       ASSERT_TRUE(s.CheckInvariants().ok()) << s.CheckInvariants().message();
       max_saved = std::max(max_saved, s.kv().Usage().saved_bytes);
+      int boundaries = 0;  // prefills past segment 0 hold rows between segments
+      for (const auto& [id, f] : in_flight) boundaries += f.segment > 0;
+      max_boundaries = std::max(max_boundaries, boundaries);
     }
+    EXPECT_TRUE(in_flight.empty());  // no boundary rows held at the end
+    if (segment_chunks) EXPECT_GT(max_boundaries, 0);
     EXPECT_FALSE(s.has_unfinished());
     EXPECT_EQ(submitted_count, n_requests);
     EXPECT_GT(rejected, 0);
