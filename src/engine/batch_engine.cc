@@ -103,6 +103,7 @@ struct BatchEngine::Impl {
     std::vector<int32_t> prefill;  // the prefill being computed: prompt + tokens sampled so far
     std::vector<int32_t> feed;     // this step's input ids
     std::vector<float> logits;     // f32 [vocab]
+    SegmentChunk chunk;            // this step's segment-wise chunk (when the plan's is one)
     StepSampling device;           // this step's on-device choice (when `on_device`)
     int32_t device_token = -1;
     float device_logprob = 0.0f;
@@ -171,8 +172,11 @@ Result<std::unique_ptr<BatchEngine>> BatchEngine::Start(Engine& engine,
   } else {
     impl->arena = std::make_unique<KvArena>(impl->layout, size);
   }
-  impl->scheduler.emplace(SchedulerConfig{options.max_batched_tokens, options.chunked_prefill},
-                          KvBlockManager(spec, size));
+  // UniPrefill prefills run segment-wise in chunks where the model can (the CPU backend today).
+  const bool segment_chunks = options.chunked_prefill && core.model->supports_segment_chunks();
+  impl->scheduler.emplace(
+      SchedulerConfig{options.max_batched_tokens, options.chunked_prefill, segment_chunks},
+      KvBlockManager(spec, size));
   ServingMetrics& m = impl->counters;
   m.ttft_s = Histogram::WithBounds(LatencyBounds());
   m.e2e_s = Histogram::WithBounds(LatencyBounds());
@@ -326,6 +330,7 @@ void BatchEngine::Impl::Admit(Pending p) {
   spec.prompt_tokens = static_cast<int>(p.prompt.size());
   spec.max_tokens = p.params.max_tokens;
   spec.uniprefill = p.params.uniprefill && p.selection.enabled;
+  spec.selection_queries = p.selection.selection.last_n;
   Result<RequestId> sid = scheduler->Submit(spec);
   auto l = std::make_unique<Live>(ToSamplerConfig(p.params));
   l->id = p.id;
@@ -397,7 +402,7 @@ void BatchEngine::Impl::RunStep() {
     }
     if (sr.is_prefill) {
       any_prefill = true;
-      if (sr.chunk_begin == 0) {  // a prefill starts (or a preempted request's recompute)
+      if (sr.chunk_begin == 0 && sr.segment <= 0) {  // a prefill starts (or a recompute)
         l.prefill = l.prompt;
         l.prefill.insert(l.prefill.end(), l.sampled.begin(), l.sampled.end());
         if (arena) {
@@ -409,9 +414,13 @@ void BatchEngine::Impl::RunStep() {
         l.kept.clear();
       }
       // This chunk of it (the whole prefill unless the scheduler chunked it); earlier chunks are
-      // in the cache.
-      l.feed.assign(l.prefill.begin() + sr.chunk_begin,
-                    l.prefill.begin() + sr.chunk_begin + sr.num_tokens);
+      // in the cache. A later segment's chunk runs rows of the cache's boundary, not tokens.
+      if (sr.segment <= 0) {
+        l.feed.assign(l.prefill.begin() + sr.chunk_begin,
+                      l.prefill.begin() + sr.chunk_begin + sr.num_tokens);
+      } else {
+        l.feed.clear();
+      }
       counters.prompt_tokens += static_cast<int64_t>(l.feed.size());
     } else {
       any_decode = true;
@@ -437,6 +446,10 @@ void BatchEngine::Impl::RunStep() {
     s.kept = sr.is_prefill ? &l.kept : nullptr;
     s.allow_drop = sr.uniprefill;
     s.selection = &l.selection;
+    if (sr.segment >= 0) {
+      l.chunk = SegmentChunk{sr.segment, sr.num_tokens, sr.segment_rows, sr.ends_segment()};
+      s.chunk = &l.chunk;
+    }
     steps.push_back(s);
     step_live.push_back(&l);
   }
@@ -469,6 +482,8 @@ void BatchEngine::Impl::RunStep() {
     RequestStepResult r;
     r.id = sr.id;
     if (sr.is_prefill && !sr.last_chunk) {  // nothing sampled yet
+      // A segment's end: the next segment runs the rows its selection kept.
+      if (sr.ends_segment()) r.next_segment_rows = l.cache->boundary().ready.rows();
       results.push_back(std::move(r));
       continue;
     }

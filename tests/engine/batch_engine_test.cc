@@ -191,8 +191,10 @@ class BatchEngineTest : public ::testing::Test {
   // Every request at once into PreemptingPool(); `c` (one collector per request) receives what
   // each produced. Returns the metrics once all have finished.
   static ServingMetrics RunPreempting(const std::vector<Request>& requests,
-                                      std::vector<Collector>& c) {
-    auto batch = Start(PreemptingPool());
+                                      std::vector<Collector>& c, int max_batched_tokens = 8192) {
+    ServingOptions o = PreemptingPool();
+    o.max_batched_tokens = max_batched_tokens;
+    auto batch = Start(o);
     for (size_t i = 0; i < requests.size(); ++i) {
       EXPECT_TRUE(
           batch->Submit(requests[i].prompt, requests[i].params, c[i].Callback()).ok());
@@ -466,10 +468,17 @@ TEST_F(BatchEngineTest, PreemptedSeededRequestsDrawTheirAloneTokens) {
 // is the original one plus the tokens generated before the preemption, run alone (the repetition
 // window, the last 64 tokens of prompt and output, is the same for both). Greedy only: such a
 // request starts its own random generator, which the preempted request does not.
-TEST_F(BatchEngineTest, PreemptedUniPrefillRequestsContinueAsAPrefillOfWhatTheyGenerated) {
+// With a budget of 12 or 6 tokens a step, every prefill (20 prompt tokens, or a recompute of the
+// prompt and its output so far) runs segment-wise in chunks, and preemptions strike requests in
+// the middle of segment 0 (their boundary already holding rows); each piece of output still
+// equals a whole prefill of what came before it, alone.
+class PreemptedUniPrefillTest : public BatchEngineTest,
+                                public ::testing::WithParamInterface<int> {};
+
+TEST_P(PreemptedUniPrefillTest, RequestsContinueAsAPrefillOfWhatTheyGenerated) {
   const std::vector<Request> requests = Burst(Greedy(kBurstOutputTokens));
   std::vector<Collector> c(requests.size());
-  RunPreempting(requests, c);
+  RunPreempting(requests, c, /*max_batched_tokens=*/GetParam());
   // The references: each request's output from its start, then from each preemption, up to the
   // next one.
   struct Piece {
@@ -488,6 +497,8 @@ TEST_F(BatchEngineTest, PreemptedUniPrefillRequestsContinueAsAPrefillOfWhatTheyG
     cuts.insert(cuts.begin(), 0);
     cuts.push_back(static_cast<int>(got.size()));
     for (size_t k = 0; k + 1 < cuts.size(); ++k) {
+      // Preempted again during a recompute (a chunked prefill spans steps): no output between.
+      if (cuts[k + 1] == cuts[k]) continue;
       pieces.push_back({i, cuts[k], cuts[k + 1]});
       Request r = requests[i];
       r.prompt.insert(r.prompt.end(), got.begin(), got.begin() + cuts[k]);
@@ -503,6 +514,55 @@ TEST_F(BatchEngineTest, PreemptedUniPrefillRequestsContinueAsAPrefillOfWhatTheyG
                      "request " + std::to_string(p.request) + ", output tokens from " +
                          std::to_string(p.from));
   }
+}
+
+INSTANTIATE_TEST_SUITE_P(Budgets, PreemptedUniPrefillTest, ::testing::Values(8192, 12, 6));
+
+// UniPrefill prompts longer than a 24-token budget run segment-wise in chunks beside the running
+// decodes (SchedulerConfig::segment_chunks): each keeps what its prefill kept whole, alone, and
+// gives the same tokens (or a near tie), and chunks share steps with decodes.
+TEST_F(BatchEngineTest, SegmentChunkedUniPrefillPrefillsKeepWhatWholePrefillsKeep) {
+  const int n = 4;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < n; ++i) prompts.push_back(Prompt(70 + 45 * i, 400 + i));
+  const SamplingParams p = Greedy(8);
+  std::vector<std::vector<SampledToken>> alone(n);
+  std::vector<std::vector<KeptTokensInfo>> alone_kept(n);
+  {
+    ServingOptions whole;
+    whole.chunked_prefill = false;
+    auto batch = Start(whole);
+    for (int i = 0; i < n; ++i) {
+      Collector c;
+      ASSERT_TRUE(batch->Submit(prompts[i], p, c.Callback()).ok());
+      ASSERT_TRUE(c.Wait());
+      alone[i] = c.Sampled();
+      alone_kept[i] = c.Final().usage.kept;
+    }
+  }
+  ServingOptions o;
+  o.max_batched_tokens = 24;
+  auto batch = Start(o);
+  std::vector<Collector> c(n);
+  for (int i = 0; i < n; ++i) ASSERT_TRUE(batch->Submit(prompts[i], p, c[i].Callback()).ok());
+  for (int i = 0; i < n; ++i) {
+    ASSERT_TRUE(c[i].Wait());
+    const std::string what = "request " + std::to_string(i);
+    ExpectSameOutput(c[i].Sampled(), alone[i], what);
+    const std::vector<KeptTokensInfo> kept = c[i].Final().usage.kept;
+    ASSERT_EQ(kept.size(), 1u) << what;
+    ASSERT_EQ(alone_kept[i].size(), 1u) << what;
+    EXPECT_EQ(kept[0].layer, alone_kept[i][0].layer) << what;
+    EXPECT_EQ(kept[0].kept, alone_kept[i][0].kept) << what;
+    EXPECT_EQ(kept[0].alive, alone_kept[i][0].alive) << what;
+    EXPECT_LT(kept[0].kept, kept[0].alive) << what;
+  }
+  const ServingMetrics m = batch->Metrics();
+  int prompt_tokens = 0;
+  for (const auto& q : prompts) prompt_tokens += static_cast<int>(q.size());
+  EXPECT_EQ(m.prompt_tokens, prompt_tokens);  // segment 0's tokens once; later segments are rows
+  EXPECT_GT(m.mixed_steps, 0) << "no chunk shared a step with decodes";
+  EXPECT_EQ(m.kv_blocks_used, 0);
 }
 
 TEST_F(BatchEngineTest, CancelEndsTheRequestAndFreesItsKv) {
