@@ -136,8 +136,9 @@ void AddServeCommand(CLI::App& app, ServeOptions& o) {
       ->capture_default_str()
       ->group("Batching");
   cmd->add_flag("--no-chunked-prefill", o.no_chunked_prefill,
-                "Run every prefill whole in one step (by default a dense prefill is cut into "
-                "chunks that share steps with the running decodes; UniPrefill prefills run whole)")
+                "Run every prefill whole in one step (by default a long prefill is cut into "
+                "chunks that share steps with the running decodes; UniPrefill prefills "
+                "segment by segment on the CPU, whole on the GPU for now)")
       ->group("Batching");
   cmd->add_flag("--host-sampling", o.host_sampling,
                 "With --device cuda: copy every request's logits to the host and sample there "

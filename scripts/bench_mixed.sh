@@ -3,8 +3,9 @@
 # chat requests arriving as a Poisson stream with one long document landing among them, served
 # with chunked prefill (a small step budget) and without (--no-chunked-prefill), dense vs
 # UniPrefill, in one invocation. Writes docs/results/mixed_gemma3_270m_{chunked,whole}_{dense,
-# uniprefill}.json, prints the tables and the server's peak resident memory after each mode. UniPrefill prefills run whole either way (segment-wise chunking is not built
-# yet), so the chunked/whole contrast shows on the dense mode.
+# uniprefill}.json, prints the tables and the server's peak resident memory after each mode.
+# Chunked, a dense prefill runs every layer chunk by chunk and a UniPrefill prefill runs segment by
+# segment (docs/design.md section 2).
 #   bash scripts/bench_mixed.sh [extra serve flags, e.g. --threads 2]
 # The short requests generate long enough (SHORT_OUT tokens) to be decoding while the long prompt
 # is prefilled: their ITL then shows whether that prefill stalls them.

@@ -33,8 +33,9 @@ struct ServingOptions {
   int kv_block_tokens = 16;                     // alive indices per KV block
   int max_num_seqs = 256;                       // requests running at once
   int max_batched_tokens = 8192;                // tokens of all requests in one step
-  // Cut dense prefills into chunks that fill what the running decodes leave of each step's budget
-  // (UniPrefill prefills still run whole; engine/scheduler.h).
+  // Cut prefills into chunks that fill what the running decodes leave of each step's budget: dense
+  // ones through every layer, UniPrefill ones segment-wise where the model can (the CPU backend;
+  // elsewhere they run whole). engine/scheduler.h, docs/design.md section 2.
   bool chunked_prefill = true;
   // CUDA models: choose each request's next token on the GPU (only ids travel back) when its
   // sampling has no penalties and asks for no top_logprobs; false: every token from host logits.

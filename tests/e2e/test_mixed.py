@@ -2,13 +2,16 @@
 
 A server with --max-batched-tokens 256. Four short streaming completions (64-token prompts, 200
 tokens each, greedy, ignore_eos) start decoding; once each has streamed a few tokens, one long
-dense prompt ("uniprefill": false; 2000 tokens, 1000 with --quick) asks for 4 tokens. Chunked
-prefill cuts it into chunks of what the decodes leave of the budget, so its prefill spans several
-steps that each also decode the short requests: /metrics' uniprefill_mixed_steps_total grows by at
-least (long prompt / budget) - 1 during it (a whole prefill would be one such step). Its greedy
-tokens equal the same prompt alone, or part from them only where the alone run's top-2 gap is a
-near tie. Then `uniprefill bench serve` runs the mixed workload (Poisson short requests with a long
-one among them) at a small size against the same server and must report both classes.
+prompt (2000 tokens, 1000 with --quick) asks for 4 tokens, dense ("uniprefill": false) in one test
+and UniPrefill in the other. Chunked prefill cuts it into chunks of what the decodes leave of the
+budget (a UniPrefill prompt segment by segment), so its prefill spans several steps that each also
+decode the short requests: /metrics' uniprefill_mixed_steps_total grows by at least (long prompt /
+budget) - 1 during it (a whole prefill would be one such step). Its greedy tokens equal the same
+prompt prefilled whole by a --no-chunked-prefill server, or part from them only where that run's
+top-2 gap is a near tie; a UniPrefill prompt keeps exactly the tokens its whole prefill keeps (the
+response's `uniprefill.kept`). Then `uniprefill bench serve` runs the mixed workload (Poisson short
+requests with a long one among them) at a small size against the same server and must report both
+classes.
 """
 
 from __future__ import annotations
@@ -42,24 +45,27 @@ class Result:
 
 
 class MixedLoadTest(unittest.TestCase):
-    def test_long_dense_prompt_is_chunked_beside_running_decodes(self):
+    def _long_prompt_beside_running_decodes(self, uniprefill: bool) -> None:
         long_tokens = 1000 if CONFIG.quick else 2000
         long_prompt = [BOS] + token_prompt(long_tokens - 1, seed=4242)
         shorts = [[BOS] + token_prompt(63, seed=100 + i) for i in range(4)]
-        args = ["--max-batched-tokens", str(BUDGET), "--kv-cache-memory", "1GiB"]
-        with Server(args, name="mixed") as srv:
+        memory = ["--kv-cache-memory", "1GiB"]
+
+        def long_request(client, model):
+            r = client.completions.create(
+                model=model, prompt=long_prompt, max_tokens=4, temperature=0, logprobs=2,
+                extra_body={"ignore_eos": True, "uniprefill": uniprefill})
+            return Result(r), (r.model_extra or {}).get("uniprefill")
+
+        with Server(["--no-chunked-prefill"] + memory, name="mixed_whole") as srv:
+            client = openai.OpenAI(base_url=srv.openai_base_url, api_key="x", max_retries=0,
+                                   timeout=1800)
+            whole, whole_kept = long_request(client, client.models.list().data[0].id)
+
+        with Server(["--max-batched-tokens", str(BUDGET)] + memory, name="mixed") as srv:
             client = openai.OpenAI(base_url=srv.openai_base_url, api_key="x", max_retries=0,
                                    timeout=1800)
             model = client.models.list().data[0].id
-
-            def long_request():
-                r = client.completions.create(
-                    model=model, prompt=long_prompt, max_tokens=4, temperature=0, logprobs=2,
-                    extra_body={"ignore_eos": True, "uniprefill": False})
-                return Result(r)
-
-            alone = long_request()
-
             started = [threading.Event() for _ in shorts]
             short_tokens = [0] * len(shorts)
 
@@ -80,20 +86,33 @@ class MixedLoadTest(unittest.TestCase):
                 self.assertTrue(e.wait(timeout=600), "a short request never started streaming")
             before = srv.metrics().get("uniprefill_mixed_steps_total")
             t0 = time.monotonic()
-            together = long_request()
+            together, together_kept = long_request(client, model)
             long_s = time.monotonic() - t0
             after = srv.metrics().get("uniprefill_mixed_steps_total")
             for t in threads:
                 t.join(timeout=1800)
-            log(f"    long {long_tokens}-token dense prompt beside 4 decodes: {long_s:.1f} s, "
-                f"mixed steps {before:.0f} -> {after:.0f}; short tokens {short_tokens}")
+            kind = "UniPrefill" if uniprefill else "dense"
+            log(f"    long {long_tokens}-token {kind} prompt beside 4 decodes: {long_s:.1f} s, "
+                f"mixed steps {before:.0f} -> {after:.0f}; short tokens {short_tokens}; "
+                f"kept {together_kept} (whole: {whole_kept})")
 
         self.assertEqual(short_tokens, [200] * len(shorts))
         self.assertGreaterEqual(after - before, long_tokens // BUDGET - 1,
                                 "the long prefill did not share several steps with the decodes")
-        cmp = compare_with_alone([alone], [together], "chunked", ["long prompt"])
+        cmp = compare_with_alone([whole], [together], "chunked", ["long prompt"])
         cmp.log(1, "divergence")
         self.assertFalse(cmp.failures, "the chunked prefill's tokens differ from the whole one's")
+        if uniprefill:
+            self.assertTrue(whole_kept and whole_kept["kept"], "the whole prefill dropped nothing")
+            self.assertLess(whole_kept["kept"][-1]["kept"], whole_kept["kept"][0]["alive"])
+            self.assertEqual(together_kept["kept"], whole_kept["kept"],
+                             "segment-wise chunks kept other tokens than the whole prefill")
+
+    def test_long_dense_prompt_is_chunked_beside_running_decodes(self):
+        self._long_prompt_beside_running_decodes(uniprefill=False)
+
+    def test_long_uniprefill_prompt_is_chunked_segment_wise_beside_running_decodes(self):
+        self._long_prompt_beside_running_decodes(uniprefill=True)
 
     def test_bench_serve_mixed_workload_reports_both_classes(self):
         with Server(["--max-batched-tokens", str(BUDGET), "--kv-cache-memory", "1GiB"],
