@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Chunked prefill served on the GPU (docs/serving.md): the bf16 Llama-3.1-8B-shaped checkpoint
+# (tools/make_synthetic_checkpoint.py) under `serve --device cuda`, one server per variant, dense
+# and UniPrefill requests against each, two workloads:
+#   long4  4 concurrent 32K-token prompts, 64 output tokens each (closed loop)
+#   mixed  16 short requests (512-token prompts, 128 output tokens) arriving at 2/s with one
+#          128K-token prompt landing among them (4 output tokens)
+# Variants: chunked (--max-batched-tokens BUDGET, default 8192) and whole (--no-chunked-prefill).
+# Each server's GPU memory is sampled every 100 ms (nvidia-smi); its peak is printed per run.
+#   bash scripts/gpu_serve_mixed.sh CLI OUTDIR [VARIANT...]     (on the GPU machine)
+# CLI is the uniprefill binary; OUTDIR receives serve_<variant>_<workload>.json, server logs and
+# memory samples. The checkpoint is written once to $UP_CKPT (default /tmp/l8b).
+set -euo pipefail
+cli=${1:?usage: gpu_serve_mixed.sh CLI OUTDIR [VARIANT...]}
+out=${2:?usage: gpu_serve_mixed.sh CLI OUTDIR [VARIANT...]}
+shift 2
+variants=${*:-whole chunked}
+budget=${BUDGET:-8192}
+ckpt=${UP_CKPT:-/tmp/l8b}
+port=${PORT:-18090}
+workloads=${WORKLOADS:-long4 mixed}
+mkdir -p "$out"
+if [ ! -f "$ckpt/config.json" ]; then
+  t0=$(date +%s)
+  python3 tools/make_synthetic_checkpoint.py --preset llama-3.1-8b --dtype bf16 --out "$ckpt"
+  echo "checkpoint written in $(( $(date +%s) - t0 )) s"
+fi
+for variant in $variants; do
+  if [ "$variant" = chunked ]; then
+    flags=(--max-batched-tokens "$budget")
+  else
+    flags=(--no-chunked-prefill)
+  fi
+  "$cli" serve --model "$ckpt" --device cuda --port "$port" --ctx-size 140000 \
+    --kv-cache-memory 48GiB --quiet "${flags[@]}" 2> "$out/server_$variant.log" &
+  server=$!
+  trap 'kill $server 2>/dev/null || true' EXIT
+  for _ in $(seq 1 300); do
+    curl -sf "http://127.0.0.1:$port/health" >/dev/null && break
+    kill -0 "$server" 2>/dev/null || { tail -20 "$out/server_$variant.log"; exit 1; }
+    sleep 1
+  done
+  for w in $workloads; do
+    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 \
+      > "$out/memory_${variant}_$w.csv" &
+    sampler=$!
+    if [ "$w" = long4 ]; then
+      args=(--concurrency 4 -n 4 --prompt-tokens 32768 --output-tokens 64 --warmup 1)
+    else
+      args=(--rate 2 -n 16 --prompt-tokens 512 --output-tokens 128 --long-prompt-tokens 131072
+            --long-requests 1 --long-output-tokens 4 --slo-ttft-ms 2000 --slo-itl-ms 60
+            --warmup 1)
+    fi
+    echo "== $variant (${flags[*]}), $w"
+    "$cli" bench serve --url "http://127.0.0.1:$port" "${args[@]}" --modes dense,uniprefill \
+      -o "$out/serve_${variant}_$w.json"
+    kill "$sampler" 2>/dev/null || true
+    echo "peak GPU memory during $variant $w: $(sort -n "$out/memory_${variant}_$w.csv" | tail -1) MiB"
+  done
+  kill "$server" 2>/dev/null || true
+  wait "$server" 2>/dev/null || true
+done
