@@ -257,7 +257,12 @@ TEST(SchedulerTest, UniPrefillPrefillRunsSegmentWiseInChunks) {
       // 36 left: all of it (the tail rule holds), kept 50.
       {Plan({SC(0, 36, 64, 1, 100)}), {Kept(0, 50)}},
   });
-  EXPECT_EQ(s.kv().BlocksHeld(0), 3 * 13);  // still reserved dense
+  EXPECT_EQ(s.kv().BlocksHeld(0), 3 * 13);  // still reserved dense: blocks 0..38 in order
+  for (int seg = 0; seg < 3; ++seg) {
+    std::vector<int> want(13);
+    for (int i = 0; i < 13; ++i) want[i] = 13 * seg + i;
+    EXPECT_EQ(Vec(s.kv().FullTable(0, seg)), want) << "segment " << seg;
+  }
   const RequestInfo* a = s.Find(0);
   EXPECT_EQ(a->segment, 2);
   EXPECT_EQ(a->segment_rows, 50);
@@ -266,8 +271,10 @@ TEST(SchedulerTest, UniPrefillPrefillRunsSegmentWiseInChunks) {
   EXPECT_EQ(*plan, Plan({SC(0, 50, 0, 2, 50, /*last=*/true)}));
   const std::vector<RequestStepResult> done = {{0, {200, 100, 50}, false}};
   ASSERT_TRUE(s.OnStepDone(done).ok());
-  EXPECT_EQ(Vec(s.kv().FullTable(0, 1)).size(), 7u);  // 100 tokens kept: 7 blocks of 16
-  EXPECT_EQ(Vec(s.kv().FullTable(0, 2)).size(), 4u);
+  // Segment 0 keeps its 13 blocks; 100 kept rows need 7 of segment 1's, 50 need 4 of segment 2's.
+  EXPECT_EQ(Vec(s.kv().FullTable(0, 0)), std::vector<int>({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}));
+  EXPECT_EQ(Vec(s.kv().FullTable(0, 1)), std::vector<int>({13, 14, 15, 16, 17, 18, 19}));
+  EXPECT_EQ(Vec(s.kv().FullTable(0, 2)), std::vector<int>({26, 27, 28, 29}));
   EXPECT_EQ(s.Find(0)->segment, -1);
   RunSteps(s, {{Plan({D(0)}), {}, {Length(0, 2)}}});
   EXPECT_EQ(s.kv().Usage().used_blocks, 0);
