@@ -4,7 +4,7 @@
 # and UniPrefill requests against each, two workloads:
 #   long4  4 concurrent 32K-token prompts, 64 output tokens each (closed loop)
 #   mixed  16 short requests (512-token prompts, 128 output tokens) arriving at 2/s with one
-#          128K-token prompt landing among them (4 output tokens)
+#          130,000-token prompt (the 128K context less room) landing among them (4 output tokens)
 # Variants: chunked (--max-batched-tokens BUDGET, default 8192) and whole (--no-chunked-prefill).
 # Each server's GPU memory is sampled every 100 ms (nvidia-smi); its peak is printed per run.
 #   bash scripts/gpu_serve_mixed.sh CLI OUTDIR [VARIANT...]     (on the GPU machine)
@@ -31,7 +31,7 @@ for variant in $variants; do
   else
     flags=(--no-chunked-prefill)
   fi
-  "$cli" serve --model "$ckpt" --device cuda --port "$port" --ctx-size 140000 \
+  "$cli" serve --model "$ckpt" --device cuda --port "$port" \
     --kv-cache-memory 48GiB --quiet "${flags[@]}" 2> "$out/server_$variant.log" &
   server=$!
   trap 'kill $server 2>/dev/null || true' EXIT
@@ -47,7 +47,7 @@ for variant in $variants; do
     if [ "$w" = long4 ]; then
       args=(--concurrency 4 -n 4 --prompt-tokens 32768 --output-tokens 64 --warmup 1)
     else
-      args=(--rate 2 -n 16 --prompt-tokens 512 --output-tokens 128 --long-prompt-tokens 131072
+      args=(--rate 2 -n 16 --prompt-tokens 512 --output-tokens 128 --long-prompt-tokens 130000
             --long-requests 1 --long-output-tokens 4 --slo-ttft-ms 2000 --slo-itl-ms 60
             --warmup 1)
     fi
