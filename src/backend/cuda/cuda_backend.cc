@@ -150,6 +150,9 @@ Status CudaBackend::UploadSegment(const std::vector<Req>& reqs) {
   for (const Req& r : reqs) {
     pos.insert(pos.end(), r.pos.begin(), r.pos.end());
     index.insert(index.end(), r.index.begin(), r.index.end());
+    // The linear layers' kernels never see a request without rows (a segment-wise chunk outside
+    // its segment): an empty sequence must not touch its state.
+    if (r.rows() == 0) continue;
     cu.push_back(cu.back() + r.rows());
     max_rows_ = std::max(max_rows_, r.rows());
     if (has_linear_) {
@@ -161,6 +164,7 @@ Status CudaBackend::UploadSegment(const std::vector<Req>& reqs) {
   UP_ASSIGN_OR_RETURN(d_index_, staging_.Put(index, stream));
   UP_ASSIGN_OR_RETURN(d_cu_, staging_.Put(cu, stream));
   UP_ASSIGN_OR_RETURN(d_slots_, staging_.Put(slots, stream));
+  linear_batch_ = static_cast<int>(cu.size()) - 1;
   return OkStatus();
 }
 
@@ -196,6 +200,9 @@ Result<bool> CudaBackend::Begin(DeviceContext& ctx, std::span<const SequenceStep
       q.cache = cache;
       q.fresh = cache->empty();
       const PackedBatch::Seq& s = batch.seq(r);
+      q.chunk = steps[r].chunk;
+      q.enters = s.enters;
+      q.leaves = s.leaves;
       q.SetExactRows(std::vector<int32_t>(batch.positions() + s.begin, batch.positions() + s.end),
                      std::vector<int32_t>(batch.indices() + s.begin, batch.indices() + s.end));
       q.first_rows = q.rows();
@@ -208,6 +215,10 @@ Result<bool> CudaBackend::Begin(DeviceContext& ctx, std::span<const SequenceStep
   int max_tokens = 0;
   std::vector<int32_t> ids;
   int begin = 0;
+  // Segment-wise chunks: rows entering at later drop layers (the most rows any segment of this
+  // forward can hold is T + entering) and the rows segments' last chunks select among.
+  int64_t entering = 0, chunk_candidates = 0;
+  chunked_ = false;
   for (Req& q : reqs) {
     if (q.fresh) ++fresh_;
     q.begin = begin;
@@ -215,8 +226,13 @@ Result<bool> CudaBackend::Begin(DeviceContext& ctx, std::span<const SequenceStep
     max_tokens = std::max(max_tokens, q.cache->max_tokens());
     const PackedBatch::Seq& s = batch.seq(q.step);
     ids.insert(ids.end(), batch.token_ids().begin() + s.begin, batch.token_ids().begin() + s.end);
+    if (q.chunk == nullptr) continue;
+    chunked_ = true;
+    if (q.enters > 0) entering += q.chunk->rows;
+    if (q.chunk->ends_segment) chunk_candidates += q.chunk->segment_rows;
   }
   const int64_t T = begin;
+  const int64_t T_max = T + entering;
   rows_ = T;
   segment_ = 0;
   has_out_ = false;
@@ -238,24 +254,33 @@ Result<bool> CudaBackend::Begin(DeviceContext& ctx, std::span<const SequenceStep
     d.fixed_ratio = config.selection.mode == sparsity::SelectionMode::kFixedRatio;
     d.params = &config.selection;
     if (Selects(d) && d.cache_holds_tokens) cached_entries += step.cache->length() + d.rows;
+    // A segment's last chunk scores its segment's rows over the cache (at most all its tokens).
+    if (step.chunk && step.chunk->ends_segment) {
+      cached_entries += step.cache->length() + step.chunk->rows;
+    }
     at_start.push_back(d);
   }
-  bounded_ = PlanSyncFree(at_start, !drops_.empty(), uniprefill.drop_sync);
+  // Chunks take the synced path: rows leave and enter at drop layers, laid out exactly.
+  bounded_ = !chunked_ && PlanSyncFree(at_start, !drops_.empty(), uniprefill.drop_sync);
   layer_segment_.assign(c.n_layers, 0);
 
   // Staging for every small array of this forward: an upper bound of what the layers Put (each
   // Put pads to 4 ints). Per attention layer: slots, block tables, 5 per-request lists; per drop:
   // gather list, kept counts and rows, kept coordinates, the next segment's arrays (bounded: also
   // source rows, positions, indices, observation rows and coordinates, counts, bases, flags).
+  // Chunks also stage, per drop, the selection's kept rows among every candidate and the
+  // exchange's next segment (positions, indices, cu_seqlens, slots, a segment end's kept rows).
   const size_t bt = static_cast<size_t>(pool_->block_tokens());
   // (+ cuDNN attention's seq lens and four offset arrays)
-  const size_t per_layer = T + B * (max_tokens / bt + 2) + 12 * B + 96;
-  const size_t per_drop = 6 * T + 6 * B + 64 + 2 * cached_entries + 8 * B +
-                          (bounded_ ? 4 * T + 3 * B + B * (2 * max_last_n + 4) : 0);
+  const size_t per_layer = T_max + B * (max_tokens / bt + 2) + 12 * B + 96;
+  const size_t per_drop =
+      6 * T_max + 6 * B + 64 + 2 * cached_entries + 8 * B +
+      (bounded_ ? 4 * T + 3 * B + B * (2 * max_last_n + 4) : 0) +
+      (chunked_ ? 3 * T_max + 2 * chunk_candidates + 4 * B + 64 : 0);
   const size_t sampling = 6 * B + 16;  // SampleOnDevice: filters, uniforms, ids, logprobs
-  UP_RETURN_IF_ERROR(staging_.Reserve(c.n_layers * per_layer + drops_.size() * per_drop + 4 * T +
-                                      8 * B + drops_.size() * B + sampling + 64));
-  UP_RETURN_IF_ERROR(EnsureWork(T, B));
+  UP_RETURN_IF_ERROR(staging_.Reserve(c.n_layers * per_layer + drops_.size() * per_drop +
+                                      4 * T_max + 8 * B + drops_.size() * B + sampling + 64));
+  UP_RETURN_IF_ERROR(EnsureWork(T_max, B));
   cudaStream_t stream = ctx_.cuda().stream();
   events_.clear();
   drop_events_ = stats ? &events_ : nullptr;
@@ -276,6 +301,7 @@ Result<bool> CudaBackend::Begin(DeviceContext& ctx, std::span<const SequenceStep
 }
 
 Status CudaBackend::Embed() {
+  if (rows_ == 0) return OkStatus();  // only chunks of later segments
   const int64_t H = cfg_.hidden;
   oc::Embedding(ctx_, residual_[cur_].View(DType::kBF16, {rows_, H}),
                 embedding_.View(DType::kBF16, {cfg_.vocab_size, H}), d_ids_, embedding_scale_);
@@ -294,6 +320,10 @@ const DeviceBuffer& CudaBackend::NormWeight(int layer, NormSlot slot) const {
 }
 
 Status CudaBackend::NormInput(int layer, NormSlot slot) {
+  if (rows_ == 0) {  // no rows in this segment (segment-wise chunks): nothing to run
+    has_out_ = false;
+    return OkStatus();
+  }
   const int64_t H = cfg_.hidden;
   TensorView res = residual_[cur_].View(DType::kBF16, {rows_, H});
   TensorView normed = normed_.View(DType::kBF16, {rows_, H});
@@ -308,12 +338,18 @@ Status CudaBackend::NormInput(int layer, NormSlot slot) {
 }
 
 Status CudaBackend::NormOutput(int layer, NormSlot slot) {
+  if (rows_ == 0) return OkStatus();
   TensorView out = out_.View(DType::kBF16, {rows_, cfg_.hidden});
   oc::RmsNorm(ctx_, out, out, NormWeight(layer, slot).as<float>(), cfg_.rms_eps);
   return OkStatus();
 }
 
 Status CudaBackend::Attention(int layer, const DropLayer* drop) {
+  if (rows_ == 0) {  // no rows in this segment yet: the drop only moves to the next
+    layer_segment_[layer] = segment_;
+    if (drop) ++segment_;
+    return OkStatus();
+  }
   TensorView out = out_.View(DType::kBF16, {rows_, cfg_.hidden});
   UP_RETURN_IF_ERROR(AttentionMixer(layer, *layers_[layer].attention, reqs_, drop,
                                     uniprefill_->window_mode, segment_, &rows_, out));
@@ -323,6 +359,7 @@ Status CudaBackend::Attention(int layer, const DropLayer* drop) {
 }
 
 Status CudaBackend::DeltaNet(int layer) {
+  if (rows_ == 0) return OkStatus();
   TensorView out = out_.View(DType::kBF16, {rows_, cfg_.hidden});
   UP_RETURN_IF_ERROR(DeltaMixer(layer, *layers_[layer].delta, reqs_, rows_, out));
   has_out_ = true;
@@ -330,6 +367,7 @@ Status CudaBackend::DeltaNet(int layer) {
 }
 
 Status CudaBackend::GatedFfn(int layer) {
+  if (rows_ == 0) return OkStatus();
   const Layer& L = layers_[layer];
   const int64_t T = rows_, H = cfg_.hidden, f = L.gate_up.out / 2;
   TensorView normed = normed_.View(DType::kBF16, {T, H});
@@ -343,6 +381,7 @@ Status CudaBackend::GatedFfn(int layer) {
 }
 
 Status CudaBackend::Moe(int layer) {
+  if (rows_ == 0) return OkStatus();
   const int64_t T = rows_, H = cfg_.hidden;
   oc::MoeForward(ctx_, out_.View(DType::kBF16, {T, H}), normed_.View(DType::kBF16, {T, H}),
                  layers_[layer].moe->View(), moe_scratch_.data(), moe_scratch_.size());
@@ -358,7 +397,10 @@ Status CudaBackend::Finish() {
   std::span<const SequenceStep> steps = steps_;
   const std::vector<int>& drops = drops_;
   cudaStream_t stream = ctx_.cuda().stream();
-  for (Req& q : reqs) q.added[segment_] += q.rows();
+  // (A drop at the last layer opens no segment that holds layers: segment_ is then past them.)
+  for (Req& q : reqs) {
+    if (segment_ < static_cast<int>(q.added.size())) q.added[segment_] += q.rows();
+  }
 
   // Final norm, each request's last row, logits.
   TensorView normed = normed_.View(DType::kBF16, {T, H});
@@ -371,8 +413,9 @@ Status CudaBackend::Finish() {
     oc::SegmentTailRows(ctx_, last.first, d_cu_, d_counts_, B, 1);
     d_last = last.first;
   } else {
+    // A chunk whose rows left at a drop has none: a zero row (its logits are not wanted).
     std::vector<int32_t> last;
-    for (const Req& q : reqs) last.push_back(q.begin + q.rows() - 1);
+    for (const Req& q : reqs) last.push_back(q.rows() > 0 ? q.begin + q.rows() - 1 : -1);
     UP_ASSIGN_OR_RETURN(d_last, staging_.Put(last, stream));
   }
   TensorView last_h = last_hidden_.View(DType::kBF16, {B, H});
@@ -457,7 +500,7 @@ CudaBackend::~CudaBackend() {
 }
 
 bool CudaBackend::GraphEligible() const {
-  if (!decode_graphs_ || fresh_ > 0 || bounded_ || stats_ != nullptr) return false;
+  if (!decode_graphs_ || fresh_ > 0 || bounded_ || chunked_ || stats_ != nullptr) return false;
   for (const Req& q : reqs_) {
     if (q.rows() != 1) return false;
   }

@@ -17,6 +17,9 @@
 //     host sync per drop layer.
 // Caches come from NewCache (CudaSequenceCache on the backend's device pool). A request whose cache
 // already holds tokens may drop too (scored over every cached key of the layer, synced path).
+// Segment-wise chunked prefill (SequenceStep::chunk) runs on the synced path: a chunk's rows
+// leave for its cache's boundary (device bf16 rows) at the next drop layer and enter the next
+// segment from it; requests with no rows in a segment are left out of every kernel.
 //
 // The header is CUDA-free: builds without the CUDA backend get an Unimplemented error.
 #pragma once

@@ -1,7 +1,8 @@
 // UniPrefill drops of the CUDA backend (cuda_backend_impl.h), at a drop layer after its keys are
 // cached: score the last n queries' attention (AttentionImportance; over the step's own keys for a
 // fresh prompt, over every cached key of the layer for a request whose cache holds tokens, as the
-// CPU backend does), select (SelectTokens) among the step's rows, then
+// CPU backend does), select (SelectTokens) among the step's rows (a segment-wise chunk that ends
+// its segment: among all of the segment's rows, its own passing whole), then
 // compact the residual and the kept queries. SyncedDrop learns the kept rows by one host sync and
 // lays the next segment out exactly (top-p); BoundedDrop never syncs (fixed ratio: capacities,
 // padding rows and device-side counts, ops/cuda/cuda_uniprefill.h), and ReconcileBoundedCaches
@@ -47,7 +48,9 @@ std::vector<DropRequest> DropRequests(const std::vector<Req>& reqs, const DropLa
     d.allow_drop = step.allow_drop;
     d.cache_holds_tokens = !q.fresh;
     d.fixed_ratio = config->selection.mode == sparsity::SelectionMode::kFixedRatio;
-    d.next_base = q.cache->segment_length(segment + 1);
+    // (A drop at the last layer opens no segment: nothing follows to number.)
+    const bool next_exists = segment + 1 < q.cache->layout().n_segments;
+    d.next_base = next_exists ? q.cache->segment_length(segment + 1) : 0;
     d.params = &config->selection;
     out.push_back(d);
   }
@@ -59,19 +62,34 @@ struct Selecting {
   std::vector<DropRequest> requests;                     // [B]
   std::vector<char> selects;                             // [B]
   std::vector<const sparsity::SelectionParams*> params;  // [B]: each request's selection
+  // [B] the rows a selecting request chooses among: its own, or for a segment's last chunk every
+  // row of the segment (its newest cache entries), whose rows then pass whole.
+  std::vector<int> candidates;
+  std::vector<char> ends_segment;  // [B] a chunk in its segment's last chunk, at its end
   bool any = false;
+  bool compacts = false;     // some request other than a chunk selects (its rows shrink)
   size_t scratch_bytes = 0;  // SelectTokens scratch for the largest selecting request
 };
 
 Selecting SelectingRequests(const std::vector<Req>& reqs, const DropLayer& drop, int segment) {
   Selecting out;
   out.requests = DropRequests(reqs, drop, segment);
-  for (const DropRequest& d : out.requests) {
+  for (size_t r = 0; r < reqs.size(); ++r) {
+    DropRequest d = out.requests[r];
+    const SegmentChunk* chunk = reqs[r].chunk;
+    // A chunk passes its drop layer whole; only the segment's last chunk selects, over all of the
+    // segment's rows (model/blocks/attention_block.cc, SelectRows).
+    const bool ends = chunk != nullptr && reqs[r].rows() > 0 && chunk->segment == segment &&
+                      chunk->ends_segment;
+    if (chunk != nullptr) d.rows = d.rows_min = ends ? chunk->segment_rows : 0;
     const bool selects = Selects(d);
     out.selects.push_back(selects ? 1 : 0);
     out.params.push_back(d.params);
+    out.candidates.push_back(selects ? d.rows : 0);
+    out.ends_segment.push_back(ends ? 1 : 0);
     if (!selects) continue;
     out.any = true;
+    out.compacts = out.compacts || chunk == nullptr;
     out.scratch_bytes =
         std::max(out.scratch_bytes, oc::SelectTokensScratchBytes(d.rows, *d.params));
   }
@@ -80,15 +98,18 @@ Selecting SelectingRequests(const std::vector<Req>& reqs, const DropLayer& drop,
 
 }  // namespace
 
-Status CudaBackend::ScoreOverCache(int layer, const Req& req, const TensorView& q_obs,
-                                   const int32_t* q_coord, const AttentionWeights& a,
-                                   float* importance) {
+Status CudaBackend::ScoreOverCache(int layer, const Req& req, int candidates,
+                                   const TensorView& q_obs, const int32_t* q_coord,
+                                   const AttentionWeights& a, float* importance) {
   // Every key this layer holds for the request (its earlier tokens and this step's rows, all
   // appended before the drop), gathered from the paged pool with its alive index: the CPU
-  // backend's scoring (model/blocks/attention_block.cc). The step's own rows are the newest
-  // req.rows() entries; their importance is what the selection reads.
+  // backend's scoring (model/blocks/attention_block.cc). The candidates are the newest entries;
+  // their importance is what the selection reads.
   cudaStream_t stream = ctx_.cuda().stream();
   const int count = req.cache->count(layer);
+  if (candidates > count) {
+    return Internal("UniPrefill scoring: the cache holds fewer entries than candidate rows");
+  }
   const int bt = pool_->block_tokens(), kvd = pool_->kv_dim();
   const std::vector<int32_t>& blocks = req.cache->blocks(layer);
   std::vector<int32_t> k_rows(count), c_rows(count);
@@ -115,8 +136,8 @@ Status CudaBackend::ScoreOverCache(int layer, const Req& req, const TensorView& 
   oc::AttentionImportance(ctx_, cache_importance_.as<float>(), q_obs,
                           Heads(cache_keys_.data(), count, a.n_kv_heads, a.head_dim, kvd), q_coord,
                           cache_coords_.as<int32_t>(), a.scale);
-  UP_CUDA_CHECK(cudaMemcpyAsync(importance, cache_importance_.as<float>() + (count - req.rows()),
-                                static_cast<size_t>(req.rows()) * 4, cudaMemcpyDeviceToDevice,
+  UP_CUDA_CHECK(cudaMemcpyAsync(importance, cache_importance_.as<float>() + (count - candidates),
+                                static_cast<size_t>(candidates) * 4, cudaMemcpyDeviceToDevice,
                                 stream));
   return OkStatus();
 }
@@ -138,23 +159,53 @@ Status CudaBackend::SyncedDrop(const AttentionLayer& L, std::vector<Req>& reqs,
   };
   const Selecting selecting = SelectingRequests(reqs, drop, segment);
   const std::vector<char>& eligible = selecting.selects;
+  const std::vector<int>& candidates = selecting.candidates;
   const std::vector<const sparsity::SelectionParams*>& params = selecting.params;
   const bool any = selecting.any;
-  if (any) UP_RETURN_IF_ERROR(mark(ev_score, true));
-  if (any) UP_CUDA_CHECK(cudaMemsetAsync(importance_.data(), 0, T * 4, stream));
+  // Where each selecting request's importance and kept rows lie: at its own rows, or for a
+  // segment's last chunk (more candidates than rows) after all T rows.
+  std::vector<int64_t> at(B);
+  int64_t space = T;
+  for (int r = 0; r < B; ++r) {
+    at[r] = reqs[r].begin;
+    if (eligible[r] && reqs[r].chunk != nullptr) {
+      at[r] = space;
+      space += candidates[r];
+    }
+  }
+  // A segment's last chunk ends the segment here: its rows, leaving next, close the boundary's
+  // collected rows (all kept, unless the selection below keeps fewer).
+  for (int r = 0; r < B; ++r) {
+    if (!selecting.ends_segment[r] || reqs[r].leaves < 0) continue;
+    SegmentBoundary& b = reqs[r].cache->boundary();
+    b.segment_ended = true;
+    b.kept.clear();
+  }
+  if (any) {
+    UP_RETURN_IF_ERROR(Grow(importance_, static_cast<size_t>(space) * 4));
+    UP_RETURN_IF_ERROR(Grow(kept_rows_, static_cast<size_t>(space) * 4));
+    UP_RETURN_IF_ERROR(mark(ev_score, true));
+    UP_CUDA_CHECK(cudaMemsetAsync(importance_.data(), 0, space * 4, stream));
+  }
   for (int r = 0; r < B && any; ++r) {
     if (!eligible[r]) continue;
     const int n = reqs[r].rows();
-    const int64_t n_obs = std::min<int64_t>(params[r]->last_n, n);
+    const int64_t n_obs = std::min<int64_t>(params[r]->last_n, candidates[r]);
+    if (n_obs > n) {
+      return InvalidArgument("UniPrefill: the segment's last chunk has " + std::to_string(n) +
+                             " rows but the selection reads the last " + std::to_string(n_obs) +
+                             " queries; its last chunk must hold them");
+    }
     const int64_t b = reqs[r].begin;
     const TensorView q_obs = Heads(Bf16(qkv_, (b + n - n_obs) * width), n_obs, Hq, D, width);
-    if (reqs[r].fresh) {  // its keys are the step's own rows
-      oc::AttentionImportance(ctx_, importance_.as<float>() + b, q_obs,
+    if (reqs[r].fresh && candidates[r] == n) {  // its keys are the step's own rows
+      oc::AttentionImportance(ctx_, importance_.as<float>() + at[r], q_obs,
                               Heads(Bf16(qkv_, b * width + q_cols), n, Hkv, D, width),
                               d_index_ + b + n - n_obs, d_index_ + b, a.scale);
     } else {
-      UP_RETURN_IF_ERROR(ScoreOverCache(drop.layer, reqs[r], q_obs, d_index_ + b + n - n_obs,
-                                        a, importance_.as<float>() + b));
+      UP_RETURN_IF_ERROR(ScoreOverCache(drop.layer, reqs[r], candidates[r], q_obs,
+                                        d_index_ + b + n - n_obs, a,
+                                        importance_.as<float>() + at[r]));
     }
   }
   std::pair<int32_t*, int32_t*> counts{}, kept{};
@@ -164,18 +215,17 @@ Status CudaBackend::SyncedDrop(const AttentionLayer& L, std::vector<Req>& reqs,
     UP_RETURN_IF_ERROR(Grow(select_scratch_, selecting.scratch_bytes));
     for (int r = 0; r < B; ++r) {
       if (!eligible[r]) continue;
-      oc::SelectTokens(ctx_, kept_rows_.as<int32_t>() + reqs[r].begin,
-                       kept_count_.as<int32_t>() + r, importance_.as<float>() + reqs[r].begin,
-                       reqs[r].rows(), *params[r], select_scratch_.data(),
-                       select_scratch_.size());
+      oc::SelectTokens(ctx_, kept_rows_.as<int32_t>() + at[r], kept_count_.as<int32_t>() + r,
+                       importance_.as<float>() + at[r], candidates[r], *params[r],
+                       select_scratch_.data(), select_scratch_.size());
     }
     // The one host sync of a drop layer: the kept rows decide every later shape.
     UP_ASSIGN_OR_RETURN(counts, staging_.Scratch(B));
-    UP_ASSIGN_OR_RETURN(kept, staging_.Scratch(T));
+    UP_ASSIGN_OR_RETURN(kept, staging_.Scratch(space));
     UP_CUDA_CHECK(cudaMemcpyAsync(counts.second, kept_count_.data(), B * 4,
                                   cudaMemcpyDeviceToHost, stream));
-    UP_CUDA_CHECK(
-        cudaMemcpyAsync(kept.second, kept_rows_.data(), T * 4, cudaMemcpyDeviceToHost, stream));
+    UP_CUDA_CHECK(cudaMemcpyAsync(kept.second, kept_rows_.data(), space * 4,
+                                  cudaMemcpyDeviceToHost, stream));
     UP_CUDA_CHECK(cudaStreamSynchronize(stream));
     if (drop.stats) ++drop.stats->drop_host_syncs;
     UP_RETURN_IF_ERROR(mark(ev_select, false));
@@ -189,9 +239,16 @@ Status CudaBackend::SyncedDrop(const AttentionLayer& L, std::vector<Req>& reqs,
     q_req.added[segment] += q_req.rows();
     if (!eligible[r]) continue;
     const int c = counts.second[r];
-    keep[r].assign(kept.second + q_req.begin, kept.second + q_req.begin + c);
+    std::vector<int32_t> list(kept.second + at[r], kept.second + at[r] + c);
     const SequenceStep& step = drop.steps[q_req.step];
-    if (step.kept) step.kept->push_back({drop.layer, c, q_req.rows()});
+    if (step.kept) step.kept->push_back({drop.layer, c, candidates[r]});
+    if (q_req.chunk != nullptr) {  // its rows pass whole; the boundary keeps `list` of them
+      if (q_req.leaves >= 0 && c != candidates[r]) {
+        q_req.cache->boundary().kept = std::move(list);
+      }
+      continue;
+    }
+    keep[r] = std::move(list);
     // A selection that keeps every row passes through (the plan's empty list).
     if (c == q_req.rows()) keep[r].clear();
   }
@@ -211,8 +268,17 @@ Status CudaBackend::SyncedDrop(const AttentionLayer& L, std::vector<Req>& reqs,
   }
   const int64_t t_out = next.total;
   kq->total = t_out;
-  if (!any) {  // nothing dropped: same rows, renumbered for the next segment
-    return UploadSegment(reqs);
+  if (!selecting.compacts) {  // nothing dropped: same rows, renumbered for the next segment
+    UP_RETURN_IF_ERROR(UploadSegment(reqs));
+    if (any) {  // only segments' last chunks selected
+      UP_RETURN_IF_ERROR(mark(ev_compact, false));
+      if (drop_events_) {
+        drop_events_->push_back(ev_score);
+        drop_events_->push_back(ev_select);
+        drop_events_->push_back(ev_compact);
+      }
+    }
+    return OkStatus();
   }
   {
     UP_ASSIGN_OR_RETURN(const int32_t* d_gather, staging_.Put(gather, stream));
@@ -379,7 +445,10 @@ void CudaBackend::ReconcileBoundedCaches(std::vector<Req>& reqs,
     for (int s = 1; s < n_segments; ++s) {
       rows[s] = h_kept_hist_[static_cast<size_t>(s - 1) * B + r];
     }
-    for (int s = 0; s < n_segments; ++s) q.added[s] = rows[s];
+    // (A drop at the last layer opens no segment that holds layers: no entry of `added`.)
+    for (int s = 0; s < n_segments && s < static_cast<int>(q.added.size()); ++s) {
+      q.added[s] = rows[s];
+    }
     for (size_t li = 0; li < q.appended.size(); ++li) {
       const int extra = q.appended[li] - rows[layer_segment_[li]];
       if (q.appended[li] > 0 && extra > 0) q.cache->DropTail(static_cast<int>(li), extra);

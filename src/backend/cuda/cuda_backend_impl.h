@@ -1,7 +1,8 @@
 // The CUDA backend's private declarations, shared by its source files: cuda_backend.cc (load, batch
 // layout, the walk's norm / FFN / MoE steps, logits and commits), cuda_backend_mixers.cc (the
-// attention and Gated DeltaNet mixers) and cuda_backend_drops.cc (UniPrefill drops: synced, and
-// sync-free over bounded segments). Not for use outside src/backend/cuda.
+// attention and Gated DeltaNet mixers), cuda_backend_drops.cc (UniPrefill drops: synced, and
+// sync-free over bounded segments) and cuda_backend_chunks.cc (segment-wise chunked prefill: rows
+// leaving for and entering from the caches' boundaries). Not for use outside src/backend/cuda.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -31,11 +32,25 @@ inline constexpr float kL2NormEps = 1e-6f;
 // Grows b to at least `bytes`, zero-filled on `stream` (see cuda_model.cc).
 Status Ensure(DeviceBuffer& b, size_t bytes, cudaStream_t stream);
 
+// A request's boundary rows on the device (segment-wise chunks, kv/sequence_cache.h):
+// bf16 [capacity, hidden], the residual's dtype.
+class DeviceBoundaryRows final : public BoundaryStorage {
+ public:
+  size_t bytes() const override { return x.size(); }
+  uint16_t* row(int64_t i, int64_t hidden) const { return x.as<uint16_t>() + i * hidden; }
+  DeviceBuffer x;
+  int capacity = 0;
+};
+
 // One request of a forward, as the host tracks it.
 struct Req {
   int step = 0;
   CudaSequenceCache* cache = nullptr;
   bool fresh = false;               // its cache held nothing before this step
+  // A segment-wise chunk (else nullptr): its rows enter at drop layer d_enters (0: the embedding;
+  // 0 rows before) and leave at d_{leaves + 1} (-1: they reach the logits; 0 rows after).
+  const SegmentChunk* chunk = nullptr;
+  int enters = 0, leaves = -1;
   int begin = 0;                    // first device row (current segment)
   // Rows it owns in the current segment. After a sync-free drop (bounded segments) n is only a
   // capacity: the true count is on the device, between n_min and n, and pos / index are unknown.
@@ -89,6 +104,8 @@ class CudaBackend final : public LayerBackend {
   Status DeltaNet(int layer) override;
   Status GatedFfn(int layer) override;
   Status Moe(int layer) override;
+  Status ExchangeSegmentRows(int segment) override;
+  bool supports_segment_chunks() const override { return true; }
   Status Finish() override;
   void Abandon() override;
 
@@ -110,18 +127,34 @@ class CudaBackend final : public LayerBackend {
 
   // Uploads the current segment's per-row arrays and per-request lists.
   Status UploadSegment(const std::vector<Req>& reqs);
+  // Segment-wise chunks (cuda_backend_chunks.cc): a segment's last chunk left, so its collected
+  // rows shrink to the kept ones and become the next segment's ready rows; and boundary storage
+  // that goes away mid-forward stays alive until the forward's sync (copies may still read it).
+  Status EndSegment(SegmentBoundary& b);
+  void Retire(std::unique_ptr<BoundaryStorage> data);
   Status AttentionMixer(int layer_index, const AttentionLayer& L, std::vector<Req>& reqs,
                         const DropLayer* drop, WindowMode window_mode, int segment, int64_t* rows,
                         TensorView out);
-  // cuDNN's fused attention for the fresh requests [0, fresh) of an uncompacted attention layer
+  // cuDNN's fused attention for the fresh requests `which` (those of [0, fresh) with rows: a
+  // segment-wise chunk may have none in this segment) of an uncompacted attention layer
   // whose mask coordinates are the rows' indices (causal, or a window by alive index, or by
   // position in segment 0); false (FlashAttention then runs them) when cuDNN has no plan for this
   // shape (that shape falls back from then on) or a plan fails to run (cuDNN is off for the
   // model's life); said once on stderr.
   struct KeptQueries;
-  Result<bool> CudnnPrefill(int fresh, const TensorView& q, const TensorView& k,
-                            const TensorView& v, const TensorView& attn, const KeptQueries& kq,
-                            const ops::AttentionParams& params);
+  Result<bool> CudnnPrefill(const std::vector<int>& which, const TensorView& q,
+                            const TensorView& k, const TensorView& v, const TensorView& attn,
+                            const KeptQueries& kq, const ops::AttentionParams& params);
+  // cuDNN's paged attention (CudnnAttention::RunPaged) for requests `which` whose query rows are
+  // the newest entries of layer li's cache (chunks of a prefill over its earlier chunks, full
+  // attention): read in place from the KV pool. false when cuDNN cannot run it (as CudnnPrefill).
+  Result<bool> CudnnPagedPrefill(int li, int hkv, const std::vector<int>& which, const TensorView& q,
+                                 const TensorView& attn, const KeptQueries& kq,
+                                 const ops::AttentionParams& params);
+  // The paged decode kernel for `run`: requests of one query row each, at consecutive rows.
+  Status DecodeRun(int li, int hkv, const std::vector<int>& run, const TensorView& q_rows,
+                   const int32_t* q_coord, const std::vector<int>& q_begin, bool by_position,
+                   const TensorView& attn, const ops::AttentionParams& ap);
   Status DeltaMixer(int layer_index, const DeltaLayer& L, const std::vector<Req>& reqs,
                     int64_t rows, TensorView out);
   // The query side of a drop: which rows get an attention output, where, at which coordinates.
@@ -136,10 +169,11 @@ class CudaBackend final : public LayerBackend {
   // or UniPrefillConfig::drop_sync = DropSync::kEveryDrop).
   Status SyncedDrop(const AttentionLayer& L, std::vector<Req>& reqs, const DropLayer& drop,
                     int segment, int64_t T, KeptQueries* kq);
-  // importance f32 [req.rows()] of the step's rows of a request whose cache holds earlier tokens:
-  // q_obs (its last n queries, coordinates q_coord) against every key `layer` holds for it.
-  Status ScoreOverCache(int layer, const Req& req, const TensorView& q_obs, const int32_t* q_coord,
-                        const AttentionWeights& a, float* importance);
+  // importance f32 [candidates] of a request's newest `candidates` entries of `layer` (the step's
+  // rows; a segment's last chunk: every row of the segment): q_obs (its last n queries,
+  // coordinates q_coord) against every key the layer holds for it.
+  Status ScoreOverCache(int layer, const Req& req, int candidates, const TensorView& q_obs,
+                        const int32_t* q_coord, const AttentionWeights& a, float* importance);
   // A fixed-ratio drop without a host sync (bounded segments, ops/cuda/cuda_uniprefill.h): the
   // kept counts stay on the device; later launches are sized by FixedRatioCapacity; the host
   // learns the counts after the forward's final sync (ReconcileBoundedCaches).
@@ -184,8 +218,11 @@ class CudaBackend final : public LayerBackend {
   // The current segment's device arrays (staging regions).
   const int32_t* d_pos_ = nullptr;
   const int32_t* d_index_ = nullptr;
-  const int32_t* d_cu_ = nullptr;     // [B + 1] every request
-  const int32_t* d_slots_ = nullptr;  // [B] linear state slots
+  // Every request with rows (all B of them, except segment-wise chunks outside their segment;
+  // bounded segments always have all B): cu_seqlens and linear state slots.
+  const int32_t* d_cu_ = nullptr;     // [linear_batch_ + 1]
+  const int32_t* d_slots_ = nullptr;  // [linear_batch_]
+  int linear_batch_ = 0;
   int max_rows_ = 0;                  // longest request's rows
   int fresh_ = 0;                     // requests [0, fresh_) are fresh
   // Sync-free drops (every selecting request is fixed-ratio): the current true row counts, the
@@ -208,6 +245,7 @@ class CudaBackend final : public LayerBackend {
   int64_t rows_ = 0;    // T: the current segment's rows (capacities after a sync-free drop)
   int segment_ = 0;
   bool has_out_ = false;  // out_ holds a block output not yet added to the residual
+  bool chunked_ = false;  // some step is a segment-wise chunk (synced drops, no graph capture)
   std::vector<std::pair<cudaEvent_t, cudaEvent_t>> events_;
 
   // Decode graphs: one executable graph per batch size, updated with each step's capture.

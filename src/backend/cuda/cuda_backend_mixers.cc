@@ -50,7 +50,7 @@ Status CudaBackend::DeltaMixer(int layer_index, const DeltaLayer& L, const std::
   seqs.cu_seqlens = d_cu_;
   seqs.seq_lens = bounded_ ? d_counts_ : nullptr;  // bounded segments end in padding rows
   seqs.state_slots = d_slots_;
-  seqs.batch = static_cast<int>(reqs.size());
+  seqs.batch = linear_batch_;  // the requests with rows (UploadSegment)
   seqs.max_seqlen = max_rows_;
   TensorView conv = conv_.View(DType::kBF16, {T, conv_dim});
   oc::CausalConv1dSilu(ctx_, conv, Rows(Bf16(qkv_), DType::kBF16, T, conv_dim, width),
@@ -83,18 +83,20 @@ Status CudaBackend::DeltaMixer(int layer_index, const DeltaLayer& L, const std::
   return OkStatus();
 }
 
-Result<bool> CudaBackend::CudnnPrefill(int fresh, const TensorView& q, const TensorView& k,
-                                       const TensorView& v, const TensorView& attn,
-                                       const KeptQueries& kq, const ops::AttentionParams& params) {
+Result<bool> CudaBackend::CudnnPrefill(const std::vector<int>& which, const TensorView& q,
+                                       const TensorView& k, const TensorView& v,
+                                       const TensorView& attn, const KeptQueries& kq,
+                                       const ops::AttentionParams& params) {
   cudaStream_t stream = ctx_.cuda().stream();
+  const int fresh = static_cast<int>(which.size());
   std::vector<int32_t> begin(fresh + 1), len(fresh);
   int max_rows = 0;
-  for (int r = 0; r < fresh; ++r) {
-    begin[r] = kq.begin[r];
-    len[r] = kq.len[r];
-    max_rows = std::max(max_rows, kq.len[r]);
+  for (int i = 0; i < fresh; ++i) {
+    begin[i] = kq.begin[which[i]];
+    len[i] = kq.len[which[i]];
+    max_rows = std::max(max_rows, len[i]);
   }
-  begin[fresh] = kq.begin[fresh - 1] + kq.len[fresh - 1];
+  begin[fresh] = begin[fresh - 1] + len[fresh - 1];
   ops::cuda::CudnnVarlen vb;
   vb.batch = fresh;
   vb.max_rows = max_rows;
@@ -123,6 +125,94 @@ Result<bool> CudaBackend::CudnnPrefill(int fresh, const TensorView& q, const Ten
                shape_only ? "for it" : "from here on");
   if (!shape_only) cudnn_.reset();
   return false;
+}
+
+Result<bool> CudaBackend::CudnnPagedPrefill(int li, int hkv, const std::vector<int>& which,
+                                            const TensorView& q, const TensorView& attn,
+                                            const KeptQueries& kq,
+                                            const ops::AttentionParams& params) {
+  cudaStream_t stream = ctx_.cuda().stream();
+  const int n = static_cast<int>(which.size());
+  int max_blocks = 1, max_q = 0;
+  for (int r : which) {
+    max_blocks = std::max<int>(max_blocks, reqs_[r].cache->blocks(li).size());
+    max_q = std::max(max_q, kq.len[r]);
+  }
+  // Unused table entries name block 0 (read by no query: kv_len bounds every sequence).
+  std::vector<int32_t> table(static_cast<size_t>(n) * max_blocks, 0), q_len(n), kv_len(n),
+      begin(n + 1);
+  for (int i = 0; i < n; ++i) {
+    const int r = which[i];
+    const std::vector<int32_t>& bl = reqs_[r].cache->blocks(li);
+    std::copy(bl.begin(), bl.end(), table.begin() + static_cast<size_t>(i) * max_blocks);
+    q_len[i] = kq.len[r];
+    kv_len[i] = reqs_[r].cache->count(li);
+    begin[i] = kq.begin[r];
+  }
+  begin[n] = begin[n - 1] + q_len[n - 1];  // (offsets past the last sequence: its end)
+  ops::cuda::CudnnPagedBatch pb;
+  UP_ASSIGN_OR_RETURN(pb.q_len, staging_.Put(q_len, stream));
+  UP_ASSIGN_OR_RETURN(pb.kv_len, staging_.Put(kv_len, stream));
+  UP_ASSIGN_OR_RETURN(pb.q_offsets,
+                      staging_.Put(ops::cuda::RaggedOffsets(begin, q.stride[0]), stream));
+  UP_ASSIGN_OR_RETURN(pb.o_offsets,
+                      staging_.Put(ops::cuda::RaggedOffsets(begin, attn.stride[0]), stream));
+  UP_ASSIGN_OR_RETURN(pb.block_table, staging_.Put(table, stream));
+  pb.batch = n;
+  pb.max_q_rows = max_q;
+  pb.max_blocks = max_blocks;
+  const Status st =
+      cudnn_->RunPaged(ctx_, attn, q, pool_->kv(), hkv, pb, params);
+  if (st.ok()) return true;
+  if (st.code() == ErrorCode::kUnavailable) return false;
+  const bool shape_only = st.code() == ErrorCode::kUnimplemented;
+  std::fprintf(stderr, "uniprefill: cuDNN paged attention cannot run %s (%s); using the engine's "
+               "own cache attention kernel %s\n",
+               shape_only ? "this attention shape" : "this model's prefill", st.message().c_str(),
+               shape_only ? "for it" : "from here on");
+  if (!shape_only) cudnn_.reset();
+  return false;
+}
+
+Status CudaBackend::DecodeRun(int li, int hkv, const std::vector<int>& run,
+                              const TensorView& q_rows,
+                              const int32_t* q_coord, const std::vector<int>& q_begin,
+                              bool by_position, const TensorView& attn,
+                              const ops::AttentionParams& ap) {
+  // One query row per request, rows contiguous from the run's first request's.
+  cudaStream_t stream = ctx_.cuda().stream();
+  const int n = static_cast<int>(run.size());
+  int max_blocks = 1, max_len = 0;
+  for (int r : run) {
+    max_blocks = std::max<int>(max_blocks, reqs_[r].cache->blocks(li).size());
+    max_len = std::max(max_len, reqs_[r].cache->count(li));
+  }
+  std::vector<int32_t> tables(static_cast<size_t>(n) * max_blocks, -1), lens(n);
+  for (int i = 0; i < n; ++i) {
+    const std::vector<int32_t>& bl = reqs_[run[i]].cache->blocks(li);
+    std::copy(bl.begin(), bl.end(), tables.begin() + static_cast<size_t>(i) * max_blocks);
+    lens[i] = reqs_[run[i]].cache->count(li);
+  }
+  UP_ASSIGN_OR_RETURN(const int32_t* d_tables, staging_.Put(tables, stream));
+  UP_ASSIGN_OR_RETURN(const int32_t* d_lens, staging_.Put(lens, stream));
+  const int64_t first = q_begin[run[0]];
+  oc::PagedDecodeBatch pb;
+  pb.block_tables = d_tables;
+  pb.max_blocks_per_seq = max_blocks;
+  pb.seq_lens = d_lens;
+  pb.q_pos = q_coord + first;
+  pb.max_seq_len = max_len;
+  const int Hq = static_cast<int>(q_rows.shape[1]), D = static_cast<int>(q_rows.shape[2]);
+  const size_t bytes =
+      oc::PagedDecodeAttentionScratchBytes(ctx_, n, Hq, hkv, D, std::max(max_len, 1));
+  UP_RETURN_IF_ERROR(Grow(decode_scratch_, bytes));
+  TensorView q_dec = q_rows;
+  q_dec.data = static_cast<uint16_t*>(q_rows.data) + first * q_rows.stride[0];
+  q_dec.shape[0] = n;
+  oc::PagedDecodeAttention(ctx_, attn.Slice0(first, n), q_dec, pool_->kv(),
+                           pool_->coords(by_position), pb, ap, decode_scratch_.data(),
+                           decode_scratch_.size());
+  return OkStatus();
 }
 
 Status CudaBackend::AttentionMixer(int li, const AttentionLayer& L, std::vector<Req>& reqs,
@@ -199,6 +289,12 @@ Status CudaBackend::AttentionMixer(int li, const AttentionLayer& L, std::vector<
   ap.scale = a.scale;
   ap.window = a.window;
   const int fresh = fast_d ? fresh_ : 0;  // requests served by flash attention (or cuDNN's)
+  // Of those and of the others, the ones with query rows: a segment-wise chunk outside its
+  // segment has none, and no kernel gets an empty sequence.
+  std::vector<int> fresh_rows, other_rows;
+  for (int r = 0; r < B; ++r) {
+    if (q_len[r] > 0) (r < fresh ? fresh_rows : other_rows).push_back(r);
+  }
   bool cudnn_done = false;
   // cuDNN's masks take each fresh request's row indices for coordinates (a window is a band on
   // them). k_coord / q_coord equal those (up to order, which is all causality sees) for uncompacted
@@ -207,13 +303,13 @@ Status CudaBackend::AttentionMixer(int li, const AttentionLayer& L, std::vector<
   // drop); windows by position only in segment 0 (later segments keep the kept tokens' gapped
   // positions).
   const bool rows_are_coords = a.window == 0 || !by_position || segment == 0;
-  if (fresh > 0 && cudnn_ && !kq.compacted && rows_are_coords) {
-    UP_ASSIGN_OR_RETURN(cudnn_done, CudnnPrefill(fresh, q_rows, k, v, attn, kq, ap));
+  if (!fresh_rows.empty() && cudnn_ && !kq.compacted && rows_are_coords) {
+    UP_ASSIGN_OR_RETURN(cudnn_done, CudnnPrefill(fresh_rows, q_rows, k, v, attn, kq, ap));
   }
-  if (fresh > 0 && !cudnn_done) {
+  if (!fresh_rows.empty() && !cudnn_done) {
     std::vector<int32_t> cu_q{0}, cu_k{0};
     int max_q = 0, max_k = 0;
-    for (int r = 0; r < fresh; ++r) {
+    for (int r : fresh_rows) {
       cu_q.push_back(cu_q.back() + q_len[r]);
       cu_k.push_back(cu_k.back() + k_len[r]);
       max_q = std::max(max_q, q_len[r]);
@@ -224,66 +320,89 @@ Status CudaBackend::AttentionMixer(int li, const AttentionLayer& L, std::vector<
     oc::VarlenBatch vb;
     vb.cu_seqlens_q = d_cu_q;
     vb.cu_seqlens_k = d_cu_k;
-    vb.batch = fresh;
+    vb.batch = static_cast<int>(fresh_rows.size());
     vb.max_seqlen_q = max_q;
     vb.max_seqlen_k = max_k;
     oc::FlashAttention(ctx_, attn, q_rows, k, v, q_coord, k_coord, vb, ap);
   }
-  if (fresh < B) {
+  // Chunks of a prefill over its earlier chunks (full attention, queries uncompacted: the newest
+  // entries of the layer's cache): cuDNN's paged attention, 5-50x our cache kernel at 8K-token
+  // chunks. The rest (decodes, windows, kept queries of a drop over a cache) runs below.
+  if (!other_rows.empty() && cudnn_ && fast_d && a.window == 0) {
+    std::vector<int> paged, rest;
+    for (int r : other_rows) {
+      const bool newest = q_len[r] > 1 && q_len[r] == reqs[r].appended[li];
+      (newest ? paged : rest).push_back(r);
+    }
+    bool done = false;
+    if (!paged.empty()) {
+      UP_ASSIGN_OR_RETURN(done, CudnnPagedPrefill(li, static_cast<int>(Hkv), paged, q_rows, attn,
+                                                  kq, ap));
+    }
+    if (done) other_rows = std::move(rest);
+  }
+  // Decode rows (one query each) run the paged decode kernel in runs of contiguous rows.
+  std::vector<int> cache_rows;
+  {
+    std::vector<int> run;
+    const auto flush = [&]() -> Status {
+      if (!run.empty()) {
+        UP_RETURN_IF_ERROR(DecodeRun(li, static_cast<int>(Hkv), run, q_rows, q_coord, q_begin,
+                                     by_position, attn, ap));
+      }
+      run.clear();
+      return OkStatus();
+    };
+    for (int r : other_rows) {
+      const bool decode = fast_d && q_len[r] == 1;
+      if (decode && (run.empty() || q_begin[r] == q_begin[run.back()] + 1)) {
+        run.push_back(r);
+        continue;
+      }
+      UP_RETURN_IF_ERROR(flush());
+      if (decode) {
+        run.push_back(r);
+      } else {
+        cache_rows.push_back(r);
+      }
+    }
+    UP_RETURN_IF_ERROR(flush());
+  }
+  other_rows = std::move(cache_rows);
+  if (!other_rows.empty()) {
     // The other requests over their cache blocks.
-    const int n = B - fresh;
+    const int n = static_cast<int>(other_rows.size());
     int max_blocks = 1, max_len = 0, max_q = 0;
-    bool single = true;
-    for (int r = fresh; r < B; ++r) {
+    for (int r : other_rows) {
       max_blocks = std::max<int>(max_blocks, reqs[r].cache->blocks(li).size());
       max_len = std::max(max_len, reqs[r].cache->count(li));
       max_q = std::max(max_q, q_len[r]);
-      single = single && q_len[r] == 1;
     }
     std::vector<int32_t> tables(static_cast<size_t>(n) * max_blocks, -1), lens(n), starts(n),
         qlens(n);
-    for (int r = fresh; r < B; ++r) {
+    for (int i = 0; i < n; ++i) {
+      const int r = other_rows[i];
       const std::vector<int32_t>& bl = reqs[r].cache->blocks(li);
-      std::copy(bl.begin(), bl.end(), tables.begin() + static_cast<size_t>(r - fresh) * max_blocks);
-      lens[r - fresh] = reqs[r].cache->count(li);
-      starts[r - fresh] = q_begin[r];
-      qlens[r - fresh] = q_len[r];
+      std::copy(bl.begin(), bl.end(), tables.begin() + static_cast<size_t>(i) * max_blocks);
+      lens[i] = reqs[r].cache->count(li);
+      starts[i] = q_begin[r];
+      qlens[i] = q_len[r];
     }
     UP_ASSIGN_OR_RETURN(const int32_t* d_tables, staging_.Put(tables, stream));
     UP_ASSIGN_OR_RETURN(const int32_t* d_lens, staging_.Put(lens, stream));
-    const TensorView coords = pool_->coords(by_position);
-    if (single && fast_d) {
-      // One query row per request, rows contiguous from q_begin[fresh].
-      const int64_t first = q_begin[fresh];
-      oc::PagedDecodeBatch pb;
-      pb.block_tables = d_tables;
-      pb.max_blocks_per_seq = max_blocks;
-      pb.seq_lens = d_lens;
-      pb.q_pos = q_coord + first;
-      pb.max_seq_len = max_len;
-      const size_t bytes =
-          oc::PagedDecodeAttentionScratchBytes(ctx_, n, Hq, Hkv, D, std::max(max_len, 1));
-      UP_RETURN_IF_ERROR(Grow(decode_scratch_, bytes));
-      TensorView q_dec = q_rows;
-      q_dec.data = static_cast<uint16_t*>(q_rows.data) + first * q_rows.stride[0];
-      q_dec.shape[0] = n;
-      oc::PagedDecodeAttention(ctx_, attn.Slice0(first, n), q_dec, pool_->kv(), coords, pb, ap,
-                               decode_scratch_.data(), decode_scratch_.size());
-    } else {
-      UP_ASSIGN_OR_RETURN(const int32_t* d_starts, staging_.Put(starts, stream));
-      UP_ASSIGN_OR_RETURN(const int32_t* d_qlens, staging_.Put(qlens, stream));
-      oc::CacheAttentionBatch cb;
-      cb.q_start = d_starts;
-      cb.q_len = d_qlens;
-      cb.q_coord = q_coord;
-      cb.block_tables = d_tables;
-      cb.max_blocks_per_seq = max_blocks;
-      cb.seq_lens = d_lens;
-      cb.batch = n;
-      cb.max_q_len = max_q;
-      cb.max_seq_len = max_len;
-      oc::CacheAttention(ctx_, attn, q_rows, pool_->kv(), coords, cb, ap);
-    }
+    UP_ASSIGN_OR_RETURN(const int32_t* d_starts, staging_.Put(starts, stream));
+    UP_ASSIGN_OR_RETURN(const int32_t* d_qlens, staging_.Put(qlens, stream));
+    oc::CacheAttentionBatch cb;
+    cb.q_start = d_starts;
+    cb.q_len = d_qlens;
+    cb.q_coord = q_coord;
+    cb.block_tables = d_tables;
+    cb.max_blocks_per_seq = max_blocks;
+    cb.seq_lens = d_lens;
+    cb.batch = n;
+    cb.max_q_len = max_q;
+    cb.max_seq_len = max_len;
+    oc::CacheAttention(ctx_, attn, q_rows, pool_->kv(), pool_->coords(by_position), cb, ap);
   }
   if (a.gated_output) {
     const TensorView gate = kq.compacted ? Heads(Bf16(q_kept_, qd), t_out, Hq, D, q_cols)
