@@ -133,12 +133,17 @@ Result<bool> CudaBackend::CudnnPagedPrefill(int li, int hkv, const std::vector<i
                                             const ops::AttentionParams& params) {
   cudaStream_t stream = ctx_.cuda().stream();
   const int n = static_cast<int>(which.size());
-  int max_blocks = 1, max_q = 0;
+  int longest = 1, max_q = 0;
   for (int r : which) {
-    max_blocks = std::max<int>(max_blocks, reqs_[r].cache->blocks(li).size());
+    longest = std::max<int>(longest, reqs_[r].cache->blocks(li).size());
     max_q = std::max(max_q, kq.len[r]);
   }
-  // Unused table entries name block 0 (read by no query: kv_len bounds every sequence).
+  // The table's width rounded up to a power of two (at least 64 blocks): cuDNN builds and
+  // autotunes one graph per width, and a chunked prefill's grows with every chunk (with exact
+  // widths every chunk step built new graphs; docs/serving.md has the run). Unused entries name
+  // block 0, read by no query (kv_len bounds every sequence).
+  int max_blocks = 64;
+  while (max_blocks < longest) max_blocks *= 2;
   std::vector<int32_t> table(static_cast<size_t>(n) * max_blocks, 0), q_len(n), kv_len(n),
       begin(n + 1);
   for (int i = 0; i < n; ++i) {
