@@ -138,7 +138,7 @@ void AddServeCommand(CLI::App& app, ServeOptions& o) {
   cmd->add_flag("--no-chunked-prefill", o.no_chunked_prefill,
                 "Run every prefill whole in one step (by default a long prefill is cut into "
                 "chunks that share steps with the running decodes; UniPrefill prefills "
-                "segment by segment on the CPU, whole on the GPU for now)")
+                "segment by segment)")
       ->group("Batching");
   cmd->add_flag("--host-sampling", o.host_sampling,
                 "With --device cuda: copy every request's logits to the host and sample there "

@@ -34,8 +34,8 @@ struct ServingOptions {
   int max_num_seqs = 256;                       // requests running at once
   int max_batched_tokens = 8192;                // tokens of all requests in one step
   // Cut prefills into chunks that fill what the running decodes leave of each step's budget: dense
-  // ones through every layer, UniPrefill ones segment-wise where the model can (the CPU backend;
-  // elsewhere they run whole). engine/scheduler.h, docs/design.md section 2.
+  // ones through every layer, UniPrefill ones segment-wise (Model::supports_segment_chunks: the
+  // CPU and CUDA backends). engine/scheduler.h, docs/design.md section 2.
   bool chunked_prefill = true;
   // CUDA models: choose each request's next token on the GPU (only ids travel back) when its
   // sampling has no penalties and asks for no top_logprobs; false: every token from host logits.
