@@ -11,7 +11,7 @@
 # is prefilled: their ITL then shows whether that prefill stalls them.
 # Environment: LONG (long prompt tokens, default 16384), BUDGET (chunked step budget, default
 # 256), SHORTS (short requests, default 6), RATE (short arrivals/s, default 1), SHORT_OUT (tokens
-# each short request generates, default 600).
+# each short request generates, default 600), VARIANTS (default "chunked whole").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh >/dev/null
@@ -22,7 +22,7 @@ rate=${RATE:-1}
 short_out=${SHORT_OUT:-600}
 port=${PORT:-18081}
 mkdir -p bench/out docs/results
-for variant in chunked whole; do
+for variant in ${VARIANTS:-chunked whole}; do
   if [ "$variant" = chunked ]; then
     flags=(--max-batched-tokens "$budget")
   else

@@ -272,7 +272,8 @@ TEST(SchedulerTest, UniPrefillPrefillRunsSegmentWiseInChunks) {
   const std::vector<RequestStepResult> done = {{0, {200, 100, 50}, false}};
   ASSERT_TRUE(s.OnStepDone(done).ok());
   // Segment 0 keeps its 13 blocks; 100 kept rows need 7 of segment 1's, 50 need 4 of segment 2's.
-  EXPECT_EQ(Vec(s.kv().FullTable(0, 0)), std::vector<int>({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}));
+  EXPECT_EQ(Vec(s.kv().FullTable(0, 0)),
+            std::vector<int>({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}));
   EXPECT_EQ(Vec(s.kv().FullTable(0, 1)), std::vector<int>({13, 14, 15, 16, 17, 18, 19}));
   EXPECT_EQ(Vec(s.kv().FullTable(0, 2)), std::vector<int>({26, 27, 28, 29}));
   EXPECT_EQ(s.Find(0)->segment, -1);
@@ -631,8 +632,12 @@ TEST(SchedulerTest, RandomizedSimulationFinishesEveryRequestOnceWithoutLeaks) {
             ASSERT_EQ(r.last_chunk, r.ends_segment() && r.segment == 2);
             continue;
           }
-          if (r.last_chunk) ASSERT_EQ(r.prefill_tokens(), prefill);
-          if (r.uniprefill) ASSERT_TRUE(r.chunk_begin == 0 && r.last_chunk);
+          if (r.last_chunk) {
+            ASSERT_EQ(r.prefill_tokens(), prefill);
+          }
+          if (r.uniprefill) {
+            ASSERT_TRUE(r.chunk_begin == 0 && r.last_chunk);
+          }
           whole_prefills += r.uniprefill;
         }
       }
@@ -698,7 +703,9 @@ TEST(SchedulerTest, RandomizedSimulationFinishesEveryRequestOnceWithoutLeaks) {
       max_boundaries = std::max(max_boundaries, boundaries);
     }
     EXPECT_TRUE(in_flight.empty());  // no boundary rows held at the end
-    if (segment_chunks) EXPECT_GT(max_boundaries, 0);
+    if (segment_chunks) {
+      EXPECT_GT(max_boundaries, 0);
+    }
     EXPECT_FALSE(s.has_unfinished());
     EXPECT_EQ(submitted_count, n_requests);
     EXPECT_GT(rejected, 0);

@@ -1,6 +1,7 @@
-// Test driver of segment-wise chunked prefill (docs/design.md section 2) without the serving engine:
-// one prompt's prefill as the scheduler cuts it (NextSegmentChunkRows), segment after segment, each
-// chunk its own forward; or several prompts advanced together, one chunk each per forward.
+// Test driver of segment-wise chunked prefill (docs/design.md section 2) without the serving
+// engine: one prompt's prefill as the scheduler cuts it (NextSegmentChunkRows), segment after
+// segment, each chunk its own forward; or several prompts advanced together, one chunk each per
+// forward.
 #pragma once
 
 #include <algorithm>

@@ -148,8 +148,8 @@ class CudaBackend final : public LayerBackend {
   // cuDNN's paged attention (CudnnAttention::RunPaged) for requests `which` whose query rows are
   // the newest entries of layer li's cache (chunks of a prefill over its earlier chunks, full
   // attention): read in place from the KV pool. false when cuDNN cannot run it (as CudnnPrefill).
-  Result<bool> CudnnPagedPrefill(int li, int hkv, const std::vector<int>& which, const TensorView& q,
-                                 const TensorView& attn, const KeptQueries& kq,
+  Result<bool> CudnnPagedPrefill(int li, int hkv, const std::vector<int>& which,
+                                 const TensorView& q, const TensorView& attn, const KeptQueries& kq,
                                  const ops::AttentionParams& params);
   // The paged decode kernel for `run`: requests of one query row each, at consecutive rows.
   Status DecodeRun(int li, int hkv, const std::vector<int>& run, const TensorView& q_rows,
