@@ -145,6 +145,9 @@ class CudaBackend final : public LayerBackend {
   Result<bool> CudnnPrefill(const std::vector<int>& which, const TensorView& q,
                             const TensorView& k, const TensorView& v, const TensorView& attn,
                             const KeptQueries& kq, const ops::AttentionParams& params);
+  // Whether a cuDNN call ran; false (said once on stderr) when the engine's own kernel must run
+  // instead: for this shape from now on, or for every shape when a plan failed to run.
+  bool CudnnRan(const Status& st, const char* what);
   // cuDNN's paged attention (CudnnAttention::RunPaged) for requests `which` whose query rows are
   // the newest entries of layer li's cache (chunks of a prefill over its earlier chunks, full
   // attention): read in place from the KV pool. false when cuDNN cannot run it (as CudnnPrefill).

@@ -113,14 +113,17 @@ Result<bool> CudaBackend::CudnnPrefill(const std::vector<int>& which, const Tens
   UP_ASSIGN_OR_RETURN(vb.k_offsets, offsets(k));
   UP_ASSIGN_OR_RETURN(vb.v_offsets, offsets(v));
   UP_ASSIGN_OR_RETURN(vb.o_offsets, offsets(attn));
-  const Status st = cudnn_->Run(ctx_, attn, q, k, v, vb, params);
+  return CudnnRan(cudnn_->Run(ctx_, attn, q, k, v, vb, params), "attention");
+}
+
+bool CudaBackend::CudnnRan(const Status& st, const char* what) {
   if (st.ok()) return true;
   // A shape cuDNN has no plan for falls back alone (said once: a repeat comes back Unavailable);
   // a plan that fails to run retires cuDNN for the model.
   if (st.code() == ErrorCode::kUnavailable) return false;
   const bool shape_only = st.code() == ErrorCode::kUnimplemented;
-  std::fprintf(stderr, "uniprefill: cuDNN attention cannot run %s (%s); using the engine's own "
-               "attention kernel %s\n",
+  std::fprintf(stderr,
+               "uniprefill: cuDNN %s cannot run %s (%s); using the engine's own kernel %s\n", what,
                shape_only ? "this attention shape" : "this model's prefill", st.message().c_str(),
                shape_only ? "for it" : "from here on");
   if (!shape_only) cudnn_.reset();
@@ -166,17 +169,8 @@ Result<bool> CudaBackend::CudnnPagedPrefill(int li, int hkv, const std::vector<i
   pb.batch = n;
   pb.max_q_rows = max_q;
   pb.max_blocks = max_blocks;
-  const Status st =
-      cudnn_->RunPaged(ctx_, attn, q, pool_->kv(), hkv, pb, params);
-  if (st.ok()) return true;
-  if (st.code() == ErrorCode::kUnavailable) return false;
-  const bool shape_only = st.code() == ErrorCode::kUnimplemented;
-  std::fprintf(stderr, "uniprefill: cuDNN paged attention cannot run %s (%s); using the engine's "
-               "own cache attention kernel %s\n",
-               shape_only ? "this attention shape" : "this model's prefill", st.message().c_str(),
-               shape_only ? "for it" : "from here on");
-  if (!shape_only) cudnn_.reset();
-  return false;
+  return CudnnRan(cudnn_->RunPaged(ctx_, attn, q, pool_->kv(), hkv, pb, params),
+                  "paged attention");
 }
 
 Status CudaBackend::DecodeRun(int li, int hkv, const std::vector<int>& run,
