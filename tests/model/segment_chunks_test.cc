@@ -76,16 +76,7 @@ class SegmentChunksTest : public ::testing::TestWithParam<std::string> {
   }
 
   UniPrefillConfig Config(sparsity::SelectionMode mode) const {
-    UniPrefillConfig up;
-    up.drop_layers = drops_;
-    up.selection.mode = mode;
-    up.selection.top_p = 0.9f;
-    up.selection.keep_ratio = 0.5f;
-    // Small blocks, sink and window, so a 700-token prompt drops at every layer.
-    up.selection.block_size = 32;
-    up.selection.sink = 40;
-    up.selection.last_n = 48;
-    return up;
+    return testing::ChunkTestSelection(drops_, mode);
   }
 
   // Greedy decodes after a prefill whose last logits are `logits`.
@@ -134,12 +125,8 @@ TEST_P(SegmentChunksTest, ChunkedEqualsUnchunked) {
       auto cache = m.NewCache(800, drops_);
       std::vector<float> got(V);
       std::vector<KeptTokens> kept;
-      SegmentChunkedPrefill p;
-      p.cache = cache.get();
-      p.prompt = prompt;
-      p.chunk = chunk;
-      p.logits = got.data();
-      p.kept = &kept;
+      SegmentChunkedPrefill p =
+          SegmentChunkedPrefill::Of(cache.get(), prompt, chunk, got.data(), &kept);
       const Status st = testing::RunSegmentChunked(m, *ctx_, up, {&p});
       ASSERT_TRUE(st.ok()) << st.message();
       EXPECT_TRUE(cache->boundary().empty());
@@ -182,12 +169,7 @@ TEST_P(SegmentChunksTest, POneChunkedEqualsDenseChunkedBitForBit) {
   auto cu = m.NewCache(800, drops_);
   std::vector<float> got(V);
   std::vector<KeptTokens> kept;
-  SegmentChunkedPrefill p;
-  p.cache = cu.get();
-  p.prompt = prompt;
-  p.chunk = chunk;
-  p.logits = got.data();
-  p.kept = &kept;
+  SegmentChunkedPrefill p = SegmentChunkedPrefill::Of(cu.get(), prompt, chunk, got.data(), &kept);
   {
     const Status st = testing::RunSegmentChunked(m, *ctx_, up, {&p});
     ASSERT_TRUE(st.ok()) << st.message();
@@ -213,13 +195,9 @@ TEST_P(SegmentChunksTest, PromptsAtDifferentSegmentsAndADecodeShareForwards) {
   for (int i = 0; i < 2; ++i) {
     alone.push_back(m.NewCache(800, drops_));
     shared.push_back(m.NewCache(800, drops_));
-    SegmentChunkedPrefill p;
-    p.cache = alone[i].get();
-    p.prompt = prompts[i];
-    p.chunk = chunks[i];
-    p.logits = want[i].data();
-    p.kept = &kept_alone[i];
-    p.selection = selections[i];
+    SegmentChunkedPrefill p = SegmentChunkedPrefill::Of(alone[i].get(), prompts[i], chunks[i],
+                                                        want[i].data(), &kept_alone[i],
+                                                        selections[i]);
     {
     const Status st = testing::RunSegmentChunked(m, *ctx_, up, {&p});
     ASSERT_TRUE(st.ok()) << st.message();
@@ -236,14 +214,10 @@ TEST_P(SegmentChunksTest, PromptsAtDifferentSegmentsAndADecodeShareForwards) {
   SequenceStep d_alone{history_alone.get(), next, decode_want.data()};
   ASSERT_TRUE(m.ForwardBatch(*ctx_, std::span<const SequenceStep>(&d_alone, 1), up).ok());
 
-  std::vector<SegmentChunkedPrefill> ps(2);
+  std::vector<SegmentChunkedPrefill> ps;
   for (int i = 0; i < 2; ++i) {
-    ps[i].cache = shared[i].get();
-    ps[i].prompt = prompts[i];
-    ps[i].chunk = chunks[i];
-    ps[i].logits = got[i].data();
-    ps[i].kept = &kept_shared[i];
-    ps[i].selection = selections[i];
+    ps.push_back(SegmentChunkedPrefill::Of(shared[i].get(), prompts[i], chunks[i], got[i].data(),
+                                           &kept_shared[i], selections[i]));
   }
   SequenceStep d{history.get(), next, decode_got.data()};
   const Status st =
@@ -328,12 +302,8 @@ TEST(SegmentChunksGemma3_270mTest, ChunkedEqualsUnchunkedOnARealDocument) {
       auto cache = m.NewCache(n + 8, up.drop_layers);
       std::vector<float> got(V);
       std::vector<KeptTokens> kept;
-      SegmentChunkedPrefill p;
-      p.cache = cache.get();
-      p.prompt = prompt;
-      p.chunk = chunk;
-      p.logits = got.data();
-      p.kept = &kept;
+      SegmentChunkedPrefill p =
+          SegmentChunkedPrefill::Of(cache.get(), prompt, chunk, got.data(), &kept);
       const Status st = testing::RunSegmentChunked(m, *ctx, up, {&p});
       ASSERT_TRUE(st.ok()) << st.message();
       ASSERT_EQ(kept.size(), kept_whole.size());

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "engine/scheduler.h"
@@ -24,6 +25,19 @@ struct SegmentChunkedPrefill {
   int segment = 0, segment_rows = 0, done = 0;
   std::vector<int> chunk_rows;        // every chunk's rows, in order (a log for the tests)
   SegmentChunk current;
+
+  static SegmentChunkedPrefill Of(SequenceCache* cache, std::vector<int32_t> prompt, int chunk,
+                                  float* logits, std::vector<KeptTokens>* kept,
+                                  const UniPrefillConfig* selection = nullptr) {
+    SegmentChunkedPrefill p;
+    p.cache = cache;
+    p.prompt = std::move(prompt);
+    p.chunk = chunk;
+    p.logits = logits;
+    p.kept = kept;
+    p.selection = selection;
+    return p;
+  }
 
   bool finished(int n_segments) const { return segment >= n_segments; }
 
@@ -56,6 +70,21 @@ struct SegmentChunkedPrefill {
     segment_rows = cache->boundary().ready.rows();  // the kept rows (0 after the last segment)
   }
 };
+
+// The chunk tests' selection at `drops`: blocks of 32, sink 40, the last 48 queries (top-p 0.9 or
+// keep ratio 0.5), so a 700-token prompt selects at every drop and a 16-row chunk is fewer rows
+// than the n queries a segment's last chunk must hold.
+inline UniPrefillConfig ChunkTestSelection(std::vector<int> drops, sparsity::SelectionMode mode) {
+  UniPrefillConfig up;
+  up.drop_layers = std::move(drops);
+  up.selection.mode = mode;
+  up.selection.top_p = 0.9f;
+  up.selection.keep_ratio = 0.5f;
+  up.selection.block_size = 32;
+  up.selection.sink = 40;
+  up.selection.last_n = 48;
+  return up;
+}
 
 // Runs `prefills` to completion, every unfinished one a chunk per forward, beside `extra` steps
 // in the first forward (e.g. decodes of other requests).

@@ -25,23 +25,15 @@ using namespace cuda_model_test;  // NOLINT: the CUDA tests' shared helpers
 // take it for a near-tie of two blocks' scores (the models expose no scores to tell) at a
 // selection that no later layer reads.
 
-// G 32, S 40, n 48 (as tests/model/segment_chunks_test.cc): a 700-token prompt selects at every
-// drop, and a chunk of 16 rows is less than the n queries the segment's last chunk must hold.
+// The chunk tests' selection (testing::ChunkTestSelection) at TestDropLayers.
 UniPrefillConfig ChunkTestConfig(const ModelConfig& c, sparsity::SelectionMode mode) {
-  UniPrefillConfig up;
-  up.drop_layers = TestDropLayers(c);
-  up.selection.mode = mode;
-  up.selection.top_p = 0.9f;
-  up.selection.keep_ratio = 0.5f;
-  up.selection.block_size = 32;
-  up.selection.sink = 40;
-  up.selection.last_n = 48;
-  return up;
+  return testing::ChunkTestSelection(TestDropLayers(c), mode);
 }
 
 // Chunked vs whole (and chunks packed vs alone) on the GPU. The chunks run other kernels than the
-// whole prompt, so the same rows round differently: a chunk's queries over the cache
-// (CacheAttention) where the whole prompt runs over its own keys (the tiny GGUF: cuDNN's or flash
+// whole prompt, so the same rows round differently: a chunk's queries over the cache (our
+// CacheAttention when measured below; cuDNN's paged attention since, within the same bounds on
+// the H200) where the whole prompt runs over its own keys (the tiny GGUF: cuDNN's or flash
 // attention), GEMMs of other row counts, and for Qwen3-Next another delta-rule kernel
 // (DeltaRuleKernel::kAuto picks by the longest sequence: token by token up to 16 rows, f32 chunks
 // up to 64, tensor cores beyond; its tiny checkpoint is ill-conditioned, see kQwenLogitsBound).
@@ -101,12 +93,8 @@ std::vector<int> CacheCounts(const SequenceCache& cache) {
 Status RunChunked(Model& m, DeviceContext& ctx, const UniPrefillConfig& up,
                   SequenceCache& cache, const std::vector<int32_t>& prompt, int chunk,
                   std::vector<float>* logits, std::vector<KeptTokens>* kept) {
-  testing::SegmentChunkedPrefill p;
-  p.cache = &cache;
-  p.prompt = prompt;
-  p.chunk = chunk;
-  p.logits = logits->data();
-  p.kept = kept;
+  testing::SegmentChunkedPrefill p =
+      testing::SegmentChunkedPrefill::Of(&cache, prompt, chunk, logits->data(), kept);
   return testing::RunSegmentChunked(m, ctx, up, {&p});
 }
 
