@@ -19,6 +19,7 @@
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_context.h"
 #include "core/cuda/device_buffer.h"
+#include "engine/segment_chunked_prefill.h"
 #include "model/transformer_model.h"
 #include "ops/cuda/cuda_dense_ops.h"
 #include "sparsity/uniprefill_config.h"
@@ -75,12 +76,24 @@ CLI::App* AddBenchGpuPrefillCommand(CLI::App& bench_group, BenchGpuPrefillOption
                   "ours (the engine's flash attention) or cudnn (as auto; no cuDNN is an error)")
       ->check(CLI::IsMember({"auto", "ours", "cudnn"}))
       ->capture_default_str();
+  cmd->add_option("--chunk-tokens", o.chunk_tokens,
+                  "Also run each mode as a chunked prefill of at most this many rows per request "
+                  "and forward, as serve's --max-batched-tokens cuts it (UniPrefill: "
+                  "segment-wise); 0: whole prefills only")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--kv-block-tokens", o.kv_block_tokens,
+                  "Tokens per KV cache block of the device pool (serve's --kv-block-tokens)")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  cmd->add_flag("--phases", o.phases,
+                "After the timed runs, one more run per row with a device sync after every step "
+                "of the layer walk: where the time goes (attention, FFN, norms, exchange...)");
   cmd->add_option("--commit", o.commit, "Commit id recorded in the JSON");
   cmd->add_option("--json", o.json_out, "Write the results as JSON here");
   cmd->footer(
-      "TTFT is host wall clock around Model::ForwardBatch (the walk serve and run use). The former "
-      "synthetic model's --time-attention (events around each kernel) is gone with it: profile "
-      "per-kernel times with nsys.");
+      "TTFT is host wall clock around Model::ForwardBatch (the walk serve and run use), summed over "
+      "a chunked prefill's forwards. --phases breaks a forward down by walk step.");
   return cmd;
 }
 
@@ -190,38 +203,101 @@ struct Timings {
   std::vector<double> total_ms, overhead_ms;  // one per timed run
   std::vector<KeptTokens> kept;               // request 0's records of the last run
   int drop_host_syncs = 0;                    // of the last run
+  std::vector<double> step_ms;                // every forward of the last run (chunked: many)
+  ForwardStats phases;                        // --phases: one more run, the walk timed per step
 };
 
-// `repeats` timed prefills of `batch` requests of n random tokens each, after one warm-up; fresh
-// device caches for every run, made before the clock starts.
-Result<Timings> TimeMode(Model& model, DeviceContext& ctx, int64_t n, int64_t batch,
-                         const UniPrefillConfig& up, int repeats) {
+// One prefill of `batch` requests of n random tokens each (seeded), whole (chunk 0: one forward)
+// or in chunks of at most `chunk` rows per request and forward, the way serve cuts them: dense
+// prefills as plain steps whose caches hold the earlier chunks, UniPrefill ones segment-wise
+// (engine/segment_chunked_prefill.h). Fresh device caches, made before the clock starts. Returns
+// the wall time of every forward (each ends with a device sync).
+Result<std::vector<double>> RunPrefill(Model& model, DeviceContext& ctx, int64_t n, int64_t batch,
+                                       const UniPrefillConfig& up, int chunk, uint32_t seed,
+                                       ForwardStats& stats,
+                                       std::vector<std::vector<KeptTokens>>& kept) {
   const int vocab = model.config().vocab_size;
-  Timings t;
-  for (int rep = 0; rep <= repeats; ++rep) {  // rep 0 warms up
-    std::mt19937 rng(static_cast<uint32_t>(1000 + rep));
-    std::uniform_int_distribution<int32_t> token(0, vocab - 1);
-    std::vector<std::vector<int32_t>> ids(batch, std::vector<int32_t>(n));
-    std::vector<std::vector<float>> logits(batch, std::vector<float>(vocab));
-    std::vector<std::vector<KeptTokens>> kept(batch);
-    std::vector<std::unique_ptr<SequenceCache>> caches;
-    std::vector<SequenceStep> steps;
-    for (int64_t r = 0; r < batch; ++r) {
-      for (int32_t& id : ids[r]) id = token(rng);
-      caches.push_back(model.NewCache(static_cast<int>(n), up.active_drop_layers()));
-      steps.push_back({caches.back().get(), ids[r], logits[r].data(), &kept[r]});
-    }
-    ForwardStats stats;
-    UP_CUDA_CHECK(cudaDeviceSynchronize());  // cache set-up done before the clock starts
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> token(0, vocab - 1);
+  std::vector<std::vector<int32_t>> ids(batch, std::vector<int32_t>(n));
+  std::vector<std::vector<float>> logits(batch, std::vector<float>(vocab));
+  kept.assign(batch, {});
+  std::vector<std::unique_ptr<SequenceCache>> caches;
+  for (int64_t r = 0; r < batch; ++r) {
+    for (int32_t& id : ids[r]) id = token(rng);
+    caches.push_back(model.NewCache(static_cast<int>(n), up.active_drop_layers()));
+  }
+  UP_CUDA_CHECK(cudaDeviceSynchronize());  // cache set-up done before the clock starts
+  std::vector<double> step_ms;
+  auto forward = [&](std::span<const SequenceStep> steps) -> Status {
     const auto start = std::chrono::steady_clock::now();
     UP_RETURN_IF_ERROR(model.ForwardBatch(ctx, steps, up, nullptr, &stats));
-    const double ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    step_ms.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+            .count());
+    return OkStatus();
+  };
+  const bool segment_wise = chunk > 0 && up.enabled && !up.active_drop_layers().empty();
+  if (segment_wise) {
+    std::vector<SegmentChunkedPrefill> prefills;
+    for (int64_t r = 0; r < batch; ++r) {
+      prefills.push_back(SegmentChunkedPrefill::Of(caches[r].get(), ids[r], chunk,
+                                                   logits[r].data(), &kept[r]));
+    }
+    const int n_segments = model.CacheLayoutFor(up.active_drop_layers()).n_segments;
+    for (;;) {
+      std::vector<SequenceStep> steps;
+      for (SegmentChunkedPrefill& p : prefills) {
+        if (!p.finished(n_segments)) steps.push_back(p.NextStep(n_segments, up.selection.last_n));
+      }
+      if (steps.empty()) break;
+      UP_RETURN_IF_ERROR(forward(steps));
+      for (SegmentChunkedPrefill& p : prefills) {
+        if (!p.finished(n_segments)) p.Advance();
+      }
+    }
+    return step_ms;
+  }
+  const int64_t rows = chunk > 0 ? chunk : n;
+  for (int64_t done = 0; done < n; done += rows) {
+    const int64_t take = std::min(rows, n - done);
+    std::vector<SequenceStep> steps;
+    for (int64_t r = 0; r < batch; ++r) {
+      SequenceStep s;
+      s.cache = caches[r].get();
+      s.tokens = std::span<const int32_t>(ids[r]).subspan(done, take);
+      s.logits = done + take == n ? logits[r].data() : nullptr;
+      s.kept = &kept[r];
+      steps.push_back(s);
+    }
+    UP_RETURN_IF_ERROR(forward(steps));
+  }
+  return step_ms;
+}
+
+// `repeats` timed prefills after one warm-up (and with `phases` one more, its walk timed).
+Result<Timings> TimeMode(Model& model, DeviceContext& ctx, int64_t n, int64_t batch,
+                         const UniPrefillConfig& up, int repeats, int chunk, bool phases) {
+  Timings t;
+  std::vector<std::vector<KeptTokens>> kept;
+  for (int rep = 0; rep <= repeats; ++rep) {  // rep 0 warms up
+    ForwardStats stats;
+    UP_ASSIGN_OR_RETURN(std::vector<double> steps,
+                        RunPrefill(model, ctx, n, batch, up, chunk,
+                                   static_cast<uint32_t>(1000 + rep), stats, kept));
     if (rep == 0) continue;
+    double ms = 0;
+    for (double m : steps) ms += m;
     t.total_ms.push_back(ms);
     t.overhead_ms.push_back(1000.0 * (stats.scoring_s + stats.selection_s + stats.compaction_s));
     t.kept = kept[0];
     t.drop_host_syncs = stats.drop_host_syncs;
+    t.step_ms = steps;
+  }
+  if (phases) {
+    t.phases.time_phases = true;
+    UP_RETURN_IF_ERROR(
+        RunPrefill(model, ctx, n, batch, up, chunk, 999, t.phases, kept).status());
   }
   return t;
 }
@@ -259,14 +335,24 @@ Result<BenchModel> BuildModel(const BenchGpuPrefillOptions& o, const Points& p,
   // --attention was checked against the names by CLI11.
   lo.gpu_attention = GpuAttentionFromName(o.attention).value_or(GpuAttention::kAuto);
   UP_ASSIGN_OR_RETURN(b.model, MakeModel(std::move(def), ctx, lo));
+  // The pool as serve fixes it: blocks of --kv-block-tokens, enough for the largest point.
+  int64_t blocks = 0;
+  for (int64_t n : p.contexts) {
+    for (int64_t batch : p.batches) {
+      blocks = std::max(blocks, batch * b.config.n_layers * ((n + o.kv_block_tokens - 1) /
+                                                             o.kv_block_tokens + 1));
+    }
+  }
+  UP_RETURN_IF_ERROR(b.model->FixCachePool(static_cast<int>(blocks), o.kv_block_tokens));
   UP_CUDA_CHECK(cudaDeviceSynchronize());  // the weights are filled on the device's stream
   return b;
 }
 
 // The table line and the JSON row of one mode at (n tokens, batch b); dense_ms: this point's dense
 // median (the mode's own for dense).
+// chunk: 0 for whole prefills, else the chunk rows (whole_ms: the same mode's whole median).
 nlohmann::json ReportRow(const Mode& mode, int64_t n, int64_t b, double flops, const Timings& t,
-                         double dense_ms, double gemm_tflops) {
+                         double dense_ms, double gemm_tflops, int chunk, double whole_ms) {
   const bool dense = !mode.up.enabled;
   const double ms = Median(t.total_ms), overhead = Median(t.overhead_ms);
   const double tflops = flops / ms / 1e9;
@@ -291,11 +377,41 @@ nlohmann::json ReportRow(const Mode& mode, int64_t n, int64_t b, double flops, c
     for (const KeptTokens& k : t.kept) kept.push_back(k.kept);
     row["kept_tokens_per_drop_layer"] = kept;
   }
+  row["chunk_tokens"] = chunk;
+  row["forwards"] = t.step_ms.size();
+  row["forward_ms_last_run"] = t.step_ms;
+  if (chunk > 0) row["chunked_over_whole"] = ms / whole_ms;
+  if (t.phases.time_phases) {
+    nlohmann::json phases = nlohmann::json::object();
+    for (size_t i = 0; i < t.phases.phase_s.size(); ++i) {
+      if (t.phases.phase_s[i] > 0) {
+        phases[WalkPhaseName(static_cast<WalkPhase>(i))] = 1000.0 * t.phases.phase_s[i];
+      }
+    }
+    row["walk_phase_ms"] = phases;  // one more run, synced after every walk step
+  }
   std::printf("%-8lld %5lld %-13s %10.1f %9.1f %6.1f%% %7.3fx %10.1f %8.2f%%\n",
               static_cast<long long>(n), static_cast<long long>(b), mode.name.c_str(), ms,
               dense ? tflops : 0.0, dense ? 100 * tflops / kDatasheetBf16Tflops : 0.0,
               dense ? 1.0 : dense_ms / ms, dense ? 0.0 : overhead,
               dense ? 0.0 : 100 * overhead / ms);
+  if (chunk > 0) {
+    std::vector<double> steps = t.step_ms;
+    std::printf("         %lld forwards of <= %d rows per request: forward ms median %.1f, max %.1f; "
+                "chunked / whole %.3fx\n",
+                static_cast<long long>(steps.size()), chunk, Median(steps),
+                *std::max_element(steps.begin(), steps.end()), ms / whole_ms);
+  }
+  if (t.phases.time_phases) {
+    std::printf("         walk (synced per step), ms:");
+    for (size_t i = 0; i < t.phases.phase_s.size(); ++i) {
+      if (t.phases.phase_s[i] > 0) {
+        std::printf(" %s %.1f", WalkPhaseName(static_cast<WalkPhase>(i)),
+                    1000.0 * t.phases.phase_s[i]);
+      }
+    }
+    std::printf("\n");
+  }
   std::fflush(stdout);
   return row;
 }
@@ -319,6 +435,7 @@ nlohmann::json Summary(const BenchGpuPrefillOptions& o, const BenchModel& bm,
       {"shape_note", bm.note},
       {"weight_bytes", bm.model->resident_weight_bytes()},
       {"drop_layers", bm.defaults.drop_layers},
+      {"kv_block_tokens", o.kv_block_tokens},
       {"uniprefill_origin", bm.defaults.origin},
       {"ttft_timing",
        "host wall clock around Model::ForwardBatch (it ends with a device sync), after a "
@@ -374,14 +491,31 @@ int BenchGpuPrefillCommand(const BenchGpuPrefillOptions& o) {
     const int64_t n = points.contexts[ci];
     for (int64_t b : points.batches) {
       double dense_ms = 0;
+      double dense_chunked_ms = 0;
       for (const Mode& mode : Modes(bm.defaults, points.ratios, o.compare_sync)) {
-        Result<Timings> t = TimeMode(model, ctx, n, b, mode.up, o.repeats);
-        if (!t.ok()) {
-          std::fprintf(stderr, "error: %s\n", t.status().message().c_str());
-          return 1;
+        double whole_ms = 0;
+        std::vector<int> chunks = {0};  // whole, then chunked when one chunk can't hold it all
+        if (o.chunk_tokens > 0 && o.chunk_tokens < n) chunks.push_back(o.chunk_tokens);
+        for (int chunk : chunks) {
+          Result<Timings> t = TimeMode(model, ctx, n, b, mode.up, o.repeats, chunk, o.phases);
+          if (!t.ok()) {
+            std::fprintf(stderr, "error: %s\n", t.status().message().c_str());
+            return 1;
+          }
+          const double ms = Median(t->total_ms);
+          Mode shown = mode;
+          if (chunk == 0) {
+            whole_ms = ms;
+            if (!mode.up.enabled) dense_ms = ms;
+          } else {
+            shown.name += "/c" + std::to_string(chunk);
+            if (!mode.up.enabled) dense_chunked_ms = ms;
+          }
+          // Speedups compare like with like: chunked UniPrefill against chunked dense.
+          rows.push_back(ReportRow(shown, n, b, bm.dense_flops[ci] * b, *t,
+                                   chunk == 0 ? dense_ms : dense_chunked_ms, gemm_tflops, chunk,
+                                   whole_ms));
         }
-        if (!mode.up.enabled) dense_ms = Median(t->total_ms);
-        rows.push_back(ReportRow(mode, n, b, bm.dense_flops[ci] * b, *t, dense_ms, gemm_tflops));
       }
     }
   }

@@ -6,7 +6,7 @@
 // lengths and batch sizes: medians of --repeats runs after a warm-up (host wall clock around each
 // forward, which ends with a device sync); effective TFLOP/s and share of peak; UniPrefill's own
 // overhead (scoring, selection, compaction: ForwardStats). JSON + a table.
-// Not here: per-kernel times (the former synthetic model's --time-attention); profile with nsys.
+// --chunk-tokens adds chunked prefills (serve's cuts); --phases the walk's time per step.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -23,6 +23,9 @@ struct BenchGpuPrefillOptions {
   int layers = 0;             // 0: the preset's depth
   int experts = 0;            // 0: the preset's experts per MoE layer
   bool compare_sync = false;  // also run each ratio with a host sync per drop (exact layout)
+  int chunk_tokens = 0;       // > 0: also chunked prefills of this many rows per request
+  int kv_block_tokens = 16;   // the device KV pool's block size (serve's default)
+  bool phases = false;        // one more run per row, the walk timed step by step
   std::string attention = "auto";  // prefill attention kernel: ours or cudnn (LoadOptions)
   std::string commit;         // recorded in the JSON
   std::string json_out;

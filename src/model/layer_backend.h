@@ -68,6 +68,8 @@ class LayerBackend {
   // residual += out; the final norm; the logits of each request that wants them (its last row);
   // every cache committed.
   virtual Status Finish() = 0;
+  // Waits until every step issued so far has run (a device backend's stream; walk timing only).
+  virtual Status Synchronize() { return OkStatus(); }
   // After a step between Begin and Finish failed: drop whatever the forward left half done (a
   // device backend's open graph capture), so the next forward starts clean.
   virtual void Abandon() {}

@@ -9,6 +9,23 @@
 
 namespace uniprefill {
 
+const char* WalkPhaseName(WalkPhase phase) {
+  switch (phase) {
+    case WalkPhase::kBegin: return "begin";
+    case WalkPhase::kEmbed: return "embed";
+    case WalkPhase::kNorm: return "norm";
+    case WalkPhase::kAttention: return "attention";
+    case WalkPhase::kDropAttention: return "drop_attention";
+    case WalkPhase::kDeltaNet: return "delta_net";
+    case WalkPhase::kExchange: return "segment_exchange";
+    case WalkPhase::kFfn: return "ffn";
+    case WalkPhase::kMoe: return "moe";
+    case WalkPhase::kFinish: return "finish";
+    case WalkPhase::kCount: break;
+  }
+  return "?";
+}
+
 namespace {
 
 Status CheckChunk(const SequenceStep& s, int n_segments, const std::string& who) {

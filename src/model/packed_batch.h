@@ -12,6 +12,7 @@
 // last row (its newest token, whose logits are wanted) is never dropped.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -78,6 +79,13 @@ struct SequenceStep {
   const SegmentChunk* chunk = nullptr;
 };
 
+// The layer walk's steps, for ForwardStats::phase_s (walk timing, benchmarks only).
+enum class WalkPhase {
+  kBegin, kEmbed, kNorm, kAttention, kDropAttention, kDeltaNet, kExchange, kFfn, kMoe, kFinish,
+  kCount
+};
+const char* WalkPhaseName(WalkPhase phase);
+
 // Where a forward spent its UniPrefill time (benchmarks report the overhead share).
 struct ForwardStats {
   double scoring_s = 0;     // importance of the last n queries (AttentionImportance)
@@ -86,6 +94,10 @@ struct ForwardStats {
   // Device models: host syncs at drop layers to learn kept counts (0 when every selecting request
   // is fixed-ratio: the CUDA model then sizes later layers by capacities).
   int drop_host_syncs = 0;
+  // Benchmarks only: with time_phases the walk waits for the backend after every step and adds
+  // its wall time to phase_s[WalkPhase] (the waits cost some speed: compare like with like).
+  bool time_phases = false;
+  std::array<double, static_cast<size_t>(WalkPhase::kCount)> phase_s{};
 };
 
 // Set at a drop layer: the selection parameters and where to record what was kept.

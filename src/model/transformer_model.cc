@@ -1,10 +1,36 @@
 // The one layer walk: the recipe of model_definition.h, step by step on the model's backend.
 #include "model/transformer_model.h"
 
+#include <chrono>
+
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
 
 namespace uniprefill {
+
+// Runs one walk step; with stats->time_phases, waits for the backend and adds the step's wall
+// time to its phase (benchmarks' breakdown of a forward).
+class PhaseClock {
+ public:
+  PhaseClock(LayerBackend& backend, ForwardStats* stats)
+      : backend_(backend), stats_(stats && stats->time_phases ? stats : nullptr) {}
+
+  template <typename Step>
+  auto Run(WalkPhase phase, Step&& step) -> decltype(step()) {
+    if (!stats_) return step();
+    const auto start = std::chrono::steady_clock::now();
+    auto result = step();
+    if (!result.ok()) return result;
+    if (Status st = backend_.Synchronize(); !st.ok()) return st;
+    stats_->phase_s[static_cast<size_t>(phase)] +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return result;
+  }
+
+ private:
+  LayerBackend& backend_;
+  ForwardStats* stats_;
+};
 
 Status TransformerModel::ForwardBatch(DeviceContext& ctx, std::span<const SequenceStep> steps,
                                       const UniPrefillConfig& uniprefill,
@@ -13,26 +39,30 @@ Status TransformerModel::ForwardBatch(DeviceContext& ctx, std::span<const Sequen
   // ValidateUniPrefillConfig); the walk trusts it.
   const std::vector<int> drops = uniprefill.active_drop_layers();
   const int n_segments = CacheLayoutFor(drops).n_segments;
-  Result<bool> any_rows = backend_->Begin(ctx, steps, uniprefill, n_segments, stats);
+  PhaseClock clock(*backend_, stats);
+  Result<bool> any_rows = clock.Run(WalkPhase::kBegin, [&] {
+    return backend_->Begin(ctx, steps, uniprefill, n_segments, stats);
+  });
   if (!any_rows.ok()) {
     backend_->Abandon();
     return any_rows.status();
   }
   if (!*any_rows) return OkStatus();
-  const Status st = Walk(steps, uniprefill, drops, progress, stats);
+  const Status st = Walk(steps, uniprefill, drops, progress, stats, clock);
   if (!st.ok()) backend_->Abandon();
   return st;
 }
 
 Status TransformerModel::Walk(std::span<const SequenceStep> steps,
                               const UniPrefillConfig& uniprefill, const std::vector<int>& drops,
-                              const ProgressFn& progress, ForwardStats* stats) {
+                              const ProgressFn& progress, ForwardStats* stats, PhaseClock& clock) {
   const ModelConfig& c = def_->config;
-  UP_RETURN_IF_ERROR(backend_->Embed());
+  UP_RETURN_IF_ERROR(clock.Run(WalkPhase::kEmbed, [&] { return backend_->Embed(); }));
   size_t next_drop = 0;
   for (int i = 0; i < c.n_layers; ++i) {
     const LayerDefinition& L = def_->layers[i];
-    UP_RETURN_IF_ERROR(backend_->NormInput(i, NormSlot::kMixer));
+    UP_RETURN_IF_ERROR(
+        clock.Run(WalkPhase::kNorm, [&] { return backend_->NormInput(i, NormSlot::kMixer); }));
     if (L.attention) {
       DropLayer drop;
       const bool is_drop = next_drop < drops.size() && drops[next_drop] == i;
@@ -43,27 +73,36 @@ Status TransformerModel::Walk(std::span<const SequenceStep> steps,
         drop.stats = stats;
         ++next_drop;
       }
-      UP_RETURN_IF_ERROR(backend_->Attention(i, is_drop ? &drop : nullptr));
+      UP_RETURN_IF_ERROR(
+          clock.Run(is_drop ? WalkPhase::kDropAttention : WalkPhase::kAttention,
+                    [&] { return backend_->Attention(i, is_drop ? &drop : nullptr); }));
     } else {
-      UP_RETURN_IF_ERROR(backend_->DeltaNet(i));
+      UP_RETURN_IF_ERROR(clock.Run(WalkPhase::kDeltaNet, [&] { return backend_->DeltaNet(i); }));
     }
     if (!L.post_mixer_norm.empty()) {
-      UP_RETURN_IF_ERROR(backend_->NormOutput(i, NormSlot::kPostMixer));
+      UP_RETURN_IF_ERROR(clock.Run(WalkPhase::kNorm,
+                                   [&] { return backend_->NormOutput(i, NormSlot::kPostMixer); }));
     }
     const bool was_drop = next_drop > 0 && drops[next_drop - 1] == i;
-    if (was_drop) UP_RETURN_IF_ERROR(backend_->ExchangeSegmentRows(static_cast<int>(next_drop)));
-    UP_RETURN_IF_ERROR(backend_->NormInput(i, NormSlot::kFfn));
+    if (was_drop) {
+      UP_RETURN_IF_ERROR(clock.Run(WalkPhase::kExchange, [&] {
+        return backend_->ExchangeSegmentRows(static_cast<int>(next_drop));
+      }));
+    }
+    UP_RETURN_IF_ERROR(
+        clock.Run(WalkPhase::kNorm, [&] { return backend_->NormInput(i, NormSlot::kFfn); }));
     if (L.moe) {
-      UP_RETURN_IF_ERROR(backend_->Moe(i));
+      UP_RETURN_IF_ERROR(clock.Run(WalkPhase::kMoe, [&] { return backend_->Moe(i); }));
     } else {
-      UP_RETURN_IF_ERROR(backend_->GatedFfn(i));
+      UP_RETURN_IF_ERROR(clock.Run(WalkPhase::kFfn, [&] { return backend_->GatedFfn(i); }));
     }
     if (!L.post_ffn_norm.empty()) {
-      UP_RETURN_IF_ERROR(backend_->NormOutput(i, NormSlot::kPostFfn));
+      UP_RETURN_IF_ERROR(
+          clock.Run(WalkPhase::kNorm, [&] { return backend_->NormOutput(i, NormSlot::kPostFfn); }));
     }
     if (progress) progress(i + 1, c.n_layers);
   }
-  return backend_->Finish();
+  return clock.Run(WalkPhase::kFinish, [&] { return backend_->Finish(); });
 }
 
 Result<std::unique_ptr<Model>> MakeModel(ModelDefinition definition, DeviceContext& ctx,

@@ -15,6 +15,8 @@
 
 namespace uniprefill {
 
+class PhaseClock;  // transformer_model.cc: the walk's optional per-step timing
+
 class TransformerModel final : public Model {
  public:
   TransformerModel(std::unique_ptr<const ModelDefinition> definition,
@@ -43,7 +45,8 @@ class TransformerModel final : public Model {
  private:
   // Embed, every layer, Finish (after a Begin that found rows).
   Status Walk(std::span<const SequenceStep> steps, const UniPrefillConfig& uniprefill,
-              const std::vector<int>& drops, const ProgressFn& progress, ForwardStats* stats);
+              const std::vector<int>& drops, const ProgressFn& progress, ForwardStats* stats,
+              PhaseClock& clock);
   std::unique_ptr<const ModelDefinition> def_;  // the backend points into it: declared first
   std::unique_ptr<LayerBackend> backend_;
 };
