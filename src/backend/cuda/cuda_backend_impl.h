@@ -108,6 +108,11 @@ class CudaBackend final : public LayerBackend {
   bool supports_segment_chunks() const override { return true; }
   Status Finish() override;
   void Abandon() override;
+  // A stream sync (not while a graph is being captured: the capture must not be broken).
+  Status Synchronize() override {
+    if (!capturing_) UP_CUDA_CHECK(cudaStreamSynchronize(ctx_.cuda().stream()));
+    return OkStatus();
+  }
 
  private:
   const DeviceBuffer& NormWeight(int layer, NormSlot slot) const;
@@ -148,12 +153,13 @@ class CudaBackend final : public LayerBackend {
   // Whether a cuDNN call ran; false (said once on stderr) when the engine's own kernel must run
   // instead: for this shape from now on, or for every shape when a plan failed to run.
   bool CudnnRan(const Status& st, const char* what);
-  // cuDNN's paged attention (CudnnAttention::RunPaged) for requests `which` whose query rows are
+  // cuDNN's fused attention (CudnnAttention::RunPrefix) for requests `which` whose query rows are
   // the newest entries of layer li's cache (chunks of a prefill over its earlier chunks, full
-  // attention): read in place from the KV pool. false when cuDNN cannot run it (as CudnnPrefill).
-  Result<bool> CudnnPagedPrefill(int li, int hkv, const std::vector<int>& which,
-                                 const TensorView& q, const TensorView& attn, const KeptQueries& kq,
-                                 const ops::AttentionParams& params);
+  // attention), over the entries copied out of the KV pool into prefix_kv_. false when cuDNN
+  // cannot run it (as CudnnPrefill).
+  Result<bool> CudnnPrefixPrefill(int li, int hkv, const std::vector<int>& which,
+                                  const TensorView& q, const TensorView& attn,
+                                  const KeptQueries& kq, const ops::AttentionParams& params);
   // The paged decode kernel for `run`: requests of one query row each, at consecutive rows.
   Status DecodeRun(int li, int hkv, const std::vector<int>& run, const TensorView& q_rows,
                    const int32_t* q_coord, const std::vector<int>& q_begin, bool by_position,
@@ -215,6 +221,9 @@ class CudaBackend final : public LayerBackend {
       logits_, logits_f32_, last_hidden_, argmax_scratch_;
   PinnedFloats host_logits_;  // f32 [B, V]: the rows the steps want on the host
   DeviceBuffer cache_keys_, cache_coords_, cache_importance_;  // ScoreOverCache's gathers
+  // bf16 [2 (K, V), keys, kv_dim]: chunks' cached prefixes copied out of the pool (sized by the
+  // longest prefix of a step, not by the step budget).
+  DeviceBuffer prefix_kv_;
   int cur_ = 0;  // live residual buffer
   PinnedStaging staging_;
 

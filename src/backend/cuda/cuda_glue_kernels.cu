@@ -48,6 +48,29 @@ __global__ void DeltaNetGatesKernel(float* g, float* beta, const bf16* b, int64_
   g[i] = -expf(a_log[h]) * softplus;
 }
 
+// One CUDA block copies kGatherRows rows of one sequence, 16 bytes per thread and step.
+constexpr int kGatherRows = 8;
+
+__global__ void GatherCacheRowsKernel(int4* k, int4* v, const int4* kv, int bt, int64_t vecs,
+                                      const int32_t* table, int max_blocks,
+                                      const int32_t* row_begin) {
+  const int b = blockIdx.y;
+  const int64_t begin = row_begin[b], len = row_begin[b + 1] - begin;
+  for (int i = 0; i < kGatherRows; ++i) {
+    const int64_t a = static_cast<int64_t>(blockIdx.x) * kGatherRows + i;
+    if (a >= len) return;
+    const int64_t block = table[static_cast<int64_t>(b) * max_blocks + a / bt], row = a % bt;
+    const int4* src_k = kv + (block * 2 * bt + row) * vecs;
+    const int4* src_v = src_k + bt * vecs;
+    int4* dst_k = k + (begin + a) * vecs;
+    int4* dst_v = v + (begin + a) * vecs;
+    for (int64_t c = threadIdx.x; c < vecs; c += blockDim.x) {
+      dst_k[c] = src_k[c];
+      dst_v[c] = src_v[c];
+    }
+  }
+}
+
 }  // namespace
 
 void WriteSlotMeta(DeviceContext& ctx, int32_t* meta, int block_tokens, const int32_t* slots,
@@ -75,6 +98,20 @@ void DeltaNetGates(DeviceContext& ctx, float* g, float* beta, TensorView b, Tens
   DeltaNetGatesKernel<<<Blocks(T * Hv), kThreads, 0, ctx.cuda().stream()>>>(
       g, beta, b.as<const bf16>(), b.stride[0], a.as<const bf16>(), a.stride[0], a_log, dt_bias, T,
       Hv);
+  UP_CUDA_CHECK_LAUNCH();
+}
+
+void GatherCacheRows(DeviceContext& ctx, TensorView k, TensorView v, TensorView kv,
+                     const int32_t* table, int max_blocks, const int32_t* row_begin, int batch,
+                     int max_len) {
+  if (batch <= 0 || max_len <= 0) return;
+  const int64_t kv_dim = kv.dim(3);
+  assert(kv_dim % 8 == 0 && k.stride[0] == kv_dim && v.stride[0] == kv_dim);
+  const dim3 grid(static_cast<unsigned>((max_len + kGatherRows - 1) / kGatherRows),
+                  static_cast<unsigned>(batch));
+  GatherCacheRowsKernel<<<grid, 128, 0, ctx.cuda().stream()>>>(
+      static_cast<int4*>(k.data), static_cast<int4*>(v.data), static_cast<const int4*>(kv.data),
+      static_cast<int>(kv.dim(2)), kv_dim / 8, table, max_blocks, row_begin);
   UP_CUDA_CHECK_LAUNCH();
 }
 

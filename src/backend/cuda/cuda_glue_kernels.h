@@ -25,4 +25,13 @@ void SigmoidGateMul(DeviceContext& ctx, TensorView x, TensorView gate);
 void DeltaNetGates(DeviceContext& ctx, float* g, float* beta, TensorView b, TensorView a,
                    const float* a_log, const float* dt_bias);
 
+// Copies sequences' cache entries out of the KV pool into contiguous rows: sequence b's entries
+// 0 .. row_begin[b + 1] - row_begin[b] - 1 (entry a in block table[b * max_blocks + a /
+// block_tokens], row a % block_tokens of kv bf16 [num_blocks, 2 (K, V), block_tokens, kv_dim])
+// become rows row_begin[b] .. of k and v, bf16 [Tk, kv_dim] each (contiguous). kv_dim must be a
+// multiple of 8 (16-byte copies). max_len: the longest sequence's entries.
+void GatherCacheRows(DeviceContext& ctx, TensorView k, TensorView v, TensorView kv,
+                     const int32_t* table, int max_blocks, const int32_t* row_begin, int batch,
+                     int max_len);
+
 }  // namespace uniprefill::cuda_backend

@@ -71,20 +71,22 @@ enum Uid : int64_t {
   kQ = 1, kK, kV, kO, kSeqLen, kQOff, kKOff, kVOff, kOOff, kSeqLenKv, kPageTable
 };
 
-enum class Kind : int64_t { kSelf, kPaged };
+enum class Kind : int64_t { kSelf, kPaged, kPrefix };
 
 // What a graph is specialised to. Self: the strides are the views' row strides. Paged: k_stride
 // is the pool's kv_dim, and the pool's size and the block table's width are part of the shape.
+// Prefix: keys have their own row bucket (max_kv_rows).
 struct GraphKey {
   Kind kind = Kind::kSelf;
   int64_t batch = 0, max_rows = 0, hq = 0, hkv = 0, d = 0;
   int64_t q_stride = 0, k_stride = 0, v_stride = 0, o_stride = 0;
   int64_t window = 0;  // 0: causal only
   int64_t num_blocks = 0, block_tokens = 0, max_blocks = 0;
+  int64_t max_kv_rows = 0;
   uint32_t scale_bits = 0;
   auto tie() const {
     return std::tie(kind, batch, max_rows, hq, hkv, d, q_stride, k_stride, v_stride, o_stride,
-                    window, num_blocks, block_tokens, max_blocks, scale_bits);
+                    window, num_blocks, block_tokens, max_blocks, max_kv_rows, scale_bits);
   }
   bool operator<(const GraphKey& o) const { return tie() < o.tie(); }
 };
@@ -129,9 +131,10 @@ TensorPtr IntColumn(fe::graph::Graph& g, const char* name, int64_t uid, int64_t 
 
 // bf16 [batch, heads, rows, d] with rows `stride` elements apart and heads d apart (a packed,
 // possibly column-sliced row layout); sequences start at their ragged offsets (int32 [b + 1]).
+// rows: the bucket of rows per sequence (0: key.max_rows).
 TensorPtr RaggedRows(fe::graph::Graph& g, const char* name, int64_t uid, const GraphKey& key,
-                     int64_t heads, int64_t stride, TensorPtr ragged) {
-  const int64_t s = key.max_rows, d = key.d;
+                     int64_t heads, int64_t stride, TensorPtr ragged, int64_t rows = 0) {
+  const int64_t s = rows > 0 ? rows : key.max_rows, d = key.d;
   return g.tensor(fe::graph::Tensor_attributes()
                       .set_name(name)
                       .set_uid(uid)
@@ -168,6 +171,30 @@ void DefineSelf(fe::graph::Graph& g, const GraphKey& key, float scale) {
                      .set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
                      .set_diagonal_band_right_bound(0);
   if (key.window > 0) options.set_diagonal_band_left_bound(static_cast<int>(key.window));
+  auto [o, stats] = g.sdpa(q, k, v, options);
+  (void)stats;
+  RaggedOutput(g, o, key);
+}
+
+// Queries over a cached prefix in contiguous rows: like DefineSelf with keys of their own lengths
+// and bucket, causal aligned bottom-right (query row i of a sequence with n queries over L keys
+// sees keys j <= L - n + i).
+void DefinePrefix(fe::graph::Graph& g, const GraphKey& key, float scale) {
+  const int64_t b = key.batch, kv = key.max_kv_rows;
+  auto q = RaggedRows(g, "Q", kQ, key, key.hq, key.q_stride, IntColumn(g, "q_off", kQOff, b + 1));
+  auto k = RaggedRows(g, "K", kK, key, key.hkv, key.k_stride, IntColumn(g, "k_off", kKOff, b + 1),
+                      kv);
+  auto v = RaggedRows(g, "V", kV, key, key.hkv, key.v_stride, IntColumn(g, "v_off", kVOff, b + 1),
+                      kv);
+  auto options = fe::graph::SDPA_attributes()
+                     .set_name("prefix_rows")
+                     .set_generate_stats(false)
+                     .set_attn_scale(scale)
+                     .set_padding_mask(true)
+                     .set_seq_len_q(IntColumn(g, "q_len", kSeqLen, b))
+                     .set_seq_len_kv(IntColumn(g, "kv_len", kSeqLenKv, b))
+                     .set_diagonal_alignment(fe::DiagonalAlignment_t::BOTTOM_RIGHT)
+                     .set_diagonal_band_right_bound(0);
   auto [o, stats] = g.sdpa(q, k, v, options);
   (void)stats;
   RaggedOutput(g, o, key);
@@ -302,6 +329,36 @@ class CudnnAttentionImpl final : public CudnnAttention {
     return Execute(ctx, key, params.scale, pack);
   }
 
+  Status RunPrefix(DeviceContext& ctx, TensorView out, TensorView q, TensorView k, TensorView v,
+                   const CudnnPrefixBatch& batch, const AttentionParams& params) override {
+    if (params.window != 0) return Unimplemented("cuDNN attention: windows over a cached prefix");
+    if (batch.batch <= 0) return OkStatus();
+    GraphKey key;
+    key.kind = Kind::kPrefix;
+    key.batch = batch.batch;
+    key.max_rows = Bucket(batch.max_q_rows);
+    key.max_kv_rows = Bucket(batch.max_kv_rows);
+    key.hq = q.dim(1);
+    key.hkv = k.dim(1);
+    key.d = q.dim(2);
+    key.q_stride = q.stride[0];
+    key.k_stride = k.stride[0];
+    key.v_stride = v.stride[0];
+    key.o_stride = out.stride[0];
+    key.scale_bits = FloatBits(params.scale);
+    Pack pack = {{kQ, q.data},
+                 {kK, k.data},
+                 {kV, v.data},
+                 {kO, out.data},
+                 {kSeqLen, const_cast<int32_t*>(batch.q_len)},
+                 {kSeqLenKv, const_cast<int32_t*>(batch.kv_len)},
+                 {kQOff, const_cast<int32_t*>(batch.q_offsets)},
+                 {kKOff, const_cast<int32_t*>(batch.k_offsets)},
+                 {kVOff, const_cast<int32_t*>(batch.v_offsets)},
+                 {kOOff, const_cast<int32_t*>(batch.o_offsets)}};
+    return Execute(ctx, key, params.scale, pack);
+  }
+
   std::vector<CudnnPlanTiming> PlanTimings() const override { return timings_; }
 
  private:
@@ -352,10 +409,16 @@ class CudnnAttentionImpl final : public CudnnAttention {
     graph->set_io_data_type(fe::DataType_t::BFLOAT16)
         .set_intermediate_data_type(fe::DataType_t::FLOAT)
         .set_compute_data_type(fe::DataType_t::FLOAT);
-    if (key.kind == Kind::kSelf) {
-      DefineSelf(*graph, key, scale);
-    } else {
-      DefinePaged(*graph, key, scale);
+    switch (key.kind) {
+      case Kind::kSelf:
+        DefineSelf(*graph, key, scale);
+        break;
+      case Kind::kPaged:
+        DefinePaged(*graph, key, scale);
+        break;
+      case Kind::kPrefix:
+        DefinePrefix(*graph, key, scale);
+        break;
     }
     UP_RETURN_IF_ERROR(FromFe(graph->validate(), "validate"));
     UP_RETURN_IF_ERROR(FromFe(graph->build_operation_graph(handle_), "operation graph"));

@@ -24,12 +24,17 @@
 // same from block_tokens kv_dim elements on. cuDNN (>= 9.7 for paged K/V with ragged Q) reads a
 // container through its strides, so the pool's interleaved K | V blocks and 16-token pages need no
 // copy: measured on the H200's cuDNN 9.14 for D 64 / 128 / 256 and GQA against the CPU op
-// (cudnn_attention_test.cc). Not wired into CudaBackend yet (its cached-request path is our paged
-// kernels'); wiring it needs window 0, uncompacted queries that are the last rows of the layer's
-// cache, and no call inside a CUDA-graph capture (a bucket's first call autotunes and syncs).
+// (cudnn_attention_test.cc). The backend does not use it: on the H200, cuDNN's plans for paged K/V
+// ran a 32K prompt's chunked attention at half the rate of its plans for contiguous rows (the
+// 8B shape in 2K chunks, attention 1.36 s vs 0.74 s; block sizes 16 to 256 made no difference), so
+// CudaBackend copies a chunk's prefix out of the pool and calls RunPrefix.
+//
+// RunPrefix covers the same queries over the prefix in contiguous rows (k, v [Tk, Hkv, D], rows
+// strided), causal aligned bottom-right, with keys of their own lengths and row bucket.
 //
 // Plans: one graph per shape bucket (batch, max length rounded up to a power of two, heads, head
-// dim, strides, scale, window; paged: pool blocks and table width) is built once and reused. With
+// dim, strides, scale, window; paged: pool blocks and table width; prefix: the key rows' bucket)
+// is built once and reused. With
 // CudnnOptions::autotune (the default) every plan cuDNN's heuristics offer (modes A and B, plus
 // FALLBACK when asked; with sweep_knobs also every one-knob variant of each engine's config) is
 // built (BuildPlanPolicy ALL) and timed on the first call's own tensors (one warm-up, best of two),
@@ -75,6 +80,20 @@ struct CudnnPagedBatch {
   int max_blocks = 0;  // the table's row width (>= every ceil(kv_len / block_tokens))
 };
 
+// Queries over a cached prefix copied out of the pool (RunPrefix): sequence b's q_len[b] query
+// rows (offsets into q and out) are the last of its kv_len[b] key rows (offsets into k and v).
+struct CudnnPrefixBatch {
+  const int32_t* q_len = nullptr;      // device int32 [batch]
+  const int32_t* kv_len = nullptr;     // device int32 [batch]: keys, the queries' own included
+  const int32_t* q_offsets = nullptr;  // device int32 [batch + 1] each, in elements of the view
+  const int32_t* k_offsets = nullptr;
+  const int32_t* v_offsets = nullptr;
+  const int32_t* o_offsets = nullptr;
+  int batch = 0;
+  int max_q_rows = 0;   // the most query rows of a sequence
+  int max_kv_rows = 0;  // the most key rows of a sequence
+};
+
 // offsets[b] = row_begin[b] * row_stride, b <= batch (host).
 std::vector<int32_t> RaggedOffsets(const std::vector<int32_t>& row_begin, int64_t row_stride);
 
@@ -113,6 +132,14 @@ class CudnnAttention {
   // batch.block_table names; kv_dim >= Hkv * D, head h's keys at columns [h D, (h + 1) D).
   virtual Status RunPaged(DeviceContext& ctx, TensorView out, TensorView q, TensorView kv, int hkv,
                           const CudnnPagedBatch& batch, const AttentionParams& params) = 0;
+
+  // out bf16 [Tq, Hq, D] = causal attention (bottom-right aligned, as RunPaged; params.window must
+  // be 0) of q bf16 [Tq, Hq, D] over k, v bf16 [Tk, Hkv, D] (rows strided). The cached prefix in
+  // contiguous rows (the backend copies it out of the pool): on the H200 cuDNN's fused kernel runs
+  // this at about twice the rate of the same attention through RunPaged's page tables.
+  virtual Status RunPrefix(DeviceContext& ctx, TensorView out, TensorView q, TensorView k,
+                           TensorView v, const CudnnPrefixBatch& batch,
+                           const AttentionParams& params) = 0;
 
   // The plans of the latest bucket built with autotune, in heuristic order (empty before).
   virtual std::vector<CudnnPlanTiming> PlanTimings() const = 0;

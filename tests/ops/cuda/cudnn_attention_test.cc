@@ -3,7 +3,8 @@
 // sliding windows (1, short, long, >= the length) over packed varlen batches whose q, k, v are
 // column slices of one fused QKV buffer (NaN in the columns nobody may read), sequences ending in
 // padding rows (seq_len < capacity), odd lengths, GQA, D 64 / 128 / 256; and queries over a cached
-// prefix read from a KV-pool layout through block tables (RunPaged). Outputs start NaN-poisoned, so
+// prefix read from a KV-pool layout through block tables (RunPaged) or from contiguous rows
+// (RunPrefix). Outputs start NaN-poisoned, so
 // an unwritten element fails. DISABLED_* print TFLOP/s of cuDNN (per autotuned plan too) against
 // ours (run them with --gtest_also_run_disabled_tests). Builds without cuDNN skip with one line;
 // so does a machine without a GPU.
@@ -343,6 +344,45 @@ void CheckPaged(DeviceContext& ctx, DeviceContext& cpu, CudnnAttention& cudnn, i
   std::printf("cuDNN paged prefix D %d heads %d/%d, %d sequences: vs CPU %.2e\n", d, hq, hkv, nseq,
               err);
   EXPECT_LT(err, kTolerance) << "D " << d;
+
+  // RunPrefix on the same keys and values in contiguous rows (kvd wide: NaN past Hkv D).
+  std::vector<int32_t> kv_begin{0};
+  for (int b = 0; b < nseq; ++b) kv_begin.push_back(kv_begin.back() + kv_len[b]);
+  const int64_t tk = kv_begin.back();
+  std::vector<uint16_t> k_bits(tk * kvd, kNaN), v_bits(tk * kvd, kNaN);
+  for (int b = 0; b < nseq; ++b) {
+    for (int a = 0; a < kv_len[b]; ++a) {
+      for (int64_t e = 0; e < kvd_used; ++e) {
+        k_bits[(kv_begin[b] + a) * kvd + e] = F32ToBf16Bits(keys[b][a * kvd_used + e]);
+        v_bits[(kv_begin[b] + a) * kvd + e] = F32ToBf16Bits(values[b][a * kvd_used + e]);
+      }
+    }
+  }
+  const DeviceBuffer k_dev = DeviceBuffer::FromHost(k_bits), v_dev = DeviceBuffer::FromHost(v_bits);
+  const DeviceBuffer kv_off = DeviceBuffer::FromHost(RaggedOffsets(kv_begin, kvd));
+  out.Fill(0xFF);
+  UP_CUDA_CHECK(cudaDeviceSynchronize());
+  CudnnPrefixBatch xb;
+  xb.q_len = pb.q_len;
+  xb.kv_len = pb.kv_len;
+  xb.q_offsets = pb.q_offsets;
+  xb.o_offsets = pb.o_offsets;
+  xb.k_offsets = xb.v_offsets = kv_off.as<int32_t>();
+  xb.batch = nseq;
+  xb.max_q_rows = max_q;
+  xb.max_kv_rows = *std::max_element(kv_len.begin(), kv_len.end());
+  const Status xst = cudnn.RunPrefix(ctx, Rows(out, 0, tq, hq, d, qd),
+                                     Rows(q_dev, 0, tq, hq, d, q_width),
+                                     Rows(k_dev, 0, tk, hkv, d, kvd),
+                                     Rows(v_dev, 0, tk, hkv, d, kvd), xb, params);
+  ASSERT_TRUE(xst.ok()) << "D " << d << ": " << xst.message();
+  UP_CUDA_CHECK(cudaStreamSynchronize(ctx.cuda().stream()));
+  const std::vector<uint16_t> raw_x = out.ToHost<uint16_t>(tq * qd);
+  for (int64_t i = 0; i < tq * qd; ++i) got[i] = Bf16BitsToF32(raw_x[i]);
+  const double err_x = RelativeL2Error(got, ref);
+  std::printf("cuDNN prefix rows D %d heads %d/%d, %d sequences: vs CPU %.2e\n", d, hq, hkv,
+              nseq, err_x);
+  EXPECT_LT(err_x, kTolerance) << "D " << d;
 }
 
 TEST_F(CudnnAttentionTest, PagedPrefixQueriesMatchCpu) {
