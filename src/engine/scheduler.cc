@@ -136,26 +136,50 @@ void Scheduler::ScheduleDecodes(StepPlan& plan) {
   }
 }
 
+int Scheduler::PrefillRowsLeft(const RequestInfo& r) const {
+  if (r.segment < 0) return r.prefill_target - r.prefilled;
+  // Segment-wise: this segment's rows left, and at most as many rows in every later segment.
+  return r.segment_rows - r.segment_done + (kv_.n_segments() - 1 - r.segment) * r.segment_rows;
+}
+
 void Scheduler::ContinueChunkedPrefills(StepPlan& plan) {
-  // Fair shares: the unfinished chunked prefills, and while requests wait the admissions after
-  // them as one more party, split what the decodes leave of the budget, so a short prompt that
-  // arrives beside a long one is prefilled within a few steps instead of after all of it. What
-  // the shares leave unused goes back to the prefills after admission (TopUpChunkedPrefills).
+  // First come, first served (vLLM's order: the first prompt to arrive gets its first token
+  // first, as without chunks), but a job that will finish sooner than the oldest prefill does
+  // not wait behind it: the oldest, every later prefill with fewer rows left than it, and the
+  // waiting head when its prompt is shorter than that (admitted after these) split what the
+  // decodes left in fair shares, so a short prompt arriving beside a long one is prefilled within
+  // a few steps instead of after all of it. The other prefills wait their turn; what the shares
+  // leave unused tops up these chunks after admission (in plan order).
   std::vector<RequestId> continuing;
   for (RequestId id : running_) {  // admission order: the oldest prefill first
     if (requests_.at(id).prefill_in_progress()) continuing.push_back(id);
   }
-  const bool others_wait = !waiting_.empty() && plan.preempted.empty();
-  int parties = static_cast<int>(continuing.size()) + (others_wait ? 1 : 0);
-  for (RequestId id : continuing) {
-    const RequestInfo& r = requests_.at(id);
-    const int budget_left = config_.max_batched_tokens - plan.num_tokens();
-    if (budget_left <= 0) break;
-    const int share = (budget_left + parties - 1) / parties;
-    --parties;
-    const ScheduledRequest s = NextChunk(r, share);
+  if (continuing.empty()) return;
+  const int oldest_left = PrefillRowsLeft(requests_.at(continuing.front()));
+  std::vector<RequestId> sharing = {continuing.front()}, later;
+  for (size_t i = 1; i < continuing.size(); ++i) {
+    const bool sooner = PrefillRowsLeft(requests_.at(continuing[i])) < oldest_left;
+    (sooner ? sharing : later).push_back(continuing[i]);
+  }
+  const bool head_shares = !waiting_.empty() && plan.preempted.empty() &&
+                           PrefillTokens(requests_.at(waiting_.front())) < oldest_left;
+  int parties = static_cast<int>(sharing.size()) + (head_shares ? 1 : 0);
+  auto schedule = [&](RequestId id, int budget) {
+    const ScheduledRequest s = NextChunk(requests_.at(id), budget);
     plan.requests.push_back(s);
     if (s.segment <= 0) stats_.prefill_tokens += s.num_tokens;  // later segments: same tokens
+  };
+  for (RequestId id : sharing) {
+    const int budget_left = config_.max_batched_tokens - plan.num_tokens();
+    if (budget_left <= 0) return;
+    schedule(id, (budget_left + parties - 1) / parties);
+    --parties;
+  }
+  if (head_shares) return;  // the rest is the head's share
+  for (RequestId id : later) {
+    const int budget_left = config_.max_batched_tokens - plan.num_tokens();
+    if (budget_left <= 0) return;
+    schedule(id, budget_left);
   }
 }
 

@@ -8,11 +8,14 @@
 //    goes back to the front of the waiting queue), possibly the request itself; repeat until it
 //    fits. A preempted request is later recomputed: its prompt plus the tokens it generated become
 //    one prefill (the engine feeds those token ids).
-// 2. Running requests whose prefill is chunked and not done get their next chunk, oldest first:
-//    fair shares of what the decodes left (the admissions after them count as one more party
-//    while requests wait), so a short prompt arriving beside a long one is prefilled within a few
-//    steps instead of after all of it; what the shares leave unused tops up these chunks after
-//    admission (in plan order).
+// 2. Running requests whose prefill is chunked and not done get their next chunk, first come
+//    first served (the first prompt to arrive gets its first token first, as without chunks),
+//    except that a job which will finish sooner than the oldest prefill does not wait behind
+//    it: the oldest, every later prefill with fewer rows left than it, and the head of the
+//    waiting queue when its prompt is shorter than that, split what the decodes left in fair
+//    shares (a short prompt arriving beside a long one is prefilled within a few steps instead of
+//    after all of it). Other prefills wait their turn; what the shares leave unused tops these
+//    chunks up after admission (in plan order).
 // 3. Unless this step preempted (memory is short: admitting now would only thrash), waiting
 //    requests are admitted first-come-first-served while the token budget and KV memory allow.
 //    Admission reserves the dense worst case (the whole prefill in every segment); OnStepDone
@@ -199,6 +202,9 @@ class Scheduler {
 
  private:
   int PrefillTokens(const RequestInfo& r) const { return r.prompt_tokens + r.generated; }
+  // Rows a chunked prefill has left to run, over all its segments (later segments counted at the
+  // current segment's rows: selection only shrinks them).
+  int PrefillRowsLeft(const RequestInfo& r) const;
   void ScheduleDecodes(StepPlan& plan);
   // The next chunk of r's chunked prefill within `budget` tokens (rows).
   ScheduledRequest NextChunk(const RequestInfo& r, int budget) const;

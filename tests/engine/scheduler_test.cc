@@ -157,7 +157,8 @@ TEST(SchedulerTest, PromptLongerThanTheBudgetRunsAsTheOnlyPrefillOfItsStep) {
 }
 
 // Dense prefills are cut into chunks that fill what the decodes leave of the budget; a chunk
-// samples nothing until the last; unfinished prefills and the waiting queue share the budget.
+// samples nothing until the last; a waiting prompt shorter than the unfinished prefill's rows left
+// shares the budget with it.
 TEST(SchedulerTest, DensePrefillIsChunkedIntoTheBudgetBesideDecodes) {
   Scheduler s = Make(/*budget=*/16, 1, 1000, 4);
   SubmitAll(s, {Dense(6, 4), Dense(40, 2), Dense(5, 1)});
@@ -177,8 +178,8 @@ TEST(SchedulerTest, DensePrefillIsChunkedIntoTheBudgetBesideDecodes) {
   EXPECT_EQ(s.kv().Usage().used_blocks, 0);
 }
 
-// Two unfinished prefills split the budget; the short one then ends while the long one goes on
-// with all that is left.
+// Two unfinished prefills split the budget (the later one has fewer rows left); the short one
+// then ends while the long one goes on with all that is left.
 TEST(SchedulerTest, UnfinishedPrefillsShareTheBudget) {
   Scheduler s = Make(/*budget=*/20, 1, 1000, 4);
   SubmitAll(s, {Dense(100, 1), Dense(30, 1)});
@@ -190,6 +191,23 @@ TEST(SchedulerTest, UnfinishedPrefillsShareTheBudget) {
       {Plan({C(0, 20, 50, false)})},
       {Plan({C(0, 20, 70, false)})},
       {Plan({C(0, 10, 90, true)}), {}, {Length(0, 1)}},
+  });
+  EXPECT_EQ(s.kv().Usage().used_blocks, 0);
+}
+
+// First come, first served: a waiting prompt no shorter than the oldest prefill's rows left waits
+// for it (the oldest gets its first token as soon as without chunks); it is admitted with what
+// the oldest's last chunk leaves.
+TEST(SchedulerTest, PrefillsNoShorterThanTheOldestWaitTheirTurn) {
+  Scheduler s = Make(/*budget=*/20, 1, 1000, 4);
+  SubmitAll(s, {Dense(40, 1), Dense(40, 1), Dense(30, 1)});
+  RunSteps(s, {
+      {Plan({C(0, 20, 0, false)})},
+      {Plan({C(0, 20, 20, true)}), {}, {Length(0, 1)}},  // B's 40 are not fewer than A's 20
+      {Plan({C(1, 20, 0, false)})},
+      {Plan({C(1, 20, 20, true)}), {}, {Length(1, 1)}},  // C's 30 are not fewer than B's 20
+      {Plan({C(2, 20, 0, false)})},
+      {Plan({C(2, 10, 20, true)}), {}, {Length(2, 1)}},
   });
   EXPECT_EQ(s.kv().Usage().used_blocks, 0);
 }
