@@ -9,6 +9,7 @@
 #include "engine/uniprefill_options_json.h"
 #include "eval/ruler_runner.h"
 #include "eval_ruler_command.h"
+#include "model_names.h"
 #include "output_files.h"
 #include "progress_bar.h"
 #include "run_command.h"
@@ -181,7 +182,7 @@ int CalibrateCommand(const CalibrateOptions& o) {
     }
   }
   EngineOptions eo;
-  eo.model_path = o.model;
+  eo.model_path = ResolveModelArgument(o.model);
   eo.threads = o.threads;
   o.device.ApplyTo(eo);
   auto loaded = Engine::Load(eo);

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "io/gguf.h"
+#include "model_names.h"
 #include "run_command.h"
 
 namespace uniprefill::cli {
@@ -11,18 +12,21 @@ namespace uniprefill::cli {
 void AddInfoCommand(CLI::App& app, InfoOptions& o) {
   CLI::App* info = app.add_subcommand("info", "Describe a GGUF model file (metadata, tensors)");
   o.model = DefaultModelPath();
-  info->add_option("-m,--model", o.model, "GGUF model file")->capture_default_str();
+  info->add_option("-m,--model", o.model,
+                   "GGUF model file, or a short name of one in models/ (" + KnownModelNames() + ")")
+      ->capture_default_str();
   info->add_flag("--tensors", o.tensors, "List every tensor");
 }
 
 int InfoCommand(const InfoOptions& o) {
-  auto file = gguf::GgufFile::Open(o.model);
+  const std::string path = ResolveModelArgument(o.model);
+  auto file = gguf::GgufFile::Open(path);
   if (!file.ok()) {
     std::fprintf(stderr, "error: %s\n", file.status().message().c_str());
     return 1;
   }
   const gguf::GgufFile& f = **file;
-  std::printf("file: %s (%zu bytes, GGUF v%u, alignment %u)\n", o.model.c_str(), f.file_size(),
+  std::printf("file: %s (%zu bytes, GGUF v%u, alignment %u)\n", path.c_str(), f.file_size(),
               f.version(), f.alignment());
   for (const auto& [key, value] : f.metadata()) {
     std::printf("  %-48s ", key.c_str());

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/stop_matcher.h"
+#include "model_names.h"
 #include "progress_bar.h"
 #include "uniprefill/engine.h"
 
@@ -77,7 +78,10 @@ void AddRunCommand(CLI::App& app, RunOptions& o) {
   CLI::App* run = app.add_subcommand("run", "Answer one prompt: stream the generated text and "
                                             "print TTFT, prefill and decode speed");
   o.model = DefaultModelPath();
-  run->add_option("-m,--model", o.model, "GGUF model file")->capture_default_str();
+  run->add_option("-m,--model", o.model,
+                  "Model: a GGUF file, a Hugging Face checkpoint folder, or a short name of one in "
+                  "models/ (" + KnownModelNames() + ")")
+      ->capture_default_str();
   auto* prompt = run->add_option("-p,--prompt", o.prompt, "Prompt text");
   auto* file = run->add_option("-f,--prompt-file", o.prompt_file, "Read the prompt from a file");
   auto* tokens = run->add_option("--prompt-tokens-file", o.prompt_tokens_file,

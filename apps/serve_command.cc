@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "model_names.h"
 #include "run_command.h"
 #include "server/http_server.h"
 #include "uniprefill/batch_engine.h"
@@ -99,7 +100,10 @@ void AddServeCommand(CLI::App& app, ServeOptions& o) {
                          "Serve the model over an OpenAI-compatible HTTP API (/v1/completions, "
                          "/v1/chat/completions) with continuous batching");
   o.model = DefaultModelPath();
-  cmd->add_option("-m,--model", o.model, "GGUF model file")->capture_default_str();
+  cmd->add_option("-m,--model", o.model,
+                  "Model: a GGUF file, a Hugging Face checkpoint folder, or a short name of one in "
+                  "models/ (" + KnownModelNames() + ")")
+      ->capture_default_str();
   cmd->add_option("--host", o.host,
                   "Address to listen on (127.0.0.1: this machine only; 0.0.0.0: every interface)")
       ->capture_default_str();

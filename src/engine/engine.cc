@@ -69,6 +69,9 @@ Result<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options,
       impl->tokenizer = tokenizer::IdsOnlyTokenizer(impl->model->config().vocab_size,
                                                     static_cast<int32_t>(eos));
     }
+    // Hugging Face folders: the architecture's built-in default (Gemma) only.
+    auto chat = tokenizer::DetectChatTemplate("", impl->model->config().architecture);
+    if (chat.ok()) impl->tokenizer->set_chat_template(std::move(*chat));
   } else {
     UP_ASSIGN_OR_RETURN(std::unique_ptr<gguf::GgufFile> file,
                         gguf::GgufFile::Open(options.model_path));
@@ -86,11 +89,17 @@ Result<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options,
             std::move(*bpe));
       }
     }
+    // The model's own chat template when it ships one we recognise (else none: chat requests
+    // are refused); read before LoadModel takes the file.
+    const auto template_text = file->GetString("tokenizer.chat_template");
+    const std::string template_source = template_text.ok() ? *template_text : "";
     UP_ASSIGN_OR_RETURN(impl->model, LoadModel(std::move(file), *impl->ctx, lo));
     if (!impl->tokenizer) {
       // A GGUF without a vocabulary this engine reads: token ids only.
       impl->tokenizer = tokenizer::IdsOnlyTokenizer(impl->model->config().vocab_size, -1);
     }
+    auto chat = tokenizer::DetectChatTemplate(template_source, impl->model->config().architecture);
+    if (chat.ok()) impl->tokenizer->set_chat_template(std::move(*chat));
   }
   const ModelConfig& cfg = impl->model->config();
   if (impl->tokenizer->vocab_size() != cfg.vocab_size) {
@@ -124,13 +133,15 @@ std::string Engine::Detokenize(std::span<const int32_t> ids) const {
 }
 
 bool Engine::has_chat_template() const {
-  return tokenizer::DetectChatTemplate("", impl_->model->config().architecture).ok();
+  return impl_->tokenizer->chat_template().has_value();
 }
 
 std::string Engine::FormatChat(const std::vector<ChatMessage>& messages) const {
   std::vector<tokenizer::ChatMessage> msgs;
   for (const auto& m : messages) msgs.push_back({m.role, m.content});
-  return tokenizer::ApplyChatTemplate(msgs, /*add_generation_prompt=*/true);
+  const auto& chat = impl_->tokenizer->chat_template();
+  return tokenizer::ApplyChatTemplate(msgs, /*add_generation_prompt=*/true,
+                                      chat ? *chat : tokenizer::ChatTemplate{});
 }
 
 Result<GenerationResult> Engine::Generate(std::span<const int32_t> prompt,

@@ -188,6 +188,7 @@ class BpeTokenizer::Loader {
   Status LoadAddedTokens(const json& root, BpeTokenizer* t);
   Status LoadNormalizer(const json& root, BpeTokenizer* t);
   Status LoadPreTokenizer(const json& root, BpeTokenizer* t);
+  static bool IsDigitsThenByteLevelRegex(const json& steps);
   Status LoadTemplate(const json& processor, BpeTokenizer* t);
   Status LoadPostProcessor(const json& root, BpeTokenizer* t);
   Status LoadDecoder(const json& root);
@@ -353,16 +354,33 @@ Status BpeTokenizer::Loader::LoadNormalizer(const json& root, BpeTokenizer* t) {
                "normalizer " + n->dump().substr(0, 200) + " is not supported (only null or NFC)");
 }
 
+// Sequence [Digits (individual_digits), ByteLevel (use_regex, no prefix space)]: SmolLM, StarCoder.
+bool BpeTokenizer::Loader::IsDigitsThenByteLevelRegex(const json& steps) {
+  const json& digits = steps[0];
+  const json& byte_level = steps[1];
+  const json* individual = Member(digits, "individual_digits");
+  const json* prefix_space = Member(byte_level, "add_prefix_space");
+  const json* use_regex = Member(byte_level, "use_regex");
+  return TypeOf(digits) == "Digits" && individual != nullptr && *individual == true &&
+         TypeOf(byte_level) == "ByteLevel" && (prefix_space == nullptr || *prefix_space == false) &&
+         (use_regex == nullptr || *use_regex == true);  // tokenizers' default is use_regex true
+}
+
 Status BpeTokenizer::Loader::LoadPreTokenizer(const json& root, BpeTokenizer* t) {
   const json* p = Member(root, "pre_tokenizer");
   const std::string expected =
       " (expected a Sequence of Split with the Llama 3 or Qwen2 regex, behavior \"Isolated\", "
-      "then ByteLevel with use_regex false and add_prefix_space false)";
+      "then ByteLevel with use_regex false and add_prefix_space false; or a Sequence of Digits "
+      "with individual_digits, then ByteLevel with use_regex true and add_prefix_space false)";
   if (p == nullptr) return Error(ErrorCode::kUnimplemented, "pre_tokenizer is missing" + expected);
   const json* steps = Member(*p, "pretokenizers");
   if (TypeOf(*p) != "Sequence" || steps == nullptr || !steps->is_array() || steps->size() != 2) {
     return Error(ErrorCode::kUnimplemented,
                  "pre_tokenizer " + p->dump().substr(0, 300) + " is not supported" + expected);
+  }
+  if (IsDigitsThenByteLevelRegex(*steps)) {
+    t->pre_tokenizer_ = PreTokenizerKind::kDigitsGpt2;
+    return OkStatus();
   }
   const json& split = (*steps)[0];
   const json& byte_level = (*steps)[1];

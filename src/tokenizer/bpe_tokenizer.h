@@ -1,6 +1,6 @@
-// BpeTokenizer: byte-level BPE (GPT-2 family: Llama 3, Qwen2/2.5/3) loaded from a Hugging Face
-// tokenizer.json, producing the same ids as the `tokenizers` package (checked by the goldens in
-// tests/goldens/bpe/, made by tools/make_bpe_goldens.py).
+// BpeTokenizer: byte-level BPE (GPT-2 family: Llama 3, Qwen2/2.5/3, SmolLM2) loaded from a
+// Hugging Face tokenizer.json, producing the same ids as the `tokenizers` package (checked by the
+// goldens in tests/goldens/bpe/, made by tools/make_bpe_goldens.py).
 //
 // Encode, as `tokenizers` does it:
 //   1. Added tokens are cut out of the raw text: leftmost-longest match over all of them (those
@@ -9,7 +9,8 @@
 //      encode_special_tokens); non-special added tokens are split out either way.
 //   2. Each remaining piece is normalised (NFC when the file says so), then split again on
 //      added tokens with normalized = true.
-//   3. The pre-tokenizer regex (Llama 3 or Qwen2 pattern, pretokenizer.h) splits each piece; the
+//   3. The pre-tokenizer (Llama 3 or Qwen2 Split regex, or SmolLM's Digits + GPT-2 ByteLevel regex;
+//      pretokenizer.h) splits each piece; the
 //      bytes of each pre-token map to the GPT-2 byte alphabet, one symbol per byte.
 //   4. With ignore_merges (Llama 3) a pre-token that is itself a vocab token is emitted whole.
 //      Otherwise adjacent symbols are merged, always the pair of lowest merge rank first (ties:
@@ -19,7 +20,7 @@
 // special added tokens only when asked (render_special), as `tokenizers` decode does.
 //
 // Non-goals: BPE dropout, continuing_subword_prefix / end_of_word_suffix (WordPiece-style BPE),
-// regexes other than the two recognised (a load error names the pattern), pair encodings.
+// pre-tokenizers other than the three recognised (a load error names them), pair encodings.
 // Cost: O(n log n) in the text length; loading a 150K-token file takes a few hundred ms.
 // Invariants after loading: every merge's parts and result are vocab tokens; ids are in
 // [0, vocab_size()); each id has its raw bytes precomputed.

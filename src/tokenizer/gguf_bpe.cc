@@ -1,5 +1,7 @@
 #include "tokenizer/gguf_bpe.h"
 
+#include <string_view>
+
 #include <nlohmann/json.hpp>
 
 namespace uniprefill::tokenizer {
@@ -11,6 +13,60 @@ constexpr const char* kLlama3Regex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 constexpr const char* kQwen2Regex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+// What one `tokenizer.ggml.pre` value means, as llama.cpp's vocabulary loader sets it
+// (llama-vocab.cpp: the pre-tokenizer regexes of the LLAMA_VOCAB_PRE_TYPE and its flags).
+struct PreRules {
+  std::string_view name;    // the tokenizer.ggml.pre value
+  PreTokenizerKind kind;
+  bool nfc;                 // an NFC normaliser (Qwen2's tokenizer.json has one)
+  bool ignore_merges;       // a pre-token that is a vocab token is emitted whole (Llama 3)
+  bool default_add_bos;     // when the GGUF has no tokenizer.ggml.add_bos_token
+};
+
+constexpr PreRules kPreRules[] = {
+    {"llama-bpe", PreTokenizerKind::kLlama3, false, true, true},
+    {"llama3", PreTokenizerKind::kLlama3, false, true, true},
+    {"qwen2", PreTokenizerKind::kQwen2, true, false, false},
+    {"smollm", PreTokenizerKind::kDigitsGpt2, false, false, false},
+};
+
+const PreRules* FindPreRules(std::string_view name) {
+  for (const PreRules& r : kPreRules) {
+    if (r.name == name) return &r;
+  }
+  return nullptr;
+}
+
+std::string SupportedPreNames() {
+  std::string out;
+  for (const PreRules& r : kPreRules) out += (out.empty() ? "" : ", ") + std::string(r.name);
+  return out;
+}
+
+// The tokenizer.json pre_tokenizer object that makes BpeTokenizer split as `kind` does.
+json PreTokenizerJson(PreTokenizerKind kind) {
+  if (kind == PreTokenizerKind::kDigitsGpt2) {
+    return {{"type", "Sequence"},
+            {"pretokenizers",
+             json::array({{{"type", "Digits"}, {"individual_digits", true}},
+                          {{"type", "ByteLevel"},
+                           {"add_prefix_space", false},
+                           {"trim_offsets", true},
+                           {"use_regex", true}}})}};
+  }
+  const char* regex = kind == PreTokenizerKind::kLlama3 ? kLlama3Regex : kQwen2Regex;
+  return {{"type", "Sequence"},
+          {"pretokenizers",
+           json::array({{{"type", "Split"},
+                         {"pattern", {{"Regex", regex}}},
+                         {"behavior", "Isolated"},
+                         {"invert", false}},
+                        {{"type", "ByteLevel"},
+                         {"add_prefix_space", false},
+                         {"trim_offsets", true},
+                         {"use_regex", false}}})}};
+}
 
 Result<std::vector<std::string>> Strings(const gguf::GgufFile& f, const std::string& key) {
   const auto* v = f.Find(key);
@@ -36,11 +92,10 @@ Result<std::pair<std::string, std::string>> BpeJsonFromGguf(const gguf::GgufFile
   }
   auto pre_or = f.GetString("tokenizer.ggml.pre");
   const std::string pre = pre_or.ok() ? *pre_or : "default";
-  const bool llama3 = pre == "llama-bpe" || pre == "llama3";
-  const bool qwen2 = pre == "qwen2";
-  if (!llama3 && !qwen2) {
-    return Unimplemented("GGUF BPE pre-tokenizer '" + pre + "' in " + f.path() +
-                         " is not supported (llama-bpe, qwen2)");
+  const PreRules* rules = FindPreRules(pre);
+  if (rules == nullptr) {
+    return Unimplemented("GGUF BPE pre-tokenizer tokenizer.ggml.pre = '" + pre + "' in " +
+                         f.path() + " is not supported (supported: " + SupportedPreNames() + ")");
   }
   UP_ASSIGN_OR_RETURN(std::vector<std::string> tokens, Strings(f, "tokenizer.ggml.tokens"));
   UP_ASSIGN_OR_RETURN(std::vector<std::string> merges, Strings(f, "tokenizer.ggml.merges"));
@@ -67,25 +122,18 @@ Result<std::pair<std::string, std::string>> BpeJsonFromGguf(const gguf::GgufFile
   }
   json j = {{"version", "1.0"},
             {"added_tokens", added},
-            {"normalizer", qwen2 ? json{{"type", "NFC"}} : json(nullptr)},
-            {"pre_tokenizer",
-             {{"type", "Sequence"},
-              {"pretokenizers",
-               json::array({{{"type", "Split"},
-                             {"pattern", {{"Regex", llama3 ? kLlama3Regex : kQwen2Regex}}},
-                             {"behavior", "Isolated"},
-                             {"invert", false}},
-                            {{"type", "ByteLevel"},
-                             {"add_prefix_space", false},
-                             {"trim_offsets", true},
-                             {"use_regex", false}}})}}},
+            {"normalizer", rules->nfc ? json{{"type", "NFC"}} : json(nullptr)},
+            {"pre_tokenizer", PreTokenizerJson(rules->kind)},
             {"decoder", {{"type", "ByteLevel"}}},
             {"model",
-             {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}, {"ignore_merges", llama3}}}};
+             {{"type", "BPE"},
+              {"vocab", vocab},
+              {"merges", merges},
+              {"ignore_merges", rules->ignore_merges}}}};
   auto add_bos = f.GetBool("tokenizer.ggml.add_bos_token");
   auto bos = f.GetInt("tokenizer.ggml.bos_token_id");
   if (bos.ok() && *bos >= 0 && *bos < static_cast<int64_t>(tokens.size()) &&
-      (add_bos.ok() ? *add_bos : llama3)) {
+      (add_bos.ok() ? *add_bos : rules->default_add_bos)) {
     const std::string b = tokens[*bos];
     j["post_processor"] = {
         {"type", "TemplateProcessing"},

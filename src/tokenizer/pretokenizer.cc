@@ -19,20 +19,12 @@ struct Char {
   Class cls;
 };
 
-// Scans one text; pos is a byte offset, every step moves by whole characters.
-class Scanner {
+// Reads the characters of one text; pos is a byte offset, every step moves by whole characters.
+class CharReader {
  public:
-  Scanner(std::string_view text, int max_digits) : text_(text), max_digits_(max_digits) {}
+  explicit CharReader(std::string_view text) : text_(text) {}
 
-  void Run(std::vector<std::string_view>* out) {
-    for (size_t pos = 0; pos < text_.size();) {
-      const size_t end = MatchAt(pos);
-      out->push_back(text_.substr(pos, end - pos));
-      pos = end;
-    }
-  }
-
- private:
+ protected:
   Char At(size_t pos) const {
     if (pos >= text_.size()) return {0, 0, Class::kOther};
     const unicode::DecodedChar d = unicode::DecodeUtf8(text_, pos);
@@ -54,6 +46,25 @@ class Scanner {
     return pos;
   }
 
+  static bool IsWhitespace(Class cls) { return cls == Class::kSpace || cls == Class::kNewline; }
+
+  std::string_view text_;
+};
+
+// The Llama 3 / Qwen2 regexes (they differ only in the digit count of \p{N}{1,max_digits}).
+class Scanner : public CharReader {
+ public:
+  Scanner(std::string_view text, int max_digits) : CharReader(text), max_digits_(max_digits) {}
+
+  void Run(std::vector<std::string_view>* out) {
+    for (size_t pos = 0; pos < text_.size();) {
+      const size_t end = MatchAt(pos);
+      out->push_back(text_.substr(pos, end - pos));
+      pos = end;
+    }
+  }
+
+ private:
   // (?i:'s|'t|'re|'ve|'m|'ll|'d): the end of the match at `pos` (an apostrophe), or 0.
   size_t Contraction(size_t pos) const {
     const Char c1 = At(pos + 1);
@@ -116,16 +127,80 @@ class Scanner {
     return run_end;
   }
 
-  std::string_view text_;
   int max_digits_;
 };
+
+// The GPT-2 regex over one digit-free run (kDigitsGpt2):
+//   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+// The " ?" prefixes are the ASCII space only; \s is any whitespace, newlines included.
+class Gpt2Scanner : public CharReader {
+ public:
+  explicit Gpt2Scanner(std::string_view text) : CharReader(text) {}
+
+  void Run(std::vector<std::string_view>* out) {
+    for (size_t pos = 0; pos < text_.size();) {
+      const size_t end = MatchAt(pos);
+      out->push_back(text_.substr(pos, end - pos));
+      pos = end;
+    }
+  }
+
+ private:
+  // 's|'t|'re|'ve|'m|'ll|'d (case-sensitive): the end of the match at `pos` (an apostrophe), or 0.
+  size_t Contraction(size_t pos) const {
+    const char c1 = pos + 1 < text_.size() ? text_[pos + 1] : '\0';
+    if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd') return pos + 2;
+    const char c2 = pos + 2 < text_.size() ? text_[pos + 2] : '\0';
+    if ((c1 == 'r' && c2 == 'e') || (c1 == 'v' && c2 == 'e') || (c1 == 'l' && c2 == 'l')) {
+      return pos + 3;
+    }
+    return 0;
+  }
+
+  size_t MatchAt(size_t pos) const {
+    const Char c0 = At(pos);
+    if (c0.cp == '\'') {
+      if (const size_t end = Contraction(pos); end != 0) return end;
+    }
+    // " ?X+" for X = letters, numbers, or neither (and not whitespace).
+    const size_t body = c0.cp == ' ' && !IsWhitespace(At(pos + 1).cls) && At(pos + 1).length != 0
+                            ? pos + 1
+                            : pos;
+    const Class cls = At(body).cls;
+    if (!IsWhitespace(cls)) return SkipClass(body, cls);
+    // Whitespace: \s+(?!\S) takes the run (less its last character when a non-space follows);
+    // a single whitespace character before a non-space is \s+.
+    size_t run_end = pos, last_char = pos;
+    for (Char c = At(pos); c.length != 0 && IsWhitespace(c.cls); c = At(run_end)) {
+      last_char = run_end;
+      run_end += c.length;
+    }
+    if (run_end == text_.size() || last_char == pos) return run_end;
+    return last_char;
+  }
+};
+
+// Digits(individual_digits) first: each \p{N} character alone, the runs between them to GPT-2.
+void PreTokenizeDigitsGpt2(std::string_view text, std::vector<std::string_view>* out) {
+  size_t run_begin = 0;
+  for (size_t pos = 0; pos < text.size();) {
+    const unicode::DecodedChar d = unicode::DecodeUtf8(text, pos);
+    if (unicode::IsNumber(d.code_point)) {
+      if (pos > run_begin) Gpt2Scanner(text.substr(run_begin, pos - run_begin)).Run(out);
+      out->push_back(text.substr(pos, d.length));
+      run_begin = pos + d.length;
+    }
+    pos += d.length;
+  }
+  if (run_begin < text.size()) Gpt2Scanner(text.substr(run_begin)).Run(out);
+}
 
 }  // namespace
 
 std::optional<PreTokenizerKind> RecognisePattern(std::string_view pattern) {
   if (pattern == kLlama3Pattern) return PreTokenizerKind::kLlama3;
   if (pattern == kQwen2Pattern) return PreTokenizerKind::kQwen2;
-  return std::nullopt;
+  return std::nullopt;  // kDigitsGpt2 is not a Split regex
 }
 
 const char* PreTokenizerName(PreTokenizerKind kind) {
@@ -134,12 +209,18 @@ const char* PreTokenizerName(PreTokenizerKind kind) {
       return "llama3";
     case PreTokenizerKind::kQwen2:
       return "qwen2";
+    case PreTokenizerKind::kDigitsGpt2:
+      return "digits+gpt2";
   }
   return "?";
 }
 
 void PreTokenize(PreTokenizerKind kind, std::string_view text, std::vector<std::string_view>* out) {
-  Scanner(text, kind == PreTokenizerKind::kLlama3 ? 3 : 1).Run(out);
+  switch (kind) {
+    case PreTokenizerKind::kLlama3: Scanner(text, 3).Run(out); return;
+    case PreTokenizerKind::kQwen2: Scanner(text, 1).Run(out); return;
+    case PreTokenizerKind::kDigitsGpt2: PreTokenizeDigitsGpt2(text, out); return;
+  }
 }
 
 }  // namespace uniprefill::tokenizer

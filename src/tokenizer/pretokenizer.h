@@ -1,5 +1,6 @@
 // Pre-tokenizers of byte-level BPE tokenizers: the Split regexes of Hugging Face tokenizer.json
-// files, written as hand-made Unicode-aware scanners (std::regex has no \p{L}).
+// files (and the GPT-2 regex of a ByteLevel step with use_regex), written as hand-made
+// Unicode-aware scanners (std::regex has no \p{L}).
 //
 // Goals: the same pre-tokens as `tokenizers` (Oniguruma, Split behaviour "Isolated") for the
 // patterns we recognise, in one left-to-right pass with O(1) look-ahead per character except the
@@ -23,9 +24,16 @@ enum class PreTokenizerKind {
   kLlama3,
   // Qwen2 / Qwen2.5 / Qwen3 ("qwen2"): the same with \p{N} instead of \p{N}{1,3} (one digit each).
   kQwen2,
+  // SmolLM / StarCoder ("smollm" in llama.cpp; tokenizer.json: Sequence of Digits with
+  // individual_digits, then ByteLevel with use_regex): every \p{N} character is a pre-token of its
+  // own, and each run between them is split by the GPT-2 regex, case-sensitive contractions:
+  //   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+  // A run ends at a digit as at the end of the text, so "a 1" splits as "a", " ", "1".
+  kDigitsGpt2,
 };
 
-// The kind whose regex is exactly `pattern` (as written in tokenizer.json), if any.
+// The kind whose Split regex is exactly `pattern` (as written in tokenizer.json), if any
+// (kDigitsGpt2 has no Split step: the tokenizer.json loader recognises its Sequence itself).
 std::optional<PreTokenizerKind> RecognisePattern(std::string_view pattern);
 const char* PreTokenizerName(PreTokenizerKind kind);
 

@@ -4,10 +4,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "tokenizer/chat_template.h"
 
 namespace uniprefill::tokenizer {
 
@@ -23,6 +26,15 @@ class TextTokenizer {
   virtual std::string TokenToPiece(int32_t id, bool render_special) const = 0;
   virtual bool IsEndOfGeneration(int32_t id) const = 0;
   virtual int32_t vocab_size() const = 0;
+
+  // The chat template that came with the vocabulary (the GGUF's tokenizer.chat_template, or the
+  // architecture's default), kept here as Hugging Face keeps it in tokenizer_config.json;
+  // nullopt when the model has none we can render.
+  const std::optional<ChatTemplate>& chat_template() const { return chat_template_; }
+  void set_chat_template(std::optional<ChatTemplate> t) { chat_template_ = std::move(t); }
+
+ private:
+  std::optional<ChatTemplate> chat_template_;
 };
 
 // Adapts a concrete tokenizer (SpmTokenizer, BpeTokenizer) to the interface.

@@ -42,15 +42,83 @@ TEST(GemmaChatTemplate, SeveralSystemMessagesAreConcatenated) {
             "<start_of_turn>user\nAB\n\nu<end_of_turn>\n");
 }
 
+// SmolLM2-135M-Instruct's tokenizer.chat_template, as its GGUF stores it (raw newlines).
+constexpr const char* kSmolLm2Template =
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+    "Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + "
+    "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|im_start|>assistant\n' }}{% endif %}";
+
 TEST(ChatTemplateDetection, PicksGemmaFromTemplateTextOrArchitecture) {
-  Result<ChatTemplateKind> k = DetectChatTemplate("{{ '<start_of_turn>' + role }}", "llama");
+  Result<ChatTemplate> k = DetectChatTemplate("{{ '<start_of_turn>' + role }}", "llama");
   ASSERT_TRUE(k.ok());
-  EXPECT_EQ(*k, ChatTemplateKind::kGemma);
+  EXPECT_EQ(k->kind, ChatTemplateKind::kGemma);
   k = DetectChatTemplate("", "gemma3");
   ASSERT_TRUE(k.ok());
-  EXPECT_EQ(*k, ChatTemplateKind::kGemma);
+  EXPECT_EQ(k->kind, ChatTemplateKind::kGemma);
   EXPECT_FALSE(DetectChatTemplate("", "llama").ok());
-  EXPECT_FALSE(DetectChatTemplate("{% for m in messages %}<|im_start|>", "qwen2").ok());
+}
+
+TEST(ChatTemplateDetection, ReadsSmolLm2ChatMlWithItsDefaultSystemTurn) {
+  Result<ChatTemplate> t = DetectChatTemplate(kSmolLm2Template, "llama");
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  EXPECT_EQ(t->kind, ChatTemplateKind::kChatMl);
+  EXPECT_EQ(t->default_system,
+            "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
+}
+
+TEST(ChatTemplateDetection, ReadsPlainChatMlWrittenWithEscapesAndAttributes) {
+  // No default system turn; "\n" escapes, double quotes, whitespace control, message.role.
+  Result<ChatTemplate> t = DetectChatTemplate(
+      "{%- for message in messages %}{{- \"<|im_start|>\" + message.role + \"\\n\" + "
+      "message.content + \"<|im_end|>\\n\" }}{%- endfor %}{%- if add_generation_prompt %}"
+      "{{- \"<|im_start|>assistant\\n\" }}{%- endif %}",
+      "qwen2");
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  EXPECT_EQ(t->kind, ChatTemplateKind::kChatMl);
+  EXPECT_EQ(t->default_system, "");
+}
+
+TEST(ChatTemplateDetection, RefusesChatMlItCannotRenderFaithfully) {
+  // A fragment whose per-message expression is not ChatML's.
+  Result<ChatTemplate> t = DetectChatTemplate("{% for m in messages %}<|im_start|>", "qwen2");
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("do not render as"), std::string::npos);
+  // Tool calling (Qwen2.5's template) is a feature the renderer lacks: refused, named.
+  t = DetectChatTemplate("{%- if tools %}<|im_start|>system{% endif %}", "qwen2");
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("'tool'"), std::string::npos);
+  t = DetectChatTemplate("{{ bos_token }}[INST] {{ m }} [/INST]", "llama");
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("supported: gemma, ChatML"), std::string::npos);
+}
+
+ChatTemplate SmolLm2() { return *DetectChatTemplate(kSmolLm2Template, "llama"); }
+
+TEST(ChatMlChatTemplate, AddsTheDefaultSystemTurnBeforeAFirstUserMessage) {
+  EXPECT_EQ(ApplyChatTemplate({{"user", "Hi"}}, true, SmolLm2()),
+            "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+            "Face<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+}
+
+TEST(ChatMlChatTemplate, AGivenSystemMessageReplacesTheDefault) {
+  EXPECT_EQ(ApplyChatTemplate({{"system", "Be brief."}, {"user", "Hi"}}, false, SmolLm2()),
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n");
+}
+
+TEST(ChatMlChatTemplate, KeepsContentAsIsAndRolesVerbatim) {
+  // No trimming (unlike Gemma), assistant stays "assistant", a later system turn is a turn.
+  EXPECT_EQ(ApplyChatTemplate({{"system", " s "}, {"user", "\n a \n"}, {"assistant", "b"},
+                               {"system", "c"}},
+                              false, SmolLm2()),
+            "<|im_start|>system\n s <|im_end|>\n<|im_start|>user\n\n a \n<|im_end|>\n"
+            "<|im_start|>assistant\nb<|im_end|>\n<|im_start|>system\nc<|im_end|>\n");
+}
+
+TEST(ChatMlChatTemplate, NoMessagesRenderOnlyTheGenerationPrompt) {
+  EXPECT_EQ(ApplyChatTemplate({}, true, SmolLm2()), "<|im_start|>assistant\n");
+  EXPECT_EQ(ApplyChatTemplate({}, false, SmolLm2()), "");
 }
 
 }  // namespace

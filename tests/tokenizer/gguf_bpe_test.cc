@@ -80,6 +80,47 @@ TEST(GgufBpeTest, UnknownPreTokenizerIsNamed) {
   auto tok = BpeTokenizerFromGguf(**file);
   ASSERT_FALSE(tok.ok());
   EXPECT_NE(tok.status().message().find("'falcon'"), std::string::npos);
+  EXPECT_EQ(tok.status().code(), ErrorCode::kUnimplemented);
+  EXPECT_NE(tok.status().message().find("(supported: llama-bpe, llama3, qwen2, smollm)"),
+            std::string::npos)
+      << tok.status().message();
+}
+
+// A two-letter vocabulary with one merge, stored the GGUF way under `pre`.
+Result<BpeTokenizer> TinyVocabulary(const std::string& pre) {
+  GgufBuilder b;
+  b.Kv("tokenizer.ggml.model", Val::Str("gpt2"));
+  b.Kv("tokenizer.ggml.pre", Val::Str(pre));
+  // "\xC4\xA0" is U+0120, the byte alphabet's space.
+  std::vector<Val> toks = {Val::Str("<|endoftext|>"), Val::Str("a"), Val::Str("b"),
+                           Val::Str("ab"), Val::Str("1"), Val::Str("\xC4\xA0")};
+  b.Kv("tokenizer.ggml.tokens", Val::Arr(t::kTString, toks));
+  b.Kv("tokenizer.ggml.token_type",
+       Val::Arr(t::kTI32, {Val::I32(3), Val::I32(1), Val::I32(1), Val::I32(1), Val::I32(1),
+                           Val::I32(1)}));
+  b.Kv("tokenizer.ggml.merges", Val::Arr(t::kTString, {Val::Str("a b")}));
+  b.Kv("tokenizer.ggml.bos_token_id", Val::U32(0));
+  const std::vector<uint8_t> bytes = b.Build();
+  auto file = gguf::GgufFile::FromMemory(bytes.data(), bytes.size());
+  if (!file.ok()) return file.status();
+  return BpeTokenizerFromGguf(**file);
+}
+
+TEST(GgufBpeTest, SmolLmSplitsDigitsAndAddsNoBosByDefault) {
+  Result<BpeTokenizer> tok = TinyVocabulary("smollm");
+  ASSERT_TRUE(tok.ok()) << tok.status().message();
+  EXPECT_EQ(tok->pre_tokenizer(), PreTokenizerKind::kDigitsGpt2);
+  EXPECT_FALSE(tok->add_bos());  // llama.cpp: add_bos only where the GGUF says so
+  // "ab" merges; "11" is two pre-tokens; " 1": the space stays apart from the digit.
+  EXPECT_EQ(tok->Encode("ab11 1", /*add_special=*/true, true),
+            (std::vector<int32_t>{3, 4, 4, 5, 4}));
+}
+
+TEST(GgufBpeTest, Llama3AddsItsBosWhenTheGgufIsSilent) {
+  Result<BpeTokenizer> tok = TinyVocabulary("llama-bpe");
+  ASSERT_TRUE(tok.ok()) << tok.status().message();
+  EXPECT_EQ(tok->pre_tokenizer(), PreTokenizerKind::kLlama3);
+  EXPECT_TRUE(tok->add_bos());
 }
 
 }  // namespace

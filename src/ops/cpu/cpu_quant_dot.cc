@@ -136,6 +136,29 @@ struct KernelQ4_0 {
   }
 };
 
+// Q4_1: f16 d, f16 m, u8 qs[16]; w = q * d + m with q the unsigned nibble (low nibbles are
+// elements 0..15, high nibbles 16..31). The min makes the scale-once trick of Fma4Scaled wrong, so
+// each weight is decoded with one FMA and then multiplied in.
+struct KernelQ4_1 {
+  template <int NX>
+  static void Run(const void* w, const float* x, int64_t xs, int64_t n, float* out, int64_t os) {
+    const uint8_t* b = static_cast<const uint8_t*>(w);
+    const __m128i m4 = _mm_set1_epi8(0x0F);
+    Rows<NX> rows(x, xs);
+    for (int64_t i = 0; i < n; i += 32, b += 20) {
+      const __m256 d = _mm256_set1_ps(HalfAt(b)), m = _mm256_set1_ps(HalfAt(b + 2));
+      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 4));
+      const __m128i lo = _mm_and_si128(v, m4);
+      const __m128i hi = _mm_and_si128(_mm_srli_epi16(v, 4), m4);
+      __m256 f[4] = {I8ToF32(lo), I8ToF32(_mm_srli_si128(lo, 8)), I8ToF32(hi),
+                     I8ToF32(_mm_srli_si128(hi, 8))};
+      for (auto& e : f) e = _mm256_fmadd_ps(e, d, m);
+      rows.Fma4(f, i);
+    }
+    rows.Store(out, os);
+  }
+};
+
 struct KernelQ5_0 {
   template <int NX>
   static void Run(const void* w, const float* x, int64_t xs, int64_t n, float* out, int64_t os) {
@@ -345,6 +368,7 @@ QuantDotFn FusedQuantDot(DType type) {
     case DType::kBF16: return &AnyRows<KernelFloat<LoadBF16>>;
     case DType::kQ8_0: return &AnyRows<KernelQ8_0>;
     case DType::kQ4_0: return &AnyRows<KernelQ4_0>;
+    case DType::kQ4_1: return &AnyRows<KernelQ4_1>;
     case DType::kQ5_0: return &AnyRows<KernelQ5_0>;
     case DType::kQ4_K: return &AnyRows<KernelQ4_K>;
     case DType::kQ5_K: return &AnyRows<KernelQ5_K>;

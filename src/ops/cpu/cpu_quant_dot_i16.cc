@@ -59,6 +59,26 @@ float DotBlocks(const void* w, const int16_t* xq, int64_t n) {
   return HorizontalSum(_mm256_add_ps(acc0, acc1));
 }
 
+// Q4_1 block: fp16 d, fp16 m, qs[16]; w = q * d + m, so the block's sum is
+// d * sum(q * xq) + m * sum(xq). The min needs its own term, hence its own loop.
+float DotQ4_1(const void* w, const int16_t* xq, int64_t n) {
+  const uint8_t* b = static_cast<const uint8_t*>(w);
+  const __m128i m4 = _mm_set1_epi8(0x0F);
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc_d = _mm256_setzero_ps(), acc_m = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n; i += 32, b += 20) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 4));
+    const __m256i q = Dot32(_mm_and_si128(v, m4), _mm_and_si128(_mm_srli_epi16(v, 4), m4), xq + i);
+    // sum(xq) over the block: |sum| <= 32 * 32767, no overflow in int32.
+    const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + i));
+    const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + i + 16));
+    const __m256i sx = _mm256_add_epi32(_mm256_madd_epi16(x0, ones), _mm256_madd_epi16(x1, ones));
+    acc_d = _mm256_fmadd_ps(_mm256_set1_ps(HalfAt(b)), _mm256_cvtepi32_ps(q), acc_d);
+    acc_m = _mm256_fmadd_ps(_mm256_set1_ps(HalfAt(b + 2)), _mm256_cvtepi32_ps(sx), acc_m);
+  }
+  return HorizontalSum(_mm256_add_ps(acc_d, acc_m));
+}
+
 }  // namespace
 
 void QuantizeRowI16(const float* x, int64_t n, int16_t* xq, float* scale) {
@@ -75,6 +95,7 @@ QuantDotI16Fn FusedQuantDotI16(DType type) {
   switch (type) {
     case DType::kQ8_0: return &DotBlocks<34, BlockQ8_0>;
     case DType::kQ5_0: return &DotBlocks<22, BlockQ5_0>;
+    case DType::kQ4_1: return &DotQ4_1;
     default: return nullptr;
   }
 }

@@ -24,7 +24,7 @@ void QuantizeRowI16(const float* x, int64_t n, int16_t* xq, float* scale);
 // caller multiplies by the activation scale.
 using QuantDotI16Fn = float (*)(const void* w, const int16_t* xq, int64_t n);
 
-// The kernel for `type` (Q8_0, Q5_0), or nullptr.
+// The kernel for `type` (Q8_0, Q5_0, Q4_1), or nullptr.
 QuantDotI16Fn FusedQuantDotI16(DType type);
 
 }  // namespace uniprefill::ops::cpu
