@@ -144,6 +144,12 @@ void AddServeCommand(CLI::App& app, ServeOptions& o) {
                 "chunks that share steps with the running decodes; UniPrefill prefills "
                 "segment by segment)")
       ->group("Batching");
+  cmd->add_flag("--budget-counts-rows", o.budget_counts_rows,
+                "Count only rows against --max-batched-tokens (vLLM's rule). By default a prefill "
+                "chunk is also charged for the cached keys it attends (the model's attention "
+                "FLOPs per key over its linear FLOPs per row), so chunks deep into a long prompt "
+                "are smaller and every step lasts about as long")
+      ->group("Batching");
   cmd->add_flag("--host-sampling", o.host_sampling,
                 "With --device cuda: copy every request's logits to the host and sample there "
                 "(by default a request without penalties or top_logprobs is sampled on the GPU)")
@@ -197,6 +203,7 @@ int ServeCommand(const ServeOptions& o) {
   so.max_batched_tokens = o.max_batched_tokens;
   so.device_sampling = !o.host_sampling;
   so.chunked_prefill = !o.no_chunked_prefill;
+  so.budget_counts_attention = !o.budget_counts_rows;
   auto batch_or = BatchEngine::Start(engine, so);
   if (!batch_or.ok()) {
     std::fprintf(stderr, "error: %s\n", batch_or.status().message().c_str());

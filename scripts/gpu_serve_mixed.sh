@@ -5,7 +5,9 @@
 #   long4  4 concurrent 32K-token prompts, 64 output tokens each (closed loop)
 #   mixed  16 short requests (512-token prompts, 128 output tokens) arriving at 2/s with one
 #          130,000-token prompt (the 128K context less room) landing among them (4 output tokens)
-# Variants: chunked (--max-batched-tokens BUDGET, default 8192) and whole (--no-chunked-prefill).
+# Variants: chunked (--max-batched-tokens BUDGET, default 2048: chunks are charged for the keys
+# they attend), chunkedrows (the same budget counting rows only, --budget-counts-rows) and whole
+# (--no-chunked-prefill).
 # Each server's GPU memory is sampled every 100 ms (nvidia-smi); its peak is printed per run.
 #   bash scripts/gpu_serve_mixed.sh CLI OUTDIR [VARIANT...]     (on the GPU machine)
 # CLI is the uniprefill binary; OUTDIR receives serve_<variant>_<workload>.json, server logs and
@@ -15,7 +17,7 @@ cli=${1:?usage: gpu_serve_mixed.sh CLI OUTDIR [VARIANT...]}
 out=${2:?usage: gpu_serve_mixed.sh CLI OUTDIR [VARIANT...]}
 shift 2
 variants=${*:-whole chunked}
-budget=${BUDGET:-8192}
+budget=${BUDGET:-2048}
 ckpt=${UP_CKPT:-/tmp/l8b}
 port=${PORT:-18090}
 workloads=${WORKLOADS:-long4 mixed}
@@ -26,11 +28,12 @@ if [ ! -f "$ckpt/config.json" ]; then
   echo "checkpoint written in $(( $(date +%s) - t0 )) s"
 fi
 for variant in $variants; do
-  if [ "$variant" = chunked ]; then
-    flags=(--max-batched-tokens "$budget")
-  else
-    flags=(--no-chunked-prefill)
-  fi
+  case "$variant" in
+    chunked) flags=(--max-batched-tokens "$budget") ;;
+    chunkedrows) flags=(--max-batched-tokens "$budget" --budget-counts-rows) ;;
+    whole) flags=(--no-chunked-prefill) ;;
+    *) echo "unknown variant $variant (chunked, chunkedrows, whole)" >&2; exit 2 ;;
+  esac
   "$cli" serve --model "$ckpt" --device cuda --port "$port" \
     --kv-cache-memory 48GiB --quiet "${flags[@]}" 2> "$out/server_$variant.log" &
   server=$!

@@ -37,6 +37,10 @@ struct ServingOptions {
   // ones through every layer, UniPrefill ones segment-wise (Model::supports_segment_chunks: the
   // CPU and CUDA backends). engine/scheduler.h, docs/design.md section 2.
   bool chunked_prefill = true;
+  // Charge prefill chunks for the cached keys they attend (SchedulerConfig::attention_key_cost
+  // from Model::AttentionKeyCost), so steps deep into a long prompt stay as short as early ones;
+  // false: the budget counts rows only.
+  bool budget_counts_attention = true;
   // CUDA models: choose each request's next token on the GPU (only ids travel back) when its
   // sampling has no penalties and asks for no top_logprobs; false: every token from host logits.
   bool device_sampling = true;

@@ -175,7 +175,8 @@ Result<std::unique_ptr<BatchEngine>> BatchEngine::Start(Engine& engine,
   // UniPrefill prefills run segment-wise in chunks where the model can (the CPU backend today).
   const bool segment_chunks = options.chunked_prefill && core.model->supports_segment_chunks();
   impl->scheduler.emplace(
-      SchedulerConfig{options.max_batched_tokens, options.chunked_prefill, segment_chunks},
+      SchedulerConfig{options.max_batched_tokens, options.chunked_prefill, segment_chunks,
+                      options.budget_counts_attention ? core.model->AttentionKeyCost() : 0.0},
       KvBlockManager(spec, size));
   ServingMetrics& m = impl->counters;
   m.ttft_s = Histogram::WithBounds(LatencyBounds());

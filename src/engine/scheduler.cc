@@ -1,6 +1,8 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <string>
 #include <unordered_set>
 
@@ -136,6 +138,36 @@ void Scheduler::ScheduleDecodes(StepPlan& plan) {
   }
 }
 
+int Scheduler::ChunkCost(int prefix, int rows) const {
+  const double k = config_.attention_key_cost;
+  if (k <= 0) return rows;
+  return static_cast<int>(std::min<double>(
+      std::ceil(rows * (1.0 + k * (prefix + rows / 2.0))), std::numeric_limits<int>::max() / 2));
+}
+
+int Scheduler::RowsWithin(int prefix, int budget) const {
+  if (budget <= 0) return 0;
+  const double k = config_.attention_key_cost;
+  if (k <= 0) return budget;
+  // The root of rows (1 + k prefix) + k rows^2 / 2 = budget, then rounding fixed by ChunkCost.
+  const double a = 1.0 + k * prefix;
+  int rows = static_cast<int>((std::sqrt(a * a + 2.0 * k * budget) - a) / k);
+  rows = std::clamp(rows, 1, budget);
+  while (rows > 1 && ChunkCost(prefix, rows) > budget) --rows;
+  while (rows < budget && ChunkCost(prefix, rows + 1) <= budget) ++rows;
+  return rows;
+}
+
+int Scheduler::Cost(const ScheduledRequest& s) const {
+  return s.is_prefill ? ChunkCost(s.chunk_begin, s.num_tokens) : s.num_tokens;
+}
+
+int Scheduler::BudgetLeft(const StepPlan& plan) const {
+  int used = 0;
+  for (const ScheduledRequest& s : plan.requests) used += Cost(s);
+  return config_.max_batched_tokens - used;
+}
+
 int Scheduler::PrefillRowsLeft(const RequestInfo& r) const {
   if (r.segment < 0) return r.prefill_target - r.prefilled;
   // Segment-wise: this segment's rows left, and at most as many rows in every later segment.
@@ -170,14 +202,14 @@ void Scheduler::ContinueChunkedPrefills(StepPlan& plan) {
     if (s.segment <= 0) stats_.prefill_tokens += s.num_tokens;  // later segments: same tokens
   };
   for (RequestId id : sharing) {
-    const int budget_left = config_.max_batched_tokens - plan.num_tokens();
+    const int budget_left = BudgetLeft(plan);
     if (budget_left <= 0) return;
     schedule(id, (budget_left + parties - 1) / parties);
     --parties;
   }
   if (head_shares) return;  // the rest is the head's share
   for (RequestId id : later) {
-    const int budget_left = config_.max_batched_tokens - plan.num_tokens();
+    const int budget_left = BudgetLeft(plan);
     if (budget_left <= 0) return;
     schedule(id, budget_left);
   }
@@ -187,7 +219,7 @@ ScheduledRequest Scheduler::NextChunk(const RequestInfo& r, int budget) const {
   ScheduledRequest s{r.id, 0, true, false};
   if (r.segment < 0) {  // dense chunks: every layer, tokens in order
     s.chunk_begin = r.prefilled;
-    s.num_tokens = std::min(budget, r.prefill_target - r.prefilled);
+    s.num_tokens = std::min(RowsWithin(r.prefilled, budget), r.prefill_target - r.prefilled);
     s.last_chunk = s.prefill_tokens() == r.prefill_target;
     return s;
   }
@@ -195,7 +227,8 @@ ScheduledRequest Scheduler::NextChunk(const RequestInfo& r, int budget) const {
   s.segment = r.segment;
   s.segment_rows = r.segment_rows;
   s.chunk_begin = r.segment_done;
-  s.num_tokens = NextSegmentChunkRows(r.segment_rows - r.segment_done, budget,
+  s.num_tokens = NextSegmentChunkRows(r.segment_rows - r.segment_done,
+                                      RowsWithin(r.segment_done, budget),
                                       std::min(r.selection_queries, r.segment_rows));
   s.last_chunk = s.ends_segment() && r.segment + 1 == kv_.n_segments();
   return s;
@@ -203,38 +236,35 @@ ScheduledRequest Scheduler::NextChunk(const RequestInfo& r, int budget) const {
 
 void Scheduler::TopUpChunkedPrefills(StepPlan& plan) {
   for (ScheduledRequest& s : plan.requests) {
-    const int budget_left = config_.max_batched_tokens - plan.num_tokens();
+    const int budget_left = BudgetLeft(plan);
     if (budget_left <= 0) return;
     if (!s.is_prefill || s.last_chunk) continue;  // decodes, whole prefills, finished chunks
-    const RequestInfo& r = requests_.at(s.id);
-    if (s.segment >= 0) {  // the chunk grows up to its segment's end, keeping the tail rule
-      if (s.ends_segment()) continue;
-      const int n = NextChunk(r, s.num_tokens + budget_left).num_tokens;
-      if (s.segment == 0) stats_.prefill_tokens += n - s.num_tokens;
-      s.num_tokens = n;
-      s.last_chunk = s.ends_segment() && s.segment + 1 == kv_.n_segments();
-      continue;
-    }
-    const int more = std::min(budget_left, r.prefill_target - s.prefill_tokens());
-    s.num_tokens += more;
-    s.last_chunk = s.prefill_tokens() == r.prefill_target;
-    stats_.prefill_tokens += more;
+    if (s.ends_segment()) continue;
+    // The chunk grows to what its own cost and the budget left pay for (a segment-wise one up
+    // to its segment's end, keeping the tail rule).
+    const int n = NextChunk(requests_.at(s.id), Cost(s) + budget_left).num_tokens;
+    if (n <= s.num_tokens) continue;
+    if (s.segment <= 0) stats_.prefill_tokens += n - s.num_tokens;
+    s.num_tokens = n;
+    s.last_chunk = s.segment >= 0 ? s.ends_segment() && s.segment + 1 == kv_.n_segments()
+                                  : s.prefill_tokens() == requests_.at(s.id).prefill_target;
   }
 }
 
 void Scheduler::AdmitWaiting(StepPlan& plan) {
-  int budget_left = config_.max_batched_tokens - plan.num_tokens();
+  int budget_left = BudgetLeft(plan);
   bool any_admitted = false;
   while (!waiting_.empty()) {
     RequestInfo& r = requests_.at(waiting_.front());
     const int n = PrefillTokens(r);
     // A UniPrefill prefill that fits runs whole (exactly the unchunked path); a longer one runs
     // segment-wise when the model can.
+    const bool fits = ChunkCost(0, n) <= budget_left;
     const bool chunked = config_.chunked_prefill &&
-                         (!r.uniprefill || (config_.segment_chunks && n > budget_left));
+                         (!r.uniprefill || (config_.segment_chunks && !fits));
     if (chunked) {
       if (budget_left <= 0) break;  // a chunk needs some budget
-    } else if (any_admitted && n > budget_left) {
+    } else if (any_admitted && !fits) {
       break;  // a whole prefill must fit, unless it is the step's first admission
     }
     const std::vector<int> dense(kv_.n_segments(), n);
@@ -255,7 +285,7 @@ void Scheduler::AdmitWaiting(StepPlan& plan) {
     }
     plan.requests.push_back(s);
     stats_.prefill_tokens += s.num_tokens;
-    budget_left -= s.num_tokens;
+    budget_left -= Cost(s);
     any_admitted = true;
   }
 }

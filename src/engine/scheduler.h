@@ -70,6 +70,12 @@ struct SchedulerConfig {
   // With chunked_prefill: cut UniPrefill prefills segment-wise (the model runs
   // SequenceStep::chunk); false: such a prefill runs whole in one step.
   bool segment_chunks = true;
+  // What one cached key that a chunk's row attends costs, in rows of the budget (the model's
+  // attention FLOPs per key over its linear FLOPs per row: Model::AttentionKeyCost). A prefill
+  // chunk of r rows after p cached keys costs r (1 + attention_key_cost (p + r / 2)), so a step
+  // deep into a long prompt takes fewer rows and lasts about as long as an early one. 0: the
+  // budget counts rows only (as vLLM's token budget does).
+  double attention_key_cost = 0;
 };
 
 enum class RequestState { kWaiting, kRunning, kPreempted, kFinished };
@@ -202,6 +208,14 @@ class Scheduler {
 
  private:
   int PrefillTokens(const RequestInfo& r) const { return r.prompt_tokens + r.generated; }
+  // The budget a prefill chunk of `rows` rows after `prefix` cached keys spends (rows when
+  // attention_key_cost is 0), and the most rows after `prefix` that `budget` pays for (>= 1 when
+  // budget > 0).
+  int ChunkCost(int prefix, int rows) const;
+  int RowsWithin(int prefix, int budget) const;
+  // What a scheduled request spends (decodes: 1), and what the plan leaves of the step's budget.
+  int Cost(const ScheduledRequest& s) const;
+  int BudgetLeft(const StepPlan& plan) const;
   // Rows a chunked prefill has left to run, over all its segments (later segments counted at the
   // current segment's rows: selection only shrinks them).
   int PrefillRowsLeft(const RequestInfo& r) const;

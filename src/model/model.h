@@ -62,6 +62,11 @@ class Model {
                               const ProgressFn& progress = nullptr,
                               ForwardStats* stats = nullptr) = 0;
 
+  // What one cached key a prefill row attends costs next to the row's own linear work (attention
+  // FLOPs per key over linear FLOPs per row, full-attention layers; windows are bounded): the
+  // scheduler's price of a chunk's prefix (SchedulerConfig::attention_key_cost). 0: unknown.
+  virtual double AttentionKeyCost() const { return 0; }
+
   // Whether ForwardBatch runs SequenceStep::chunk (segment-wise chunked UniPrefill prefill).
   virtual bool supports_segment_chunks() const { return false; }
 

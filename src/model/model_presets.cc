@@ -366,6 +366,17 @@ double LinearPrefillFlops(const ModelDefinition& def, int64_t n_tokens) {
   return per_token * static_cast<double>(n_tokens);
 }
 
+double AttentionKeyCost(const ModelDefinition& def) {
+  double per_key = 0;
+  for (const LayerDefinition& L : def.layers) {
+    if (L.attention && L.attention->window == 0) {
+      per_key += 4.0 * L.attention->n_heads * L.attention->head_dim;
+    }
+  }
+  const double per_row = LinearPrefillFlops(def, 1);
+  return per_row > 0 ? per_key / per_row : 0;
+}
+
 double DensePrefillFlops(const ModelDefinition& def, int64_t n_tokens) {
   double flops = LinearPrefillFlops(def, n_tokens);
   const double n = static_cast<double>(n_tokens);

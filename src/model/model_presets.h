@@ -60,5 +60,8 @@ double LinearPrefillFlops(const ModelDefinition& def, int64_t n_tokens);
 // The dense prefill: the linear part plus causal attention, 4 * heads * head_dim per visible
 // (query, key) pair, sliding windows counted. Embedding, norms and the logits are not counted.
 double DensePrefillFlops(const ModelDefinition& def, int64_t n_tokens);
+// Attention FLOPs per cached key of the full-attention layers (4 H D each) over the linear FLOPs
+// per token (LinearPrefillFlops): what a key costs in rows of a step's budget.
+double AttentionKeyCost(const ModelDefinition& def);
 
 }  // namespace uniprefill

@@ -5,6 +5,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
+#include "model/model_presets.h"
 
 namespace uniprefill {
 
@@ -103,6 +104,10 @@ Status TransformerModel::Walk(std::span<const SequenceStep> steps,
     if (progress) progress(i + 1, c.n_layers);
   }
   return clock.Run(WalkPhase::kFinish, [&] { return backend_->Finish(); });
+}
+
+double TransformerModel::AttentionKeyCost() const {
+  return uniprefill::AttentionKeyCost(*def_);
 }
 
 Result<std::unique_ptr<Model>> MakeModel(ModelDefinition definition, DeviceContext& ctx,

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
 #include <ostream>
 #include <random>
@@ -78,10 +79,16 @@ KvCacheSpec Spec(std::vector<KvSegmentSpec> segments) {
 
 // One full-attention layer per segment. UniPrefill prefills run whole unless segment_chunks.
 Scheduler Make(int budget, int segments, int num_blocks, int block_tokens, int slots = 8,
-               bool segment_chunks = false) {
+               bool segment_chunks = false, double attention_key_cost = 0) {
   KvCacheSpec spec = Spec(std::vector<KvSegmentSpec>(segments, KvSegmentSpec{1, 0, 0}));
-  return Scheduler(SchedulerConfig{budget, /*chunked_prefill=*/true, segment_chunks},
-                   KvBlockManager(spec, KvPoolSize{num_blocks, block_tokens, slots}));
+  return Scheduler(
+      SchedulerConfig{budget, /*chunked_prefill=*/true, segment_chunks, attention_key_cost},
+      KvBlockManager(spec, KvPoolSize{num_blocks, block_tokens, slots}));
+}
+
+// The budget a prefill chunk spends (SchedulerConfig::attention_key_cost), written out again.
+int ChunkCostOf(double k, int prefix, int rows) {
+  return static_cast<int>(std::ceil(rows * (1.0 + k * (prefix + rows / 2.0))));
 }
 
 std::vector<int> Vec(std::span<const int> s) { return {s.begin(), s.end()}; }
@@ -209,6 +216,29 @@ TEST(SchedulerTest, PrefillsNoShorterThanTheOldestWaitTheirTurn) {
       {Plan({C(2, 20, 0, false)})},
       {Plan({C(2, 10, 20, true)}), {}, {Length(2, 1)}},
   });
+  EXPECT_EQ(s.kv().Usage().used_blocks, 0);
+}
+
+// With attention_key_cost a chunk of r rows after p cached keys costs r (1 + k (p + r / 2)) of the
+// budget: each chunk of a long prompt is the most rows the budget pays for at its depth.
+TEST(SchedulerTest, ChunksDeepIntoALongPromptAreChargedForTheKeysTheyAttend) {
+  Scheduler s = Make(/*budget=*/100, 1, 1000, 4, 8, false, /*attention_key_cost=*/0.01);
+  SubmitAll(s, {Dense(300, 1)});
+  // 73 rows cost 100 (74 would cost 102); after 73 keys 50 rows cost 99 (51: 102); and so on.
+  RunSteps(s, {
+      {Plan({C(0, 73, 0, false)})},
+      {Plan({C(0, 50, 73, false)})},
+      {Plan({C(0, 41, 123, false)})},
+      {Plan({C(0, 35, 164, false)})},
+      {Plan({C(0, 31, 199, false)})},
+      {Plan({C(0, 29, 230, false)})},
+      {Plan({C(0, 26, 259, false)})},
+      {Plan({C(0, 15, 285, true)}), {}, {Length(0, 1)}},
+  });
+  for (auto [prefix, rows] : {std::pair{0, 73}, {73, 50}, {123, 41}, {259, 26}}) {
+    EXPECT_LE(ChunkCostOf(0.01, prefix, rows), 100);
+    EXPECT_GT(ChunkCostOf(0.01, prefix, rows + 1), 100);
+  }
   EXPECT_EQ(s.kv().Usage().used_blocks, 0);
 }
 
@@ -576,8 +606,10 @@ TEST(SchedulerTest, ProtocolErrorsChangeNothing) {
 // cache small enough to force waiting and preemption. Checks every step: invariants, plan shape,
 // the budget rule; at the end: each request finished exactly once, and no block leaked.
 TEST(SchedulerTest, RandomizedSimulationFinishesEveryRequestOnceWithoutLeaks) {
-  for (uint64_t seed : {1u, 2u, 3u, 4u, 5u, 6u}) {
-    const bool segment_chunks = seed > 3;  // UniPrefill prefills segment-wise in chunks
+  for (uint64_t seed : {1u, 2u, 3u, 4u, 5u, 6u, 7u, 8u}) {
+    const bool segment_chunks = seed > 3 && seed != 7;  // UniPrefill prefills segment-wise
+    // Seeds 7 and 8 charge chunks for their cached keys (a row after 400 keys costs 2.6 rows).
+    const double key_cost = seed >= 7 ? 0.004 : 0;
     SCOPED_TRACE("seed " + std::to_string(seed));
     std::mt19937_64 rng(seed);
     auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
@@ -588,8 +620,9 @@ TEST(SchedulerTest, RandomizedSimulationFinishesEveryRequestOnceWithoutLeaks) {
     spec.linear_state_bytes = 100;
     const int budget = 256;
     const int tail = 24;  // the selection's last n queries
-    Scheduler s(SchedulerConfig{budget, true, segment_chunks},
-                KvBlockManager(spec, KvPoolSize{300, 8, 16}));
+    // Costlier chunks run fewer requests at once: a smaller pool keeps preemptions in play.
+    Scheduler s(SchedulerConfig{budget, true, segment_chunks, key_cost},
+                KvBlockManager(spec, KvPoolSize{key_cost > 0 ? 200 : 300, 8, 16}));
     // Segment-wise prefills in flight: what each segment kept (the engine's boundary rows) and
     // where the next chunk must start.
     struct InFlight {
@@ -663,6 +696,17 @@ TEST(SchedulerTest, RandomizedSimulationFinishesEveryRequestOnceWithoutLeaks) {
         ASSERT_LE(plan->num_tokens(), budget + tail - 1);
       } else {
         ASSERT_TRUE(plan->num_tokens() <= budget || whole_prefills == 1);
+      }
+      if (key_cost > 0) {  // what the chunks spend, attention included, holds the same way
+        int spent = 0;
+        for (const ScheduledRequest& r : plan->requests) {
+          spent += r.is_prefill ? ChunkCostOf(key_cost, r.chunk_begin, r.num_tokens) : 1;
+        }
+        if (segment_chunks) {
+          ASSERT_LE(spent, budget + ChunkCostOf(key_cost, 400, tail));
+        } else {
+          ASSERT_TRUE(spent <= budget || whole_prefills == 1) << spent;
+        }
       }
       for (RequestId id : plan->preempted) {
         ASSERT_EQ(in_plan.count(id), 0u);
