@@ -271,8 +271,9 @@ Result<bool> CudaBackend::Begin(DeviceContext& ctx, std::span<const SequenceStep
   // Chunks also stage, per drop, the selection's kept rows among every candidate and the
   // exchange's next segment (positions, indices, cu_seqlens, slots, a segment end's kept rows).
   const size_t bt = static_cast<size_t>(pool_->block_tokens());
-  // (+ cuDNN attention's seq lens and four offset arrays)
-  const size_t per_layer = T_max + B * (max_tokens / bt + 2) + 12 * B + 96;
+  // (+ cuDNN attention's seq lens and offset arrays: for chunks over a cached prefix five arrays
+  // of one or two entries per request, each padded to 4 ints, and the gather's row begins)
+  const size_t per_layer = T_max + B * (max_tokens / bt + 2) + 36 * B + 96;
   const size_t per_drop =
       6 * T_max + 6 * B + 64 + 2 * cached_entries + 8 * B +
       (bounded_ ? 4 * T + 3 * B + B * (2 * max_last_n + 4) : 0) +

@@ -142,8 +142,8 @@ Result<bool> CudaBackend::CudnnPrefixPrefill(int li, int hkv, const std::vector<
   // cuDNN's fused kernel on them: on the H200 that is twice the rate of the same attention read
   // through page tables (RunPaged: 32K prompt in 2K chunks, attention 1.36 s paged vs 0.68 s for
   // the whole prompt; docs/serving.md), and the copy moves 2 x the prefix's K/V once per chunk.
-  int max_blocks = 1, max_q = 0, max_kv = 0;
-  std::vector<int32_t> q_len(n), kv_len(n), q_begin(n + 1), kv_begin(n + 1, 0);
+  int max_blocks = 1, max_kv = 0;
+  std::vector<int32_t> q_len(n), kv_len(n), q_begin(n), kv_begin(n + 1, 0);
   for (int i = 0; i < n; ++i) {
     const int r = which[i];
     max_blocks = std::max<int>(max_blocks, reqs_[r].cache->blocks(li).size());
@@ -151,10 +151,8 @@ Result<bool> CudaBackend::CudnnPrefixPrefill(int li, int hkv, const std::vector<
     kv_len[i] = reqs_[r].cache->count(li);
     q_begin[i] = kq.begin[r];
     kv_begin[i + 1] = kv_begin[i] + kv_len[i];
-    max_q = std::max(max_q, q_len[i]);
     max_kv = std::max(max_kv, kv_len[i]);
   }
-  q_begin[n] = q_begin[n - 1] + q_len[n - 1];  // (offsets past the last sequence: its end)
   std::vector<int32_t> table(static_cast<size_t>(n) * max_blocks, 0);
   for (int i = 0; i < n; ++i) {
     const std::vector<int32_t>& bl = reqs_[which[i]].cache->blocks(li);
@@ -172,20 +170,33 @@ Result<bool> CudaBackend::CudnnPrefixPrefill(int li, int hkv, const std::vector<
   // Heads of the copied rows: [keys, Hkv, D] with rows kv_dim apart (kv_dim >= Hkv * D).
   const TensorView k = Heads(k_data, keys, hkv, d, kv_dim);
   const TensorView v = Heads(v_data, keys, hkv, d, kv_dim);
-  ops::cuda::CudnnPrefixBatch pb;
-  UP_ASSIGN_OR_RETURN(pb.q_len, staging_.Put(q_len, stream));
-  UP_ASSIGN_OR_RETURN(pb.kv_len, staging_.Put(kv_len, stream));
-  UP_ASSIGN_OR_RETURN(pb.q_offsets,
-                      staging_.Put(ops::cuda::RaggedOffsets(q_begin, q.stride[0]), stream));
-  UP_ASSIGN_OR_RETURN(pb.o_offsets,
-                      staging_.Put(ops::cuda::RaggedOffsets(q_begin, attn.stride[0]), stream));
-  UP_ASSIGN_OR_RETURN(pb.k_offsets,
-                      staging_.Put(ops::cuda::RaggedOffsets(kv_begin, kv_dim), stream));
-  pb.v_offsets = pb.k_offsets;
-  pb.batch = n;
-  pb.max_q_rows = max_q;
-  pb.max_kv_rows = max_kv;
-  return CudnnRan(cudnn_->RunPrefix(ctx_, attn, q, k, v, pb, params), "prefix attention");
+  // One call per request: graphs are keyed by batch size, query-row bucket and key-row bucket,
+  // and a server's mix of chunks would otherwise meet every batch size too; each graph's first
+  // build autotunes and stalls its step. (Keying by the caches' capacity instead of the prefix's
+  // power of two, CudnnPrefixBatch::kv_rows_bucket, would leave one graph per query bucket; it
+  // passes its tests but its speed is not measured yet, so the buckets stay powers of two.)
+  for (int i = 0; i < n; ++i) {
+    ops::cuda::CudnnPrefixBatch pb;
+    UP_ASSIGN_OR_RETURN(pb.q_len, staging_.Put(std::vector<int32_t>{q_len[i]}, stream));
+    UP_ASSIGN_OR_RETURN(pb.kv_len, staging_.Put(std::vector<int32_t>{kv_len[i]}, stream));
+    const std::vector<int32_t> q_rows = {q_begin[i], q_begin[i] + q_len[i]};
+    const std::vector<int32_t> kv_rows = {kv_begin[i], kv_begin[i + 1]};
+    UP_ASSIGN_OR_RETURN(pb.q_offsets,
+                        staging_.Put(ops::cuda::RaggedOffsets(q_rows, q.stride[0]), stream));
+    UP_ASSIGN_OR_RETURN(pb.o_offsets,
+                        staging_.Put(ops::cuda::RaggedOffsets(q_rows, attn.stride[0]), stream));
+    UP_ASSIGN_OR_RETURN(pb.k_offsets,
+                        staging_.Put(ops::cuda::RaggedOffsets(kv_rows, kv_dim), stream));
+    pb.v_offsets = pb.k_offsets;
+    pb.batch = 1;
+    pb.max_q_rows = q_len[i];
+    pb.max_kv_rows = kv_len[i];
+    // On a failure the caller's fallback recomputes every request of `which`.
+    if (!CudnnRan(cudnn_->RunPrefix(ctx_, attn, q, k, v, pb, params), "prefix attention")) {
+      return false;
+    }
+  }
+  return true;
 }
 
 Status CudaBackend::DecodeRun(int li, int hkv, const std::vector<int>& run,

@@ -337,7 +337,11 @@ class CudnnAttentionImpl final : public CudnnAttention {
     key.kind = Kind::kPrefix;
     key.batch = batch.batch;
     key.max_rows = Bucket(batch.max_q_rows);
-    key.max_kv_rows = Bucket(batch.max_kv_rows);
+    if (batch.kv_rows_bucket > 0 && batch.kv_rows_bucket < batch.max_kv_rows) {
+      return InvalidArgument("cuDNN attention: kv_rows_bucket below the longest prefix");
+    }
+    key.max_kv_rows =
+        batch.kv_rows_bucket > 0 ? batch.kv_rows_bucket : Bucket(batch.max_kv_rows);
     key.hq = q.dim(1);
     key.hkv = k.dim(1);
     key.d = q.dim(2);

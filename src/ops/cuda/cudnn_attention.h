@@ -92,6 +92,10 @@ struct CudnnPrefixBatch {
   int batch = 0;
   int max_q_rows = 0;   // the most query rows of a sequence
   int max_kv_rows = 0;  // the most key rows of a sequence
+  // The key rows the graph is built for (>= max_kv_rows; 0: max_kv_rows rounded up to a power of
+  // two). A caller whose prefixes grow chunk by chunk passes its caches' capacity, so one graph
+  // (built and autotuned once) serves every prefix length instead of one per power of two.
+  int kv_rows_bucket = 0;
 };
 
 // offsets[b] = row_begin[b] * row_stride, b <= batch (host).

@@ -383,6 +383,24 @@ void CheckPaged(DeviceContext& ctx, DeviceContext& cpu, CudnnAttention& cudnn, i
   std::printf("cuDNN prefix rows D %d heads %d/%d, %d sequences: vs CPU %.2e\n", d, hq, hkv,
               nseq, err_x);
   EXPECT_LT(err_x, kTolerance) << "D " << d;
+
+  // The same with a graph built for more key rows than any sequence has (a cache's capacity).
+  out.Fill(0xFF);
+  UP_CUDA_CHECK(cudaDeviceSynchronize());
+  xb.kv_rows_bucket = 4096;
+  ASSERT_TRUE(cudnn.RunPrefix(ctx, Rows(out, 0, tq, hq, d, qd), Rows(q_dev, 0, tq, hq, d, q_width),
+                              Rows(k_dev, 0, tk, hkv, d, kvd), Rows(v_dev, 0, tk, hkv, d, kvd), xb,
+                              params)
+                  .ok());
+  UP_CUDA_CHECK(cudaStreamSynchronize(ctx.cuda().stream()));
+  const std::vector<uint16_t> raw_b = out.ToHost<uint16_t>(tq * qd);
+  for (int64_t i = 0; i < tq * qd; ++i) got[i] = Bf16BitsToF32(raw_b[i]);
+  EXPECT_LT(RelativeL2Error(got, ref), kTolerance) << "D " << d << ", 4096 key rows";
+  xb.kv_rows_bucket = 8;  // fewer than the longest prefix: refused
+  EXPECT_FALSE(cudnn.RunPrefix(ctx, Rows(out, 0, tq, hq, d, qd), Rows(q_dev, 0, tq, hq, d, q_width),
+                               Rows(k_dev, 0, tk, hkv, d, kvd), Rows(v_dev, 0, tk, hkv, d, kvd), xb,
+                               params)
+                   .ok());
 }
 
 TEST_F(CudnnAttentionTest, PagedPrefixQueriesMatchCpu) {
