@@ -19,17 +19,6 @@
 namespace uniprefill::cli {
 namespace {
 
-std::string LengthLabel(int n) {
-  return n % 1024 == 0 ? std::to_string(n / 1024) + "K" : std::to_string(n);
-}
-
-std::string UtcNow() {
-  std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
-}
-
 // One (task, length) with both settings.
 struct CellPair {
   eval::RulerCell dense, uniprefill;
@@ -123,6 +112,17 @@ bool WritePlot(const std::string& path, const std::vector<CellPair>& pairs,
 }
 
 }  // namespace
+
+std::string LengthLabel(int n) {
+  return n % 1024 == 0 ? std::to_string(n / 1024) + "K" : std::to_string(n);
+}
+
+std::string UtcNow() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
 
 bool ParseRulerTaskList(const std::string& text, std::vector<std::string>* tasks,
                         std::string* error) {

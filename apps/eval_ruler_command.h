@@ -35,5 +35,9 @@ bool ParseRulerTaskList(const std::string& text, std::vector<std::string>* tasks
                         std::string* error);
 // --chat auto|on|off (CLI11 has checked the value).
 eval::ChatMode ParseChatMode(const std::string& text);
+// "4K" for 4096, "1500" otherwise: the length column of the eval tables.
+std::string LengthLabel(int tokens);
+// The current time as ISO 8601 UTC, for the "date" field of the eval JSON files.
+std::string UtcNow();
 
 }  // namespace uniprefill::cli

@@ -8,6 +8,7 @@
 #include "bench_serve_command.h"
 #include "calibrate_command.h"
 #include "eval_fidelity_command.h"
+#include "eval_qa_command.h"
 #include "eval_ruler_command.h"
 #include "info_command.h"
 #include "run_command.h"
@@ -32,6 +33,8 @@ int main(int argc, char** argv) {
   CLI::App* fidelity_cmd = uniprefill::cli::AddEvalFidelityCommand(*eval, fidelity);
   uniprefill::cli::EvalRulerOptions ruler;
   CLI::App* ruler_cmd = uniprefill::cli::AddEvalRulerCommand(*eval, ruler);
+  uniprefill::cli::EvalQaOptions qa;
+  CLI::App* qa_cmd = uniprefill::cli::AddEvalQaCommand(*eval, qa);
   uniprefill::cli::CalibrateOptions calibrate;
   uniprefill::cli::AddCalibrateCommand(app, calibrate);
   uniprefill::cli::ServeOptions serve;
@@ -70,6 +73,7 @@ int main(int argc, char** argv) {
   if (app.got_subcommand("bench-prefill")) return uniprefill::cli::BenchPrefillCommand(bench);
   if (fidelity_cmd->parsed()) return uniprefill::cli::EvalFidelityCommand(fidelity);
   if (ruler_cmd->parsed()) return uniprefill::cli::EvalRulerCommand(ruler);
+  if (qa_cmd->parsed()) return uniprefill::cli::EvalQaCommand(qa);
   if (app.got_subcommand("calibrate")) return uniprefill::cli::CalibrateCommand(calibrate);
   if (app.got_subcommand("serve")) return uniprefill::cli::ServeCommand(serve);
   if (bench_serve_cmd->parsed()) return uniprefill::cli::BenchServeCommand(bench_serve);
