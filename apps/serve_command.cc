@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <thread>
 
+#include <unistd.h>
+
 #include "model_names.h"
 #include "run_command.h"
 #include "server/http_server.h"
@@ -50,6 +52,60 @@ std::string DefaultServedName(const std::string& model_path, const Engine& engin
   if (p.filename().empty()) p = p.parent_path();  // "folder/" -> "folder"
   const std::string stem = p.stem().string();
   return stem.empty() ? engine.model_name() : stem;
+}
+
+// A size flag ("8MiB", "65536") into *bytes.
+void AddSizeFlag(CLI::App& cmd, const std::string& name, int64_t* bytes, const std::string& help) {
+  cmd.add_option_function<std::string>(
+         name,
+         [name, bytes](const std::string& v) {
+           if (!ParseByteSize(v, bytes)) {
+             throw CLI::ValidationError(name, "'" + v + "' is not a size (e.g. 8MiB, 65536)");
+           }
+         },
+         help + " (bytes or K/M/G/KiB/MiB; default " + std::to_string(*bytes) + ")")
+      ->group("HTTP limits");
+}
+
+// The limits a hostile client meets (docs/serving.md, "The front door").
+void AddLimitFlags(CLI::App& cmd, ServeOptions& o) {
+  AddSizeFlag(cmd, "--max-body-bytes", &o.max_body_bytes, "Largest request body: 413 beyond");
+  AddSizeFlag(cmd, "--max-prompt-bytes", &o.max_prompt_bytes,
+              "Largest prompt text (chat: all messages): 400 before tokenizing");
+  AddSizeFlag(cmd, "--max-header-bytes", &o.max_header_bytes,
+              "Largest request head (request line and headers): 431 beyond");
+  AddSizeFlag(cmd, "--max-request-line", &o.max_request_line, "Longest request line: 414");
+  auto num = [&cmd](const std::string& name, auto* v, double lo, double hi, const char* help) {
+    cmd.add_option(name, *v, help)
+        ->check(CLI::Range(lo, hi))
+        ->capture_default_str()
+        ->group("HTTP limits");
+  };
+  num("--max-header-count", &o.max_header_count, 1, 10000, "Most header lines: 431 beyond");
+  num("--header-timeout", &o.header_timeout_s, 0.1, 3600,
+      "Seconds from a request's first byte to the end of its headers: 408 after");
+  num("--body-timeout", &o.body_timeout_s, 0.1, 3600,
+      "Seconds from the end of the headers to the end of the body: 400 after");
+  num("--keep-alive-timeout", &o.keep_alive_timeout_s, 0.1, 3600,
+      "Seconds an idle keep-alive connection stays open");
+  num("--max-connections", &o.max_connections, 1, 1 << 20,
+      "Most open connections (idle ones too): a new one gets 503 beyond");
+  num("--shutdown-timeout", &o.shutdown_timeout_s, 0, 3600,
+      "Seconds SIGTERM / SIGINT give requests in flight before they are aborted");
+}
+
+// Bytes of memory this machine can still give (MemAvailable; physical memory when unknown).
+int64_t HostAvailableBytes() {
+  if (FILE* f = std::fopen("/proc/meminfo", "r")) {
+    char line[256];
+    long long kib = -1;
+    while (std::fgets(line, sizeof(line), f)) {
+      if (std::sscanf(line, "MemAvailable: %lld kB", &kib) == 1) break;
+    }
+    std::fclose(f);
+    if (kib > 0) return static_cast<int64_t>(kib) * 1024;
+  }
+  return static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
 }
 
 }  // namespace
@@ -172,10 +228,21 @@ void AddServeCommand(CLI::App& app, ServeOptions& o) {
   cmd->add_flag("--f32-decode", o.f32_decode,
                 "Decode with f32 activations in every matmul (exact, slower)");
   cmd->add_flag("-q,--quiet", o.quiet, "No progress bar and no per-request log lines");
+  AddLimitFlags(*cmd, o);
   AddUniPrefillFlags(*cmd, o.uniprefill);
 }
 
 int ServeCommand(const ServeOptions& o) {
+  // Before the model loads: a KV cache the host cannot hold would die in std::bad_alloc later.
+  // (A CUDA KV cache lives on the device; its size is checked when the engine allocates it.)
+  const int64_t available = HostAvailableBytes();
+  if (o.device.device != "cuda" && available > 0 && o.kv_cache_memory > available) {
+    std::fprintf(stderr,
+                 "error: --kv-cache-memory %s is more than this machine has available (%s); "
+                 "give less, e.g. --kv-cache-memory 4GiB\n",
+                 FormatBytes(o.kv_cache_memory).c_str(), FormatBytes(available).c_str());
+    return 1;
+  }
   EngineOptions eo;
   eo.model_path = o.model;
   eo.threads = o.threads;
@@ -222,6 +289,16 @@ int ServeCommand(const ServeOptions& o) {
   sc.default_max_tokens = o.max_tokens_default;
   sc.threads = o.http_threads;
   sc.log_requests = !o.quiet;
+  sc.max_body_bytes = static_cast<size_t>(o.max_body_bytes);
+  sc.max_prompt_bytes = static_cast<size_t>(o.max_prompt_bytes);
+  sc.max_header_bytes = static_cast<size_t>(o.max_header_bytes);
+  sc.max_header_count = o.max_header_count;
+  sc.max_request_line = static_cast<size_t>(o.max_request_line);
+  sc.header_timeout_s = o.header_timeout_s;
+  sc.body_timeout_s = o.body_timeout_s;
+  sc.keep_alive_timeout_s = o.keep_alive_timeout_s;
+  sc.max_connections = o.max_connections;
+  sc.shutdown_timeout_s = o.shutdown_timeout_s;
   server::OpenAiServer server(*batch, sc);
   if (Status st = server.Start(); !st.ok()) {
     std::fprintf(stderr, "error: %s\n", st.message().c_str());

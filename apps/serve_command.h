@@ -31,6 +31,17 @@ struct ServeOptions {
   int http_threads = 64;
   bool f32_decode = false;
   bool quiet = false;  // no progress bar, no per-request log lines
+  // The front door's limits (server::ServerConfig has the meaning of each; docs/serving.md).
+  int64_t max_body_bytes = int64_t{8} << 20;
+  int64_t max_prompt_bytes = int64_t{2} << 20;
+  int64_t max_header_bytes = int64_t{32} << 10;
+  int max_header_count = 100;
+  int64_t max_request_line = int64_t{8} << 10;
+  double header_timeout_s = 10;
+  double body_timeout_s = 60;
+  double keep_alive_timeout_s = 5;
+  int max_connections = 1024;
+  double shutdown_timeout_s = 5;
   UniPrefillFlags uniprefill;
 };
 

@@ -13,6 +13,7 @@
 #include <condition_variable>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <deque>
@@ -22,6 +23,8 @@
 #include <random>
 #include <thread>
 
+#include "server/front_door.h"
+#include "server/log_escape.h"
 #include "server/openai_protocol.h"
 #include "server/prometheus.h"
 
@@ -113,12 +116,25 @@ struct LogInfo {
   std::shared_ptr<RequestState> state;
 };
 
-std::string Trim(std::string s, size_t n) {
-  if (s.size() > n) s = s.substr(0, n) + "...";
-  for (char& c : s) {
-    if (c == '\n' || c == '\r') c = ' ';
-  }
-  return s;
+FrontDoorLimits LimitsOf(const ServerConfig& c) {
+  FrontDoorLimits l;
+  l.max_header_bytes = c.max_header_bytes;
+  l.max_header_count = c.max_header_count;
+  l.max_request_line = c.max_request_line;
+  l.header_timeout_s = c.header_timeout_s;
+  l.body_timeout_s = c.body_timeout_s;
+  l.keep_alive_timeout_s = c.keep_alive_timeout_s;
+  l.max_connections = c.max_connections;
+  l.threads = c.threads > 0 ? c.threads : 1;
+  return l;
+}
+
+// Bytes of prompt text a request carries (chat: every message's content).
+size_t PromptBytes(const CompletionRequest& r) {
+  if (r.endpoint != Endpoint::kChat) return r.prompt_text ? r.prompt_text->size() : 0;
+  size_t n = 0;
+  for (const auto& m : r.messages) n += m.content.size();
+  return n;
 }
 
 }  // namespace
@@ -126,7 +142,7 @@ std::string Trim(std::string s, size_t n) {
 struct OpenAiServer::Impl {
   BatchEngine& engine;
   ServerConfig config;
-  httplib::Server svr;
+  FrontDoorServer svr;
   std::thread listener;
   std::atomic<bool> stopping{false};
   std::atomic<bool> listener_done{false};
@@ -139,7 +155,12 @@ struct OpenAiServer::Impl {
   std::map<int, int64_t> http_counts;
   std::map<const httplib::Request*, LogInfo> log_info;
 
-  Impl(BatchEngine& e, ServerConfig c) : engine(e), config(std::move(c)) {
+  Impl(BatchEngine& e, ServerConfig c)
+      : engine(e),
+        config(std::move(c)),
+        svr(LimitsOf(config), [this](int status, const std::string& why, const std::string& line) {
+          LogRefusal(status, why, line);
+        }) {
     if (config.served_model_names.empty()) {
       config.served_model_names.push_back(engine.engine().model_name());
     }
@@ -183,7 +204,8 @@ struct OpenAiServer::Impl {
     if (!config.log_requests) return;
     const double secs =
         known ? std::chrono::duration<double>(Clock::now() - info.start).count() : 0.0;
-    std::string line = req.method + " " + req.path + " " + std::to_string(res.status);
+    std::string line = EscapeForLog(req.method, 16) + " " + EscapeForLog(req.path, 300) + " " +
+                       std::to_string(res.status);
     char buf[160];
     if (info.state) {
       std::lock_guard<std::mutex> lock(info.state->mu);
@@ -196,12 +218,24 @@ struct OpenAiServer::Impl {
       line += buf;
       if (!o.finish_reason.empty()) line += " finish=" + o.finish_reason;
       if (info.state->cancelled) line += " (" + info.state->cancel_reason + ")";
-      if (!o.error.empty()) line += " error: " + Trim(o.error, 200);
+      if (!o.error.empty()) line += " error: " + EscapeForLog(o.error, 200);
     }
     std::snprintf(buf, sizeof(buf), " %.3fs", secs);
     line += buf;
-    if (!info.error.empty()) line += " error: " + Trim(info.error, 300);
+    if (!info.error.empty()) line += " error: " + EscapeForLog(info.error, 300);
     std::fprintf(stderr, "serve: %s\n", line.c_str());
+  }
+
+  // A connection the front door refused before httplib saw a request (408, 414, 431, 400, 503).
+  void LogRefusal(int status, const std::string& why, const std::string& request_line) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      ++http_counts[status];
+    }
+    if (!config.log_requests) return;
+    const std::string what = request_line.empty() ? "-" : EscapeForLog(request_line, 200);
+    std::fprintf(stderr, "serve: %s %d (refused) error: %s\n", what.c_str(), status,
+                 EscapeForLog(why, 300).c_str());
   }
 
   // ---- Routes. ----
@@ -289,17 +323,45 @@ struct OpenAiServer::Impl {
     return std::nullopt;
   }
 
-  void Completion(const httplib::Request& req, httplib::Response& res, Endpoint endpoint) {
-    if (!Authorized(req, res)) return;
-    if (stopping) {
-      SetError(req, res, {503, "the server is shutting down", "", "", ""});
+  // Reads the body while it arrives, stopping at max_body_bytes (httplib's own limit reads a
+  // chunked body whole first). False with the error set when the body is refused; the body is
+  // then left unread, so the connection is closed after the answer.
+  bool ReadBody(const httplib::Request& req, httplib::Response& res,
+                const httplib::ContentReader& reader, std::string* body) {
+    // A Content-Length over the limit: httplib's reader refuses it before any byte is read (the
+    // front door has already checked that the value is a plain number).
+    const std::string length = req.get_header_value("Content-Length");
+    bool too_large = !length.empty() && std::strtoull(length.c_str(), nullptr, 10) >
+                                            static_cast<unsigned long long>(config.max_body_bytes);
+    const bool complete = !too_large && reader([&](const char* data, size_t n) {
+      if (body->size() + n > config.max_body_bytes) {
+        too_large = true;
+        return false;
+      }
+      body->append(data, n);
+      return true;
+    });
+    if (complete && !too_large) return true;
+    res.set_header("Connection", "close");
+    SetError(req, res,
+             too_large ? BodyTooLarge()
+                       : ApiError{400,
+                                  "the request body ended early or did not arrive within the "
+                                  "body timeout (--body-timeout)",
+                                  "", "", ""});
+    return false;
+  }
+
+  void Completion(const httplib::Request& req, httplib::Response& res,
+                  const httplib::ContentReader& reader, Endpoint endpoint) {
+    if (!Authorized(req, res) || stopping) {
+      if (stopping) SetError(req, res, {503, "the server is shutting down", "", "", ""});
+      res.set_header("Connection", "close");  // the body is not read
       return;
     }
-    if (req.body.size() > config.max_body_bytes) {  // chunked bodies escape httplib's limit
-      SetError(req, res, BodyTooLarge());
-      return;
-    }
-    const json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+    std::string raw;
+    if (!ReadBody(req, res, reader, &raw)) return;
+    const json body = json::parse(raw, nullptr, /*allow_exceptions=*/false);
     if (body.is_discarded()) {
       SetError(req, res, {400, "the request body is not valid JSON", "", "", ""});
       return;
@@ -316,6 +378,14 @@ struct OpenAiServer::Impl {
       SetError(req, res,
                {404, "the model '" + r.model + "' does not exist; this server serves: " + names, "",
                 "model", "model_not_found"});
+      return;
+    }
+    if (PromptBytes(r) > config.max_prompt_bytes) {  // tokenizing megabytes takes seconds
+      SetError(req, res,
+               {400,
+                "the prompt is " + std::to_string(PromptBytes(r)) + " bytes, over the limit of " +
+                    std::to_string(config.max_prompt_bytes) + " (--max-prompt-bytes)",
+                "", r.endpoint == Endpoint::kChat ? "messages" : "prompt", ""});
       return;
     }
     std::vector<int32_t> ids;
@@ -467,6 +537,33 @@ struct OpenAiServer::Impl {
     return httplib::Server::HandlerResponse::Handled;
   }
 
+  // An exception escaping a handler: a JSON value of an unexpected type is the client's fault
+  // (400); anything else is a 500. The client never sees the exception's text (it names library
+  // internals); the log line does.
+  void OnException(const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
+    std::string what = "unknown exception";
+    bool client_fault = false;
+    try {
+      std::rethrow_exception(ep);
+    } catch (const json::exception& ex) {
+      what = ex.what();
+      client_fault = true;
+    } catch (const std::exception& ex) {
+      what = ex.what();
+    } catch (...) {
+    }
+    res.set_header("Connection", "close");
+    SetJson(res, client_fault ? 400 : 500,
+            ErrorBody({client_fault ? 400 : 500,
+                       client_fault ? "a field of the request has a type or value the server "
+                                      "cannot use"
+                                    : "internal server error (the server log has the details)",
+                       "", "", ""}));
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = log_info.find(&req);
+    if (it != log_info.end()) it->second.error = "exception: " + what;
+  }
+
   httplib::Server::HandlerResponse PreRouting(const httplib::Request& req, httplib::Response& res) {
     {
       std::lock_guard<std::mutex> lock(mu);
@@ -507,14 +604,7 @@ struct OpenAiServer::Impl {
         [this](const httplib::Request& req, httplib::Response& res) { return OnError(req, res); }));
     svr.set_exception_handler(
         [this](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
-          std::string what = "unknown exception";
-          try {
-            std::rethrow_exception(ep);
-          } catch (const std::exception& ex) {
-            what = ex.what();
-          } catch (...) {
-          }
-          SetError(req, res, {500, "internal error: " + what, "", "", ""});
+          OnException(req, res, ep);
         });
     svr.set_logger(
         [this](const httplib::Request& req, const httplib::Response& res) { Log(req, res); });
@@ -523,11 +613,14 @@ struct OpenAiServer::Impl {
     });
     svr.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) { Models(res); });
     svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) { Metrics(res); });
-    svr.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-      Completion(req, res, Endpoint::kCompletions);
+    // Content-reader routes: the handler reads the body itself, so the limit holds while reading.
+    svr.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res,
+                                       const httplib::ContentReader& reader) {
+      Completion(req, res, reader, Endpoint::kCompletions);
     });
-    svr.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-      Completion(req, res, Endpoint::kChat);
+    svr.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res,
+                                            const httplib::ContentReader& reader) {
+      Completion(req, res, reader, Endpoint::kChat);
     });
   }
 };
@@ -542,8 +635,6 @@ Status OpenAiServer::Start() {
   if (s.listener.joinable()) return InvalidArgument("the server is already started");
   // A client that leaves mid-write must not kill the process with SIGPIPE.
   std::signal(SIGPIPE, SIG_IGN);
-  const size_t threads = static_cast<size_t>(s.config.threads > 0 ? s.config.threads : 1);
-  s.svr.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, which lets a second server share a
   // port that is in use instead of failing.
   // The callback also records the listening socket, for the backlog below.
@@ -573,6 +664,7 @@ Status OpenAiServer::Start() {
   // instant overflow it and get reset. Linux lets a second listen() raise the backlog.
   if (s.listen_fd >= 0) ::listen(s.listen_fd, SOMAXCONN);
   s.bound_port = port;
+  s.svr.StartFrontDoor();
   s.listener = std::thread([&s] {
     s.svr.listen_after_bind();
     s.listener_done = true;
@@ -591,7 +683,9 @@ void OpenAiServer::Stop() {
   s.stopping = true;  // waiting handlers cancel their requests within kPollInterval
   // Let the cancelled requests answer (streams: their "abort" chunk and [DONE]) before httplib's
   // stop() makes its stream writer quit mid-stream; a stuck client gets a few seconds at most.
-  const auto deadline = Clock::now() + std::chrono::seconds(5);
+  const auto deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                         std::chrono::duration<double>(s.config.shutdown_timeout_s));
   while (s.in_flight > 0 && Clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
@@ -599,6 +693,7 @@ void OpenAiServer::Stop() {
     s.svr.stop();
     s.listener.join();
   }
+  s.svr.StopFrontDoor();  // closes waiting connections; reads and writes in progress fail
 }
 
 }  // namespace uniprefill::server

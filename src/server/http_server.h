@@ -4,7 +4,9 @@
 // POST /v1/chat/completions (JSON or, with "stream": true, server-sent events). Errors are
 // OpenAI-style JSON ({"error": {...}}) for every status, httplib's own (404 route, 413 body) too.
 //
-// Threading: httplib serves each connection on one of `threads` worker threads; a handler submits
+// Threading: connections wait for a complete request head in one poll thread (front_door.h:
+// limits, deadlines, the connection cap); a complete request is served by one of `threads`
+// workers with httplib's parser and routing. A handler submits
 // its request to the BatchEngine and waits on that request's own queue. The engine's callback only
 // appends to the queue and notifies, so the engine thread never waits for a socket. The queue is
 // shared (shared_ptr) by the handler, the callback and the streaming provider, so it lives until
@@ -18,7 +20,7 @@
 // Lifetime: the BatchEngine must outlive the server. Stop() (also run by the destructor) refuses
 // new requests (503), cancels those in flight and lets them answer (a stream ends with its "abort"
 // chunk and [DONE]; at most a few seconds), then closes the listener and joins every worker.
-// Idle keep-alive connections can hold Stop() for httplib's keep-alive timeout (5 s).
+// Stop() returns within shutdown_timeout_s plus ~0.2 s, whatever the clients do.
 #pragma once
 
 #include <cstddef>
@@ -42,8 +44,21 @@ struct ServerConfig {
   size_t max_body_bytes = size_t{8} << 20;  // larger request bodies: 413
   // max_tokens of a chat request that does not give one: the rest of the context, capped by this.
   int default_max_tokens = 4096;
-  int threads = 64;          // HTTP worker threads: each open connection (a stream, too) holds one
-  bool log_requests = true;  // one line per request on stderr
+  int threads = 64;          // HTTP worker threads: each request being served holds one
+  bool log_requests = true;  // one line per request on stderr (client text escaped)
+  // A prompt (or the chat messages' text) over this many bytes: 400 before tokenizing.
+  size_t max_prompt_bytes = size_t{2} << 20;
+  // Connection limits (front_door.h): head size, header count, request line, deadlines, cap.
+  size_t max_header_bytes = size_t{32} << 10;
+  int max_header_count = 100;
+  size_t max_request_line = size_t{8} << 10;
+  double header_timeout_s = 10;
+  double body_timeout_s = 60;
+  double keep_alive_timeout_s = 5;
+  int max_connections = 1024;
+  // Stop(): requests in flight get this long to finish (then they are aborted and every
+  // connection is closed, whatever the clients do).
+  double shutdown_timeout_s = 5;
 };
 
 class OpenAiServer {

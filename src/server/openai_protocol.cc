@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <limits>
 #include <utility>
+#include <vector>
 
 #include "engine/uniprefill_options_json.h"
 
@@ -202,6 +203,28 @@ std::optional<ApiError> ParseStopTokenIds(const json& body, SamplingParams* p) {
   return std::nullopt;
 }
 
+// Every integer in the uniprefill object (drop_layers' elements too) must fit an int before the
+// engine's reader narrows it: 4294967360 would otherwise become 64.
+std::optional<ApiError> CheckUniPrefillIntegers(const json& u) {
+  constexpr int64_t lo = std::numeric_limits<int>::min(), hi = std::numeric_limits<int>::max();
+  for (auto it = u.begin(); it != u.end(); ++it) {
+    const json& v = it.value();
+    const std::vector<json> values = v.is_array() ? std::vector<json>(v.begin(), v.end())
+                                                  : std::vector<json>{v};
+    for (const json& x : values) {
+      if (!x.is_number_integer()) continue;
+      const bool fits = x.is_number_unsigned() ? x.get<uint64_t>() <= uint64_t(hi)
+                                               : x.get<int64_t>() >= lo && x.get<int64_t>() <= hi;
+      if (!fits) {
+        return BadRequest("uniprefill." + it.key() + " must be between " + std::to_string(lo) +
+                              " and " + std::to_string(hi) + " (got " + x.dump() + ")",
+                          "uniprefill");
+      }
+    }
+  }
+  return std::nullopt;
+}
+
 std::optional<ApiError> ParseUniPrefill(const json& body, SamplingParams* p) {
   const json* u = Field(body, "uniprefill");
   if (!u) return std::nullopt;
@@ -214,6 +237,7 @@ std::optional<ApiError> ParseUniPrefill(const json& body, SamplingParams* p) {
                           UniPrefillOptionKeys() + ")",
                       "uniprefill");
   }
+  if (auto e = CheckUniPrefillIntegers(*u)) return e;
   auto options = UniPrefillOptionsFromJson(*u);
   if (!options.ok()) return BadRequest(options.status().message(), "uniprefill");
   options->source = "request";
@@ -272,7 +296,11 @@ std::optional<ApiError> CheckUnsupported(const json& body, Endpoint endpoint) {
     }
     if (auto e = OnlyDefault(
             body, "response_format",
-            [](const json& v) { return v.is_object() && v.value("type", "") == "text"; },
+            [](const json& v) {
+              // find, not value(): value() throws on a "type" that is not a string.
+              const auto t = v.is_object() ? v.find("type") : v.end();
+              return v.is_object() && t != v.end() && t->is_string() && *t == "text";
+            },
             "response_format other than {\"type\": \"text\"} is not supported")) {
       return e;
     }

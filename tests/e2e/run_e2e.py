@@ -22,7 +22,7 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-MODULES = ["openai_client", "curl", "errors", "concurrency", "mixed", "soak"]
+MODULES = ["openai_client", "curl", "errors", "concurrency", "mixed", "soak", "hostile"]
 
 
 class LineResult(unittest.TestResult):
