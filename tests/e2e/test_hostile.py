@@ -127,8 +127,15 @@ class HostileTest(unittest.TestCase):
         with Server(FAST_LIMITS + ["--max-connections", "8"], name="hostile-cap") as srv:
             trickler = Trickler(srv.port, 8, interval=0.5).start()
             try:
-                time.sleep(0.5)
-                status, body = exchange(srv.port, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+                # The server accepts the 8 sockets in its own time (a busy machine: seconds), so
+                # probe until the cap shows, for up to 5 s.
+                deadline = time.monotonic() + 5
+                while True:
+                    time.sleep(0.25)
+                    status, body = exchange(srv.port,
+                                            b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+                    if status == 503 or time.monotonic() > deadline:
+                        break
                 self.assertEqual(status, 503, body)
                 self.assertIn(b"--max-connections", body)
             finally:
