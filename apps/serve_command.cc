@@ -228,6 +228,11 @@ void AddServeCommand(CLI::App& app, ServeOptions& o) {
   cmd->add_flag("--f32-decode", o.f32_decode,
                 "Decode with f32 activations in every matmul (exact, slower)");
   cmd->add_flag("-q,--quiet", o.quiet, "No progress bar and no per-request log lines");
+  cmd->add_option("--log-format", o.log_format,
+                  "Per-request log lines on stderr: text (one escaped line) or json (one JSON "
+                  "object per line: time, method, path, status, tokens, durations, error)")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
   AddLimitFlags(*cmd, o);
   AddUniPrefillFlags(*cmd, o.uniprefill);
 }
@@ -289,6 +294,7 @@ int ServeCommand(const ServeOptions& o) {
   sc.default_max_tokens = o.max_tokens_default;
   sc.threads = o.http_threads;
   sc.log_requests = !o.quiet;
+  sc.json_logs = o.log_format == "json";
   sc.max_body_bytes = static_cast<size_t>(o.max_body_bytes);
   sc.max_prompt_bytes = static_cast<size_t>(o.max_prompt_bytes);
   sc.max_header_bytes = static_cast<size_t>(o.max_header_bytes);

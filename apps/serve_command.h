@@ -23,6 +23,7 @@ struct ServeOptions {
   int max_batched_tokens = 8192;
   bool host_sampling = false;  // --host-sampling: CUDA models choose tokens from host logits
   bool no_chunked_prefill = false;  // --no-chunked-prefill: every prefill whole in one step
+  std::string log_format = "text";  // --log-format: text or json access log lines
   bool budget_counts_rows = false;  // --budget-counts-rows: chunks not charged for attention
   int max_tokens_default = 4096;  // chat requests without max_tokens
   int threads = 0;                // compute threads (0 = every core)

@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <fstream>
+#include <limits>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -19,6 +20,21 @@ Status TypeError(std::string_view key, const std::string& expected) {
   return InvalidArgument("UniPrefill option '" + std::string(key) + "' must be " + expected);
 }
 
+// Whether an integer JSON value fits T: json's get<T>() would wrap 4294967360 to 64.
+template <typename T>
+bool FitsInteger(const json& v) {
+  if (v.is_number_unsigned()) {
+    return v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max());
+  }
+  const int64_t x = v.get<int64_t>();
+  return x >= int64_t{std::numeric_limits<T>::min()} && x <= int64_t{std::numeric_limits<T>::max()};
+}
+
+Status OutOfIntRange(std::string_view key, const json& v) {
+  return InvalidArgument("UniPrefill option '" + std::string(key) + "': " + v.dump() +
+                         " is outside the range of a 32-bit integer");
+}
+
 // --- readers: JSON value -> field (type and range checked) ---------------------------------------
 
 Status ReadEnabled(const json& v, UniPrefillOptions& o) {
@@ -33,6 +49,7 @@ Status ReadDropLayers(const json& v, UniPrefillOptions& o) {
   std::vector<int> layers;
   for (const json& x : v) {
     if (!x.is_number_integer()) return TypeError("drop_layers", expected);
+    if (!FitsInteger<int>(x)) return OutOfIntRange("drop_layers", x);
     layers.push_back(x.get<int>());
   }
   o.drop_layers = layers;
@@ -63,6 +80,9 @@ Status ReadSelectionNumber(const json& v, std::string_view key,
   constexpr bool kInteger = std::is_integral_v<T>;
   if (kInteger ? !v.is_number_integer() : !v.is_number()) {
     return TypeError(key, kInteger ? "an integer" : "a number");
+  }
+  if constexpr (kInteger) {
+    if (!FitsInteger<T>(v)) return OutOfIntRange(key, v);
   }
   const T x = v.get<T>();
   sparsity::SelectionParams p;

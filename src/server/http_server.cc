@@ -204,6 +204,10 @@ struct OpenAiServer::Impl {
     if (!config.log_requests) return;
     const double secs =
         known ? std::chrono::duration<double>(Clock::now() - info.start).count() : 0.0;
+    if (config.json_logs) {
+      LogJson(req, res, info, secs);
+      return;
+    }
     std::string line = EscapeForLog(req.method, 16) + " " + EscapeForLog(req.path, 300) + " " +
                        std::to_string(res.status);
     char buf[160];
@@ -226,6 +230,40 @@ struct OpenAiServer::Impl {
     std::fprintf(stderr, "serve: %s\n", line.c_str());
   }
 
+  // The access log as one JSON object per line (--log-format json): the same fields as the text
+  // line, for log shippers. JSON string escaping keeps every client byte inside its field.
+  void LogJson(const httplib::Request& req, const httplib::Response& res, const LogInfo& info,
+               double secs) {
+    json j = {{"time", UtcTimestamp()},
+              {"method", req.method.substr(0, 16)},
+              {"path", req.path.substr(0, 300)},
+              {"status", res.status},
+              {"duration_s", secs}};
+    if (info.state) {
+      std::lock_guard<std::mutex> lock(info.state->mu);
+      const CompletionOutput& o = info.state->output;
+      j["prompt_tokens"] = o.usage.prompt_tokens;
+      j["completion_tokens"] =
+          o.finished ? o.usage.completion_tokens : static_cast<int>(o.tokens.size());
+      j["ttft_s"] = o.usage.ttft_s;
+      if (!o.finish_reason.empty()) j["finish_reason"] = o.finish_reason;
+      if (info.state->cancelled) j["cancelled"] = info.state->cancel_reason;
+      if (!o.error.empty()) j["error"] = o.error.substr(0, 300);
+    }
+    if (!info.error.empty()) j["error"] = info.error.substr(0, 300);
+    // Invalid UTF-8 from a client is replaced, never an exception in the logger.
+    std::fprintf(stderr, "%s\n", j.dump(-1, ' ', true, json::error_handler_t::replace).c_str());
+  }
+
+  static std::string UtcTimestamp() {
+    const std::time_t now = std::time(nullptr);
+    std::tm tm{};
+    gmtime_r(&now, &tm);
+    char buf[32];
+    std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+    return buf;
+  }
+
   // A connection the front door refused before httplib saw a request (408, 414, 431, 400, 503).
   void LogRefusal(int status, const std::string& why, const std::string& request_line) {
     {
@@ -233,6 +271,15 @@ struct OpenAiServer::Impl {
       ++http_counts[status];
     }
     if (!config.log_requests) return;
+    if (config.json_logs) {
+      const json j = {{"time", UtcTimestamp()},
+                      {"request_line", request_line.substr(0, 200)},
+                      {"status", status},
+                      {"refused", true},
+                      {"error", why.substr(0, 300)}};
+      std::fprintf(stderr, "%s\n", j.dump(-1, ' ', true, json::error_handler_t::replace).c_str());
+      return;
+    }
     const std::string what = request_line.empty() ? "-" : EscapeForLog(request_line, 200);
     std::fprintf(stderr, "serve: %s %d (refused) error: %s\n", what.c_str(), status,
                  EscapeForLog(why, 300).c_str());

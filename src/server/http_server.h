@@ -46,6 +46,7 @@ struct ServerConfig {
   int default_max_tokens = 4096;
   int threads = 64;          // HTTP worker threads: each request being served holds one
   bool log_requests = true;  // one line per request on stderr (client text escaped)
+  bool json_logs = false;    // that line as a JSON object (--log-format json)
   // A prompt (or the chat messages' text) over this many bytes: 400 before tokenizing.
   size_t max_prompt_bytes = size_t{2} << 20;
   // Connection limits (front_door.h): head size, header count, request line, deadlines, cap.

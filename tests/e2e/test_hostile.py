@@ -180,6 +180,23 @@ class HostileTest(unittest.TestCase):
         for ln in lines:
             self.assertTrue(ln.startswith("serve: GET /\\n"), ln)
 
+    def test_6_json_access_log_is_one_object_per_request(self):
+        marker = "jsonforged%d" % os.getpid()
+        path = f"/%0a{marker}%22%7d%0a"
+        with Server(FAST_LIMITS + ["--log-format", "json"], name="hostile-jsonlog") as srv:
+            for _ in range(3):
+                exchange(srv.port, f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            status, _ = exchange(srv.port, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            self.assertEqual(status, 200)
+            time.sleep(0.2)
+            lines = [ln for ln in srv.log_text().splitlines() if marker in ln]
+        self.assertEqual(len(lines), 3, "\n".join(lines))
+        for ln in lines:
+            entry = json.loads(ln)  # the whole line is one object: nothing escaped out of it
+            self.assertEqual(entry["method"], "GET")
+            self.assertEqual(entry["status"], 404)
+            self.assertIn(marker, entry["path"])
+
     def test_7_uniprefill_integers_beyond_int_are_400(self):
         for key, value in (("block_size", 4294967360), ("last_n", 4294967297),
                            ("sink", 4294967295)):

@@ -69,6 +69,24 @@ TEST(UniPrefillOptionsJsonTest, OutOfRangeValuesNameTheirKey) {
   }
 }
 
+// Integers beyond 32 bits are refused, not wrapped (4294967360 would read as 64).
+TEST(UniPrefillOptionsJsonTest, IntegersBeyondAnIntAreRefusedNotWrapped) {
+  const std::pair<nlohmann::json, std::string> cases[] = {
+      {{{"block_size", 4294967360ULL}}, "block_size"},
+      {{{"last_n", 4294967297LL}}, "last_n"},
+      {{{"sink", 4294967295LL}}, "sink"},
+      {{{"sink", -4294967296LL}}, "sink"},
+      {{{"drop_layers", {3, 4294967301LL}}}, "drop_layers"},
+  };
+  for (const auto& [j, key] : cases) {
+    Result<UniPrefillOptions> o = UniPrefillOptionsFromJson(j);
+    ASSERT_FALSE(o.ok()) << j.dump();
+    EXPECT_NE(o.status().message().find("'" + key + "'"), std::string::npos) << j.dump();
+    EXPECT_NE(o.status().message().find("32-bit"), std::string::npos)
+        << j.dump() << ": " << o.status().message();
+  }
+}
+
 TEST(UniPrefillOptionsJsonTest, EveryFieldRoundTrips) {
   UniPrefillOptions o;
   o.enabled = false;
