@@ -5,6 +5,8 @@
 #   long4  4 concurrent 32K-token prompts, 64 output tokens each (closed loop)
 #   mixed  16 short requests (512-token prompts, 128 output tokens) arriving at 2/s with one
 #          130,000-token prompt (the 128K context less room) landing among them (4 output tokens)
+#   decode32    issue 17's decode goal: 32 concurrent 1K-token prompts, 128 output tokens, dense
+#   decode4x32k 4 concurrent 32K-token prompts, 128 output tokens, dense
 # Variants: chunked (--max-batched-tokens BUDGET, default 2048: chunks are charged for the keys
 # they attend), chunkedrows (the same budget counting rows only, --budget-counts-rows) and whole
 # (--no-chunked-prefill).
@@ -47,15 +49,22 @@ for variant in $variants; do
     nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 \
       > "$out/memory_${variant}_$w.csv" &
     sampler=$!
+    modes=dense,uniprefill
     if [ "$w" = long4 ]; then
       args=(--concurrency 4 -n 4 --prompt-tokens 32768 --output-tokens 64 --warmup 1)
+    elif [ "$w" = decode32 ]; then
+      args=(--concurrency 32 -n 64 --prompt-tokens 1024 --output-tokens 128 --warmup 1)
+      modes=dense
+    elif [ "$w" = decode4x32k ]; then
+      args=(--concurrency 4 -n 4 --prompt-tokens 32768 --output-tokens 128 --warmup 1)
+      modes=dense
     else
       args=(--rate 2 -n 16 --prompt-tokens 512 --output-tokens 128 --long-prompt-tokens 130000
             --long-requests 1 --long-output-tokens 4 --slo-ttft-ms 2000 --slo-itl-ms 60
             --warmup 1)
     fi
     echo "== $variant (${flags[*]}), $w"
-    "$cli" bench serve --url "http://127.0.0.1:$port" "${args[@]}" --modes dense,uniprefill \
+    "$cli" bench serve --url "http://127.0.0.1:$port" "${args[@]}" --modes "$modes" \
       -o "$out/serve_${variant}_$w.json"
     kill "$sampler" 2>/dev/null || true
     echo "peak GPU memory during $variant $w: $(sort -n "$out/memory_${variant}_$w.csv" | tail -1) MiB"

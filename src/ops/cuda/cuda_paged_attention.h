@@ -53,12 +53,19 @@ struct PagedDecodeBatch {
   int max_seq_len = 0;
 };
 
-// Scratch bytes PagedDecodeAttention needs for these sizes on this device (0 when no request is
-// split, so scratch may then be null). The split count grows as batch * Hkv falls short of filling
-// the GPU, so one request with a 128K context is spread over hundreds of CTAs; the scratch is
-// small (about 4 * batch * Hq * splits * (D + 1) bytes, a few MB at most).
-size_t PagedDecodeAttentionScratchBytes(DeviceContext& ctx, int batch, int q_heads, int kv_heads,
-                                        int head_dim, int max_seq_len);
+// Which kernel PagedDecodeAttention runs. kTensorCores (the default, kAuto): K / V tiles through a
+// cp.async pipeline, Q K^T and P V on mma.sync (bf16 in, f32 accumulate; P rounded to bf16 like
+// the prefill kernels). kCudaCores: f32 FMAs over lanes, the earlier kernel, kept as a second judge
+// in the tests and as the measured baseline (docs/gpu_performance.md, decode).
+enum class DecodeAttentionKernel { kAuto, kTensorCores, kCudaCores };
+
+// Scratch bytes PagedDecodeAttention needs for these sizes on this device with this kernel (0 when
+// no request is split, so scratch may then be null). The split count grows as batch * Hkv falls
+// short of filling the GPU, so one request with a 128K context is spread over hundreds of CTAs;
+// the scratch is small (about 4 * batch * Hq * splits * (D + 1) bytes, a few MB at most).
+size_t PagedDecodeAttentionScratchBytes(
+    DeviceContext& ctx, int batch, int q_heads, int kv_heads, int head_dim, int max_seq_len,
+    DecodeAttentionKernel kernel = DecodeAttentionKernel::kAuto);
 
 // Decode attention, flash-decoding style: out[b, h] = softmax over the visible keys of request b of
 // scale * q[b, h] . k, times v, with f32 scores, softmax and accumulation.
@@ -71,9 +78,11 @@ size_t PagedDecodeAttentionScratchBytes(DeviceContext& ctx, int batch, int q_hea
 // along the table; after UniPrefill drops they have gaps). A query with no visible key gets zeros.
 // Keys are split across CTAs (split-K) when batch * Hkv alone would not fill the GPU; the partial
 // results are merged by a second kernel through `scratch` (16-byte aligned device memory of at
-// least PagedDecodeAttentionScratchBytes for the same sizes; contents need no initialisation).
+// least PagedDecodeAttentionScratchBytes for the same sizes and kernel; contents need no
+// initialisation).
 void PagedDecodeAttention(DeviceContext& ctx, TensorView out, TensorView q, TensorView kv_pool,
                           TensorView pos_pool, const PagedDecodeBatch& batch,
-                          const AttentionParams& params, void* scratch, size_t scratch_bytes);
+                          const AttentionParams& params, void* scratch, size_t scratch_bytes,
+                          DecodeAttentionKernel kernel = DecodeAttentionKernel::kAuto);
 
 }  // namespace uniprefill::ops::cuda

@@ -1,7 +1,8 @@
 // The sm_80+ warp-level primitives flash_attention.cu is built from, as thin inline-PTX wrappers:
 // 16-byte cp.async (with zero fill), ldmatrix (.x4, plain and .trans), the bf16 tensor-core MMA
 // m16n8k16 with f32 accumulators, ex2.approx and bf16x2 packing. Shared by the CUDA kernels
-// (flash_attention.cu, linear_attention_delta_rule_tc.cu); not a public op interface.
+// (flash_attention.cu, linear_attention_delta_rule_tc.cu, paged_decode_tc.cuh); not a public op
+// interface.
 //
 // Fragment layouts of mma.m16n8k16 (lane = 4 * g + t, g = lane / 4, t = lane % 4), which the
 // kernel's index arithmetic relies on:
@@ -32,6 +33,11 @@ __device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool val
   const int src_bytes = valid ? 16 : 0;
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(SmemAddress(smem)),
                "l"(gmem), "r"(src_bytes)
+               : "memory");
+}
+// Copies 4 bytes global -> shared asynchronously (.ca: the 16-byte .cg form takes no smaller size).
+__device__ __forceinline__ void CpAsync4(void* smem, const void* gmem) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(SmemAddress(smem)), "l"(gmem)
                : "memory");
 }
 __device__ __forceinline__ void CpAsyncCommit() {

@@ -1,6 +1,11 @@
 // PagedKvAppend and PagedDecodeAttention (cuda_paged_attention.h).
 //
-// Decode attention (flash-decoding). One CTA = (split, kv head x head chunk, request), 4 warps; its
+// PagedDecodeAttention has two kernels: the tensor-core one (paged_decode_tc.cuh, the default)
+// and the CUDA-core one below (DecodeAttentionKernel::kCudaCores), kept as a second judge in the
+// tests and as the measured baseline of the first. Both share the split-K plan and the merge
+// (SplitReduceKernel) of this file.
+//
+// CUDA-core kernel (flash-decoding). One CTA = (split, kv head x head chunk, request), 4 warps; its
 // G (1, 2, 4 or 8) query heads share every K/V row it loads, so GQA reads each row once per group.
 // A warp is cut into sub-warps of L = D / 8 lanes; lane i of a sub-warp owns dims 8i .. 8i + 7 of
 // q (pre-scaled by scale * log2 e), of the K and V rows it loads (one 16-byte vector each) and of
@@ -20,11 +25,13 @@
 // out (bf16); otherwise it writes its normalised partial output and log2-sum-exp (f32) to the
 // scratch, and SplitReduceKernel merges the splits of each (request, head).
 //
-// Splits (ChooseSplits, host): when batch * Hkv * head chunks CTAs would not give every SM about 4,
-// the keys are cut into splits of keys_per_split consecutive slots (>= 256, a multiple of 64), up
-// to 256 splits, sized from max_seq_len; CTAs whose range starts past seq_lens[b] write an empty
-// partial (lse -inf). Bandwidth: a (request, kv head) reads 2 * D * 2 bytes per key, e.g. 128K keys
-// at D = 128 and 8 kv heads is 512 MB, ~0.11 ms at the H200's 4.8 TB/s.
+// Splits (ChooseSplits, host): when batch * Hkv * head chunks CTAs would not fill the GPU, the
+// keys are cut into splits of keys_per_split consecutive slots (>= 256, a multiple of 64), up to
+// 256 splits, sized from max_seq_len. The CUDA-core kernel aims at 4 CTAs per SM; the tensor-core
+// one counts the CTAs shared memory lets an SM hold (TcCtasPerSm) and picks the split count whose
+// CTAs fill whole waves (TcSplits). CTAs whose range starts past seq_lens[b] write an empty
+// partial (lse -inf). Bandwidth: a (request, kv head) reads 2 * D * 2 bytes per key, e.g. 128K
+// keys at D = 128 and 8 kv heads is 512 MB, ~0.11 ms at the H200's 4.8 TB/s.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -37,6 +44,8 @@
 #include "core/cuda/cuda_context.h"
 #include "ops/cuda/attention_lanes.cuh"
 #include "ops/cuda/cuda_paged_attention.h"
+#include "ops/cuda/paged_decode_common.cuh"
+#include "ops/cuda/paged_decode_tc.cuh"
 
 namespace uniprefill::ops::cuda {
 namespace {
@@ -45,40 +54,20 @@ using bf16 = __nv_bfloat16;
 
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
-constexpr int kMaxGroup = 8;  // query heads per CTA; larger groups take several head chunks
-constexpr int kTargetCtasPerSm = 4;
+constexpr int kMaxGroup = 8;  // query heads per CUDA-core CTA; larger groups take several chunks
+constexpr int kTargetCtasPerSm = 4;  // CUDA-core kernel (16 warps per SM)
 constexpr int kMinKeysPerSplit = 256;
 constexpr int kSplitAlign = 64;
 constexpr int kMaxSplits = 256;
 constexpr size_t kScratchAlign = 256;
-constexpr int kTableTile = 256;  // block-table entries staged in shared memory per tile
 using lanes::Exp2;
 using lanes::kLog2e;
 using lanes::kNegInf;
 using lanes::Pack8;
 using lanes::Unpack8;
+using paged::DecodeArgs;
+using paged::kTableTile;
 
-struct DecodeArgs {
-  const bf16* q;
-  bf16* out;
-  const bf16* kv;
-  const int32_t* pos;
-  const int32_t* table;
-  const int32_t* seq_lens;
-  const int32_t* q_pos;
-  float* part_o;    // f32 [B, Hq, splits, D] (splits > 1)
-  float* part_lse;  // f32 [B, Hq, splits]: log2 of the split's sum of 2^scores, -inf when empty
-  int64_t q_row, q_head, o_row, o_head;  // strides in elements
-  int64_t blk_stride, v_off, kv_row;     // pool strides in elements
-  int64_t pos_blk;                       // pos_pool row stride
-  int num_blocks;
-  int table_stride;
-  int hq, group, head_chunks;
-  int splits, keys_per_split;
-  int block_shift;  // log2(block_tokens)
-  int window;
-  float scale_log2;  // scale * log2(e)
-};
 
 template <int D, int G>
 struct DecodeShape {
@@ -384,18 +373,60 @@ struct SplitPlan {
   int keys_per_split = 1;
 };
 
-SplitPlan ChooseSplits(int sm_count, int batch, int q_heads, int kv_heads, int max_seq_len) {
+bool UsesTensorCores(DecodeAttentionKernel kernel) {
+  return kernel != DecodeAttentionKernel::kCudaCores;
+}
+
+// Tensor-core CTAs one SM holds at once: shared memory decides (2 at D 64 / 128, 1 at D 256 on
+// an H200's 228 KB).
+int TcCtasPerSm(const cudaDeviceProp& props, int head_dim) {
+  const size_t smem = head_dim == 64    ? paged::TcShape<64>::kSmemBytes
+                      : head_dim == 128 ? paged::TcShape<128>::kSmemBytes
+                                        : paged::TcShape<256>::kSmemBytes;
+  const size_t per_cta = smem + props.reservedSharedMemPerBlock;
+  return std::max(1, static_cast<int>(props.sharedMemPerMultiprocessor / per_cta));
+}
+
+// Splits for the tensor-core kernel: the count s (1 .. s_max) that minimises the waves of
+// ctas * s CTAs over the GPU's slots times the keys each CTA walks (~ ceil(ctas s / slots) / s),
+// the smallest within 5% of the best. Measured on the H200 before this rule: 4 x 32K keys of the
+// 8B shape in 9 splits ran 288 CTAs on 264 slots, two waves, at 58% of HBM bandwidth, where one
+// wave of 256 CTAs streams at ~80% (docs/gpu_performance.md, decode).
+int64_t TcSplits(int64_t ctas, int64_t slots, int64_t s_max) {
+  const auto cost = [&](int64_t s) {
+    return static_cast<double>((ctas * s + slots - 1) / slots) / static_cast<double>(s);
+  };
+  double best = cost(1);
+  for (int64_t s = 2; s <= s_max; ++s) best = std::min(best, cost(s));
+  for (int64_t s = 1; s <= s_max; ++s) {
+    if (cost(s) <= 1.05 * best) return s;
+  }
+  return 1;
+}
+
+SplitPlan ChooseSplits(const cudaDeviceProp& props, int batch, int q_heads, int kv_heads,
+                       int head_dim, int max_seq_len, DecodeAttentionKernel kernel) {
   SplitPlan p;
+  const bool tc = UsesTensorCores(kernel);
   const int group = kv_heads > 0 ? q_heads / kv_heads : 1;
-  p.head_chunks = (group + kMaxGroup - 1) / kMaxGroup;
+  const int heads_per_cta = tc ? paged::TcShape<128>::kRows : kMaxGroup;
+  p.head_chunks = (group + heads_per_cta - 1) / heads_per_cta;
   p.keys_per_split = std::max(max_seq_len, 1);
   if (max_seq_len <= kMinKeysPerSplit) return p;
   const int64_t ctas = static_cast<int64_t>(batch) * kv_heads * p.head_chunks;
-  const int64_t target = static_cast<int64_t>(kTargetCtasPerSm) * sm_count;
-  if (ctas <= 0 || ctas >= target) return p;
-  int64_t splits = (target + ctas - 1) / ctas;
-  splits = std::min<int64_t>(splits, (max_seq_len + kMinKeysPerSplit - 1) / kMinKeysPerSplit);
-  splits = std::min<int64_t>(splits, kMaxSplits);
+  if (ctas <= 0) return p;
+  const int64_t s_max = std::min<int64_t>(
+      kMaxSplits, (max_seq_len + kMinKeysPerSplit - 1) / kMinKeysPerSplit);
+  int64_t splits = 1;
+  if (tc) {
+    const int64_t slots =
+        static_cast<int64_t>(TcCtasPerSm(props, head_dim)) * props.multiProcessorCount;
+    splits = TcSplits(ctas, slots, s_max);
+  } else {
+    const int64_t target = static_cast<int64_t>(kTargetCtasPerSm) * props.multiProcessorCount;
+    if (ctas >= target) return p;
+    splits = std::min<int64_t>((target + ctas - 1) / ctas, s_max);
+  }
   if (splits <= 1) return p;
   int64_t kps = (max_seq_len + splits - 1) / splits;
   kps = (kps + kSplitAlign - 1) / kSplitAlign * kSplitAlign;
@@ -437,6 +468,18 @@ void LaunchDecodeForGroup(const DecodeArgs& a, int kv_heads, int batch, cudaStre
   }
 }
 
+template <int D>
+void LaunchDecodeTc(const DecodeArgs& a, int kv_heads, int batch, cudaStream_t stream) {
+  using S = paged::TcShape<D>;
+  // Above 48 KB of dynamic shared memory needs the opt-in; setting it again is cheap.
+  UP_CUDA_CHECK(cudaFuncSetAttribute(paged::PagedDecodeTcKernel<D>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(S::kSmemBytes)));
+  const dim3 grid(a.splits, kv_heads * a.head_chunks, batch);
+  paged::PagedDecodeTcKernel<D><<<grid, S::kThreads, S::kSmemBytes, stream>>>(a);
+  UP_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
 void PagedKvAppend(DeviceContext& ctx, TensorView kv_pool, TensorView pos_pool, TensorView k_new,
@@ -473,14 +516,18 @@ void PagedKvAppend(DeviceContext& ctx, TensorView kv_pool, TensorView pos_pool, 
 }
 
 size_t PagedDecodeAttentionScratchBytes(DeviceContext& ctx, int batch, int q_heads, int kv_heads,
-                                        int head_dim, int max_seq_len) {
-  const SplitPlan p = ChooseSplits(ctx.cuda().sm_count(), batch, q_heads, kv_heads, max_seq_len);
+                                        int head_dim, int max_seq_len,
+                                        DecodeAttentionKernel kernel) {
+  const SplitPlan p =
+      ChooseSplits(ctx.cuda().properties(), batch, q_heads, kv_heads, head_dim, max_seq_len,
+                   kernel);
   return ScratchFor(batch, q_heads, head_dim, p);
 }
 
 void PagedDecodeAttention(DeviceContext& ctx, TensorView out, TensorView q, TensorView kv_pool,
                           TensorView pos_pool, const PagedDecodeBatch& batch,
-                          const AttentionParams& params, void* scratch, size_t scratch_bytes) {
+                          const AttentionParams& params, void* scratch, size_t scratch_bytes,
+                          DecodeAttentionKernel kernel) {
   constexpr const char* kOp = "PagedDecodeAttention";
   CheckPool(kOp, kv_pool, pos_pool);
   char msg[400];
@@ -541,8 +588,8 @@ void PagedDecodeAttention(DeviceContext& ctx, TensorView out, TensorView q, Tens
   if (bsz > 65535) Fail(kOp, "more than 65535 requests in one call");
 
   const SplitPlan plan =
-      ChooseSplits(ctx.cuda().sm_count(), static_cast<int>(bsz), static_cast<int>(hq),
-                   static_cast<int>(hkv), batch.max_seq_len);
+      ChooseSplits(ctx.cuda().properties(), static_cast<int>(bsz), static_cast<int>(hq),
+                   static_cast<int>(hkv), static_cast<int>(d), batch.max_seq_len, kernel);
   const size_t need =
       ScratchFor(static_cast<int>(bsz), static_cast<int>(hq), static_cast<int>(d), plan);
   if (need > 0 && (scratch == nullptr || scratch_bytes < need || !Aligned16(scratch))) {
@@ -588,15 +635,16 @@ void PagedDecodeAttention(DeviceContext& ctx, TensorView out, TensorView q, Tens
 
   cudaStream_t stream = ctx.cuda().stream();
   const int nkv = static_cast<int>(hkv), nb = static_cast<int>(bsz);
+  const bool tc = UsesTensorCores(kernel);
   switch (d) {
     case 64:
-      LaunchDecodeForGroup<64>(a, nkv, nb, stream);
+      tc ? LaunchDecodeTc<64>(a, nkv, nb, stream) : LaunchDecodeForGroup<64>(a, nkv, nb, stream);
       break;
     case 128:
-      LaunchDecodeForGroup<128>(a, nkv, nb, stream);
+      tc ? LaunchDecodeTc<128>(a, nkv, nb, stream) : LaunchDecodeForGroup<128>(a, nkv, nb, stream);
       break;
     default:
-      LaunchDecodeForGroup<256>(a, nkv, nb, stream);
+      tc ? LaunchDecodeTc<256>(a, nkv, nb, stream) : LaunchDecodeForGroup<256>(a, nkv, nb, stream);
       break;
   }
   if (plan.splits > 1) {

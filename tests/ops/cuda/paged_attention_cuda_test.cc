@@ -1,4 +1,5 @@
-// The CUDA paged KV ops (ops/cuda/cuda_paged_attention.h): PagedDecodeAttention vs the CPU
+// The CUDA paged KV ops (ops/cuda/cuda_paged_attention.h): PagedDecodeAttention (both kernels,
+// tensor cores and CUDA cores, on every case) vs the CPU
 // ops::Attention (f32, on the same bf16-rounded inputs, keys gathered from the blocks in table
 // order on the host) over shuffled non-contiguous block ids, sequence lengths 0..5000 (and 32K,
 // where the keys are split over hundreds of CTAs), GQA 1/4/8 (and 3, 16), head dims 64/128/256,
@@ -50,6 +51,20 @@ enum class QueryPos {
   kBeforeAll,  // q_pos below every key: nothing visible, zeros out
 };
 
+const char* KernelName(cuda::DecodeAttentionKernel k) {
+  switch (k) {
+    case cuda::DecodeAttentionKernel::kTensorCores:
+      return "tensor-cores";
+    case cuda::DecodeAttentionKernel::kCudaCores:
+      return "cuda-cores";
+    default:
+      return "auto";
+  }
+}
+
+constexpr cuda::DecodeAttentionKernel kBothKernels[] = {cuda::DecodeAttentionKernel::kTensorCores,
+                                                        cuda::DecodeAttentionKernel::kCudaCores};
+
 struct PagedCase {
   int hq = 8, hkv = 2, d = 128, block_tokens = 16, window = 0;
   std::vector<int> seq_lens;
@@ -59,10 +74,11 @@ struct PagedCase {
   bool strided = false;        // padded pool rows / V offset / block stride, strided q and out
   int extra_max_seq_len = 0;   // max_seq_len = longest + this (a loose host bound)
   uint32_t seed = 1;
+  cuda::DecodeAttentionKernel kernel = cuda::DecodeAttentionKernel::kAuto;
 
   std::string Describe() const {
     std::ostringstream s;
-    s << "hq " << hq << " hkv " << hkv << " d " << d << " bt " << block_tokens << " window "
+    s << "kernel " << KernelName(kernel) << " hq " << hq << " hkv " << hkv << " d " << d << " bt " << block_tokens << " window "
       << window << " query " << static_cast<int>(query) << " release " << release_pages
       << " strided " << strided << " seq_lens";
     for (int l : seq_lens) s << " " << l;
@@ -197,12 +213,13 @@ PagedResult RunPaged(DeviceContext& ctx, const PagedCase& c) {
   params.window = c.window;
 
   PagedResult r;
-  r.scratch_bytes =
-      cuda::PagedDecodeAttentionScratchBytes(ctx, B, c.hq, c.hkv, D, batch.max_seq_len);
+  r.scratch_bytes = cuda::PagedDecodeAttentionScratchBytes(ctx, B, c.hq, c.hkv, D,
+                                                            batch.max_seq_len, c.kernel);
   DeviceBuffer scratch(std::max<size_t>(1, r.scratch_bytes));
   scratch.Fill(0xFF);
   cuda::PagedDecodeAttention(ctx, out_view, q_view, kv_view, pos_view, batch, params,
-                             r.scratch_bytes ? scratch.data() : nullptr, r.scratch_bytes);
+                             r.scratch_bytes ? scratch.data() : nullptr, r.scratch_bytes,
+                             c.kernel);
   ctx.cuda().Synchronize();
   const std::vector<uint16_t> out_bits = d_out.ToHost<uint16_t>(static_cast<size_t>(B) * o_row);
 
@@ -227,9 +244,13 @@ PagedResult RunPaged(DeviceContext& ctx, const PagedCase& c) {
   return r;
 }
 
-void ExpectMatches(DeviceContext& ctx, const PagedCase& c) {
-  const PagedResult r = RunPaged(ctx, c);
-  EXPECT_LT(ut::RelativeL2Error(r.out, r.ref), kBound) << c.Describe();
+// Both kernels on the same inputs (same seed), each against the CPU reference.
+void ExpectMatches(DeviceContext& ctx, PagedCase c) {
+  for (cuda::DecodeAttentionKernel k : kBothKernels) {
+    c.kernel = k;
+    const PagedResult r = RunPaged(ctx, c);
+    EXPECT_LT(ut::RelativeL2Error(r.out, r.ref), kBound) << c.Describe();
+  }
 }
 
 TEST(CudaPagedAttentionTest, MatchesCpuOverHeadDimsGroupsAndBlockSizes) {
@@ -328,8 +349,13 @@ TEST(CudaPagedAttentionTest, NoVisibleKeyGivesZeros) {
   c.query = QueryPos::kBeforeAll;
   c.seq_lens = {1, 17, 1000, 0};
   c.seed = 500;
-  const PagedResult r = RunPaged(ctx, c);
-  for (size_t i = 0; i < r.out.size(); ++i) ASSERT_EQ(r.out[i], 0.0f) << "element " << i;
+  for (cuda::DecodeAttentionKernel k : kBothKernels) {
+    c.kernel = k;
+    const PagedResult r = RunPaged(ctx, c);
+    for (size_t i = 0; i < r.out.size(); ++i) {
+      ASSERT_EQ(r.out[i], 0.0f) << "element " << i << " " << c.Describe();
+    }
+  }
 }
 
 TEST(CudaPagedAttentionTest, StridedPoolQueryAndOutputLayouts) {
@@ -359,6 +385,23 @@ TEST(CudaPagedAttentionTest, GroupsOfSixteenTakeTwoHeadChunks) {
   c.seq_lens = {1, 100, 1000, 5000};
   c.seed = 700;
   ExpectMatches(ctx, c);
+  c.hq = 48;  // group 24: two tensor-core chunks (16 + 8 heads), three CUDA-core ones
+  c.seed = 701;
+  ExpectMatches(ctx, c);
+}
+
+// 288 CTAs fill the GPU without splits for the tensor-core kernel (2 per SM), so each CTA walks a
+// whole request: 2-token blocks put up to 650 pages in its range, past one table tile (256).
+TEST(CudaPagedAttentionTest, LongUnsplitRangesRefillTheTableTile) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  PagedCase c;
+  c.hq = 96;
+  c.hkv = 96;
+  c.d = 64;
+  c.block_tokens = 2;
+  c.seq_lens = {1100, 700, 1300};
+  c.seed = 750;
+  ExpectMatches(ctx, c);
 }
 
 TEST(CudaPagedAttentionTest, OneLongRequestIsSplitOverManyCtas) {
@@ -370,9 +413,12 @@ TEST(CudaPagedAttentionTest, OneLongRequestIsSplitOverManyCtas) {
   c.block_tokens = 16;
   c.seq_lens = {32768};
   c.seed = 800;
-  const PagedResult r = RunPaged(ctx, c);
-  EXPECT_GT(r.scratch_bytes, 0u) << "a single 32K-key request should be split";
-  EXPECT_LT(ut::RelativeL2Error(r.out, r.ref), kBound) << c.Describe();
+  for (cuda::DecodeAttentionKernel k : kBothKernels) {
+    c.kernel = k;
+    const PagedResult r = RunPaged(ctx, c);
+    EXPECT_GT(r.scratch_bytes, 0u) << "a single 32K-key request should be split";
+    EXPECT_LT(ut::RelativeL2Error(r.out, r.ref), kBound) << c.Describe();
+  }
 }
 
 // ---- PagedKvAppend ----
@@ -564,6 +610,8 @@ TEST(CudaPagedAttentionTest, DecodeTimingReport) {
   };
   const Shape shapes[] = {
       {"1 x 128K keys, Llama-3.1-8B heads (32 / 8 x 128)", 1, 131072, 32, 8, 128, 16},
+      {"32 x 1K keys, Llama-3.1-8B heads", 32, 1024, 32, 8, 128, 16},
+      {"4 x 32K keys, Llama-3.1-8B heads", 4, 32768, 32, 8, 128, 16},
       {"64 x 4K keys, Llama-3.1-8B heads", 64, 4096, 32, 8, 128, 16},
       {"1 x 128K keys, Gemma-3-270M heads (4 / 1 x 256)", 1, 131072, 4, 1, 256, 16},
       {"256 x 1K keys, 16 / 2 x 256 heads", 256, 1024, 16, 2, 256, 32},
@@ -592,23 +640,30 @@ TEST(CudaPagedAttentionTest, DecodeTimingReport) {
     batch.max_seq_len = s.seq;
     AttentionParams params;
     params.scale = 1.0f / std::sqrt(static_cast<float>(s.d));
-    const size_t scratch_bytes =
-        cuda::PagedDecodeAttentionScratchBytes(ctx, s.batch, s.hq, s.hkv, s.d, s.seq);
-    DeviceBuffer scratch(std::max<size_t>(scratch_bytes, 16));
     const TensorView kv_view = pool.View(DType::kBF16, {num_blocks, 2, s.bt, kv_dim});
     const TensorView pos_view = d_pos.View(DType::kI32, {num_blocks, s.bt});
     const TensorView q_view = q.View(DType::kBF16, {s.batch, s.hq, s.d});
     const TensorView out_view = out.View(DType::kBF16, {s.batch, s.hq, s.d});
-    const auto run = [&] {
-      cuda::PagedDecodeAttention(ctx, out_view, q_view, kv_view, pos_view, batch, params,
-                                 scratch.data(), scratch_bytes);
-    };
-    const double us = 1000.0 * ::uniprefill::testing::MeanCudaMs(ctx, 5, run);
-    const double bytes = static_cast<double>(s.batch) * s.seq * kv_dim * 2 * 2;
-    std::printf("[ timing ] PagedDecodeAttention %s: %.1f us, %.0f GB/s (scratch %zu bytes)\n",
-                s.name, us, bytes / us * 1e-3, scratch_bytes);
-    const std::vector<uint16_t> bits = out.ToHost<uint16_t>(out.size() / 2);
-    for (uint16_t b : bits) ASSERT_TRUE(std::isfinite(ut::Bf16BitsToF32(b))) << s.name;
+    double us_by_kernel[2] = {0, 0};
+    for (int ki = 0; ki < 2; ++ki) {
+      const cuda::DecodeAttentionKernel kernel = kBothKernels[ki];
+      const size_t scratch_bytes = cuda::PagedDecodeAttentionScratchBytes(
+          ctx, s.batch, s.hq, s.hkv, s.d, s.seq, kernel);
+      DeviceBuffer scratch(std::max<size_t>(scratch_bytes, 16));
+      const auto run = [&] {
+        cuda::PagedDecodeAttention(ctx, out_view, q_view, kv_view, pos_view, batch, params,
+                                   scratch.data(), scratch_bytes, kernel);
+      };
+      const double us = 1000.0 * ::uniprefill::testing::MeanCudaMs(ctx, 5, run);
+      us_by_kernel[ki] = us;
+      const double bytes = static_cast<double>(s.batch) * s.seq * kv_dim * 2 * 2;
+      std::printf("[ timing ] PagedDecodeAttention %s, %s: %.1f us, %.0f GB/s (scratch %zu)\n",
+                  KernelName(kernel), s.name, us, bytes / us * 1e-3, scratch_bytes);
+      const std::vector<uint16_t> bits = out.ToHost<uint16_t>(out.size() / 2);
+      for (uint16_t b : bits) ASSERT_TRUE(std::isfinite(ut::Bf16BitsToF32(b))) << s.name;
+    }
+    std::printf("[ timing ] %s: cuda-cores / tensor-cores %.2fx\n", s.name,
+                us_by_kernel[1] / us_by_kernel[0]);
   }
 }
 
