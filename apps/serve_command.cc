@@ -11,6 +11,7 @@
 
 #include <unistd.h>
 
+#include "core/memory_check.h"
 #include "model_names.h"
 #include "run_command.h"
 #include "server/http_server.h"
@@ -89,7 +90,8 @@ void AddLimitFlags(CLI::App& cmd, ServeOptions& o) {
   num("--keep-alive-timeout", &o.keep_alive_timeout_s, 0.1, 3600,
       "Seconds an idle keep-alive connection stays open");
   num("--max-connections", &o.max_connections, 1, 1 << 20,
-      "Most open connections (idle ones too): a new one gets 503 beyond");
+      "Most open connections (idle ones too): beyond, a new one replaces the longest-idle "
+      "keep-alive connection, or gets 503 when none is idle");
   num("--shutdown-timeout", &o.shutdown_timeout_s, 0, 3600,
       "Seconds SIGTERM / SIGINT give requests in flight before they are aborted");
 }
@@ -238,14 +240,20 @@ void AddServeCommand(CLI::App& app, ServeOptions& o) {
 }
 
 int ServeCommand(const ServeOptions& o) {
-  // Before the model loads: a KV cache the host cannot hold would die in std::bad_alloc later.
-  // (A CUDA KV cache lives on the device; its size is checked when the engine allocates it.)
-  const int64_t available = HostAvailableBytes();
-  if (o.device.device != "cuda" && available > 0 && o.kv_cache_memory > available) {
-    std::fprintf(stderr,
-                 "error: --kv-cache-memory %s is more than this machine has available (%s); "
-                 "give less, e.g. --kv-cache-memory 4GiB\n",
-                 FormatBytes(o.kv_cache_memory).c_str(), FormatBytes(available).c_str());
+  // Before the model loads: a KV cache the host (CPU) or GPU 0 (CUDA, whose KV pool is allocated
+  // whole at start-up) cannot hold would die in std::bad_alloc or a failed cudaMalloc later. A GPU
+  // that cannot be queried is left to the engine's load, which says why.
+  int64_t available = 0;
+  std::string where = "this machine";
+  if (o.device.device == "cuda") {
+    Result<DeviceMemoryInfo> gpu = CudaMemoryInfo(0);
+    if (gpu.ok()) available = gpu->free_bytes;
+    where = "GPU 0";
+  } else {
+    available = HostAvailableBytes();
+  }
+  if (Status fits = CheckKvCacheFits(o.kv_cache_memory, available, where); !fits.ok()) {
+    std::fprintf(stderr, "error: %s\n", fits.message().c_str());
     return 1;
   }
   EngineOptions eo;

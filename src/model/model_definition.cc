@@ -28,18 +28,67 @@ Status CheckFinite(const std::vector<float>& v, const std::string& what) {
   return OkStatus();
 }
 
-// The first and last rows of a CPU-resident weight, dequantized: a cheap probe for a damaged
-// tensor (a whole-file scan would cost seconds on a large model). Others are skipped.
-Status CheckEdgeRows(const ops::LinearWeight& w, const std::string& what) {
-  if (w.parts.size() != 1) return OkStatus();
-  const TensorView& t = w.parts[0];
-  if (t.device != Device::kCpu || !t.data || !CanDequantize(t.dtype)) return OkStatus();
-  const int64_t row_bytes = DTypeBytes(t.dtype, w.in_features);
+// Rows of a CPU-resident linear weight, dequantized: every row when the part has at most
+// kWholeElements values, else kSampleRows rows evenly spaced from the first to the last (a
+// whole-tensor scan of a large model's edge layers would cost seconds). Random-weight (seeded)
+// and device-resident parts are skipped.
+constexpr int64_t kWholeElements = int64_t{1} << 20;
+constexpr int64_t kSampleRows = 64;
+
+Status CheckRows(const ops::LinearWeight& w, const std::string& what, int64_t sample_rows) {
+  if (w.in_features <= 0) return OkStatus();
   std::vector<float> row(static_cast<size_t>(w.in_features));
-  for (int64_t r : {int64_t{0}, w.out_features - 1}) {
-    const char* src = static_cast<const char*>(t.data) + r * row_bytes;
-    if (!Dequantize(t.dtype, src, row.data(), w.in_features).ok()) return OkStatus();
-    UP_RETURN_IF_ERROR(CheckFinite(row, what + " (row " + std::to_string(r) + ")"));
+  int64_t first_row = 0;  // of this part in the stacked weight
+  for (const TensorView& t : w.parts) {
+    const int64_t rows = t.numel() / w.in_features;
+    if (t.device == Device::kCpu && t.data && CanDequantize(t.dtype) && rows > 0) {
+      const int64_t row_bytes = DTypeBytes(t.dtype, w.in_features);
+      const bool whole = rows * w.in_features <= kWholeElements || rows <= sample_rows;
+      const int64_t n = whole ? rows : sample_rows;
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t r = whole ? i : (n == 1 ? 0 : i * (rows - 1) / (n - 1));
+        const char* src = static_cast<const char*>(t.data) + r * row_bytes;
+        if (!Dequantize(t.dtype, src, row.data(), w.in_features).ok()) break;
+        UP_RETURN_IF_ERROR(CheckFinite(row, what + " (row " + std::to_string(first_row + r) + ")"));
+      }
+    }
+    first_row += rows;
+  }
+  return OkStatus();
+}
+
+Status CheckAttention(const AttentionWeights& a, const std::string& where) {
+  UP_RETURN_IF_ERROR(CheckRows(a.q, where + "attention q", kSampleRows));
+  UP_RETURN_IF_ERROR(CheckRows(a.k, where + "attention k", kSampleRows));
+  UP_RETURN_IF_ERROR(CheckRows(a.v, where + "attention v", kSampleRows));
+  UP_RETURN_IF_ERROR(CheckRows(a.o, where + "attention output", kSampleRows));
+  UP_RETURN_IF_ERROR(CheckFinite(a.q_norm, where + "q norm"));
+  return CheckFinite(a.k_norm, where + "k norm");
+}
+
+Status CheckDelta(const GatedDeltaNetWeights& d, const std::string& where) {
+  UP_RETURN_IF_ERROR(CheckRows(d.in_proj_qkvz, where + "Gated DeltaNet in_proj_qkvz", kSampleRows));
+  UP_RETURN_IF_ERROR(CheckRows(d.in_proj_ba, where + "Gated DeltaNet in_proj_ba", kSampleRows));
+  UP_RETURN_IF_ERROR(CheckRows(d.out_proj, where + "Gated DeltaNet out_proj", kSampleRows));
+  UP_RETURN_IF_ERROR(CheckFinite(d.conv_weight, where + "Gated DeltaNet conv1d"));
+  UP_RETURN_IF_ERROR(CheckFinite(d.dt_bias, where + "Gated DeltaNet dt_bias"));
+  UP_RETURN_IF_ERROR(CheckFinite(d.a_log, where + "Gated DeltaNet A_log"));
+  return CheckFinite(d.norm, where + "Gated DeltaNet norm");
+}
+
+// Routed experts get two rows each (their first and last): a model has up to 512 per layer.
+Status CheckMoe(const MoeWeights& m, const std::string& where) {
+  UP_RETURN_IF_ERROR(CheckRows(m.router, where + "MoE router", kSampleRows));
+  UP_RETURN_IF_ERROR(CheckRows(m.shared_gate_up, where + "shared expert gate_up", kSampleRows));
+  UP_RETURN_IF_ERROR(CheckRows(m.shared_down, where + "shared expert down", kSampleRows));
+  UP_RETURN_IF_ERROR(CheckRows(m.shared_expert_gate, where + "shared expert gate", kSampleRows));
+  for (size_t e = 0; e < m.expert_gate_up.size(); ++e) {
+    UP_RETURN_IF_ERROR(CheckRows(m.expert_gate_up[e],
+                                 where + "expert " + std::to_string(e) + " gate_up", 2));
+  }
+  for (size_t e = 0; e < m.expert_down.size(); ++e) {
+    UP_RETURN_IF_ERROR(
+        CheckRows(m.expert_down[e], where + "expert " + std::to_string(e) + " down", 2));
   }
   return OkStatus();
 }
@@ -53,11 +102,16 @@ Status CheckHyperParameters(const ModelConfig& c) {
   return CheckHyper(c.attention_scale, 0.0, 1e6, "attention scale");
 }
 
-// What is checked for NaN/Inf: the norm weights of the first and the last layer and the output
-// norm (every value), and the first and last rows of the token embedding.
+// What is checked for NaN/Inf (a cheap probe, not a scan of the file): every value of the output
+// norm; kSampleRows evenly spaced rows of the token embedding (first and last included); in the
+// first and the last layer every norm weight (every value), every other small vector (q/k norms,
+// DeltaNet conv1d, dt_bias, A_log, norm) and every projection (attention q, k, v, o; MLP gate_up,
+// down; DeltaNet in/out projections; MoE router and shared expert), dequantized whole up to 1M
+// values and kSampleRows rows beyond, and routed experts' first and last rows. Only weights
+// resident on the host with a dequantizable type are probed (random-weight presets are not).
 Status CheckEdgeWeights(const ModelDefinition& d) {
   UP_RETURN_IF_ERROR(CheckFinite(d.output_norm, "output norm"));
-  UP_RETURN_IF_ERROR(CheckEdgeRows(d.token_embedding, "token embedding"));
+  UP_RETURN_IF_ERROR(CheckRows(d.token_embedding, "token embedding", kSampleRows));
   if (d.layers.empty()) return OkStatus();
   for (size_t i : {size_t{0}, d.layers.size() - 1}) {
     const LayerDefinition& L = d.layers[i];
@@ -66,6 +120,14 @@ Status CheckEdgeWeights(const ModelDefinition& d) {
     UP_RETURN_IF_ERROR(CheckFinite(L.ffn_norm, where + "FFN norm"));
     UP_RETURN_IF_ERROR(CheckFinite(L.post_mixer_norm, where + "post-attention norm"));
     UP_RETURN_IF_ERROR(CheckFinite(L.post_ffn_norm, where + "post-FFN norm"));
+    if (L.attention) UP_RETURN_IF_ERROR(CheckAttention(*L.attention, where));
+    if (L.delta) UP_RETURN_IF_ERROR(CheckDelta(*L.delta, where));
+    if (L.ffn) {
+      UP_RETURN_IF_ERROR(CheckRows(L.ffn->gate_up, where + "FFN gate_up", kSampleRows));
+      UP_RETURN_IF_ERROR(CheckRows(L.ffn->down, where + "FFN down", kSampleRows));
+    }
+    if (L.moe) UP_RETURN_IF_ERROR(CheckMoe(*L.moe, where));
+    if (d.layers.size() == 1) break;
   }
   return OkStatus();
 }

@@ -2,6 +2,8 @@
 
 #include <arpa/inet.h>
 #include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -89,7 +91,9 @@ struct FrontDoorServer::Conn {
   std::string buf;  // bytes read and not yet consumed (the head, pipelined requests)
   size_t pos = 0;   // consumed prefix of buf
   bool idle = true; // no byte of the next request yet
+  bool over_cap = false;  // accepted beyond max_connections: takes an idle connection's place
   Clock::time_point deadline;
+  Clock::time_point idle_since;  // when it last became idle
   std::string remote_ip, local_ip;
   int remote_port = -1, local_port = -1;
   size_t pending() const { return buf.size() - pos; }
@@ -100,6 +104,7 @@ struct FrontDoorServer::Impl {
   FrontDoorLog log;
   std::atomic<bool> stopping{false};
   std::atomic<int> open{0};
+  std::atomic<int> idle{0};  // connections with idle set (in the inbox or the poll thread's list)
   int wake_fd = -1;
   std::mutex mu;  // guards inbox
   std::vector<std::unique_ptr<Conn>> inbox;
@@ -109,6 +114,7 @@ struct FrontDoorServer::Impl {
   void Close(Conn& c) {
     shutdown(c.fd, SHUT_RDWR);
     close(c.fd);
+    if (c.idle) --idle;
     --open;
   }
   void Refuse(Conn& c, int status, const std::string& message, const std::string& line) {
@@ -116,13 +122,39 @@ struct FrontDoorServer::Impl {
     if (log) log(status, message, line);
     Close(c);
   }
+  // Counted idle under the lock, so a newcomer that saw the count is queued after this one.
   void Hand(std::unique_ptr<Conn> c) {
     {
       std::lock_guard<std::mutex> lock(mu);
+      if (c->idle) ++idle;
       inbox.push_back(std::move(c));
     }
     const uint64_t one = 1;
     (void)!write(wake_fd, &one, sizeof(one));
+  }
+  // At the cap, each newcomer takes the place of the longest-idle keep-alive connection (as nginx
+  // does with its reusable connections); one that finds none gets the 503.
+  void Evict(std::vector<std::unique_ptr<Conn>>& conns) {
+    for (auto& n : conns) {
+      if (!n || !n->over_cap) continue;
+      n->over_cap = false;
+      std::unique_ptr<Conn>* oldest = nullptr;
+      for (auto& c : conns) {
+        if (c && c->idle && (!oldest || c->idle_since < (*oldest)->idle_since)) oldest = &c;
+      }
+      if (oldest) {
+        Close(**oldest);  // closed without a word, as at its keep-alive timeout
+        oldest->reset();
+      } else {
+        Refuse(*n, 503, TooMany(), "");
+        n.reset();
+      }
+    }
+    std::erase_if(conns, [](const std::unique_ptr<Conn>& c) { return !c; });
+  }
+  std::string TooMany() const {
+    return "too many open connections (" + std::to_string(limits.max_connections) +
+           ", --max-connections); retry later";
   }
 };
 
@@ -272,14 +304,17 @@ bool FrontDoorServer::process_and_close_socket(socket_t sock) {
   c->deadline = After(s.limits.header_timeout_s);
   c->idle = false;  // a new connection must start its request within the header deadline
   ++s.open;
-  if (s.stopping || s.open > s.limits.max_connections) {
-    s.Refuse(*c, 503,
-             s.stopping ? "the server is shutting down"
-                        : "too many open connections (" + std::to_string(s.limits.max_connections) +
-                              ", --max-connections); retry later",
-             "");
+  if (!s.stopping && s.open > s.limits.max_connections && s.idle > 0) {
+    c->over_cap = true;  // the poll thread closes an idle keep-alive connection for it
+  } else if (s.stopping || s.open > s.limits.max_connections) {
+    s.Refuse(*c, 503, s.stopping ? "the server is shutting down" : s.TooMany(), "");
     return true;
   }
+  // httplib writes a response's head and body in two send()s: with Nagle's algorithm the body
+  // waits for the client's delayed ACK of the head, 40 ms on every keep-alive request after the
+  // first few (measured: docs/serving.md, "the front door").
+  const int one = 1;
+  (void)setsockopt(sock, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   Address(sock, true, &c->remote_ip, &c->remote_port);
   Address(sock, false, &c->local_ip, &c->local_port);
   s.Hand(std::move(c));
@@ -307,6 +342,7 @@ void FrontDoorServer::ServeOne(std::unique_ptr<Conn> c) {
   c->buf.erase(0, c->pos);
   c->pos = 0;
   c->idle = c->buf.empty();
+  c->idle_since = Clock::now();
   c->deadline = After(c->idle ? s.limits.keep_alive_timeout_s : s.limits.header_timeout_s);
   s.Hand(std::move(c));
 }
@@ -317,8 +353,7 @@ void FrontDoorServer::StartFrontDoor() {
   set_keep_alive_max_count(1000);
   s.wake_fd = eventfd(0, EFD_NONBLOCK);
   s.workers = std::make_unique<httplib::ThreadPool>(std::max(1, s.limits.threads));
-  s.poller = std::thread([this] {
-    Impl& s = *impl_;
+  s.poller = std::thread([this, &s] {
     std::vector<std::unique_ptr<Conn>> conns;
     std::vector<pollfd> fds;
     char chunk[16384];
@@ -328,6 +363,7 @@ void FrontDoorServer::StartFrontDoor() {
         for (auto& c : s.inbox) conns.push_back(std::move(c));
         s.inbox.clear();
       }
+      s.Evict(conns);
       fds.assign(1, pollfd{s.wake_fd, POLLIN, 0});
       for (auto& c : conns) fds.push_back(pollfd{c->fd, POLLIN, 0});
       // A connection handed back with a whole pipelined request already read needs no poll.
@@ -353,7 +389,10 @@ void FrontDoorServer::StartFrontDoor() {
             continue;
           }
           if (n > 0) {
-            if (c->idle) c->deadline = After(s.limits.header_timeout_s);
+            if (c->idle) {
+              c->deadline = After(s.limits.header_timeout_s);
+              --s.idle;
+            }
             c->idle = false;
             c->buf.append(chunk, static_cast<size_t>(n));
           }

@@ -13,7 +13,8 @@
 // Transfer-Encoding beside it (400). A complete head goes to a worker, which serves exactly one
 // request (its body must arrive within `body_timeout_s`) and hands the connection back for
 // keep-alive (closed after `keep_alive_timeout_s` idle). Bytes read past the request (pipelining)
-// stay with the connection. Beyond `max_connections` open connections a new one gets 503.
+// stay with the connection. Beyond `max_connections` open connections a new one takes the place of
+// the longest-idle keep-alive connection (closed without a word), or gets 503 when none is idle.
 // Not for: TLS, HTTP/2, upgrades.
 #pragma once
 

@@ -18,33 +18,37 @@ def connect(port: int, timeout: float = 10.0) -> socket.socket:
 
 
 def read_response(s: socket.socket, timeout: float = 10.0) -> tuple[int | None, bytes, bytes]:
-    """(status, head, body) of one response; status None when nothing complete came back."""
+    """(status, head, body) of one response; status None when nothing complete came back. Reads
+    exactly that response (the head through MSG_PEEK, the body by its Content-Length; none
+    without one), so a pipelined response right behind it stays in the socket for the next call."""
     s.settimeout(timeout)
-    data = b""
+    head = b""
     deadline = time.monotonic() + timeout
-    while b"\r\n\r\n" not in data and time.monotonic() < deadline:
+    while b"\r\n\r\n" not in head and time.monotonic() < deadline:
         try:
-            chunk = s.recv(65536)
+            peek = s.recv(65536, socket.MSG_PEEK)
+            if not peek:
+                break
+            end = (head + peek).find(b"\r\n\r\n")
+            head += s.recv(len(peek) if end < 0 else end + 4 - len(head))
         except (socket.timeout, OSError):
             break
-        if not chunk:
-            break
-        data += chunk
-    if b"\r\n\r\n" not in data:
-        return None, data, b""
-    head, body = data.split(b"\r\n\r\n", 1)
+    if b"\r\n\r\n" not in head:
+        return None, head, b""
+    head = head[:-4]
     try:
         status = int(head.split(b" ", 2)[1])
     except (IndexError, ValueError):
-        return None, head, body
+        return None, head, b""
     length = None
     for line in head.split(b"\r\n")[1:]:
         k, _, v = line.partition(b":")
         if k.strip().lower() == b"content-length":
             length = int(v.strip())
+    body = b""
     while length is not None and len(body) < length and time.monotonic() < deadline:
         try:
-            chunk = s.recv(65536)
+            chunk = s.recv(length - len(body))
         except (socket.timeout, OSError):
             break
         if not chunk:

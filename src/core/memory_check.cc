@@ -1,0 +1,40 @@
+#include "core/memory_check.h"
+
+#include <cstdio>
+
+namespace uniprefill {
+namespace {
+
+std::string Gib(int64_t bytes) {
+  char buf[40];
+  if (bytes >= int64_t{1} << 40) {
+    std::snprintf(buf, sizeof(buf), "%.2f TiB", double(bytes) / double(int64_t{1} << 40));
+  } else {
+    std::snprintf(buf, sizeof(buf), "%.2f GiB", double(bytes) / double(int64_t{1} << 30));
+  }
+  return buf;
+}
+
+}  // namespace
+
+Status CheckKvCacheFits(int64_t requested, int64_t available, const std::string& where) {
+  if (available <= 0 || requested <= available) return OkStatus();
+  // Suggest half of what is free (whole GiB when there is one): the weights need room too.
+  const int64_t half_gib = available / 2 >> 30;
+  const std::string fits =
+      half_gib > 0 ? std::to_string(half_gib) + "GiB" : std::to_string(available / 2 >> 20) + "MiB";
+  return ResourceExhausted("--kv-cache-memory " + Gib(requested) + " is more than " + where +
+                           " has available (" + Gib(available) + "); give less, e.g. " +
+                           "--kv-cache-memory " + fits);
+}
+
+#ifndef UNIPREFILL_WITH_CUDA
+// The real one: core/cuda/cuda_memory_info.cc.
+Result<DeviceMemoryInfo> CudaMemoryInfo(int) {
+  return Unimplemented(
+      "this uniprefill was built without the CUDA backend; rebuild with "
+      "`bash scripts/build.sh -DUNIPREFILL_CUDA=ON` on a machine with nvcc, or use --device cpu");
+}
+#endif
+
+}  // namespace uniprefill

@@ -1,0 +1,30 @@
+// Sizing checks made before anything is allocated: a `--kv-cache-memory` the host or the GPU cannot
+// give is one error naming the flag and both sizes, instead of std::bad_alloc or a failed
+// cudaMalloc after the weights are loaded (issue 20).
+//
+// Not for: tracking memory in use; the KV pools size themselves from the flag (kv/, backend/cuda/).
+// The header is CUDA-free; builds without the CUDA backend get an Unimplemented CudaMemoryInfo.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/status.h"
+
+namespace uniprefill {
+
+struct DeviceMemoryInfo {
+  int64_t free_bytes = 0;
+  int64_t total_bytes = 0;
+};
+
+// Free and total memory of CUDA device `device_index` (cudaMemGetInfo; creates the device's primary
+// context). Errors: built without CUDA (Unimplemented), no usable GPU or a bad index (Unavailable).
+Result<DeviceMemoryInfo> CudaMemoryInfo(int device_index);
+
+// OK when `requested` bytes of KV cache fit in the `available` bytes of `where` ("this machine",
+// "GPU 0"), or when `available` is unknown (<= 0); otherwise ResourceExhausted naming
+// --kv-cache-memory, both sizes and a size that would fit.
+Status CheckKvCacheFits(int64_t requested, int64_t available, const std::string& where);
+
+}  // namespace uniprefill
