@@ -19,24 +19,6 @@
 namespace uniprefill::cli {
 namespace {
 
-Result<std::vector<float>> ParseFloats(const std::string& text, const std::string& flag) {
-  std::vector<float> out;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    if (item.empty()) continue;
-    try {
-      size_t used = 0;
-      const float v = std::stof(item, &used);
-      if (used != item.size() || !(v > 0 && v <= 1)) throw std::invalid_argument(item);
-      out.push_back(v);
-    } catch (const std::exception&) {
-      return InvalidArgument(flag + ": '" + item + "' is not a number in (0, 1]");
-    }
-  }
-  return out;
-}
-
 // "auto": the model's default set, each of its layers alone, and the default set moved one
 // full-attention layer earlier (when that is a different, valid set). Otherwise "5,11;5;11".
 Result<std::vector<std::vector<int>>> DropLayerSets(const std::string& text, const Engine& engine) {
@@ -150,8 +132,8 @@ int CalibrateCommand(const CalibrateOptions& o) {
                  o.lengths.c_str());
     return 1;
   }
-  auto ps = ParseFloats(o.p_values, "--p-values");
-  auto keeps = ps.ok() ? ParseFloats(o.keep_ratios, "--keep-ratios") : ps;
+  auto ps = ParseUnitFloats(o.p_values, "--p-values");
+  auto keeps = ps.ok() ? ParseUnitFloats(o.keep_ratios, "--keep-ratios") : ps;
   if (!ps.ok() || !keeps.ok()) {
     std::fprintf(stderr, "error: %s\n",
                  (!ps.ok() ? ps.status() : keeps.status()).message().c_str());

@@ -13,6 +13,7 @@
 #include "eval/svg_chart.h"
 #include "output_files.h"
 #include "progress_bar.h"
+#include "serve_command.h"
 #include "run_command.h"
 #include "sparsity/uniprefill_config.h"
 
@@ -111,7 +112,32 @@ bool WritePlot(const std::string& path, const std::vector<CellPair>& pairs,
   return st.ok();
 }
 
+// "keep 0.5": the name of a fixed-ratio setting in tables and JSON.
+std::string KeepLabel(float k) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "keep %.3g", k);
+  return buf;
+}
+
 }  // namespace
+
+Result<std::vector<float>> ParseUnitFloats(const std::string& text, const std::string& flag) {
+  std::vector<float> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    try {
+      size_t used = 0;
+      const float v = std::stof(item, &used);
+      if (used != item.size() || !(v > 0 && v <= 1)) throw std::invalid_argument(item);
+      out.push_back(v);
+    } catch (const std::exception&) {
+      return InvalidArgument(flag + ": '" + item + "' is not a number in (0, 1]");
+    }
+  }
+  return out;
+}
 
 std::string LengthLabel(int n) {
   return n % 1024 == 0 ? std::to_string(n / 1024) + "K" : std::to_string(n);
@@ -173,6 +199,18 @@ CLI::App* AddEvalRulerCommand(CLI::App& eval, EvalRulerOptions& o) {
   cmd->add_option("--chat", o.chat, "Wrap prompts in the chat template: auto, on or off")
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
+  cmd->add_option("--keep-ratios", o.keep_ratios,
+                  "Also run fixed-ratio UniPrefill at these keep ratios (comma list, e.g. "
+                  "0.5,0.3), each beside dense and the default settings on the same prompts")
+      ->capture_default_str();
+  cmd->add_option("--batch", o.batch,
+                  "Requests in flight at once (1: one by one, with prefill times; more: through "
+                  "the batch engine, many decodes per step, prefill times not measured)")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  cmd->add_option("--kv-cache-memory", o.kv_cache_memory,
+                  "KV memory of the batch engine with --batch > 1 (e.g. 16GiB)")
+      ->capture_default_str();
   cmd->add_option("-t,--threads", o.threads, "CPU threads (0 = every core)");
   AddDeviceFlags(*cmd, o.device);
   cmd->add_option("-o,--output", o.output, "Write results (per cell and per sample) as JSON");
@@ -194,6 +232,11 @@ int EvalRulerCommand(const EvalRulerOptions& o) {
                  o.lengths.c_str());
     return 1;
   }
+  auto keeps = ParseUnitFloats(o.keep_ratios, "--keep-ratios");
+  if (!keeps.ok()) {
+    std::fprintf(stderr, "error: %s\n", keeps.status().message().c_str());
+    return 1;
+  }
   if (!CheckOutputWritable(o.output, "--output") || !CheckOutputWritable(o.plot, "--plot")) {
     return 1;
   }
@@ -213,25 +256,70 @@ int EvalRulerCommand(const EvalRulerOptions& o) {
     std::fprintf(stderr, "error: %s\n", cases.status().message().c_str());
     return 1;
   }
-  std::vector<eval::RulerOutcome> dense, up;
-  ProgressBar bar("ruler", "samples (dense + UniPrefill)", true);
-  for (size_t i = 0; i < cases->size(); ++i) {
-    for (bool with : {false, true}) {
-      auto r = eval::RunRulerCase(engine, (*cases)[i], with);
-      if (!r.ok()) {
-        std::fprintf(stderr, "error: %s\n", r.status().message().c_str());
-        return 1;
-      }
-      (with ? up : dense).push_back(std::move(*r));
+  // Dense, the engine's settings, then one fixed-ratio setting per --keep-ratios value (the
+  // engine's drop layers and window mode, so a batch can run them side by side).
+  std::vector<eval::RulerSetting> settings = {{"dense", false, std::nullopt},
+                                              {"default", true, std::nullopt}};
+  for (float k : *keeps) {
+    UniPrefillOptions fixed;
+    fixed.mode = SelectionMode::kFixedRatio;
+    fixed.keep_ratio = k;
+    fixed.source = "--keep-ratios";
+    auto valid = engine.DescribeUniPrefillOptions(fixed);
+    if (!valid.ok()) {
+      std::fprintf(stderr, "error: --keep-ratios %g: %s\n", k, valid.status().message().c_str());
+      return 1;
     }
-    bar.Update(static_cast<int64_t>(i + 1), static_cast<int64_t>(cases->size()));
+    settings.push_back({KeepLabel(k), true, fixed});
   }
+  eval::RulerRunOptions run;
+  run.batch = o.batch;
+  if (!ParseByteSize(o.kv_cache_memory, &run.kv_cache_memory)) {
+    std::fprintf(stderr, "error: --kv-cache-memory '%s' is not a size such as 16GiB\n",
+                 o.kv_cache_memory.c_str());
+    return 1;
+  }
+  eval::RulerRunReport report;
+  ProgressBar bar("ruler", "runs (dense + UniPrefill settings)", true);
+  // Also a plain line on stdout every ~10%, so a log cut off midway says how far it got.
+  int64_t last_logged = 0;
+  auto runs = eval::RunRulerSettings(engine, *cases, settings, run, &report,
+                                     [&](int64_t runs_done, int64_t runs_total) {
+                                       bar.Update(runs_done, runs_total);
+                                       if (runs_done == runs_total ||
+                                           runs_done - last_logged >= runs_total / 10 + 1) {
+                                         std::printf("progress: %lld/%lld runs\n",
+                                                     static_cast<long long>(runs_done),
+                                                     static_cast<long long>(runs_total));
+                                         std::fflush(stdout);
+                                         last_logged = runs_done;
+                                       }
+                                     });
   bar.Finish();
+  if (!runs.ok()) {
+    std::fprintf(stderr, "error: %s\n", runs.status().message().c_str());
+    return 1;
+  }
+  if (report.preemptions > 0) {
+    std::fprintf(stderr,
+                 "warning: %lld requests were preempted and recomputed (prompt + output as one "
+                 "prefill): raise --kv-cache-memory or lower --batch\n",
+                 static_cast<long long>(report.preemptions));
+  }
+  const std::vector<eval::RulerOutcome>& dense = (*runs)[0];
+  const std::vector<eval::RulerOutcome>& up = (*runs)[1];
+  const bool timed = o.batch <= 1;
 
   const std::vector<eval::RulerCell> dense_cells = eval::AggregateRuler(*cases, dense);
-  const std::vector<eval::RulerCell> up_cells = eval::AggregateRuler(*cases, up);
-  std::vector<CellPair> pairs;
-  for (size_t i = 0; i < dense_cells.size(); ++i) pairs.push_back({dense_cells[i], up_cells[i]});
+  // pairs_by_setting[s - 1]: dense beside UniPrefill setting s (1 = default).
+  std::vector<std::vector<CellPair>> pairs_by_setting;
+  for (size_t s = 1; s < settings.size(); ++s) {
+    const std::vector<eval::RulerCell> cells = eval::AggregateRuler(*cases, (*runs)[s]);
+    std::vector<CellPair> pairs;
+    for (size_t i = 0; i < dense_cells.size(); ++i) pairs.push_back({dense_cells[i], cells[i]});
+    pairs_by_setting.push_back(std::move(pairs));
+  }
+  const std::vector<CellPair>& pairs = pairs_by_setting[0];
 
   std::printf("%-16s %7s %7s %9s %11s %7s %6s %10s %10s %8s\n", "task", "length", "samples",
               "dense %", "UniPrefill %", "delta", "keep", "dense s", "UniP s", "speedup");
@@ -241,11 +329,11 @@ int EvalRulerCommand(const EvalRulerOptions& o) {
                 c.dense.accuracy, c.uniprefill.accuracy, c.uniprefill.accuracy - c.dense.accuracy,
                 c.uniprefill.keep_ratio, c.dense.prefill_s, c.uniprefill.prefill_s, c.speedup());
   }
-  nlohmann::json per_length = nlohmann::json::array();
-  bool all_ok = true;
-  for (int len : *lengths) {
+  // Per length and setting: the bar verdict and means, printed and kept for the JSON.
+  auto length_summary = [&](const std::vector<CellPair>& setting_pairs, int len,
+                            const std::string& name) {
     std::vector<const CellPair*> cells;
-    for (const CellPair& c : pairs) {
+    for (const CellPair& c : setting_pairs) {
       if (c.dense.length == len) cells.push_back(&c);
     }
     const BarVerdict v = CheckBar(cells);
@@ -255,65 +343,122 @@ int EvalRulerCommand(const EvalRulerOptions& o) {
       us += c->uniprefill.prefill_s;
       keep += c->uniprefill.keep_ratio / cells.size();
     }
-    all_ok &= v.ok;
-    std::printf("%-16s %7s %7s %9.1f %11.1f %+7.1f %6.3f %10s %10s %7.2fx  %s\n", "average",
+    std::printf("%-16s %7s %7s %9.1f %11.1f %+7.1f %6.3f %10s %10s %7.2fx  %s\n", name.c_str(),
                 LengthLabel(len).c_str(), "", v.mean_dense, v.mean_uniprefill,
                 v.mean_uniprefill - v.mean_dense, keep, "", "", us > 0 ? ds / us : 0.0,
                 v.ok ? "within bar" : ("OUTSIDE bar (worst: " + v.worst_task + ")").c_str());
-    per_length.push_back({{"length", len},
-                          {"dense_accuracy", v.mean_dense},
-                          {"uniprefill_accuracy", v.mean_uniprefill},
-                          {"keep_ratio", keep},
-                          {"prefill_speedup", us > 0 ? ds / us : 0.0},
-                          {"worst_task_drop", v.worst_task_drop},
-                          {"worst_task", v.worst_task},
-                          {"within_bar", v.ok}});
+    return std::make_pair(v.ok, nlohmann::json{{"length", len},
+                                               {"dense_accuracy", v.mean_dense},
+                                               {"uniprefill_accuracy", v.mean_uniprefill},
+                                               {"keep_ratio", keep},
+                                               {"prefill_speedup", us > 0 ? ds / us : 0.0},
+                                               {"worst_task_drop", v.worst_task_drop},
+                                               {"worst_task", v.worst_task},
+                                               {"within_bar", v.ok}});
+  };
+  nlohmann::json per_length = nlohmann::json::array();
+  bool all_ok = true;
+  for (int len : *lengths) {
+    auto [ok, row] = length_summary(pairs, len, "average");
+    all_ok &= ok;
+    nlohmann::json fixed = nlohmann::json::array();
+    for (size_t s = 2; s < settings.size(); ++s) {
+      auto [fixed_ok, fixed_row] =
+          length_summary(pairs_by_setting[s - 1], len, "  " + settings[s].name);
+      fixed_row["target_keep_ratio"] = *settings[s].options->keep_ratio;
+      fixed.push_back(fixed_row);
+    }
+    if (!fixed.empty()) row["fixed_ratio"] = fixed;
+    per_length.push_back(row);
   }
-  std::printf("bar (mean within 1 point of dense; within 3 on tasks where dense > 20): %s\n",
-              all_ok ? "met at every length" : "NOT met");
+  std::printf("bar (mean within 1 point of dense; within 3 on tasks where dense > 20): %s%s\n",
+              all_ok ? "met at every length" : "NOT met",
+              settings.size() > 2 ? " with the default settings" : "");
+  if (!timed) {
+    std::printf("(--batch %d: prefill times are not measured; bench-prefill measures speedups)\n",
+                o.batch);
+  }
 
   if (!o.output.empty()) {
     nlohmann::json cells = nlohmann::json::array();
-    for (const CellPair& c : pairs) {
-      cells.push_back(
-          {{"task", c.dense.task},
-           {"length", c.dense.length},
-           {"samples", c.dense.samples},
-           {"dense", {{"accuracy", c.dense.accuracy}, {"prefill_s", c.dense.prefill_s}}},
-           {"uniprefill",
-            {{"accuracy", c.uniprefill.accuracy},
-             {"prefill_s", c.uniprefill.prefill_s},
-             {"keep_ratio", c.uniprefill.keep_ratio}}},
-           {"prefill_speedup", c.speedup()}});
+    for (size_t i = 0; i < pairs.size(); ++i) {
+      const CellPair& c = pairs[i];
+      nlohmann::json cell = {
+          {"task", c.dense.task},
+          {"length", c.dense.length},
+          {"samples", c.dense.samples},
+          {"dense", {{"accuracy", c.dense.accuracy}, {"prefill_s", c.dense.prefill_s}}},
+          {"uniprefill",
+           {{"accuracy", c.uniprefill.accuracy},
+            {"prefill_s", c.uniprefill.prefill_s},
+            {"keep_ratio", c.uniprefill.keep_ratio}}},
+          {"prefill_speedup", c.speedup()}};
+      nlohmann::json fixed = nlohmann::json::array();
+      for (size_t s = 2; s < settings.size(); ++s) {
+        const CellPair& f = pairs_by_setting[s - 1][i];
+        fixed.push_back({{"target_keep_ratio", *settings[s].options->keep_ratio},
+                         {"accuracy", f.uniprefill.accuracy},
+                         {"prefill_s", f.uniprefill.prefill_s},
+                         {"keep_ratio", f.uniprefill.keep_ratio},
+                         {"prefill_speedup", f.speedup()}});
+      }
+      if (!fixed.empty()) cell["fixed_ratio"] = fixed;
+      cells.push_back(cell);
     }
+    auto kept_json = [](const eval::RulerOutcome& r) {
+      nlohmann::json kept = nlohmann::json::array();
+      for (const KeptTokensInfo& k : r.kept) {
+        kept.push_back({{"layer", k.layer}, {"kept", k.kept}, {"alive", k.alive}});
+      }
+      return kept;
+    };
     nlohmann::json samples = nlohmann::json::array();
     for (size_t i = 0; i < cases->size(); ++i) {
       const eval::RulerCase& c = (*cases)[i];
-      nlohmann::json kept = nlohmann::json::array();
-      for (const KeptTokensInfo& k : up[i].kept) {
-        kept.push_back({{"layer", k.layer}, {"kept", k.kept}, {"alive", k.alive}});
+      nlohmann::json sample = {{"task", c.sample.task},
+                               {"length", c.sample.target_tokens},
+                               {"index", c.sample_index},
+                               {"prompt_tokens", c.ids.size()},
+                               {"references", c.sample.references},
+                               {"dense",
+                                {{"score", dense[i].score},
+                                 {"prefill_s", dense[i].prefill_s},
+                                 {"prediction", dense[i].prediction}}},
+                               {"uniprefill",
+                                {{"score", up[i].score},
+                                 {"prefill_s", up[i].prefill_s},
+                                 {"keep_ratio", up[i].keep_ratio},
+                                 {"kept", kept_json(up[i])},
+                                 {"prediction", up[i].prediction}}}};
+      nlohmann::json fixed = nlohmann::json::array();
+      for (size_t s = 2; s < settings.size(); ++s) {
+        const eval::RulerOutcome& r = (*runs)[s][i];
+        fixed.push_back({{"target_keep_ratio", *settings[s].options->keep_ratio},
+                         {"score", r.score},
+                         {"prefill_s", r.prefill_s},
+                         {"keep_ratio", r.keep_ratio},
+                         {"kept", kept_json(r)},
+                         {"prediction", r.prediction}});
       }
-      samples.push_back({{"task", c.sample.task},
-                         {"length", c.sample.target_tokens},
-                         {"index", c.sample_index},
-                         {"prompt_tokens", c.ids.size()},
-                         {"references", c.sample.references},
-                         {"dense",
-                          {{"score", dense[i].score},
-                           {"prefill_s", dense[i].prefill_s},
-                           {"prediction", dense[i].prediction}}},
-                         {"uniprefill",
-                          {{"score", up[i].score},
-                           {"prefill_s", up[i].prefill_s},
-                           {"keep_ratio", up[i].keep_ratio},
-                           {"kept", kept},
-                           {"prediction", up[i].prediction}}}});
+      if (!fixed.empty()) sample["fixed_ratio"] = fixed;
+      samples.push_back(sample);
+    }
+    nlohmann::json fixed_settings = nlohmann::json::array();
+    for (size_t s = 2; s < settings.size(); ++s) {
+      fixed_settings.push_back(
+          {{"name", settings[s].name},
+           {"target_keep_ratio", *settings[s].options->keep_ratio},
+           {"description", *engine.DescribeUniPrefillOptions(*settings[s].options)}});
     }
     nlohmann::json j = {{"command", "eval ruler"},
                         {"date", UtcNow()},
                         {"model", engine.model_description()},
                         {"uniprefill", engine.uniprefill_description()},
+                        {"fixed_ratio_settings", fixed_settings},
                         {"threads", engine.threads()},
+                        {"batch", o.batch},
+                        {"prefill_timed", timed},
+                        {"preemptions", report.preemptions},
                         {"seed", o.seed},
                         {"samples_per_cell", o.samples},
                         {"tasks", tasks},

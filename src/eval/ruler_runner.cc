@@ -1,8 +1,13 @@
 #include "eval/ruler_runner.h"
 
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <map>
+#include <mutex>
 
 #include "eval/ruler_scoring.h"
+#include "uniprefill/batch_engine.h"
 
 namespace uniprefill::eval {
 namespace {
@@ -12,6 +17,82 @@ uint64_t SplitMix64(uint64_t x) {
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
   return x ^ (x >> 31);
+}
+
+SamplingParams CaseSampling(const RulerCase& c, bool uniprefill,
+                            const std::optional<UniPrefillOptions>& options) {
+  SamplingParams sp;
+  sp.max_tokens = c.sample.max_new_tokens;
+  sp.temperature = 0;
+  sp.stop_at_end_of_turn = true;
+  sp.uniprefill = uniprefill;
+  if (uniprefill) sp.uniprefill_options = options;
+  return sp;
+}
+
+// Every (setting, case) through one BatchEngine: all submitted at once (the scheduler admits up to
+// run.batch), dense and each setting of a case next to each other in the queue.
+Result<std::vector<std::vector<RulerOutcome>>> RunBatched(
+    Engine& engine, const std::vector<RulerCase>& cases, const std::vector<RulerSetting>& settings,
+    const RulerRunOptions& run, RulerRunReport* report,
+    const std::function<void(int64_t, int64_t)>& progress) {
+  size_t longest = 0;
+  for (const RulerCase& c : cases) longest = std::max(longest, c.ids.size());
+  ServingOptions so;
+  so.kv_cache_memory = run.kv_cache_memory;
+  so.max_num_seqs = run.batch;
+  // Whole prefills, as Engine::Generate runs them (segment-wise chunks select the same tokens,
+  // but whole is what the sequential path and the CPU results measured).
+  so.chunked_prefill = false;
+  so.max_batched_tokens = std::max<int>(8192, static_cast<int>(longest) + 1);
+  std::vector<std::vector<RulerOutcome>> out(settings.size(),
+                                             std::vector<RulerOutcome>(cases.size()));
+  std::mutex mu;
+  std::condition_variable cv;
+  int64_t done = 0;
+  std::string error;
+  const int64_t total = static_cast<int64_t>(cases.size() * settings.size());
+  // Declared after what its callbacks touch: destroyed (aborting what is left) before them.
+  UP_ASSIGN_OR_RETURN(std::unique_ptr<BatchEngine> batch, BatchEngine::Start(engine, so));
+  for (size_t i = 0; i < cases.size(); ++i) {
+    for (size_t s = 0; s < settings.size(); ++s) {
+      RulerOutcome* o = &out[s][i];
+      const RulerCase* c = &cases[i];
+      // Callbacks run on the engine thread, one at a time: each touches only its own outcome
+      // until the final update, which is counted under the lock.
+      auto submitted = batch->Submit(
+          c->ids, CaseSampling(*c, settings[s].uniprefill, settings[s].options),
+          [o, c, &mu, &cv, &done, &error](const RequestUpdate& u) {
+            o->prediction += u.text;
+            if (!u.finished) return;
+            o->score = ScoreRulerPrediction(c->sample, o->prediction);
+            o->prefill_s = 0;
+            o->kept = u.usage.kept;
+            o->keep_ratio = KeepRatio(u.usage.kept);
+            std::lock_guard<std::mutex> lock(mu);
+            if ((u.finish_reason == "error" || u.finish_reason == "abort") && error.empty()) {
+              error = "a batched request ended with " + u.finish_reason +
+                      (u.error.empty() ? "" : ": " + u.error);
+            }
+            ++done;
+            cv.notify_all();
+          });
+      if (!submitted.ok()) return submitted.status();
+    }
+  }
+  std::unique_lock<std::mutex> lock(mu);
+  while (done < total) {
+    cv.wait_for(lock, std::chrono::seconds(2));
+    if (progress) {
+      const int64_t now = done;
+      lock.unlock();
+      progress(now, total);
+      lock.lock();
+    }
+  }
+  if (!error.empty()) return Internal(error);
+  if (report) report->preemptions = batch->Metrics().preemptions;
+  return out;
 }
 
 bool UseChat(const Engine& engine, ChatMode chat) {
@@ -73,19 +154,34 @@ Result<std::vector<RulerCase>> BuildRulerCases(const Engine& engine,
 
 Result<RulerOutcome> RunRulerCase(Engine& engine, const RulerCase& c, bool uniprefill,
                                   const std::optional<UniPrefillOptions>& options) {
-  SamplingParams sp;
-  sp.max_tokens = c.sample.max_new_tokens;
-  sp.temperature = 0;
-  sp.stop_at_end_of_turn = true;
-  sp.uniprefill = uniprefill;
-  if (uniprefill) sp.uniprefill_options = options;
-  UP_ASSIGN_OR_RETURN(GenerationResult r, engine.Generate(c.ids, sp));
+  UP_ASSIGN_OR_RETURN(GenerationResult r,
+                      engine.Generate(c.ids, CaseSampling(c, uniprefill, options)));
   RulerOutcome out;
   out.prediction = r.text;
   out.score = ScoreRulerPrediction(c.sample, r.text);
   out.prefill_s = r.stats.ttft_s;
   out.kept = r.kept;
   out.keep_ratio = KeepRatio(r.kept);
+  return out;
+}
+
+Result<std::vector<std::vector<RulerOutcome>>> RunRulerSettings(
+    Engine& engine, const std::vector<RulerCase>& cases, const std::vector<RulerSetting>& settings,
+    const RulerRunOptions& run, RulerRunReport* report,
+    const std::function<void(int64_t, int64_t)>& progress) {
+  if (run.batch > 1) return RunBatched(engine, cases, settings, run, report, progress);
+  std::vector<std::vector<RulerOutcome>> out(settings.size());
+  const int64_t total = static_cast<int64_t>(cases.size() * settings.size());
+  int64_t done = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    for (size_t s = 0; s < settings.size(); ++s) {
+      UP_ASSIGN_OR_RETURN(RulerOutcome r, RunRulerCase(engine, cases[i], settings[s].uniprefill,
+                                                       settings[s].options));
+      out[s].push_back(std::move(r));
+      if (progress) progress(++done, total);
+    }
+  }
+  if (report) report->preemptions = 0;
   return out;
 }
 

@@ -54,6 +54,38 @@ struct RulerOutcome {
 Result<RulerOutcome> RunRulerCase(Engine& engine, const RulerCase& c, bool uniprefill,
                                   const std::optional<UniPrefillOptions>& options = std::nullopt);
 
+// One configuration of a comparison: dense, the engine's UniPrefill settings, or an override.
+struct RulerSetting {
+  std::string name;  // "dense", "default", "keep 0.5"
+  bool uniprefill = false;
+  std::optional<UniPrefillOptions> options;  // with uniprefill: fields that override the engine's
+};
+
+// How RunRulerSettings runs its requests. batch <= 1: one at a time through Engine::Generate, so
+// prefill_s is each request's own time to first token (comparable across settings). batch > 1:
+// through a BatchEngine (continuous batching, whole prefills, up to `batch` requests in flight,
+// `kv_cache_memory` bytes of KV), which decodes many requests per step; prefill_s is then 0 (not
+// measured: the TTFT of a request that shares its steps with others is not its prefill time).
+// Drop layers and window mode are shared by a batch, so settings may override only the selection.
+struct RulerRunOptions {
+  int batch = 1;
+  int64_t kv_cache_memory = int64_t{16} << 30;
+};
+
+// What a batched run reports beside the outcomes.
+struct RulerRunReport {
+  // Requests preempted and recomputed for want of KV memory (their prefill then covers prompt +
+  // output so far, which can change a UniPrefill selection): 0 expected; > 0 calls for more memory.
+  int64_t preemptions = 0;
+};
+
+// Runs every case under every setting: the result's [s][i] is setting s on case i. `progress`
+// (optional) gets (runs done, runs total).
+Result<std::vector<std::vector<RulerOutcome>>> RunRulerSettings(
+    Engine& engine, const std::vector<RulerCase>& cases, const std::vector<RulerSetting>& settings,
+    const RulerRunOptions& run, RulerRunReport* report = nullptr,
+    const std::function<void(int64_t done, int64_t total)>& progress = nullptr);
+
 // Means over the cases of one (task, length).
 struct RulerCell {
   std::string task;

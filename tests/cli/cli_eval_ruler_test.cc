@@ -84,6 +84,72 @@ TEST_F(CliEvalRulerTest, DeterministicForASeedAndDroppingIsRecorded) {
   }
 }
 
+// --keep-ratios adds fixed-ratio settings beside dense and the default ones, on the same prompts,
+// each its own column; the existing keys keep their meaning. Keep 1.0 keeps every block, so it
+// answers as dense does; keep 0.3 drops.
+TEST_F(CliEvalRulerTest, KeepRatiosAddFixedRatioColumnsBesideTheDefault) {
+  const std::string out = testing::TempPath("ruler_keeps.json");
+  const std::string base = testing::TempPath("ruler_keeps_base.json");
+  const std::string args = "eval ruler --model " + Model() + kSmall;
+  CliResult r = RunCli(args + " --keep-ratios 1.0,0.3 -o " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("keep 0.3"), std::string::npos) << r.out;
+  ASSERT_EQ(RunCli(args + " -o " + base).exit_code, 0);
+  const nlohmann::json j = nlohmann::json::parse(ReadAll(out));
+  const nlohmann::json b = nlohmann::json::parse(ReadAll(base));
+  ASSERT_EQ(j["fixed_ratio_settings"].size(), 2u);
+  EXPECT_EQ(j["fixed_ratio_settings"][1]["name"], "keep 0.3");
+  EXPECT_TRUE(j["prefill_timed"].get<bool>());
+  ASSERT_EQ(j["samples"].size(), b["samples"].size());
+  for (size_t i = 0; i < j["samples"].size(); ++i) {
+    const auto& s = j["samples"][i];
+    // The dense and default columns are those of a run without --keep-ratios.
+    EXPECT_EQ(s["dense"]["prediction"], b["samples"][i]["dense"]["prediction"]);
+    EXPECT_EQ(s["uniprefill"]["prediction"], b["samples"][i]["uniprefill"]["prediction"]);
+    ASSERT_EQ(s["fixed_ratio"].size(), 2u);
+    EXPECT_EQ(s["fixed_ratio"][0]["target_keep_ratio"].get<double>(), 1.0);
+    EXPECT_EQ(s["fixed_ratio"][0]["prediction"], s["dense"]["prediction"]);
+    EXPECT_EQ(s["fixed_ratio"][0]["keep_ratio"].get<double>(), 1.0);
+    EXPECT_LT(s["fixed_ratio"][1]["keep_ratio"].get<double>(), 0.6);
+    EXPECT_EQ(s["fixed_ratio"][1]["kept"].size(), 2u);
+  }
+  for (const auto& c : j["cells"]) {
+    ASSERT_EQ(c["fixed_ratio"].size(), 2u);
+    EXPECT_EQ(c["fixed_ratio"][0]["accuracy"], c["dense"]["accuracy"]);
+  }
+  ASSERT_EQ(j["per_length"][0]["fixed_ratio"].size(), 2u);
+  EXPECT_TRUE(j["per_length"][0]["fixed_ratio"][0]["within_bar"].get<bool>());
+  EXPECT_FALSE(b.contains("fixed_ratio_settings") && !b["fixed_ratio_settings"].empty());
+  ExpectCleanError(args + " --keep-ratios 0.5,2", "--keep-ratios");
+}
+
+// --batch runs the same requests through the batch engine: the same answers, scores and kept
+// counts as one by one, without prefill times.
+TEST_F(CliEvalRulerTest, BatchedRunGivesTheSameAnswersAsOneByOne) {
+  const std::string one = testing::TempPath("ruler_one.json");
+  const std::string many = testing::TempPath("ruler_batch.json");
+  const std::string args = "eval ruler --model " + Model() + kSmall + " --keep-ratios 0.3";
+  ASSERT_EQ(RunCli(args + " -o " + one).exit_code, 0);
+  CliResult r = RunCli(args + " --batch 5 --kv-cache-memory 256MiB -o " + many);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json a = nlohmann::json::parse(ReadAll(one));
+  const nlohmann::json b = nlohmann::json::parse(ReadAll(many));
+  EXPECT_FALSE(b["prefill_timed"].get<bool>());
+  EXPECT_EQ(b["batch"].get<int>(), 5);
+  EXPECT_EQ(b["preemptions"].get<int>(), 0);
+  ASSERT_EQ(a["samples"].size(), b["samples"].size());
+  for (size_t i = 0; i < a["samples"].size(); ++i) {
+    const auto &x = a["samples"][i], &y = b["samples"][i];
+    EXPECT_EQ(x["dense"]["prediction"], y["dense"]["prediction"]) << i;
+    EXPECT_EQ(x["uniprefill"]["prediction"], y["uniprefill"]["prediction"]) << i;
+    EXPECT_EQ(x["uniprefill"]["kept"], y["uniprefill"]["kept"]) << i;
+    EXPECT_EQ(x["fixed_ratio"][0]["prediction"], y["fixed_ratio"][0]["prediction"]) << i;
+    EXPECT_EQ(x["fixed_ratio"][0]["kept"], y["fixed_ratio"][0]["kept"]) << i;
+    EXPECT_EQ(y["dense"]["prefill_s"].get<double>(), 0.0);
+  }
+  ExpectCleanError(args + " --batch 2 --kv-cache-memory lots", "--kv-cache-memory");
+}
+
 TEST_F(CliEvalRulerTest, BadInputIsACleanError) {
   const std::string m = "eval ruler --model " + Model();
   ExpectCleanError(m + " --tasks niah_single_1,nope", "niah_multikey_2");
