@@ -74,6 +74,18 @@ TEST(UniPrefillConfigTest, CalibratedGemma3_270M) {
   EXPECT_NE(g.origin.find("calibrated"), std::string::npos);
 }
 
+TEST(UniPrefillConfigTest, CalibratedSmolLm2_135M) {
+  const ModelConfig m = MakeModel("llama", 30, 576, 1);
+  const UniPrefillConfig c = DefaultUniPrefillConfig(m);
+  EXPECT_EQ(c.drop_layers, (std::vector<int>{15}));
+  EXPECT_FLOAT_EQ(c.selection.top_p, 0.99f);
+  EXPECT_NE(c.origin.find("calibrated for SmolLM2"), std::string::npos);
+  EXPECT_TRUE(ValidateUniPrefillConfig(c, m).ok());
+  // Another 30-layer llama width keeps the rule.
+  EXPECT_EQ(DefaultUniPrefillConfig(MakeModel("llama", 30, 1024, 1)).drop_layers,
+            (std::vector<int>{7, 11, 15, 19, 23}));
+}
+
 TEST(UniPrefillConfigTest, ValidationNamesTheProblem) {
   const ModelConfig m = MakeModel("gemma3", 18, 640, 6);
   UniPrefillConfig c = DefaultUniPrefillConfig(m);
