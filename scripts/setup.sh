@@ -24,7 +24,7 @@ done
 
 APT_PACKAGES=(g++ cmake ninja-build pkg-config git libopenblas-dev libcpp-httplib-dev nlohmann-json3-dev
   libcli11-dev libspdlog-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev clang-14
-  libclang-rt-14-dev python3 python3-venv curl)
+  libclang-rt-14-dev python3 python3-venv curl openmpi-bin libopenmpi-dev)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
