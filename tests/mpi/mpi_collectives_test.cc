@@ -3,8 +3,9 @@
 // the same checks and prints one line; a failed check prints "FAIL ..." and exits 1.
 //   (no flag)  AllReduce sum / max of rank-dependent arrays (odd sizes, 0, 3M floats), AllGather,
 //              Broadcast from every root, Barrier; exact results (integers in f32).
-//   --timeout  rank 1 joins a Barrier 3 s late: rank 0 (timeout 1 s) gets Unavailable after
-//              1.0-2.5 s, then both finish cleanly (the late join completes the pending barrier).
+//   --timeout  rank 1 joins a Barrier 6 s late: rank 0 (timeout 1 s) gets Unavailable after
+//              1.0-4.0 s (slack for a loaded CI machine), then both finish cleanly (the late
+//              join completes the pending barrier).
 //   --fault    rank 1 exits (code 3) before an AllReduce; rank 0 (timeout 5 s) must print one
 //              "error:" line and exit non-zero, not hang (the driver checks the time and output).
 #include <unistd.h>
@@ -90,7 +91,7 @@ int RunTimeout(Communicator& c) {
     return 1;
   }
   if (r == 1) {
-    std::this_thread::sleep_for(std::chrono::seconds(3));
+    std::this_thread::sleep_for(std::chrono::seconds(6));
     CheckOk(c.Barrier(), r, "late Barrier");
   } else if (r == 0) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -99,7 +100,7 @@ int RunTimeout(Communicator& c) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     Check(!s.ok() && s.message().find("did not join within 1.0 s") != std::string::npos, r,
           "Barrier with a late rank: want the timeout error, got '" + s.message() + "'");
-    Check(waited >= 1.0 && waited < 2.5, r, "timed out after " + std::to_string(waited) + " s");
+    Check(waited >= 1.0 && waited < 4.0, r, "timed out after " + std::to_string(waited) + " s");
     Check(!c.Barrier().ok(), r, "the communicator stays unusable after a timeout");
     std::printf("rank 0: %s (after %.2f s)\n", s.message().c_str(), waited);
   } else {
