@@ -67,6 +67,12 @@ class LayerBackend {
   virtual Status Moe(int layer) = 0;       // out = MoE(normed)
   // residual += out; the final norm; the logits of each request that wants them (its last row);
   // every cache committed.
+  // Tensor parallel: out = the sum of every rank's out (the row-parallel o_proj / down partial
+  // sums), before any post norm and the residual add.
+  virtual Status ReduceOut(dist::Communicator& comm) {
+    (void)comm;
+    return Unimplemented("tensor parallelism is not available on this backend yet");
+  }
   virtual Status Finish() = 0;
   // Waits until every step issued so far has run (a device backend's stream; walk timing only).
   virtual Status Synchronize() { return OkStatus(); }

@@ -90,6 +90,8 @@ Result<std::unique_ptr<Model>> Load(DeviceContext& ctx, const LoadOptions& optio
     return MakeModel(std::move(d), ctx, options);
   }
   LoadOptions host_options = options;
+  // Tensor parallel: f32 copies are made per shard (MakeModel), not for the whole model.
+  if (options.communicator != nullptr) host_options.f32_prefill_weights = false;
   // The CPU model's progress is the loading itself (layers read).
   UP_ASSIGN_OR_RETURN(ModelDefinition d, load_definition(ctx, host_options));
   LoadOptions make_options = options;

@@ -111,6 +111,10 @@ struct LoadOptions {
   // decode there is GPU-bound and capture serialises the host's walk before the GPU starts
   // (docs/gpu_performance.md, decode section).
   bool gpu_decode_graphs = false;
+  // Tensor parallel: this process's rank of the world (not owned; it must outlive the model).
+  // More than one rank: the model is this rank's shard (dist/shard_definition.h), every forward
+  // is a collective (all ranks run the same steps in the same order). CPU only for now.
+  dist::Communicator* communicator = nullptr;
   ProgressFn progress;
 };
 

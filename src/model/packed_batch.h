@@ -26,6 +26,10 @@
 
 namespace uniprefill {
 
+namespace dist {
+class Communicator;
+}
+
 // What a drop layer kept for one request.
 struct KeptTokens {
   int layer = 0;
@@ -106,6 +110,9 @@ struct DropLayer {
   const UniPrefillConfig* config = nullptr;
   std::span<const SequenceStep> steps;  // steps[r].kept receives request r's record
   ForwardStats* stats = nullptr;        // optional timing
+  // Tensor parallel (world > 1): each rank scores with its own heads, and the block scores are
+  // summed over the ranks before the (deterministic) selection, so every rank keeps the same rows.
+  dist::Communicator* comm = nullptr;
 };
 
 class PackedBatch {

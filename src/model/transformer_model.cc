@@ -5,6 +5,8 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
+#include "dist/communicator.h"
+#include "dist/shard_definition.h"
 #include "model/model_presets.h"
 
 namespace uniprefill {
@@ -58,6 +60,7 @@ Status TransformerModel::Walk(std::span<const SequenceStep> steps,
                               const UniPrefillConfig& uniprefill, const std::vector<int>& drops,
                               const ProgressFn& progress, ForwardStats* stats, PhaseClock& clock) {
   const ModelConfig& c = def_->config;
+  const bool tensor_parallel = comm_ != nullptr && comm_->world_size() > 1;
   UP_RETURN_IF_ERROR(clock.Run(WalkPhase::kEmbed, [&] { return backend_->Embed(); }));
   size_t next_drop = 0;
   for (int i = 0; i < c.n_layers; ++i) {
@@ -72,6 +75,7 @@ Status TransformerModel::Walk(std::span<const SequenceStep> steps,
         drop.config = &uniprefill;
         drop.steps = steps;
         drop.stats = stats;
+        drop.comm = tensor_parallel ? comm_ : nullptr;
         ++next_drop;
       }
       UP_RETURN_IF_ERROR(
@@ -80,6 +84,7 @@ Status TransformerModel::Walk(std::span<const SequenceStep> steps,
     } else {
       UP_RETURN_IF_ERROR(clock.Run(WalkPhase::kDeltaNet, [&] { return backend_->DeltaNet(i); }));
     }
+    if (tensor_parallel) UP_RETURN_IF_ERROR(backend_->ReduceOut(*comm_));
     if (!L.post_mixer_norm.empty()) {
       UP_RETURN_IF_ERROR(clock.Run(WalkPhase::kNorm,
                                    [&] { return backend_->NormOutput(i, NormSlot::kPostMixer); }));
@@ -97,6 +102,7 @@ Status TransformerModel::Walk(std::span<const SequenceStep> steps,
     } else {
       UP_RETURN_IF_ERROR(clock.Run(WalkPhase::kFfn, [&] { return backend_->GatedFfn(i); }));
     }
+    if (tensor_parallel) UP_RETURN_IF_ERROR(backend_->ReduceOut(*comm_));
     if (!L.post_ffn_norm.empty()) {
       UP_RETURN_IF_ERROR(
           clock.Run(WalkPhase::kNorm, [&] { return backend_->NormOutput(i, NormSlot::kPostFfn); }));
@@ -112,6 +118,16 @@ double TransformerModel::AttentionKeyCost() const {
 
 Result<std::unique_ptr<Model>> MakeModel(ModelDefinition definition, DeviceContext& ctx,
                                          const LoadOptions& options) {
+  dist::Communicator* comm = options.communicator;
+  if (comm != nullptr && comm->world_size() > 1) {
+    if (ctx.device() == Device::kCuda) {
+      return Unimplemented("tensor parallelism on the GPU needs the NCCL transport (not yet)");
+    }
+    UP_ASSIGN_OR_RETURN(dist::ShardPlan plan,
+                        dist::PlanShards(definition.config, comm->rank(), comm->world_size()));
+    UP_ASSIGN_OR_RETURN(definition, dist::ShardDefinition(std::move(definition), plan, ctx,
+                                                          options.f32_prefill_weights));
+  }
   UP_RETURN_IF_ERROR(definition.Check());
   auto def = std::make_unique<const ModelDefinition>(std::move(definition));
   std::unique_ptr<LayerBackend> backend;
@@ -121,7 +137,7 @@ Result<std::unique_ptr<Model>> MakeModel(ModelDefinition definition, DeviceConte
     UP_ASSIGN_OR_RETURN(backend, MakeCpuBackend(*def));
   }
   return std::unique_ptr<Model>(
-      std::make_unique<TransformerModel>(std::move(def), std::move(backend)));
+      std::make_unique<TransformerModel>(std::move(def), std::move(backend), comm));
 }
 
 }  // namespace uniprefill

@@ -19,9 +19,11 @@ class PhaseClock;  // transformer_model.cc: the walk's optional per-step timing
 
 class TransformerModel final : public Model {
  public:
+  // comm (not owned; null or a world of one: no tensor parallelism): the definition is this
+  // rank's shard (dist/shard_definition.h) and the walk sums the row-parallel outputs over it.
   TransformerModel(std::unique_ptr<const ModelDefinition> definition,
-                   std::unique_ptr<LayerBackend> backend)
-      : def_(std::move(definition)), backend_(std::move(backend)) {}
+                   std::unique_ptr<LayerBackend> backend, dist::Communicator* comm = nullptr)
+      : def_(std::move(definition)), backend_(std::move(backend)), comm_(comm) {}
 
   const ModelConfig& config() const override { return def_->config; }
   size_t resident_weight_bytes() const override {
@@ -50,10 +52,13 @@ class TransformerModel final : public Model {
               PhaseClock& clock);
   std::unique_ptr<const ModelDefinition> def_;  // the backend points into it: declared first
   std::unique_ptr<LayerBackend> backend_;
+  dist::Communicator* comm_ = nullptr;
 };
 
 // The model of `definition` on ctx's device (the CPU, or a CUDA context's GPU: weights uploaded as
 // bf16; LoadOptions::progress counts layers uploaded, gpu_delta_rule picks the DeltaNet kernel).
+// With LoadOptions::communicator of more than one rank, the definition is cut to this rank's
+// shard first (CPU only for now).
 Result<std::unique_ptr<Model>> MakeModel(ModelDefinition definition, DeviceContext& ctx,
                                          const LoadOptions& options = {});
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/buffer.h"
+#include "dist/communicator.h"
 #include "model/blocks/sequence_rows.h"
 #include "ops/ops.h"
 
@@ -153,6 +154,12 @@ class CpuBackend final : public LayerBackend {
       if (batch_.seq(r).enters == segment && in.consumed == in.rows()) in.Clear();
     }
     return OkStatus();
+  }
+
+  Status ReduceOut(dist::Communicator& comm) override {
+    if (!has_out_ || batch_.rows() == 0) return OkStatus();
+    return comm.AllReduce(out_.as<float>(), static_cast<int64_t>(batch_.rows()) * c_.hidden,
+                          dist::ReduceOp::kSum);
   }
 
   Status Finish() override {

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 
+#include "dist/communicator.h"
 #include "sparsity/drop_plan.h"
 #include "sparsity/token_selection.h"
 
@@ -96,6 +97,9 @@ Result<std::vector<int32_t>> SelectRows(DeviceContext& ctx, const AttentionWeigh
   std::vector<float> importance(kv.n, 0.0f);
   ops::AttentionImportance(ctx, importance.data(), q_obs, kv.k, batch.indices() + s.end - n_obs,
                            kv.index, w.scale);
+  if (drop.comm != nullptr && drop.comm->world_size() > 1) {
+    UP_RETURN_IF_ERROR(drop.comm->AllReduce(importance.data(), kv.n, dist::ReduceOp::kSum));
+  }
   const auto t1 = Clock::now();
   std::vector<float> candidates(importance.begin() + first_new, importance.end());
   std::vector<int32_t> keep = sparsity::SelectTokens(candidates, p);
