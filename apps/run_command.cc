@@ -237,7 +237,9 @@ nlohmann::json KeptJson(const GenerationResult& r) {
 }
 
 // The result and timings as JSON (benchmarks read this).
-bool WriteResultJson(const RunOptions& o, const GenerationResult& r, int threads) {
+// Tensor parallel: rank r > 0 writes PATH.rank<r> beside rank 0's PATH (every rank's kept lists
+// and memory, for the tests that compare them).
+bool WriteResultJson(const RunOptions& o, const GenerationResult& r, int threads, int rank) {
   const GenerationStats& s = r.stats;
   const nlohmann::json j = {{"model", o.model},
                             {"prompt_tokens", s.prompt_tokens},
@@ -251,8 +253,10 @@ bool WriteResultJson(const RunOptions& o, const GenerationResult& r, int threads
                             {"threads", threads},
                             {"uniprefill", KeptJson(r)},
                             {"keep_ratio", KeepRatio(r.kept)},
-                            {"peak_rss_mib", PeakRssMiB()}};
-  std::ofstream out(o.json_out);
+                            {"peak_rss_mib", PeakRssMiB()},
+                            {"tensor_parallel", o.device.tensor_parallel},
+                            {"rank", rank}};
+  std::ofstream out(rank == 0 ? o.json_out : o.json_out + ".rank" + std::to_string(rank));
   if (!out) return false;
   out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   return static_cast<bool>(out);
@@ -332,7 +336,8 @@ int RunCommand(const RunOptions& o) {
                "(%d tokens, %s) | peak RSS %.0f MiB\n",
                s.prompt_tokens, s.ttft_s, s.prefill_tok_s, s.decode_tok_s, s.generated_tokens,
                result->finish_reason.c_str(), PeakRssMiB());
-  if (!o.json_out.empty() && !WriteResultJson(o, *result, engine.threads())) {
+  if (!o.json_out.empty() &&
+      !WriteResultJson(o, *result, engine.threads(), engine.tensor_parallel_rank())) {
     std::fprintf(stderr, "error: cannot write --json file '%s'\n", o.json_out.c_str());
     return 1;
   }

@@ -4,6 +4,7 @@
 #include "progress_bar.h"
 
 #include <cstdio>
+#include <cstdlib>
 
 #include "engine/uniprefill_options_json.h"
 #include "sparsity/uniprefill_config.h"
@@ -73,6 +74,12 @@ void AddDeviceFlags(CLI::App& cmd, DeviceFlags& flags) {
   cmd.add_flag("--cuda-graphs", flags.cuda_graphs,
                "With --device cuda, run decode steps as CUDA graphs (captured each step, launched "
                "as one; measured slower than kernel-by-kernel launches on an H200, so off)");
+  cmd.add_option("--tensor-parallel", flags.tensor_parallel,
+                 "Tensor-parallel ranks (CPU): run as `mpirun -np N uniprefill ... "
+                 "--tensor-parallel N`; each rank holds 1/N of the heads and FFN columns (llama "
+                 "and gemma3 models), rank 0 prints")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
 }
 
 std::unique_ptr<Engine> LoadComparisonEngine(const std::string& model, int threads,
@@ -104,11 +111,21 @@ std::unique_ptr<Engine> LoadEngineWithProgress(EngineOptions options, const UniP
     return nullptr;
   }
   options.model_path = ResolveModelArgument(options.model_path);
-  ProgressBar load_bar("loading", "layers", !quiet);
+  // Tensor parallel: rank 0 speaks for the job (OpenMPI names the rank before MPI starts).
+  const char* mpi_rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  const bool other_rank =
+      options.tensor_parallel > 1 && mpi_rank != nullptr && std::string(mpi_rank) != "0";
+  ProgressBar load_bar("loading", "layers", !quiet && !other_rank);
   auto engine = Engine::Load(options, [&](int64_t d, int64_t t) { load_bar.Update(d, t); });
   load_bar.Finish();
   if (!engine.ok()) {
     std::fprintf(stderr, "error: %s\n", engine.status().message().c_str());
+    return nullptr;
+  }
+  // Every rank computes the same tokens; only rank 0 writes them.
+  if ((*engine)->tensor_parallel_rank() != 0 && std::freopen("/dev/null", "w", stdout) == nullptr) {
+    std::fprintf(stderr, "error: rank %d cannot silence its output\n",
+                 (*engine)->tensor_parallel_rank());
     return nullptr;
   }
   return std::move(*engine);

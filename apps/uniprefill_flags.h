@@ -35,10 +35,12 @@ struct DeviceFlags {
   std::string device = "cpu";
   std::string gpu_attention = "auto";
   bool cuda_graphs = false;
+  int tensor_parallel = 1;  // ranks under mpirun (EngineOptions::tensor_parallel)
   void ApplyTo(EngineOptions& eo) const {
     eo.device = device;
     eo.gpu_attention = gpu_attention;
     eo.gpu_decode_graphs = cuda_graphs;
+    eo.tensor_parallel = tensor_parallel;
   }
 };
 void AddDeviceFlags(CLI::App& cmd, DeviceFlags& flags);

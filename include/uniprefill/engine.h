@@ -48,6 +48,11 @@ struct EngineOptions {
   // With device "cuda": run decode steps as CUDA graphs (LoadOptions::gpu_decode_graphs; off by
   // default, measured slower).
   bool gpu_decode_graphs = false;
+  // Tensor parallel ranks (CPU): > 1 runs this process as one rank of an MPI world of exactly
+  // that many processes (`mpirun -np N`), each holding 1/N of the heads and FFN columns; every
+  // rank runs the same requests and gets the same tokens. Serving (BatchEngine) under it is not
+  // supported yet.
+  int tensor_parallel = 1;
   UniPrefillOptions uniprefill;
 };
 
@@ -156,6 +161,7 @@ class Engine {
   int context_size() const;
   int vocab_size() const;
   int threads() const;
+  int tensor_parallel_rank() const;  // 0 without tensor parallelism
   std::string model_name() const;
   std::string model_description() const;  // one line: architecture, layers, sizes
   std::string uniprefill_description() const;  // one line: on/off, drop layers, mode, G/S/n

@@ -156,6 +156,10 @@ Result<std::unique_ptr<BatchEngine>> BatchEngine::Start(Engine& engine,
     return InvalidArgument("--max-batched-tokens must be at least 1 (got " +
                            std::to_string(options.max_batched_tokens) + ")");
   }
+  if (engine.impl_->comm && engine.impl_->comm->world_size() > 1) {
+    return Unimplemented("serving under --tensor-parallel needs one scheduler broadcasting each "
+                         "step to every rank (not built yet); run, bench-prefill and eval work");
+  }
   auto impl = std::make_unique<Impl>(engine, options);
   Engine::Impl& core = *engine.impl_;
   impl->layout = core.model->CacheLayoutFor(core.uniprefill.active_drop_layers());

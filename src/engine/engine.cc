@@ -55,6 +55,26 @@ Result<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options,
         "(--device cuda)");
   }
   lo.gpu_attention = *attention;
+  if (options.tensor_parallel < 1) {
+    return InvalidArgument("--tensor-parallel must be at least 1 (got " +
+                           std::to_string(options.tensor_parallel) + ")");
+  }
+  if (options.tensor_parallel > 1) {
+    if (options.device == "cuda") {
+      return Unimplemented("--tensor-parallel on the GPU needs the NCCL transport, not built yet; "
+                           "use --device cpu under mpirun");
+    }
+    UP_ASSIGN_OR_RETURN(impl->comm, dist::MakeMpiCommunicator(dist::CommOptions{}));
+    if (impl->comm->world_size() != options.tensor_parallel) {
+      return InvalidArgument(
+          "--tensor-parallel " + std::to_string(options.tensor_parallel) + " needs " +
+          std::to_string(options.tensor_parallel) + " processes: run it as `mpirun -np " +
+          std::to_string(options.tensor_parallel) + " uniprefill ...` (this one is rank " +
+          std::to_string(impl->comm->rank()) + " of " +
+          std::to_string(impl->comm->world_size()) + ")");
+    }
+    lo.communicator = impl->comm.get();
+  }
   if (IsHfCheckpointDir(options.model_path)) {
     // A Hugging Face folder: config.json + safetensors, and tokenizer.json when it ships one.
     UP_ASSIGN_OR_RETURN(impl->model, LoadModel(options.model_path, *impl->ctx, lo));
@@ -233,6 +253,7 @@ Result<GenerationResult> Engine::Generate(std::span<const int32_t> prompt,
 int Engine::context_size() const { return impl_->context_size; }
 int Engine::vocab_size() const { return impl_->model->config().vocab_size; }
 int Engine::threads() const { return impl_->ctx->threads(); }
+int Engine::tensor_parallel_rank() const { return impl_->comm ? impl_->comm->rank() : 0; }
 std::string Engine::model_name() const { return impl_->model->config().name; }
 UniPrefillOptions Engine::uniprefill_options() const {
   const UniPrefillConfig& c = impl_->uniprefill;

@@ -12,6 +12,7 @@
 #include "engine/sampler.h"
 #include "engine/stop_matcher.h"
 #include "model/model.h"
+#include "dist/communicator.h"
 #include "sparsity/uniprefill_config.h"
 #include "tokenizer/spm_tokenizer.h"  // StreamDecoder
 #include "tokenizer/tokenizer.h"
@@ -22,6 +23,7 @@ namespace uniprefill {
 struct Engine::Impl {
   std::unique_ptr<DeviceContext> ctx;
   std::unique_ptr<tokenizer::TextTokenizer> tokenizer;
+  std::unique_ptr<dist::Communicator> comm;  // tensor parallel; declared before the model using it
   std::unique_ptr<Model> model;
   UniPrefillConfig uniprefill;
   int context_size = 0;

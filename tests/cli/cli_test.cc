@@ -75,6 +75,15 @@ TEST_F(CliTest, MissingModelFile) {
   ExpectCleanError("run --model /nonexistent/model.gguf --prompt hi", "/nonexistent/model.gguf");
 }
 
+// Tensor parallelism needs its ranks: run alone, the flag is one clear error naming mpirun (the
+// 2-rank runs are CTest mpi_run_tp2, tests/mpi/run_mpi_test.py).
+TEST_F(CliTest, TensorParallelWithoutMpirunSaysHowToLaunch) {
+  ExpectCleanError("run --model " + Tiny() + " --prompt hi --tensor-parallel 2",
+                   "run it as `mpirun -np 2 uniprefill ...`");
+  ExpectCleanError("run --model " + Tiny() + " --prompt hi --tensor-parallel 0",
+                   "--tensor-parallel");
+}
+
 TEST_F(CliTest, NotAGgufFile) {
   const std::string path = testing::WriteTempFile("not_gguf.gguf", {'h', 'e', 'l', 'l', 'o', '\n',
                                                                      'w', 'o', 'r', 'l', 'd', '!'});

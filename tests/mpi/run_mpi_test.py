@@ -2,10 +2,15 @@
 """Runs tests/mpi/mpi_collectives_test.cc under `mpirun -np 2` and checks what each mode must do.
 
     run_mpi_test.py --mpirun MPIRUN --binary BIN --mode collectives|timeout|fault
+    run_mpi_test.py --mpirun MPIRUN --cli UNIPREFILL --model GGUF --mode run
 
 collectives, timeout: exit 0 and every rank's "OK" line. fault: rank 1 exits mid-step; the job must
 end within 30 s (rank 0's timeout is 5 s), non-zero, with one "error:" line from rank 0 (its
-timeout in the AllReduce, or mpirun stopping it after rank 1's exit), and no hang. Flags: --allow-run-as-root (CI runs as root), --oversubscribe
+timeout in the AllReduce, or mpirun stopping it after rank 1's exit), and no hang.
+run: `uniprefill run` of a ~1,500-token prompt (this repository's design notes), 32 greedy tokens,
+UniPrefill keep 0.5 at the model's default drop layers, once alone (TP 1) and once as
+`mpirun -np 2 ... --tensor-parallel 2`: both ranks and TP 1 must give the same tokens and the same
+kept counts at every drop; only rank 0 prints the text; each rank's peak RSS is printed. Flags: --allow-run-as-root (CI runs as root), --oversubscribe
 (2 ranks may exceed the cores mpirun counts).
 """
 import argparse
@@ -14,12 +19,59 @@ import sys
 import time
 
 
+def run_tp(a):
+    import json
+    import os
+    import tempfile
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", "design.md")
+    words = open(src, encoding="utf-8").read().split()[:1100]
+    with tempfile.TemporaryDirectory() as tmp:
+        prompt = os.path.join(tmp, "prompt.txt")
+        with open(prompt, "w", encoding="utf-8") as f:
+            f.write(" ".join(words))
+        common = ["run", "--model", a.model, "-t", "1", "-f", prompt, "-n", "32", "-q",
+                  "--keep-ratio", "0.5"]
+        one = subprocess.run([a.cli] + common + ["--json", os.path.join(tmp, "tp1.json")],
+                             capture_output=True, text=True, timeout=300)
+        print(one.stderr[-2000:])
+        if one.returncode != 0:
+            print("FAIL: the TP 1 run failed")
+            return 1
+        cmd = [a.mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "2", a.cli] + common + [
+            "--tensor-parallel", "2", "--json", os.path.join(tmp, "tp2.json")]
+        t0 = time.time()
+        two = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        print(two.stderr[-3000:])
+        print(f"TP 2: exit {two.returncode} after {time.time() - t0:.1f} s")
+        if two.returncode != 0:
+            print("FAIL: the TP 2 run failed")
+            return 1
+        r1 = json.load(open(os.path.join(tmp, "tp1.json")))
+        r2 = [json.load(open(os.path.join(tmp, "tp2.json"))),
+              json.load(open(os.path.join(tmp, "tp2.json.rank1")))]
+    kept = lambda r: [(k["layer"], k["kept"], k["alive"]) for k in r["uniprefill"]]
+    print("TP 1 kept", kept(r1), "peak RSS", round(r1["peak_rss_mib"]), "MiB")
+    for i, r in enumerate(r2):
+        print(f"TP 2 rank {i} kept", kept(r), "peak RSS", round(r["peak_rss_mib"]), "MiB")
+    ok = (all(r["tokens"] == r1["tokens"] for r in r2) and
+          all(kept(r) == kept(r1) for r in r2) and kept(r1) and
+          any(k[1] < k[2] for k in kept(r1)) and
+          two.stdout.count(r1["text"]) == 1)
+    print("tokens", r1["tokens"])
+    print("PASS" if ok else "FAIL")
+    return 0 if ok else 1
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--mpirun", required=True)
-    ap.add_argument("--binary", required=True)
-    ap.add_argument("--mode", required=True, choices=["collectives", "timeout", "fault"])
+    ap.add_argument("--binary")
+    ap.add_argument("--cli")
+    ap.add_argument("--model")
+    ap.add_argument("--mode", required=True, choices=["collectives", "timeout", "fault", "run"])
     a = ap.parse_args()
+    if a.mode == "run":
+        return run_tp(a)
     cmd = [a.mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "2", a.binary]
     if a.mode != "collectives":
         cmd.append("--" + a.mode)
