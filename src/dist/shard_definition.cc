@@ -87,6 +87,17 @@ Result<ModelDefinition> ShardDefinition(ModelDefinition full, const ShardPlan& p
       }
     }
   }
+  // Vocabulary-parallel embedding and head (tied or not): each rank holds its rows; the walk
+  // all-reduces the embedded rows (zeros outside a rank's range) and all-gathers the logits. A
+  // vocabulary that does not split evenly stays replicated.
+  if (c.vocab_size % plan.world == 0 && !d.token_embedding.is_random()) {
+    const int64_t per = c.vocab_size / plan.world;
+    d.vocab_begin = per * plan.rank;
+    d.vocab_end = per * (plan.rank + 1);
+    UP_ASSIGN_OR_RETURN(d.token_embedding,
+                        SliceOutputRows(d.token_embedding, d.vocab_begin, d.vocab_end));
+    UP_ASSIGN_OR_RETURN(d.head, SliceOutputRows(d.head, d.vocab_begin, d.vocab_end));
+  }
   c.n_heads = static_cast<int>(plan.q_heads.size());
   c.n_kv_heads = static_cast<int>(plan.kv_heads.size());
   c.ffn_hidden = static_cast<int>(plan.ffn.size());

@@ -5,7 +5,8 @@
 // columns. The config then says the local head and FFN counts, so caches and kernels size
 // themselves per rank. The layer walk all-reduces the attention and FFN outputs (row-parallel
 // partial sums) and the drop layers' block scores (model/transformer_model.cc).
-// Replicated: embedding, head, norms (the vocabulary split is not done yet).
+// Embedding and head: split by vocabulary rows when the vocabulary divides by the ranks (the walk
+// all-reduces the embedded rows and all-gathers the logits), else replicated. Norms: replicated.
 // Not yet: Gated DeltaNet and MoE layers (Unimplemented), random-weight presets.
 #pragma once
 

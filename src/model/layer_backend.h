@@ -67,6 +67,14 @@ class LayerBackend {
   virtual Status Moe(int layer) = 0;       // out = MoE(normed)
   // residual += out; the final norm; the logits of each request that wants them (its last row);
   // every cache committed.
+  // Tensor parallel: the rank's communicator (not owned), set once after the backend is made.
+  // With a vocabulary-split definition (ModelDefinition::vocab_sharded), Embed leaves the rank's
+  // embedded rows in out (zeros for other ranks' tokens; the walk then calls ReduceOut) and Finish
+  // all-gathers the logits over it.
+  virtual Status SetTensorParallel(dist::Communicator* comm) {
+    (void)comm;
+    return Unimplemented("tensor parallelism is not available on this backend yet");
+  }
   // Tensor parallel: out = the sum of every rank's out (the row-parallel o_proj / down partial
   // sums), before any post norm and the residual add.
   virtual Status ReduceOut(dist::Communicator& comm) {

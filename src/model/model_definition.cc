@@ -152,11 +152,12 @@ Status ModelDefinition::Check() const {
     return InvalidArgument("model definition: " + std::to_string(layers.size()) +
                            " layers for a config of " + std::to_string(c.n_layers));
   }
-  UP_RETURN_IF_ERROR(CheckLinear(token_embedding, c.vocab_size, H, "the token embedding"));
+  const int64_t vocab_rows = vocab_sharded() ? vocab_end - vocab_begin : c.vocab_size;
+  UP_RETURN_IF_ERROR(CheckLinear(token_embedding, vocab_rows, H, "the token embedding"));
   if (token_embedding.parts.size() > 1) {
     return InvalidArgument("model definition: the token embedding must be one tensor");
   }
-  UP_RETURN_IF_ERROR(CheckLinear(head, c.vocab_size, H, "the output head"));
+  UP_RETURN_IF_ERROR(CheckLinear(head, vocab_rows, H, "the output head"));
   if (static_cast<int64_t>(output_norm.size()) != H) {
     return InvalidArgument("model definition: the output norm has the wrong length");
   }

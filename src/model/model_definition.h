@@ -45,6 +45,10 @@ struct ModelDefinition {
   std::vector<float> output_norm;     // f32 [hidden]
   ops::LinearWeight head;             // [vocab, hidden]; the embedding when config.tied_embeddings
   std::vector<LayerDefinition> layers;
+  // Tensor parallel with the vocabulary split (dist/shard_definition.h): token_embedding and head
+  // hold rows [vocab_begin, vocab_end) of the vocabulary; both 0: every row.
+  int64_t vocab_begin = 0, vocab_end = 0;
+  bool vocab_sharded() const { return vocab_end > vocab_begin; }
   std::vector<std::shared_ptr<void>> owners;  // mapped files / host buffers the weights point into
   size_t host_copy_bytes = 0;  // dequantised f32 copies (LoadOptions::f32_prefill_weights)
 

@@ -62,6 +62,7 @@ Status TransformerModel::Walk(std::span<const SequenceStep> steps,
   const ModelConfig& c = def_->config;
   const bool tensor_parallel = comm_ != nullptr && comm_->world_size() > 1;
   UP_RETURN_IF_ERROR(clock.Run(WalkPhase::kEmbed, [&] { return backend_->Embed(); }));
+  if (tensor_parallel && def_->vocab_sharded()) UP_RETURN_IF_ERROR(backend_->ReduceOut(*comm_));
   size_t next_drop = 0;
   for (int i = 0; i < c.n_layers; ++i) {
     const LayerDefinition& L = def_->layers[i];
@@ -135,6 +136,9 @@ Result<std::unique_ptr<Model>> MakeModel(ModelDefinition definition, DeviceConte
     UP_ASSIGN_OR_RETURN(backend, MakeCudaBackend(*def, ctx, options));
   } else {
     UP_ASSIGN_OR_RETURN(backend, MakeCpuBackend(*def));
+  }
+  if (comm != nullptr && comm->world_size() > 1) {
+    UP_RETURN_IF_ERROR(backend->SetTensorParallel(comm));
   }
   return std::unique_ptr<Model>(
       std::make_unique<TransformerModel>(std::move(def), std::move(backend), comm));

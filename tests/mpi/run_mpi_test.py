@@ -10,7 +10,8 @@ timeout in the AllReduce, or mpirun stopping it after rank 1's exit), and no han
 run: `uniprefill run` of a ~1,500-token prompt (this repository's design notes), 32 greedy tokens,
 UniPrefill keep 0.5 at the model's default drop layers, once alone (TP 1) and once as
 `mpirun -np 2 ... --tensor-parallel 2`: both ranks and TP 1 must give the same tokens and the same
-kept counts at every drop; only rank 0 prints the text; each rank's peak RSS is printed. Flags: --allow-run-as-root (CI runs as root), --oversubscribe
+kept counts at every drop; only rank 0 prints the text; each rank's peak RSS is printed (and must
+stay below one process's: each holds half the heads, FFN columns and vocabulary rows). Flags: --allow-run-as-root (CI runs as root), --oversubscribe
 (2 ranks may exceed the cores mpirun counts).
 """
 import argparse
@@ -56,7 +57,8 @@ def run_tp(a):
     ok = (all(r["tokens"] == r1["tokens"] for r in r2) and
           all(kept(r) == kept(r1) for r in r2) and kept(r1) and
           any(k[1] < k[2] for k in kept(r1)) and
-          two.stdout.count(r1["text"]) == 1)
+          two.stdout.count(r1["text"]) == 1 and
+          all(r["peak_rss_mib"] < r1["peak_rss_mib"] for r in r2))
     print("tokens", r1["tokens"])
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1

@@ -63,8 +63,31 @@ class CpuBackend final : public LayerBackend {
 
   Status Embed() override {
     if (batch_.rows() == 0) return OkStatus();  // only later segments' chunks
-    ops::Embedding(*ctx_, batch_.x(), def_.token_embedding.parts[0], batch_.token_ids().data(),
-                   c_.embedding_scale);
+    if (!def_.vocab_sharded()) {
+      ops::Embedding(*ctx_, batch_.x(), def_.token_embedding.parts[0], batch_.token_ids().data(),
+                     c_.embedding_scale);
+      return OkStatus();
+    }
+    // Vocabulary-parallel: this rank embeds the tokens in its rows into out (x stays zero), the
+    // walk sums out over the ranks and NormInput adds it to x.
+    NewOut();
+    std::vector<int32_t> rows, local_ids;
+    const std::vector<int32_t>& ids = batch_.token_ids();
+    for (int r = 0; r < batch_.rows(); ++r) {
+      if (ids[r] >= def_.vocab_begin && ids[r] < def_.vocab_end) {
+        rows.push_back(r);
+        local_ids.push_back(static_cast<int32_t>(ids[r] - def_.vocab_begin));
+      }
+    }
+    if (rows.empty()) return OkStatus();
+    const int64_t n = static_cast<int64_t>(rows.size());
+    Buffer mine(sizeof(float) * n * c_.hidden);
+    ops::Embedding(*ctx_, mine.View(DType::kF32, {n, c_.hidden}), def_.token_embedding.parts[0],
+                   local_ids.data(), c_.embedding_scale);
+    for (int64_t i = 0; i < n; ++i) {
+      std::memcpy(out_.as<float>() + static_cast<int64_t>(rows[i]) * c_.hidden,
+                  mine.as<float>() + i * c_.hidden, sizeof(float) * c_.hidden);
+    }
     return OkStatus();
   }
 
@@ -156,6 +179,11 @@ class CpuBackend final : public LayerBackend {
     return OkStatus();
   }
 
+  Status SetTensorParallel(dist::Communicator* comm) override {
+    comm_ = comm;
+    return OkStatus();
+  }
+
   Status ReduceOut(dist::Communicator& comm) override {
     if (!has_out_ || batch_.rows() == 0) return OkStatus();
     return comm.AllReduce(out_.as<float>(), static_cast<int64_t>(batch_.rows()) * c_.hidden,
@@ -179,7 +207,24 @@ class CpuBackend final : public LayerBackend {
       TensorView hv = h.View(DType::kF32, {R, H});  // f32 [R, hidden]
       ops::GatherRows(*ctx_, hv, batch_.x(), last.data());
       ops::RmsNorm(*ctx_, hv, hv, def_.output_norm.data(), c_.rms_eps);
-      ops::Linear(*ctx_, logits.View(DType::kF32, {R, V}), hv, def_.head);
+      if (!def_.vocab_sharded()) {
+        ops::Linear(*ctx_, logits.View(DType::kF32, {R, V}), hv, def_.head);
+      } else {
+        // Vocabulary-parallel head: this rank's columns [R, V / N], gathered from every rank as
+        // [N, R, V / N], then laid out as [R, V].
+        if (comm_ == nullptr) return Internal("a vocabulary-split model without a communicator");
+        const int64_t Vl = def_.vocab_end - def_.vocab_begin, N = comm_->world_size();
+        Buffer mine(sizeof(float) * R * Vl), all(sizeof(float) * N * R * Vl);
+        ops::Linear(*ctx_, mine.View(DType::kF32, {R, Vl}), hv, def_.head);
+        UP_RETURN_IF_ERROR(comm_->AllGather(mine.data(), all.data(),
+                                            static_cast<int64_t>(sizeof(float)) * R * Vl));
+        for (int64_t q = 0; q < N; ++q) {
+          for (int64_t i = 0; i < R; ++i) {
+            std::memcpy(logits.as<float>() + i * V + q * Vl, all.as<float>() + (q * R + i) * Vl,
+                        sizeof(float) * Vl);
+          }
+        }
+      }
       for (int64_t i = 0; i < R; ++i) {
         std::memcpy(steps_[wanted[i]].logits, logits.as<float>() + i * V, sizeof(float) * V);
       }
@@ -242,6 +287,7 @@ class CpuBackend final : public LayerBackend {
   WindowMode window_mode_ = WindowMode::kAliveIndex;
   PackedBatch batch_;
   Buffer normed_;  // f32 [rows, hidden]: the current block's normalised input
+  dist::Communicator* comm_ = nullptr;  // tensor parallel (not owned)
   Buffer out_;     // f32 [rows, hidden]: the last block's output, not yet added to x
   bool has_out_ = false;
 };
