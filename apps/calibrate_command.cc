@@ -167,6 +167,11 @@ int CalibrateCommand(const CalibrateOptions& o) {
   eo.model_path = ResolveModelArgument(o.model);
   eo.threads = o.threads;
   o.device.ApplyTo(eo);
+  if (eo.tensor_parallel > 1) {
+    std::fprintf(stderr, "error: --tensor-parallel is supported by `run` only so far (calibrate "
+                         "would write its files from every rank)\n");
+    return 1;
+  }
   auto loaded = Engine::Load(eo);
   if (!loaded.ok()) {
     std::fprintf(stderr, "error: %s\n", loaded.status().message().c_str());

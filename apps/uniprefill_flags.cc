@@ -77,7 +77,7 @@ void AddDeviceFlags(CLI::App& cmd, DeviceFlags& flags) {
   cmd.add_option("--tensor-parallel", flags.tensor_parallel,
                  "Tensor-parallel ranks (CPU): run as `mpirun -np N uniprefill ... "
                  "--tensor-parallel N`; each rank holds 1/N of the heads and FFN columns (llama "
-                 "and gemma3 models), rank 0 prints")
+                 "and gemma3 models), rank 0 prints; `run` only so far")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
 }
@@ -95,6 +95,14 @@ std::unique_ptr<Engine> LoadComparisonEngine(const std::string& model, int threa
     return nullptr;
   }
   eo.uniprefill.enabled = true;
+  if (eo.tensor_parallel > 1) {
+    // Every rank would write the same report files; until one rank owns the outputs, only `run`
+    // (rank 0 prints, other ranks write PATH.rank<r>) runs tensor parallel.
+    std::fprintf(stderr,
+                 "error: --tensor-parallel is supported by `run` only so far (bench-prefill, "
+                 "eval and calibrate would write their files from every rank)\n");
+    return nullptr;
+  }
   auto engine = Engine::Load(eo);
   if (!engine.ok()) {
     std::fprintf(stderr, "error: %s\n", engine.status().message().c_str());

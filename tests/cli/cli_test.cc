@@ -82,6 +82,9 @@ TEST_F(CliTest, TensorParallelWithoutMpirunSaysHowToLaunch) {
                    "run it as `mpirun -np 2 uniprefill ...`");
   ExpectCleanError("run --model " + Tiny() + " --prompt hi --tensor-parallel 0",
                    "--tensor-parallel");
+  ExpectCleanError("bench-prefill --model " + Tiny() + " --random-tokens --lengths 64 "
+                   "--tensor-parallel 2",
+                   "supported by `run` only so far");
 }
 
 TEST_F(CliTest, NotAGgufFile) {
