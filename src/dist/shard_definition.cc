@@ -39,8 +39,7 @@ Status MakeF32Copy(ops::LinearWeight& w) {
 }  // namespace
 
 Result<ModelDefinition> ShardDefinition(ModelDefinition full, const ShardPlan& plan,
-                                        DeviceContext& ctx, bool make_f32_copies) {
-  (void)ctx;
+                                        bool make_f32_copies) {
   ModelDefinition d = std::move(full);
   if (plan.world == 1) return d;
   ModelConfig& c = d.config;

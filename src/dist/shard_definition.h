@@ -10,7 +10,6 @@
 // Not yet: Gated DeltaNet and MoE layers (Unimplemented), random-weight presets.
 #pragma once
 
-#include "core/device_context.h"
 #include "core/status.h"
 #include "dist/shard_plan.h"
 #include "model/model_definition.h"
@@ -20,6 +19,6 @@ namespace uniprefill::dist {
 // `make_f32_copies`: dequantise the rank's linear weights to f32 for many-row GEMMs, as
 // LoadOptions::f32_prefill_weights does for a whole model (load the full definition without them).
 Result<ModelDefinition> ShardDefinition(ModelDefinition full, const ShardPlan& plan,
-                                        DeviceContext& ctx, bool make_f32_copies);
+                                        bool make_f32_copies);
 
 }  // namespace uniprefill::dist

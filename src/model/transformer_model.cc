@@ -126,7 +126,7 @@ Result<std::unique_ptr<Model>> MakeModel(ModelDefinition definition, DeviceConte
     }
     UP_ASSIGN_OR_RETURN(dist::ShardPlan plan,
                         dist::PlanShards(definition.config, comm->rank(), comm->world_size()));
-    UP_ASSIGN_OR_RETURN(definition, dist::ShardDefinition(std::move(definition), plan, ctx,
+    UP_ASSIGN_OR_RETURN(definition, dist::ShardDefinition(std::move(definition), plan,
                                                           options.f32_prefill_weights));
   }
   UP_RETURN_IF_ERROR(definition.Check());
