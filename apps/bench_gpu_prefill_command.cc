@@ -76,6 +76,11 @@ CLI::App* AddBenchGpuPrefillCommand(CLI::App& bench_group, BenchGpuPrefillOption
                   "ours (the engine's flash attention) or cudnn (as auto; no cuDNN is an error)")
       ->check(CLI::IsMember({"auto", "ours", "cudnn"}))
       ->capture_default_str();
+  cmd->add_option("--moe-gemm", o.moe_gemm,
+                  "MoE expert GEMMs: ours (our grouped mma.sync kernel, sync-free: the product's) "
+                  "or library (cuBLAS grouped GEMM after one host sync per MoE layer)")
+      ->check(CLI::IsMember({"ours", "library"}))
+      ->capture_default_str();
   cmd->add_option("--chunk-tokens", o.chunk_tokens,
                   "Also run each mode as a chunked prefill of at most this many rows per request "
                   "and forward, as serve's --max-batched-tokens cuts it (UniPrefill: "
@@ -89,6 +94,10 @@ CLI::App* AddBenchGpuPrefillCommand(CLI::App& bench_group, BenchGpuPrefillOption
   cmd->add_flag("--phases", o.phases,
                 "After the timed runs, one more run per row with a device sync after every step "
                 "of the layer walk: where the time goes (attention, FFN, norms, exchange...)");
+  cmd->add_flag("--serving-graphs", o.serving_graphs,
+                "Prepare the model as serve does (Model::PrepareServing with --chunk-tokens, or "
+                "the longest context, as the step budget and the longest context as the "
+                "context): cuDNN graphs keyed by those sizes, built before the runs");
   cmd->add_option("--commit", o.commit, "Commit id recorded in the JSON");
   cmd->add_option("--json", o.json_out, "Write the results as JSON here");
   cmd->footer(
@@ -311,6 +320,7 @@ struct BenchModel {
   int n_experts = 0;
   std::vector<double> dense_flops;  // per context of the points, one request
   std::unique_ptr<Model> model;
+  double prepare_serving_s = 0;  // --serving-graphs: Model::PrepareServing's wall time
 };
 
 Result<BenchModel> BuildModel(const BenchGpuPrefillOptions& o, const Points& p,
@@ -334,6 +344,7 @@ Result<BenchModel> BuildModel(const BenchGpuPrefillOptions& o, const Points& p,
   LoadOptions lo;
   // --attention was checked against the names by CLI11.
   lo.gpu_attention = GpuAttentionFromName(o.attention).value_or(GpuAttention::kAuto);
+  lo.gpu_moe_gemm = o.moe_gemm == "library" ? GpuMoeGemm::kLibrary : GpuMoeGemm::kOurs;
   UP_ASSIGN_OR_RETURN(b.model, MakeModel(std::move(def), ctx, lo));
   // The pool as serve fixes it: blocks of --kv-block-tokens, enough for the largest point.
   int64_t blocks = 0;
@@ -345,6 +356,14 @@ Result<BenchModel> BuildModel(const BenchGpuPrefillOptions& o, const Points& p,
   }
   UP_RETURN_IF_ERROR(b.model->FixCachePool(static_cast<int>(blocks), o.kv_block_tokens));
   UP_CUDA_CHECK(cudaDeviceSynchronize());  // the weights are filled on the device's stream
+  if (o.serving_graphs) {
+    const int64_t longest = *std::max_element(p.contexts.begin(), p.contexts.end());
+    const auto start = std::chrono::steady_clock::now();
+    UP_RETURN_IF_ERROR(b.model->PrepareServing(
+        static_cast<int>(o.chunk_tokens > 0 ? o.chunk_tokens : longest), static_cast<int>(longest)));
+    b.prepare_serving_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
   return b;
 }
 
@@ -426,6 +445,7 @@ nlohmann::json Summary(const BenchGpuPrefillOptions& o, const BenchModel& bm,
       {"commit", o.commit},
       {"shape", bm.preset},
       {"attention_kernel", o.attention},
+      {"moe_gemm", o.moe_gemm},
       {"model",
        "the product's model (MakeModel + Model::ForwardBatch, the walk serve and run use) on the "
        "CUDA backend, random bf16 weights made on the device (model/model_presets.h)"},
@@ -436,6 +456,8 @@ nlohmann::json Summary(const BenchGpuPrefillOptions& o, const BenchModel& bm,
       {"weight_bytes", bm.model->resident_weight_bytes()},
       {"drop_layers", bm.defaults.drop_layers},
       {"kv_block_tokens", o.kv_block_tokens},
+      {"serving_graphs", o.serving_graphs},
+      {"prepare_serving_s", bm.prepare_serving_s},
       {"uniprefill_origin", bm.defaults.origin},
       {"ttft_timing",
        "host wall clock around Model::ForwardBatch (it ends with a device sync), after a "

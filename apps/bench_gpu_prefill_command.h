@@ -26,7 +26,9 @@ struct BenchGpuPrefillOptions {
   int chunk_tokens = 0;       // > 0: also chunked prefills of this many rows per request
   int kv_block_tokens = 16;   // the device KV pool's block size (serve's default)
   bool phases = false;        // one more run per row, the walk timed step by step
+  bool serving_graphs = false;  // Model::PrepareServing(chunk or longest context, longest)
   std::string attention = "auto";  // prefill attention kernel: ours or cudnn (LoadOptions)
+  std::string moe_gemm = "ours";   // MoE expert GEMMs: ours or library (LoadOptions)
   std::string commit;         // recorded in the JSON
   std::string json_out;
 };

@@ -290,6 +290,10 @@ int ServeCommand(const ServeOptions& o) {
     return 1;
   }
   std::unique_ptr<BatchEngine> batch = std::move(*batch_or);
+  if (batch->prepare_seconds() > 0.05) {
+    std::fprintf(stderr, "serving: attention graphs for the step budget built in %.1f s\n",
+                 batch->prepare_seconds());
+  }
 
   server::ServerConfig sc;
   sc.host = o.host;

@@ -138,6 +138,9 @@ class BatchEngine {
   ServingMetrics Metrics() const;
   const ServingOptions& options() const;
   Engine& engine() const;
+  // Seconds Start spent preparing the model for the step budget (Model::PrepareServing: a GPU
+  // model builds its attention graphs there, so no served step waits for one).
+  double prepare_seconds() const;
 
  private:
   struct Impl;

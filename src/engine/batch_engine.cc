@@ -138,6 +138,7 @@ struct BatchEngine::Impl {
   std::unordered_map<int64_t, RequestId> by_public_id;
   std::deque<std::pair<Clock::time_point, int64_t>> recent_tokens;  // (step end, tokens sampled)
   ServingMetrics counters;  // the engine thread's running totals, copied into `metrics`
+  double prepare_s = 0;      // Model::PrepareServing's wall time at Start
   std::thread thread;
 
   void Run();
@@ -173,6 +174,12 @@ Result<std::unique_ptr<BatchEngine>> BatchEngine::Start(Engine& engine,
   impl->capacity.emplace(spec, size);
   if (on_device) {
     UP_RETURN_IF_ERROR(core.model->FixCachePool(size.num_blocks, size.block_tokens));
+    if (options.chunked_prefill) {  // whole prompts keep their power-of-two graphs
+      const auto start = std::chrono::steady_clock::now();
+      UP_RETURN_IF_ERROR(core.model->PrepareServing(options.max_batched_tokens, core.context_size));
+      impl->prepare_s =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
   } else {
     impl->arena = std::make_unique<KvArena>(impl->layout, size);
   }
@@ -204,6 +211,7 @@ BatchEngine::~BatchEngine() {
 }
 
 const ServingOptions& BatchEngine::options() const { return impl_->options; }
+double BatchEngine::prepare_seconds() const { return impl_->prepare_s; }
 Engine& BatchEngine::engine() const { return impl_->engine; }
 
 ServingMetrics BatchEngine::Metrics() const {

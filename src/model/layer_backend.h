@@ -65,8 +65,14 @@ class LayerBackend {
   virtual Status DeltaNet(int layer) = 0;  // out = Gated DeltaNet(normed)
   virtual Status GatedFfn(int layer) = 0;  // out = gated MLP(normed)
   virtual Status Moe(int layer) = 0;       // out = MoE(normed)
-  // residual += out; the final norm; the logits of each request that wants them (its last row);
-  // every cache committed.
+  // Serving: no step will hold more than max_step_rows prefill rows of a request, and no request
+  // more than max_context tokens. A backend may prepare for those sizes before the first request
+  // (the CUDA backend builds and autotunes its cuDNN attention graphs for them, so no served step
+  // waits for a build). Called once, before any forward.
+  virtual Status PrepareServing(int max_step_rows, int max_context) {
+    (void)max_step_rows, (void)max_context;
+    return OkStatus();
+  }
   // Tensor parallel: the rank's communicator (not owned), set once after the backend is made.
   // With a vocabulary-split definition (ModelDefinition::vocab_sharded), Embed leaves the rank's
   // embedded rows in out (zeros for other ranks' tokens; the walk then calls ReduceOut) and Finish
@@ -81,6 +87,8 @@ class LayerBackend {
     (void)comm;
     return Unimplemented("tensor parallelism is not available on this backend yet");
   }
+  // residual += out; the final norm; the logits of each request that wants them (its last row);
+  // every cache committed.
   virtual Status Finish() = 0;
   // Waits until every step issued so far has run (a device backend's stream; walk timing only).
   virtual Status Synchronize() { return OkStatus(); }

@@ -78,6 +78,13 @@ class Model {
     return OkStatus();
   }
 
+  // Serving: steps hold at most max_step_rows prefill rows per request and requests at most
+  // max_context tokens; a device model prepares for those sizes (LayerBackend::PrepareServing).
+  virtual Status PrepareServing(int max_step_rows, int max_context) {
+    (void)max_step_rows, (void)max_context;
+    return OkStatus();
+  }
+
   // One request, dense (no drop layers).
   Status Forward(DeviceContext& ctx, std::span<const int32_t> tokens, SequenceCache& cache,
                  float* logits, const ProgressFn& progress = nullptr);
@@ -96,6 +103,11 @@ enum class GpuAttention { kAuto, kOurs, kCudnn };
 // "auto" (or empty), "ours", "cudnn" -> the kernel choice; nullopt for any other name.
 std::optional<GpuAttention> GpuAttentionFromName(const std::string& name);
 
+// Which kernels run the GPU's MoE expert GEMMs (ops/cuda/cuda_moe.h, MoeGemm): our grouped
+// mma.sync kernel (sync-free, batch-invariant rows; the default) or the libraries' (cuBLAS grouped
+// GEMM after one host sync per MoE layer; measured only 3% faster on an H200, for comparisons).
+enum class GpuMoeGemm { kOurs, kLibrary };
+
 struct LoadOptions {
   // Dequantise linear weights to f32 for fast many-token GEMMs (prefill). Costs ~4 bytes per
   // weight of memory; off means every matmul runs fused on the quantised weights.
@@ -105,6 +117,7 @@ struct LoadOptions {
   bool f32_decode = false;
   DeltaRuleChoice gpu_delta_rule = DeltaRuleChoice::kAuto;  // GPU only
   GpuAttention gpu_attention = GpuAttention::kAuto;         // GPU only
+  GpuMoeGemm gpu_moe_gemm = GpuMoeGemm::kOurs;               // GPU only
   // GPU only: run each decode step (every request one token, none fresh) as a CUDA graph: the
   // step is captured, the batch size's executable graph updated with it and launched. Off by
   // default: measured slower on an H200 (8B shape, 32 x 1K: 9.82 vs 8.93 ms per step), because

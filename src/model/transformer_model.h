@@ -39,6 +39,9 @@ class TransformerModel final : public Model {
   Status FixCachePool(int num_blocks, int block_tokens) override {
     return backend_->FixCachePool(CacheLayoutFor({}), num_blocks, block_tokens);
   }
+  Status PrepareServing(int max_step_rows, int max_context) override {
+    return backend_->PrepareServing(max_step_rows, max_context);
+  }
   Status ForwardBatch(DeviceContext& ctx, std::span<const SequenceStep> steps,
                       const UniPrefillConfig& uniprefill, const ProgressFn& progress = nullptr,
                       ForwardStats* stats = nullptr) override;

@@ -384,8 +384,12 @@ Status CudaBackend::GatedFfn(int layer) {
 Status CudaBackend::Moe(int layer) {
   if (rows_ == 0) return OkStatus();
   const int64_t T = rows_, H = cfg_.hidden;
+  // A captured decode step must not sync: our kernel there whatever was asked.
+  const oc::MoeGemm gemm = !capturing_ && moe_gemm_ == GpuMoeGemm::kLibrary
+                               ? oc::MoeGemm::kLibrary
+                               : oc::MoeGemm::kOurs;
   oc::MoeForward(ctx_, out_.View(DType::kBF16, {T, H}), normed_.View(DType::kBF16, {T, H}),
-                 layers_[layer].moe->View(), moe_scratch_.data(), moe_scratch_.size());
+                 layers_[layer].moe->View(), moe_scratch_.data(), moe_scratch_.size(), gemm);
   has_out_ = true;
   return OkStatus();
 }
@@ -635,9 +639,8 @@ Result<std::unique_ptr<LayerBackend>> MakeCudaBackend(const ModelDefinition& def
   if (ctx.device() != Device::kCuda) {
     return InvalidArgument("MakeCudaBackend needs a CUDA context");
   }
-  auto backend =
-      std::make_unique<cuda_backend::CudaBackend>(definition, ctx, options.gpu_delta_rule,
-                                                  options.gpu_decode_graphs);
+  auto backend = std::make_unique<cuda_backend::CudaBackend>(
+      definition, ctx, options.gpu_delta_rule, options.gpu_decode_graphs, options.gpu_moe_gemm);
   UP_RETURN_IF_ERROR(backend->Load(options.progress, options.gpu_attention));
   return std::unique_ptr<LayerBackend>(std::move(backend));
 }

@@ -73,8 +73,8 @@ struct Req {
 class CudaBackend final : public LayerBackend {
  public:
   CudaBackend(const ModelDefinition& def, DeviceContext& ctx, DeltaRuleChoice delta_rule,
-              bool decode_graphs)
-      : def_(def), ctx_(ctx), cfg_(def.config), delta_rule_(delta_rule),
+              bool decode_graphs, GpuMoeGemm moe_gemm)
+      : def_(def), ctx_(ctx), cfg_(def.config), delta_rule_(delta_rule), moe_gemm_(moe_gemm),
         decode_graphs_(decode_graphs) {}
   ~CudaBackend() override;
 
@@ -105,6 +105,7 @@ class CudaBackend final : public LayerBackend {
   Status GatedFfn(int layer) override;
   Status Moe(int layer) override;
   Status ExchangeSegmentRows(int segment) override;
+  Status PrepareServing(int max_step_rows, int max_context) override;
   bool supports_segment_chunks() const override { return true; }
   Status Finish() override;
   void Abandon() override;
@@ -152,7 +153,16 @@ class CudaBackend final : public LayerBackend {
                             const KeptQueries& kq, const ops::AttentionParams& params);
   // Whether a cuDNN call ran; false (said once on stderr) when the engine's own kernel must run
   // instead: for this shape from now on, or for every shape when a plan failed to run.
+  // CudnnPrefill's one call for requests `which` (rows_bucket: CudnnVarlen::rows_bucket).
+  Result<bool> CudnnPrefillSet(const std::vector<int>& which, const TensorView& q,
+                               const TensorView& k, const TensorView& v, const TensorView& attn,
+                               const KeptQueries& kq, const ops::AttentionParams& params,
+                               int rows_bucket);
   bool CudnnRan(const Status& st, const char* what);
+  // PrepareServing: builds the prefix graph of layer L's shape by one RunPrefix of q's rows (the
+  // last of K zero keys) into attn; vb holds q's and attn's offsets.
+  Status WarmPrefixGraph(const AttentionLayer& L, const TensorView& q, const TensorView& attn,
+                         const ops::cuda::CudnnVarlen& vb, int64_t K, int max_context);
   // cuDNN's fused attention (CudnnAttention::RunPrefix) for requests `which` whose query rows are
   // the newest entries of layer li's cache (chunks of a prefill over its earlier chunks, full
   // attention), over the entries copied out of the KV pool into prefix_kv_. false when cuDNN
@@ -210,6 +220,7 @@ class CudaBackend final : public LayerBackend {
   float embedding_scale_ = 1.0f;
   bool has_linear_ = false;  // any Gated DeltaNet layer (state slots needed)
   DeltaRuleChoice delta_rule_ = DeltaRuleChoice::kAuto;  // LoadOptions::gpu_delta_rule
+  GpuMoeGemm moe_gemm_ = GpuMoeGemm::kOurs;              // LoadOptions::gpu_moe_gemm
   std::unique_ptr<ops::cuda::CudnnAttention> cudnn_;    // LoadOptions::gpu_attention (null: ours)
   DeviceBuffer output_norm_;
   std::vector<Layer> layers_;
@@ -224,6 +235,10 @@ class CudaBackend final : public LayerBackend {
   // bf16 [2 (K, V), keys, kv_dim]: chunks' cached prefixes copied out of the pool (sized by the
   // longest prefix of a step, not by the step budget).
   DeviceBuffer prefix_kv_;
+  // Serving (PrepareServing; 0: not serving): cuDNN graphs keyed by the step budget (query rows)
+  // and the context (prefix rows) instead of powers of two, so a server meets only graphs it
+  // built before its first request. Fresh requests then run cuDNN one at a time (batch 1).
+  int serve_rows_bucket_ = 0, serve_kv_bucket_ = 0;
   int cur_ = 0;  // live residual buffer
   PinnedStaging staging_;
 

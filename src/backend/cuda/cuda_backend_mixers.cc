@@ -87,6 +87,24 @@ Result<bool> CudaBackend::CudnnPrefill(const std::vector<int>& which, const Tens
                                        const TensorView& k, const TensorView& v,
                                        const TensorView& attn, const KeptQueries& kq,
                                        const ops::AttentionParams& params) {
+  int max_rows = 0;
+  for (int r : which) max_rows = std::max(max_rows, kq.len[r]);
+  // Serving (PrepareServing): one request per call on the budget's graph, built before serving.
+  if (serve_rows_bucket_ > 0 && max_rows <= serve_rows_bucket_) {
+    for (int r : which) {
+      UP_ASSIGN_OR_RETURN(bool ran, CudnnPrefillSet({r}, q, k, v, attn, kq, params,
+                                                    serve_rows_bucket_));
+      if (!ran) return false;  // the caller's fallback recomputes every request of `which`
+    }
+    return true;
+  }
+  return CudnnPrefillSet(which, q, k, v, attn, kq, params, 0);
+}
+
+Result<bool> CudaBackend::CudnnPrefillSet(const std::vector<int>& which, const TensorView& q,
+                                          const TensorView& k, const TensorView& v,
+                                          const TensorView& attn, const KeptQueries& kq,
+                                          const ops::AttentionParams& params, int rows_bucket) {
   cudaStream_t stream = ctx_.cuda().stream();
   const int fresh = static_cast<int>(which.size());
   std::vector<int32_t> begin(fresh + 1), len(fresh);
@@ -100,8 +118,11 @@ Result<bool> CudaBackend::CudnnPrefill(const std::vector<int>& which, const Tens
   ops::cuda::CudnnVarlen vb;
   vb.batch = fresh;
   vb.max_rows = max_rows;
+  vb.rows_bucket = rows_bucket;
   if (bounded_) {
-    vb.seq_len = d_counts_;  // true counts; the rest of each capacity is padding
+    // True counts (the rest of each capacity is padding): fresh requests come first, so `which`
+    // is 0..fresh-1 or, one at a time, a single request.
+    vb.seq_len = d_counts_ + which[0];
   } else {
     UP_ASSIGN_OR_RETURN(vb.seq_len, staging_.Put(len, stream));
   }
@@ -172,9 +193,8 @@ Result<bool> CudaBackend::CudnnPrefixPrefill(int li, int hkv, const std::vector<
   const TensorView v = Heads(v_data, keys, hkv, d, kv_dim);
   // One call per request: graphs are keyed by batch size, query-row bucket and key-row bucket,
   // and a server's mix of chunks would otherwise meet every batch size too; each graph's first
-  // build autotunes and stalls its step. (Keying by the caches' capacity instead of the prefix's
-  // power of two, CudnnPrefixBatch::kv_rows_bucket, would leave one graph per query bucket; it
-  // passes its tests but its speed is not measured yet, so the buckets stay powers of two.)
+  // build autotunes and stalls its step. A server keys them by its budget and context instead
+  // (PrepareServing): one graph per attention shape, built before the first request.
   for (int i = 0; i < n; ++i) {
     ops::cuda::CudnnPrefixBatch pb;
     UP_ASSIGN_OR_RETURN(pb.q_len, staging_.Put(std::vector<int32_t>{q_len[i]}, stream));
@@ -191,6 +211,11 @@ Result<bool> CudaBackend::CudnnPrefixPrefill(int li, int hkv, const std::vector<
     pb.batch = 1;
     pb.max_q_rows = q_len[i];
     pb.max_kv_rows = kv_len[i];
+    // Serving: the graph PrepareServing built (a whole prompt beyond the budget: its own).
+    if (q_len[i] <= serve_rows_bucket_ && kv_len[i] <= serve_kv_bucket_) {
+      pb.q_rows_bucket = serve_rows_bucket_;
+      pb.kv_rows_bucket = serve_kv_bucket_;
+    }
     // On a failure the caller's fallback recomputes every request of `which`.
     if (!CudnnRan(cudnn_->RunPrefix(ctx_, attn, q, k, v, pb, params), "prefix attention")) {
       return false;

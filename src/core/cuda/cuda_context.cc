@@ -38,6 +38,8 @@ Result<std::unique_ptr<CudaContext>> CudaContext::Create(int device_index) {
   // copies and fills use, so a host copy after an op sees its result without an explicit sync.
   UP_CUDA_CHECK(cudaStreamCreate(&ctx->stream_));
   UP_CUBLAS_CHECK(cublasLtCreate(&ctx->blas_lt_));
+  UP_CUBLAS_CHECK(cublasCreate(&ctx->blas_));
+  UP_CUBLAS_CHECK(cublasSetStream(ctx->blas_, ctx->stream_));
   UP_ASSIGN_OR_RETURN(ctx->workspace_, DeviceBuffer::Allocate(kBlasWorkspaceBytes));
   return ctx;
 }
@@ -52,6 +54,7 @@ void DestroyBlasLtMatmulPlan(const BlasLtMatmulPlan& plan) {
 CudaContext::~CudaContext() {
   if (stream_) cudaStreamSynchronize(stream_);
   for (const auto& [key, plan] : plans_) DestroyBlasLtMatmulPlan(plan);
+  if (blas_) cublasDestroy(blas_);
   if (blas_lt_) cublasLtDestroy(blas_lt_);
   if (stream_) cudaStreamDestroy(stream_);
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cublasLt.h>
+#include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -49,6 +50,8 @@ class CudaContext {
   int device_index() const { return device_index_; }
   cudaStream_t stream() const { return stream_; }
   cublasLtHandle_t blas_lt() const { return blas_lt_; }
+  // cuBLAS (not Lt) for what cuBLASLt lacks: grouped GEMMs (ops/cuda/grouped_gemm.h). On stream().
+  cublasHandle_t blas() const { return blas_; }
   void* blas_workspace() const { return workspace_.data(); }
   size_t blas_workspace_bytes() const { return workspace_.size(); }
   const cudaDeviceProp& properties() const { return props_; }
@@ -71,6 +74,7 @@ class CudaContext {
   int device_index_ = 0;
   cudaStream_t stream_ = nullptr;
   cublasLtHandle_t blas_lt_ = nullptr;
+  cublasHandle_t blas_ = nullptr;
   DeviceBuffer workspace_;
   cudaDeviceProp props_{};
   mutable std::mutex plans_mu_;

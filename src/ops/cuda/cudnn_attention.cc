@@ -108,6 +108,15 @@ int64_t Bucket(int64_t rows) {
   return b;
 }
 
+// The caller's fixed bucket when it gives one (it must hold `rows`), else the power of two.
+Result<int64_t> BucketOr(int64_t given, int64_t rows, const char* what) {
+  if (given <= 0) return Bucket(rows);
+  if (given < rows) {
+    return InvalidArgument(std::string("cuDNN attention: ") + what + " below the longest sequence");
+  }
+  return given;
+}
+
 Status FromFe(fe::error_t e, const char* what) {
   if (e.is_good()) return OkStatus();
   return Unimplemented(std::string("cuDNN attention: ") + what + ": " + e.get_message());
@@ -272,7 +281,7 @@ class CudnnAttentionImpl final : public CudnnAttention {
     GraphKey key;
     key.kind = Kind::kSelf;
     key.batch = batch.batch;
-    key.max_rows = Bucket(batch.max_rows);
+    UP_ASSIGN_OR_RETURN(key.max_rows, BucketOr(batch.rows_bucket, batch.max_rows, "rows_bucket"));
     key.hq = q.dim(1);
     key.hkv = k.dim(1);
     key.d = q.dim(2);
@@ -336,12 +345,10 @@ class CudnnAttentionImpl final : public CudnnAttention {
     GraphKey key;
     key.kind = Kind::kPrefix;
     key.batch = batch.batch;
-    key.max_rows = Bucket(batch.max_q_rows);
-    if (batch.kv_rows_bucket > 0 && batch.kv_rows_bucket < batch.max_kv_rows) {
-      return InvalidArgument("cuDNN attention: kv_rows_bucket below the longest prefix");
-    }
-    key.max_kv_rows =
-        batch.kv_rows_bucket > 0 ? batch.kv_rows_bucket : Bucket(batch.max_kv_rows);
+    UP_ASSIGN_OR_RETURN(key.max_rows,
+                        BucketOr(batch.q_rows_bucket, batch.max_q_rows, "q_rows_bucket"));
+    UP_ASSIGN_OR_RETURN(key.max_kv_rows,
+                        BucketOr(batch.kv_rows_bucket, batch.max_kv_rows, "kv_rows_bucket"));
     key.hq = q.dim(1);
     key.hkv = k.dim(1);
     key.d = q.dim(2);

@@ -65,6 +65,9 @@ struct CudnnVarlen {
   const int32_t* o_offsets = nullptr;
   int batch = 0;
   int max_rows = 0;  // the longest sequence's rows
+  // The rows the graph is built for (>= max_rows; 0: max_rows rounded up to a power of two). A
+  // server passes its step budget, so every chunk size shares one graph built before it serves.
+  int rows_bucket = 0;
 };
 
 // Queries over paged caches (RunPaged). Sequence b's queries are rows [q_begin[b], q_begin[b] +
@@ -96,6 +99,9 @@ struct CudnnPrefixBatch {
   // two). A caller whose prefixes grow chunk by chunk passes its caches' capacity, so one graph
   // (built and autotuned once) serves every prefix length instead of one per power of two.
   int kv_rows_bucket = 0;
+  // The query rows the graph is built for (>= max_q_rows; 0: a power of two), as
+  // CudnnVarlen::rows_bucket.
+  int q_rows_bucket = 0;
 };
 
 // offsets[b] = row_begin[b] * row_stride, b <= batch (host).

@@ -18,6 +18,9 @@
 #include <algorithm>
 #include <cassert>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
 #include <cub/block/block_scan.cuh>
 
 #include "core/cuda/cuda_check.h"
@@ -25,6 +28,7 @@
 #include "ops/cuda/cuda_dense_ops.h"
 #include "ops/cuda/cuda_moe.h"
 #include "ops/cuda/flash_attention_mma.cuh"
+#include "ops/cuda/grouped_gemm.h"
 
 namespace uniprefill::ops::cuda {
 namespace {
@@ -451,7 +455,7 @@ Dims DimsOf(int64_t rows, const MoeDeviceWeights& w) {
 struct Layout {
   size_t logits = 0, choice_expert = 0, choice_weight = 0, counts = 0, offsets = 0,
          tile_offsets = 0, fill = 0, slot_row = 0, choice_slot = 0, gu = 0, y = 0, shared_gu = 0,
-         shared_y = 0, total = 0;
+         shared_y = 0, group_ptrs = 0, total = 0;
 };
 
 Layout LayoutOf(const Dims& d) {
@@ -476,6 +480,7 @@ Layout LayoutOf(const Dims& d) {
   l.y = take(2 * p * d.h);
   l.shared_gu = take(2 * d.t * 2 * d.shared_inter);
   l.shared_y = take(2 * d.t * d.h);
+  l.group_ptrs = take(2 * GroupedGemmScratchBytes(d.e));  // two calls' pointer arrays
   l.total = at;
   return l;
 }
@@ -492,70 +497,13 @@ size_t MoeScratchBytes(int64_t max_rows, const MoeDeviceWeights& w) {
   return LayoutOf(DimsOf(max_rows, w)).total;
 }
 
-void MoeForward(DeviceContext& ctx, TensorView out, TensorView x, const MoeDeviceWeights& w,
-                void* scratch, size_t scratch_bytes) {
-  const Dims d = DimsOf(x.dim(0), w);
-  const int64_t T = d.t, H = d.h, E = d.e, I = d.inter, Is = d.shared_inter;
-  const int k = d.k;
-  assert(x.dtype == DType::kBF16 && out.dtype == DType::kBF16 && x.dim(1) == H);
-  assert(out.dim(0) == T && out.dim(1) == H && out.data != x.data);
-  assert(x.stride[1] == 1 && out.stride[1] == 1);
-  assert(w.expert_gate_up.dim(0) == E && w.expert_gate_up.dim(2) == H);
-  assert(w.expert_down.dim(0) == E && w.expert_down.dim(1) == H && w.expert_down.dim(2) == I);
-  assert(w.shared_down.dim(0) == H && w.shared_down.dim(1) == Is && w.shared_gate.dim(1) == H);
-  assert(k >= 1 && k <= E && k <= kMaxTopK);
-  assert(H % 8 == 0 && I % 8 == 0 && Is % 8 == 0);
-  if (T == 0) return;
-  const Layout l = LayoutOf(d);
-  assert(scratch_bytes >= l.total);
-  (void)scratch_bytes;
-  char* s = static_cast<char*>(scratch);
-  float* logits = reinterpret_cast<float*>(s + l.logits);
-  int32_t* choice_expert = reinterpret_cast<int32_t*>(s + l.choice_expert);
-  float* choice_weight = reinterpret_cast<float*>(s + l.choice_weight);
-  int32_t* counts = reinterpret_cast<int32_t*>(s + l.counts);
-  int32_t* offsets = reinterpret_cast<int32_t*>(s + l.offsets);
-  int32_t* tile_offsets = reinterpret_cast<int32_t*>(s + l.tile_offsets);
-  int32_t* fill = reinterpret_cast<int32_t*>(s + l.fill);
-  int32_t* slot_row = reinterpret_cast<int32_t*>(s + l.slot_row);
-  int32_t* choice_slot = reinterpret_cast<int32_t*>(s + l.choice_slot);
-  bf16* gu = reinterpret_cast<bf16*>(s + l.gu);
-  bf16* y = reinterpret_cast<bf16*>(s + l.y);
-  bf16* shared_gu = reinterpret_cast<bf16*>(s + l.shared_gu);
-  bf16* shared_y = reinterpret_cast<bf16*>(s + l.shared_y);
+// Steps 4-7 on our grouped kernel (MoeGemm::kOurs).
+static void OurExperts(DeviceContext& ctx, TensorView x, const MoeDeviceWeights& w,
+                       const Dims& d, const int32_t* offsets, const int32_t* tile_offsets,
+                       const int32_t* slot_row, bf16* gu, bf16* y, bf16* shared_gu,
+                       bf16* shared_y) {
+  const int64_t T = d.t, H = d.h, E = d.e, I = d.inter, Is = d.shared_inter, P = T * d.k;
   cudaStream_t stream = ctx.cuda().stream();
-  const int64_t P = T * k;
-
-  // 1. Router logits, f32.
-  {
-    GemmArgs a;
-    a.a = static_cast<const bf16*>(x.data);
-    a.lda = x.stride[0];
-    a.b = static_cast<const bf16*>(w.router.data);
-    a.ldb = w.router.stride[0];
-    a.c = logits;
-    a.ldc = E;
-    a.n = static_cast<int>(E);
-    a.k = static_cast<int>(H);
-    a.m = static_cast<int>(T);
-    LaunchGroupedGemm<float>(a, (T + kBM - 1) / kBM, stream);
-  }
-  // 2. Routing and counts; 3. offsets and slots.
-  UP_CUDA_CHECK(cudaMemsetAsync(counts, 0, 4 * E, stream));
-  {
-    const int64_t blocks = (T + kRouteWarps - 1) / kRouteWarps;
-    const size_t smem = sizeof(float) * kRouteWarps * E;
-    RouteKernel<<<static_cast<unsigned>(blocks), kRouteWarps * 32, smem, stream>>>(
-        logits, T, static_cast<int>(E), k, w.norm_topk_prob, choice_expert, choice_weight, counts);
-    UP_CUDA_CHECK_LAUNCH();
-  }
-  ScanKernel<<<1, kScanThreads, 0, stream>>>(counts, static_cast<int>(E), offsets, tile_offsets,
-                                             fill);
-  UP_CUDA_CHECK_LAUNCH();
-  ScatterKernel<<<static_cast<unsigned>((P + 255) / 256), 256, 0, stream>>>(
-      choice_expert, P, k, offsets, fill, slot_row, choice_slot);
-  UP_CUDA_CHECK_LAUNCH();
-
   // 4-6. Experts: gate/up (gathering x rows), SiLU * up, down.
   const int64_t m_tiles_bound = (P + kBM - 1) / kBM + std::min<int64_t>(E, P);
   {
@@ -623,6 +571,120 @@ void MoeForward(DeviceContext& ctx, TensorView out, TensorView x, const MoeDevic
     a.k = static_cast<int>(Is);
     a.m = static_cast<int>(T);
     LaunchGroupedGemm<bf16>(a, (T + kBM - 1) / kBM, stream);
+  }
+}
+
+// Steps 4-7 on the libraries (MoeGemm::kLibrary): the experts' row ranges learnt by one host
+// sync, x gathered into them (into y, which the down GEMM overwrites afterwards), cuBLAS's grouped
+// GEMMs, and cuBLASLt for the shared expert.
+static void LibraryExperts(DeviceContext& ctx, TensorView x, const MoeDeviceWeights& w,
+                           const Dims& d, const int32_t* offsets, const int32_t* slot_row,
+                           bf16* gu, bf16* y, bf16* shared_gu, bf16* shared_y,
+                           void* group_ptrs) {
+  const int64_t T = d.t, H = d.h, E = d.e, I = d.inter, Is = d.shared_inter, P = T * d.k;
+  cudaStream_t stream = ctx.cuda().stream();
+  std::vector<int32_t> off(E + 1);
+  UP_CUDA_CHECK(cudaMemcpyAsync(off.data(), offsets, 4 * (E + 1), cudaMemcpyDeviceToHost, stream));
+  UP_CUDA_CHECK(cudaStreamSynchronize(stream));
+  TensorView xg = Rows2D(y, P, H, H);
+  ops::cuda::GatherRows(ctx, xg, x, slot_row);
+  std::vector<GroupedGemmGroup> groups(E);
+  auto check = [](const Status& st) {
+    if (!st.ok()) {
+      std::fprintf(stderr, "MoE: %s\n", st.message().c_str());
+      std::abort();
+    }
+  };
+  const bf16* w_gu = static_cast<const bf16*>(w.expert_gate_up.data);
+  const bf16* w_down = static_cast<const bf16*>(w.expert_down.data);
+  for (int64_t e = 0; e < E; ++e) {
+    groups[e] = {y + off[e] * H, w_gu + e * 2 * I * H, gu + off[e] * 2 * I, off[e + 1] - off[e]};
+  }
+  check(GroupedGemmBf16(ctx, groups, {static_cast<int>(2 * I), static_cast<int>(H), H, H, 2 * I},
+                        group_ptrs));
+  TensorView gate = Rows2D(gu, P, I, 2 * I), up = Rows2D(gu + I, P, I, 2 * I);
+  ops::cuda::GatedActivation(ctx, gate, gate, up, Activation::kSilu);
+  for (int64_t e = 0; e < E; ++e) {
+    groups[e] = {gu + off[e] * 2 * I, w_down + e * H * I, y + off[e] * H, off[e + 1] - off[e]};
+  }
+  // The pointer arrays of the first call may still be in use: the second takes the next region.
+  check(GroupedGemmBf16(ctx, groups, {static_cast<int>(H), static_cast<int>(I), 2 * I, I, H},
+                        static_cast<char*>(group_ptrs) + GroupedGemmScratchBytes(E)));
+  ops::cuda::Gemm(ctx, Rows2D(shared_gu, T, 2 * Is, 2 * Is), x, w.shared_gate_up);
+  TensorView sgate = Rows2D(shared_gu, T, Is, 2 * Is), sup = Rows2D(shared_gu + Is, T, Is, 2 * Is);
+  ops::cuda::GatedActivation(ctx, sgate, sgate, sup, Activation::kSilu);
+  ops::cuda::Gemm(ctx, Rows2D(shared_y, T, H, H), sgate, w.shared_down);
+}
+
+void MoeForward(DeviceContext& ctx, TensorView out, TensorView x, const MoeDeviceWeights& w,
+                void* scratch, size_t scratch_bytes, MoeGemm gemm) {
+  const Dims d = DimsOf(x.dim(0), w);
+  const int64_t T = d.t, H = d.h, E = d.e, I = d.inter, Is = d.shared_inter;
+  const int k = d.k;
+  assert(x.dtype == DType::kBF16 && out.dtype == DType::kBF16 && x.dim(1) == H);
+  assert(out.dim(0) == T && out.dim(1) == H && out.data != x.data);
+  assert(x.stride[1] == 1 && out.stride[1] == 1);
+  assert(w.expert_gate_up.dim(0) == E && w.expert_gate_up.dim(2) == H);
+  assert(w.expert_down.dim(0) == E && w.expert_down.dim(1) == H && w.expert_down.dim(2) == I);
+  assert(w.shared_down.dim(0) == H && w.shared_down.dim(1) == Is && w.shared_gate.dim(1) == H);
+  assert(k >= 1 && k <= E && k <= kMaxTopK);
+  assert(H % 8 == 0 && I % 8 == 0 && Is % 8 == 0);
+  if (T == 0) return;
+  const Layout l = LayoutOf(d);
+  assert(scratch_bytes >= l.total);
+  (void)scratch_bytes;
+  char* s = static_cast<char*>(scratch);
+  float* logits = reinterpret_cast<float*>(s + l.logits);
+  int32_t* choice_expert = reinterpret_cast<int32_t*>(s + l.choice_expert);
+  float* choice_weight = reinterpret_cast<float*>(s + l.choice_weight);
+  int32_t* counts = reinterpret_cast<int32_t*>(s + l.counts);
+  int32_t* offsets = reinterpret_cast<int32_t*>(s + l.offsets);
+  int32_t* tile_offsets = reinterpret_cast<int32_t*>(s + l.tile_offsets);
+  int32_t* fill = reinterpret_cast<int32_t*>(s + l.fill);
+  int32_t* slot_row = reinterpret_cast<int32_t*>(s + l.slot_row);
+  int32_t* choice_slot = reinterpret_cast<int32_t*>(s + l.choice_slot);
+  bf16* gu = reinterpret_cast<bf16*>(s + l.gu);
+  bf16* y = reinterpret_cast<bf16*>(s + l.y);
+  bf16* shared_gu = reinterpret_cast<bf16*>(s + l.shared_gu);
+  bf16* shared_y = reinterpret_cast<bf16*>(s + l.shared_y);
+  cudaStream_t stream = ctx.cuda().stream();
+  const int64_t P = T * k;
+
+  // 1. Router logits, f32.
+  {
+    GemmArgs a;
+    a.a = static_cast<const bf16*>(x.data);
+    a.lda = x.stride[0];
+    a.b = static_cast<const bf16*>(w.router.data);
+    a.ldb = w.router.stride[0];
+    a.c = logits;
+    a.ldc = E;
+    a.n = static_cast<int>(E);
+    a.k = static_cast<int>(H);
+    a.m = static_cast<int>(T);
+    LaunchGroupedGemm<float>(a, (T + kBM - 1) / kBM, stream);
+  }
+  // 2. Routing and counts; 3. offsets and slots.
+  UP_CUDA_CHECK(cudaMemsetAsync(counts, 0, 4 * E, stream));
+  {
+    const int64_t blocks = (T + kRouteWarps - 1) / kRouteWarps;
+    const size_t smem = sizeof(float) * kRouteWarps * E;
+    RouteKernel<<<static_cast<unsigned>(blocks), kRouteWarps * 32, smem, stream>>>(
+        logits, T, static_cast<int>(E), k, w.norm_topk_prob, choice_expert, choice_weight, counts);
+    UP_CUDA_CHECK_LAUNCH();
+  }
+  ScanKernel<<<1, kScanThreads, 0, stream>>>(counts, static_cast<int>(E), offsets, tile_offsets,
+                                             fill);
+  UP_CUDA_CHECK_LAUNCH();
+  ScatterKernel<<<static_cast<unsigned>((P + 255) / 256), 256, 0, stream>>>(
+      choice_expert, P, k, offsets, fill, slot_row, choice_slot);
+  UP_CUDA_CHECK_LAUNCH();
+
+  if (gemm == MoeGemm::kLibrary) {
+    LibraryExperts(ctx, x, w, d, offsets, slot_row, gu, y, shared_gu, shared_y,
+                   s + l.group_ptrs);
+  } else {
+    OurExperts(ctx, x, w, d, offsets, tile_offsets, slot_row, gu, y, shared_gu, shared_y);
   }
 
   // 8. Combine.

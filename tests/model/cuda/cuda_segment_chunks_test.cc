@@ -198,6 +198,22 @@ TEST(CudaModelTinyGgufTest, SegmentChunkedPrefillEqualsWholePrefill) {
   ExpectSegmentChunkedEqualsWhole(ctx, p, "tiny gguf", /*one_chunk_exact=*/false);
 }
 
+// The same as served (Model::PrepareServing with a step budget of 97 rows and an 800-token
+// context): chunks of at most 97 rows run cuDNN's graphs built for those sizes before the first
+// forward (one request per call), longer ones their own; the results are the same.
+TEST(CudaModelTinyGgufTest, SegmentChunkedPrefillEqualsWholeOnServingGraphs) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  testing::TinyGemma3Options o;
+  o.layers = 12;
+  const std::string path =
+      testing::WriteTempFile("cuda_tiny_gemma3_12.gguf", testing::BuildTinyGemma3(o));
+  Pair p = Load(path, ctx);
+  ASSERT_TRUE(p.cpu && p.gpu);
+  const Status st = p.gpu->PrepareServing(97, 800);
+  ASSERT_TRUE(st.ok()) << st.message();
+  ExpectSegmentChunkedEqualsWhole(ctx, p, "tiny gguf", /*one_chunk_exact=*/false);
+}
+
 // Two prompts chunked in the same forwards, at different segments (the first runs segment 1
 // while the second is still in segment 0), beside a decode of a third request in the first
 // forward, equal each of them alone: kept records exactly, logits within the bound.

@@ -70,6 +70,7 @@ TensorView Host(const std::vector<float>& x, int64_t row0, int64_t n, int64_t h,
 struct SelfCase {
   int d = 128, hq = 8, hkv = 2, window = 0;
   std::vector<int32_t> rows, real;
+  int rows_bucket = 0;  // CudnnVarlen::rows_bucket (0: a power of two)
 };
 
 std::string Describe(const SelfCase& c) {
@@ -146,6 +147,7 @@ void CheckSelf(DeviceContext& ctx, DeviceContext& cpu, CudnnAttention& cudnn, co
   cb.o_offsets = o_off.as<int32_t>();
   cb.batch = static_cast<int>(nseq);
   cb.max_rows = max_rows;
+  cb.rows_bucket = c.rows_bucket;
   const Status st = cudnn.Run(ctx, Rows(out_cudnn, 0, T, hq, d, o_width), qv, kv, vv, cb, params);
   ASSERT_TRUE(st.ok()) << Describe(c) << ": " << st.message();
   UP_CUDA_CHECK(cudaStreamSynchronize(ctx.cuda().stream()));
@@ -221,6 +223,35 @@ TEST_F(CudnnAttentionTest, SlidingWindowsMatchCpuAndOurs) {
                 ++seed_);
     }
   }
+}
+
+// A server's graphs (CudaBackend::PrepareServing) are built for its step budget, more rows than
+// most chunks have: the same results, windows included; a bucket below a sequence is refused.
+TEST_F(CudnnAttentionTest, GraphsForAStepBudgetMatchCpuAndOurs) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  UP_CUDNN_OR_SKIP(cudnn, ctx);
+  for (auto [d, hq, hkv] : kShapes) {
+    for (int window : {0, 7, 250}) {
+      CheckSelf(ctx, *cpu_, cudnn, SelfCase{d, hq, hkv, window, {17}, {17}, 2000}, ++seed_);
+      CheckSelf(ctx, *cpu_, cudnn, SelfCase{d, hq, hkv, window, {300}, {300}, 2000}, ++seed_);
+    }
+  }
+  const int64_t n = 100, qd = 8 * 128, kvd = 2 * 128;
+  DeviceBuffer buf(n * (qd + 2 * kvd) * 2 + n * qd * 2);
+  CudnnVarlen cb;
+  const DeviceBuffer seq_dev = DeviceBuffer::FromHost(std::vector<int32_t>{100});
+  const DeviceBuffer off = DeviceBuffer::FromHost(std::vector<int32_t>{0, 0});
+  cb.seq_len = seq_dev.as<int32_t>();
+  cb.q_offsets = cb.k_offsets = cb.v_offsets = cb.o_offsets = off.as<int32_t>();
+  cb.batch = 1;
+  cb.max_rows = 100;
+  cb.rows_bucket = 64;
+  AttentionParams params;
+  params.scale = 0.1f;
+  const Status st = cudnn.Run(ctx, Rows(buf, 0, n, 8, 128, qd), Rows(buf, 0, n, 8, 128, qd),
+                              Rows(buf, 0, n, 2, 128, kvd), Rows(buf, 0, n, 2, 128, kvd), cb,
+                              params);
+  EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument) << st.message();
 }
 
 TEST_F(CudnnAttentionTest, WithoutAutotuneTheHeuristicPlanMatchesToo) {
@@ -396,7 +427,25 @@ void CheckPaged(DeviceContext& ctx, DeviceContext& cpu, CudnnAttention& cudnn, i
   const std::vector<uint16_t> raw_b = out.ToHost<uint16_t>(tq * qd);
   for (int64_t i = 0; i < tq * qd; ++i) got[i] = Bf16BitsToF32(raw_b[i]);
   EXPECT_LT(RelativeL2Error(got, ref), kTolerance) << "D " << d << ", 4096 key rows";
+  // And for more query rows than any sequence has (a server's step budget; PrepareServing).
+  out.Fill(0xFF);
+  UP_CUDA_CHECK(cudaDeviceSynchronize());
+  xb.q_rows_bucket = 1000;
+  ASSERT_TRUE(cudnn.RunPrefix(ctx, Rows(out, 0, tq, hq, d, qd), Rows(q_dev, 0, tq, hq, d, q_width),
+                              Rows(k_dev, 0, tk, hkv, d, kvd), Rows(v_dev, 0, tk, hkv, d, kvd), xb,
+                              params)
+                  .ok());
+  UP_CUDA_CHECK(cudaStreamSynchronize(ctx.cuda().stream()));
+  const std::vector<uint16_t> raw_c = out.ToHost<uint16_t>(tq * qd);
+  for (int64_t i = 0; i < tq * qd; ++i) got[i] = Bf16BitsToF32(raw_c[i]);
+  EXPECT_LT(RelativeL2Error(got, ref), kTolerance) << "D " << d << ", 1000 query rows";
   xb.kv_rows_bucket = 8;  // fewer than the longest prefix: refused
+  EXPECT_FALSE(cudnn.RunPrefix(ctx, Rows(out, 0, tq, hq, d, qd), Rows(q_dev, 0, tq, hq, d, q_width),
+                               Rows(k_dev, 0, tk, hkv, d, kvd), Rows(v_dev, 0, tk, hkv, d, kvd), xb,
+                               params)
+                   .ok());
+  xb.kv_rows_bucket = 4096;
+  xb.q_rows_bucket = 1;  // fewer than the most query rows: refused
   EXPECT_FALSE(cudnn.RunPrefix(ctx, Rows(out, 0, tq, hq, d, qd), Rows(q_dev, 0, tq, hq, d, q_width),
                                Rows(k_dev, 0, tk, hkv, d, kvd), Rows(v_dev, 0, tk, hkv, d, kvd), xb,
                                params)

@@ -129,7 +129,8 @@ TensorView Strided(void* data, DType dtype, int64_t rows, int64_t cols, int64_t 
 // Runs the GPU MoE on x (host f32 [T, stride_x], bf16-representable, valid columns [0, H)) and
 // returns out as f32 [T, H] (out rows stride_out apart on the device, padding checked untouched).
 std::vector<float> RunGpu(DeviceContext& ctx, const MoeFixture& f, const std::vector<float>& x,
-                          int64_t T, int64_t stride_x, int64_t stride_out) {
+                          int64_t T, int64_t stride_x, int64_t stride_out,
+                          ops::cuda::MoeGemm gemm = ops::cuda::MoeGemm::kOurs) {
   const int64_t H = f.s.h;
   DeviceBuffer dx(std::max<size_t>(2, x.size() * 2));
   if (!x.empty()) dx.CopyFromHost(ut::ToBf16(x).data(), x.size() * 2);
@@ -141,7 +142,7 @@ std::vector<float> RunGpu(DeviceContext& ctx, const MoeFixture& f, const std::ve
   scratch.Fill(0xFF);  // the op must not rely on zeroed scratch
   ops::cuda::MoeForward(ctx, Strided(dout.data(), DType::kBF16, T, H, stride_out, Device::kCuda),
                         Strided(dx.data(), DType::kBF16, T, H, stride_x, Device::kCuda), w,
-                        scratch.data(), scratch_bytes);
+                        scratch.data(), scratch_bytes, gemm);
   ctx.cuda().Synchronize();
   const std::vector<uint16_t> bits = dout.ToHost<uint16_t>(T * stride_out);
   std::vector<float> out;
@@ -167,14 +168,14 @@ std::vector<float> RunCpu(const MoeFixture& f, const std::vector<float>& x, int6
 }
 
 void CheckCase(DeviceContext& ctx, const MoeSpec& spec, const std::vector<int64_t>& rows,
-               uint32_t seed, int64_t pad) {
+               uint32_t seed, int64_t pad, ops::cuda::MoeGemm gemm = ops::cuda::MoeGemm::kOurs) {
   std::mt19937 rng(seed);
   MoeFixture f(spec, rng);
   f.Finish();
   for (int64_t T : rows) {
     const int64_t stride_x = spec.h + pad, stride_out = spec.h + pad;
     const std::vector<float> x = ut::RandomBf16Values(rng, T * stride_x);
-    const std::vector<float> got = RunGpu(ctx, f, x, T, stride_x, stride_out);
+    const std::vector<float> got = RunGpu(ctx, f, x, T, stride_x, stride_out, gemm);
     const std::vector<float> want = RunCpu(f, x, T, stride_x);
     const double err = ut::RelativeL2Error(got, want);
     std::printf("MoE E=%lld top%lld H=%lld I=%lld Is=%lld norm=%d T=%lld: normalised error %.2e\n",
@@ -204,6 +205,23 @@ TEST(CudaMoeTest, E128Top10WithoutRenormalisationMatchesCpu) {
   MoeSpec s;
   s.e = 128, s.k = 10, s.h = 512, s.inter = 136, s.shared_inter = 264, s.norm = false;
   CheckCase(ctx, s, {7, 300}, 13, 8);
+}
+
+// The libraries' GEMMs (MoeGemm::kLibrary: one host sync, x gathered into expert order, cuBLAS's
+// grouped GEMM, cuBLASLt for the shared expert) within the same bound of the CPU op, from one row
+// (most experts empty) to 2500 rows, strided rows included.
+TEST(CudaMoeTest, LibraryGemmsMatchCpu) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  using ops::cuda::MoeGemm;
+  MoeSpec tiny;
+  CheckCase(ctx, tiny, {1, 7, 300}, 21, 0, MoeGemm::kLibrary);
+  MoeSpec s;
+  s.e = 64, s.k = 8, s.h = 256, s.inter = 128, s.shared_inter = 96;
+  CheckCase(ctx, s, {1, 37, 2000}, 22, 24, MoeGemm::kLibrary);
+  CheckCase(ctx, s, {2500}, 23, 8, MoeGemm::kLibrary);
+  MoeSpec t;
+  t.e = 128, t.k = 10, t.h = 512, t.inter = 136, t.shared_inter = 264, t.norm = false;
+  CheckCase(ctx, t, {300}, 24, 8, MoeGemm::kLibrary);
 }
 
 // Exact ties in the router logits (every product and sum exact in f32, so any summation order
@@ -319,12 +337,16 @@ TEST(CudaMoeTest, DISABLED_ThroughputQwen3Next32k) {
   w.top_k = static_cast<int>(k);
   const size_t bytes = ops::cuda::MoeScratchBytes(T, w);
   DeviceBuffer scratch(bytes);
-  const double ms = ut::MeanCudaMs(ctx, 5, [&] {
-    ops::cuda::MoeForward(ctx, v(out, {T, H}), v(x, {T, H}), w, scratch.data(), bytes);
-  });
   const double flops = 2.0 * T * H * (3.0 * I * k + 3.0 * Is + E);
-  std::printf("MoE Qwen3-Next layer, 32K rows: %.3f ms, %.1f TFLOP/s (scratch %.2f GiB)\n", ms,
-              flops / ms * 1e-9, bytes / 1073741824.0);
+  for (auto gemm : {ops::cuda::MoeGemm::kOurs, ops::cuda::MoeGemm::kLibrary}) {
+    const double ms = ut::MeanCudaMs(ctx, 5, [&] {
+      ops::cuda::MoeForward(ctx, v(out, {T, H}), v(x, {T, H}), w, scratch.data(), bytes, gemm);
+    });
+    std::printf("MoE Qwen3-Next layer, 32K rows, %s GEMMs: %.3f ms, %.1f TFLOP/s (scratch %.2f "
+                "GiB)\n",
+                gemm == ops::cuda::MoeGemm::kOurs ? "our" : "library", ms, flops / ms * 1e-9,
+                bytes / 1073741824.0);
+  }
 }
 
 }  // namespace
