@@ -65,9 +65,10 @@ UniPrefillConfig DefaultUniPrefillConfig(const ModelConfig& m) {
   } else if (a == "llama" && m.n_layers == 30 && m.hidden == 576) {
     // SmolLM2-135M, calibrated on the H200 (docs/accuracy.md): the rule's five drop layers
     // (7, 11, 15, 19, 23) lost 4.7-12.3 RULER points; layer 15 alone at p 0.99 stayed within the
-    // bar at 2K, 4K and 8K (50 samples per task), keep 0.82 / 0.67 / 0.44.
+    // bar at 2K, 4K and 8K (50 samples per task), keep 0.82 / 0.67 / 0.44, but changed the first
+    // token of 1 in 8 natural-text prompts at 2K; p 0.995 changed none (CPU and H200).
     c.drop_layers = {15};
-    c.selection.top_p = 0.99f;
+    c.selection.top_p = 0.995f;
     c.origin = "calibrated for SmolLM2-135M (docs/accuracy.md)";
   } else if (a == "qwen3_next" && m.n_layers == 48 && m.hidden == 2048) {
     for (int i = 7; i <= 43; i += 4) c.drop_layers.push_back(i);

@@ -78,7 +78,7 @@ TEST(UniPrefillConfigTest, CalibratedSmolLm2_135M) {
   const ModelConfig m = MakeModel("llama", 30, 576, 1);
   const UniPrefillConfig c = DefaultUniPrefillConfig(m);
   EXPECT_EQ(c.drop_layers, (std::vector<int>{15}));
-  EXPECT_FLOAT_EQ(c.selection.top_p, 0.99f);
+  EXPECT_FLOAT_EQ(c.selection.top_p, 0.995f);
   EXPECT_NE(c.origin.find("calibrated for SmolLM2"), std::string::npos);
   EXPECT_TRUE(ValidateUniPrefillConfig(c, m).ok());
   // Another 30-layer llama width keeps the rule.
