@@ -359,8 +359,9 @@ Result<BenchModel> BuildModel(const BenchGpuPrefillOptions& o, const Points& p,
   if (o.serving_graphs) {
     const int64_t longest = *std::max_element(p.contexts.begin(), p.contexts.end());
     const auto start = std::chrono::steady_clock::now();
-    UP_RETURN_IF_ERROR(b.model->PrepareServing(
-        static_cast<int>(o.chunk_tokens > 0 ? o.chunk_tokens : longest), static_cast<int>(longest)));
+    const int64_t step_rows = o.chunk_tokens > 0 ? o.chunk_tokens : longest;
+    UP_RETURN_IF_ERROR(b.model->PrepareServing(static_cast<int>(step_rows),
+                                               static_cast<int>(longest)));
     b.prepare_serving_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
