@@ -187,13 +187,16 @@ TEST_P(CudaModelFamilyTest, SegmentChunkedPrefillEqualsWholePrefill) {
 // flash attention (or cuDNN's) over its own keys, which after it left at the drop gets no empty
 // sequence; later chunks run the cache and paged decode kernels (so one chunk per segment is not
 // the whole prompt's kernels in segment 1: not bit for bit).
-TEST(CudaModelTinyGgufTest, SegmentChunkedPrefillEqualsWholePrefill) {
-  UP_CUDA_TEST_CONTEXT(ctx);
+// The tiny GGUF of 12 layers, loaded on the host and the GPU.
+Pair LoadTinyGguf12(DeviceContext& ctx) {
   testing::TinyGemma3Options o;
   o.layers = 12;
-  const std::string path =
-      testing::WriteTempFile("cuda_tiny_gemma3_12.gguf", testing::BuildTinyGemma3(o));
-  Pair p = Load(path, ctx);
+  return Load(testing::WriteTempFile("cuda_tiny_gemma3_12.gguf", testing::BuildTinyGemma3(o)), ctx);
+}
+
+TEST(CudaModelTinyGgufTest, SegmentChunkedPrefillEqualsWholePrefill) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  Pair p = LoadTinyGguf12(ctx);
   ASSERT_TRUE(p.cpu && p.gpu);
   ExpectSegmentChunkedEqualsWhole(ctx, p, "tiny gguf", /*one_chunk_exact=*/false);
 }
@@ -203,11 +206,7 @@ TEST(CudaModelTinyGgufTest, SegmentChunkedPrefillEqualsWholePrefill) {
 // forward (one request per call), longer ones their own; the results are the same.
 TEST(CudaModelTinyGgufTest, SegmentChunkedPrefillEqualsWholeOnServingGraphs) {
   UP_CUDA_TEST_CONTEXT(ctx);
-  testing::TinyGemma3Options o;
-  o.layers = 12;
-  const std::string path =
-      testing::WriteTempFile("cuda_tiny_gemma3_12.gguf", testing::BuildTinyGemma3(o));
-  Pair p = Load(path, ctx);
+  Pair p = LoadTinyGguf12(ctx);
   ASSERT_TRUE(p.cpu && p.gpu);
   const Status st = p.gpu->PrepareServing(97, 800);
   ASSERT_TRUE(st.ok()) << st.message();

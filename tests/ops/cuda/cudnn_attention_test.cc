@@ -391,8 +391,6 @@ void CheckPaged(DeviceContext& ctx, DeviceContext& cpu, CudnnAttention& cudnn, i
   }
   const DeviceBuffer k_dev = DeviceBuffer::FromHost(k_bits), v_dev = DeviceBuffer::FromHost(v_bits);
   const DeviceBuffer kv_off = DeviceBuffer::FromHost(RaggedOffsets(kv_begin, kvd));
-  out.Fill(0xFF);
-  UP_CUDA_CHECK(cudaDeviceSynchronize());
   CudnnPrefixBatch xb;
   xb.q_len = pb.q_len;
   xb.kv_len = pb.kv_len;
@@ -402,54 +400,41 @@ void CheckPaged(DeviceContext& ctx, DeviceContext& cpu, CudnnAttention& cudnn, i
   xb.batch = nseq;
   xb.max_q_rows = max_q;
   xb.max_kv_rows = *std::max_element(kv_len.begin(), kv_len.end());
-  const Status xst = cudnn.RunPrefix(ctx, Rows(out, 0, tq, hq, d, qd),
-                                     Rows(q_dev, 0, tq, hq, d, q_width),
-                                     Rows(k_dev, 0, tk, hkv, d, kvd),
-                                     Rows(v_dev, 0, tk, hkv, d, kvd), xb, params);
+  // One RunPrefix of xb into a poisoned out; the output as f32 when it ran.
+  auto run_prefix = [&](std::vector<float>* result) -> Status {
+    out.Fill(0xFF);
+    UP_CUDA_CHECK(cudaDeviceSynchronize());
+    const Status st = cudnn.RunPrefix(ctx, Rows(out, 0, tq, hq, d, qd),
+                                      Rows(q_dev, 0, tq, hq, d, q_width),
+                                      Rows(k_dev, 0, tk, hkv, d, kvd),
+                                      Rows(v_dev, 0, tk, hkv, d, kvd), xb, params);
+    if (!st.ok()) return st;
+    UP_CUDA_CHECK(cudaStreamSynchronize(ctx.cuda().stream()));
+    const std::vector<uint16_t> bits = out.ToHost<uint16_t>(tq * qd);
+    result->resize(tq * qd);
+    for (int64_t i = 0; i < tq * qd; ++i) (*result)[i] = Bf16BitsToF32(bits[i]);
+    return OkStatus();
+  };
+  const Status xst = run_prefix(&got);
   ASSERT_TRUE(xst.ok()) << "D " << d << ": " << xst.message();
-  UP_CUDA_CHECK(cudaStreamSynchronize(ctx.cuda().stream()));
-  const std::vector<uint16_t> raw_x = out.ToHost<uint16_t>(tq * qd);
-  for (int64_t i = 0; i < tq * qd; ++i) got[i] = Bf16BitsToF32(raw_x[i]);
   const double err_x = RelativeL2Error(got, ref);
   std::printf("cuDNN prefix rows D %d heads %d/%d, %d sequences: vs CPU %.2e\n", d, hq, hkv,
               nseq, err_x);
   EXPECT_LT(err_x, kTolerance) << "D " << d;
 
   // The same with a graph built for more key rows than any sequence has (a cache's capacity).
-  out.Fill(0xFF);
-  UP_CUDA_CHECK(cudaDeviceSynchronize());
   xb.kv_rows_bucket = 4096;
-  ASSERT_TRUE(cudnn.RunPrefix(ctx, Rows(out, 0, tq, hq, d, qd), Rows(q_dev, 0, tq, hq, d, q_width),
-                              Rows(k_dev, 0, tk, hkv, d, kvd), Rows(v_dev, 0, tk, hkv, d, kvd), xb,
-                              params)
-                  .ok());
-  UP_CUDA_CHECK(cudaStreamSynchronize(ctx.cuda().stream()));
-  const std::vector<uint16_t> raw_b = out.ToHost<uint16_t>(tq * qd);
-  for (int64_t i = 0; i < tq * qd; ++i) got[i] = Bf16BitsToF32(raw_b[i]);
+  ASSERT_TRUE(run_prefix(&got).ok());
   EXPECT_LT(RelativeL2Error(got, ref), kTolerance) << "D " << d << ", 4096 key rows";
   // And for more query rows than any sequence has (a server's step budget; PrepareServing).
-  out.Fill(0xFF);
-  UP_CUDA_CHECK(cudaDeviceSynchronize());
   xb.q_rows_bucket = 1000;
-  ASSERT_TRUE(cudnn.RunPrefix(ctx, Rows(out, 0, tq, hq, d, qd), Rows(q_dev, 0, tq, hq, d, q_width),
-                              Rows(k_dev, 0, tk, hkv, d, kvd), Rows(v_dev, 0, tk, hkv, d, kvd), xb,
-                              params)
-                  .ok());
-  UP_CUDA_CHECK(cudaStreamSynchronize(ctx.cuda().stream()));
-  const std::vector<uint16_t> raw_c = out.ToHost<uint16_t>(tq * qd);
-  for (int64_t i = 0; i < tq * qd; ++i) got[i] = Bf16BitsToF32(raw_c[i]);
+  ASSERT_TRUE(run_prefix(&got).ok());
   EXPECT_LT(RelativeL2Error(got, ref), kTolerance) << "D " << d << ", 1000 query rows";
   xb.kv_rows_bucket = 8;  // fewer than the longest prefix: refused
-  EXPECT_FALSE(cudnn.RunPrefix(ctx, Rows(out, 0, tq, hq, d, qd), Rows(q_dev, 0, tq, hq, d, q_width),
-                               Rows(k_dev, 0, tk, hkv, d, kvd), Rows(v_dev, 0, tk, hkv, d, kvd), xb,
-                               params)
-                   .ok());
+  EXPECT_FALSE(run_prefix(&got).ok());
   xb.kv_rows_bucket = 4096;
   xb.q_rows_bucket = 1;  // fewer than the most query rows: refused
-  EXPECT_FALSE(cudnn.RunPrefix(ctx, Rows(out, 0, tq, hq, d, qd), Rows(q_dev, 0, tq, hq, d, q_width),
-                               Rows(k_dev, 0, tk, hkv, d, kvd), Rows(v_dev, 0, tk, hkv, d, kvd), xb,
-                               params)
-                   .ok());
+  EXPECT_FALSE(run_prefix(&got).ok());
 }
 
 TEST_F(CudnnAttentionTest, PagedPrefixQueriesMatchCpu) {
