@@ -3,9 +3,12 @@
 #include <cstdio>
 #include <map>
 
+#include "core/cpu_isa.h"
 #include "io/gguf.h"
 #include "model_names.h"
+#include "ops/cpu/cpu_kernel_paths.h"
 #include "run_command.h"
+#include "uniprefill_flags.h"
 
 namespace uniprefill::cli {
 
@@ -16,9 +19,32 @@ void AddInfoCommand(CLI::App& app, InfoOptions& o) {
                    "GGUF model file, or a short name of one in models/ (" + KnownModelNames() + ")")
       ->capture_default_str();
   info->add_flag("--tensors", o.tensors, "List every tensor");
+  AddCpuIsaFlag(*info, o.cpu_isa);
 }
 
+namespace {
+
+// The CPU section: features, the level `requested` resolves to, and its kernels; false (after
+// printing the error) when the level cannot run here.
+bool PrintCpu(const std::string& requested) {
+  const CpuFeatures& features = DetectCpuFeatures();
+  std::printf("cpu features: %s\n", DescribeCpuFeatures(features).c_str());
+  Result<CpuIsa> isa = ParseCpuIsa(requested);
+  if (isa.ok()) isa = ResolveCpuIsa(*isa, features);
+  if (!isa.ok()) {
+    std::fprintf(stderr, "error: %s\n", isa.status().message().c_str());
+    return false;
+  }
+  std::printf("cpu isa: %s (requested %s; best here %s)\n", std::string(CpuIsaName(*isa)).c_str(),
+              requested.c_str(), std::string(CpuIsaName(BestCpuIsa(features))).c_str());
+  std::printf("cpu kernels:\n%s", ops::cpu::DescribeCpuKernelPaths(*isa).c_str());
+  return true;
+}
+
+}  // namespace
+
 int InfoCommand(const InfoOptions& o) {
+  if (!PrintCpu(o.cpu_isa)) return 1;
   const std::string path = ResolveModelArgument(o.model);
   auto file = gguf::GgufFile::Open(path);
   if (!file.ok()) {

@@ -80,6 +80,17 @@ void AddDeviceFlags(CLI::App& cmd, DeviceFlags& flags) {
                  "and gemma3 models), rank 0 prints; `run` only so far")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
+  AddCpuIsaFlag(cmd, flags.cpu_isa);
+}
+
+void AddCpuIsaFlag(CLI::App& cmd, std::string& cpu_isa) {
+  cmd.add_option("--cpu-isa", cpu_isa,
+                 "Instruction-set level of the CPU kernels: auto (the best this CPU has), avx2, "
+                 "avx512, avx512-vnni or avx512-bf16 (a level this CPU lacks is an error; "
+                 "`uniprefill info` lists the CPU's features and the kernels each level runs)")
+      ->envname("UNIPREFILL_CPU_ISA")
+      ->check(CLI::IsMember({"auto", "avx2", "avx512", "avx512-vnni", "avx512-bf16"}))
+      ->capture_default_str();
 }
 
 std::unique_ptr<Engine> LoadComparisonEngine(const std::string& model, int threads,

@@ -30,13 +30,15 @@ bool ToUniPrefillOptions(const UniPrefillFlags& flags, UniPrefillOptions* out, s
 // model with UniPrefill enabled and the flags applied; on failure prints one `error:` line and
 // returns nullptr.
 // Where the model runs: --device cpu|cuda and, on the GPU, --gpu-attention auto|ours|cudnn (the prefill
-// attention kernel, EngineOptions::gpu_attention).
+// attention kernel, EngineOptions::gpu_attention); on the CPU, --cpu-isa (the kernels' ISA level).
 struct DeviceFlags {
   std::string device = "cpu";
   std::string gpu_attention = "auto";
   bool cuda_graphs = false;
   int tensor_parallel = 1;  // ranks under mpirun (EngineOptions::tensor_parallel)
+  std::string cpu_isa = "auto";  // --cpu-isa or UNIPREFILL_CPU_ISA (EngineOptions::cpu_isa)
   void ApplyTo(EngineOptions& eo) const {
+    eo.cpu_isa = cpu_isa;
     eo.device = device;
     eo.gpu_attention = gpu_attention;
     eo.gpu_decode_graphs = cuda_graphs;
@@ -44,6 +46,8 @@ struct DeviceFlags {
   }
 };
 void AddDeviceFlags(CLI::App& cmd, DeviceFlags& flags);
+// --cpu-isa, whose default comes from the environment variable UNIPREFILL_CPU_ISA when set.
+void AddCpuIsaFlag(CLI::App& cmd, std::string& cpu_isa);
 
 std::unique_ptr<Engine> LoadComparisonEngine(const std::string& model, int threads,
                                              const DeviceFlags& device,

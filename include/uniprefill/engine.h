@@ -39,6 +39,9 @@ struct EngineOptions {
   // "cpu", or "cuda" (GPU 0: bf16 weights and KV cache on the device; needs a CUDA build).
   std::string device = "cpu";
   int context_size = 0;   // <= 0: the model's own context length
+  // The CPU kernels' instruction-set level: "auto" (the best this CPU has), or one of "avx2",
+  // "avx512", "avx512-vnni", "avx512-bf16" to force it (a level this CPU lacks is an error).
+  std::string cpu_isa = "auto";
   // Decode matmuls in f32 throughout instead of on int16-quantised activations (exact, slower).
   bool f32_decode = false;
   // With device "cuda": the prefill attention kernel, "auto" (cuDNN's fused attention where its

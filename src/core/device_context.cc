@@ -16,14 +16,17 @@ namespace uniprefill {
 class CudaContext {};
 #endif
 
-DeviceContext::DeviceContext(Device device, std::unique_ptr<ThreadPool> pool)
-    : device_(device), pool_(std::move(pool)) {}
+DeviceContext::DeviceContext(Device device, std::unique_ptr<ThreadPool> pool, CpuIsa cpu_isa)
+    : device_(device), cpu_isa_(cpu_isa), pool_(std::move(pool)) {}
 
-std::unique_ptr<DeviceContext> DeviceContext::Cpu(int n_threads) {
+std::unique_ptr<DeviceContext> DeviceContext::Cpu(int n_threads, CpuIsa isa) {
+  const Result<CpuIsa> resolved = ResolveCpuIsa(isa, DetectCpuFeatures());
+  assert(resolved.ok() && "DeviceContext::Cpu: a CPU ISA level this CPU lacks");
   auto pool = std::make_unique<ThreadPool>(n_threads);
   // OpenBLAS keeps its own threads; match their number to ours so GEMMs use every core too.
   openblas_set_num_threads(pool->size());
-  return std::unique_ptr<DeviceContext>(new DeviceContext(Device::kCpu, std::move(pool)));
+  return std::unique_ptr<DeviceContext>(new DeviceContext(
+      Device::kCpu, std::move(pool), resolved.ok() ? *resolved : CpuIsa::kAvx2));
 }
 
 #ifdef UNIPREFILL_WITH_CUDA
@@ -32,7 +35,9 @@ Result<std::unique_ptr<DeviceContext>> DeviceContext::Cuda(int device_index, int
   UP_ASSIGN_OR_RETURN(std::unique_ptr<CudaContext> cuda, CudaContext::Create(device_index));
   auto pool = std::make_unique<ThreadPool>(n_threads);
   openblas_set_num_threads(pool->size());
-  auto ctx = std::unique_ptr<DeviceContext>(new DeviceContext(Device::kCuda, std::move(pool)));
+  // Host-side CPU work of a GPU context runs at the best level this CPU has.
+  auto ctx = std::unique_ptr<DeviceContext>(new DeviceContext(
+      Device::kCuda, std::move(pool), BestCpuIsa(DetectCpuFeatures())));
   ctx->cuda_ = std::move(cuda);
   return ctx;
 }

@@ -33,10 +33,12 @@ Engine::~Engine() = default;
 Result<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options,
                                              const ProgressCallback& progress) {
   auto impl = std::make_unique<Impl>();
+  UP_ASSIGN_OR_RETURN(const CpuIsa requested_isa, ParseCpuIsa(options.cpu_isa));
+  UP_ASSIGN_OR_RETURN(const CpuIsa cpu_isa, ResolveCpuIsa(requested_isa, DetectCpuFeatures()));
   if (options.device == "cuda") {
     UP_ASSIGN_OR_RETURN(impl->ctx, DeviceContext::Cuda(0, options.threads));
   } else if (options.device == "cpu" || options.device.empty()) {
-    impl->ctx = DeviceContext::Cpu(options.threads);
+    impl->ctx = DeviceContext::Cpu(options.threads, cpu_isa);
   } else {
     return InvalidArgument("unknown device '" + options.device + "' (expected cpu or cuda)");
   }

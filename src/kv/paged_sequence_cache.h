@@ -15,9 +15,10 @@
 // is freed); decodes reuse a one-row buffer.
 //
 // Layer() returns one chunk per block (full layers: pages 0..; sliding layers: the pages the
-// manager has not released, the last one partial), then the staged chunk. With several chunks the
-// attention block's ViewKv gathers them into one contiguous scratch: an O(context) copy per layer
-// per step, to be removed later by attention over chunks. Sliding layers may show up to a page of
+// manager has not released, the last one partial), then the staged chunk. Attention reads the
+// chunks in place (ops::AttentionPaged, equal bit for bit to one contiguous buffer); only a
+// UniPrefill drop layer's scoring still gathers them (ViewKv in attention_block.cc, once per
+// prefill chunk at the drop layers). Sliding layers may show up to a page of
 // entries older than the window (released by pages, not entries); the kernels mask by alive index
 // or position, so results equal the contiguous cache's (which keeps W - 1 older entries).
 //

@@ -82,7 +82,7 @@ template <typename LoadDefinition>
 Result<std::unique_ptr<Model>> Load(DeviceContext& ctx, const LoadOptions& options,
                                     const LoadDefinition& load_definition) {
   if (ctx.device() == Device::kCuda) {
-    std::unique_ptr<DeviceContext> cpu = DeviceContext::Cpu(ctx.threads());
+    std::unique_ptr<DeviceContext> cpu = DeviceContext::Cpu(ctx.threads(), ctx.cpu_isa());
     LoadOptions host_options = options;
     host_options.f32_prefill_weights = false;
     host_options.progress = nullptr;

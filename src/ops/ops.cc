@@ -58,6 +58,13 @@ void Attention(DeviceContext& ctx, TensorView out, TensorView q, TensorView k, T
   cpu::Attention(ctx, out, q, k, v, q_pos, k_pos, params);
 }
 
+void AttentionPaged(DeviceContext& ctx, TensorView out, TensorView q,
+                    const std::vector<KvRun>& runs, const int32_t* q_pos, const int32_t* k_pos,
+                    const AttentionParams& params) {
+  assert(ctx.device() == Device::kCpu);
+  cpu::AttentionPaged(ctx, out, q, runs, q_pos, k_pos, params);
+}
+
 void AttentionImportance(DeviceContext& ctx, float* importance, TensorView q, TensorView k,
                          const int32_t* q_pos, const int32_t* k_pos, float scale) {
   assert(ctx.device() == Device::kCpu);

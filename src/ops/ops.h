@@ -85,6 +85,18 @@ struct AttentionParams {
 void Attention(DeviceContext& ctx, TensorView out, TensorView q, TensorView k, TensorView v,
                const int32_t* q_pos, const int32_t* k_pos, const AttentionParams& params);
 
+// One run of consecutive keys of a paged cache: k, v f32 [count, Hkv, D] (row stride may exceed
+// Hkv * D), read in place.
+struct KvRun {
+  TensorView k, v;
+};
+// Attention exactly as above over the keys of `runs` in order (key j of the concatenation is row
+// j - start of its run), without gathering them into one buffer: a paged cache's blocks are read
+// where they are. k_pos [sum of the runs' counts], ascending over all of them.
+void AttentionPaged(DeviceContext& ctx, TensorView out, TensorView q,
+                    const std::vector<KvRun>& runs, const int32_t* q_pos, const int32_t* k_pos,
+                    const AttentionParams& params);
+
 // UniPrefill scoring (docs/design.md section 1, steps 2-3): for each query j of q and each query
 // head h, the fp32 softmax over the keys visible to j (k_pos[i] <= q_pos[j]) of
 // scale * q[j,h] . k[i,kv(h)]; importance[i] += the sum of those probabilities over j and h. q f32

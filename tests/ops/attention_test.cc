@@ -1,13 +1,16 @@
 // Attention vs the scalar reference (double softmax over an explicit score row): prefill, chunked
 // prefill (queries offset from keys as with a KV cache), decode (key splits), GQA ratios 1/2/4,
 // sliding windows smaller and larger than the sequence, odd head dims, gapped key positions,
-// strided K/V rows, queries with no visible key, 1 and 2 threads.
+// strided K/V rows, queries with no visible key, 1 and 2 threads, AVX2 and AVX-512 tile kernels.
 #include <gtest/gtest.h>
 
 #include <memory>
 #include <numeric>
+#include <string>
+#include <tuple>
 #include <vector>
 
+#include "core/cpu_isa.h"
 #include "ops/ops.h"
 #include "ops/reference.h"
 #include "ops_test_util.h"
@@ -53,9 +56,16 @@ void RunCase(DeviceContext& ctx, const Case& c, std::mt19937& rng) {
       << " threads " << ctx.threads();
 }
 
-class AttentionTest : public ::testing::TestWithParam<int> {
+// Parameters: threads, and the CPU ISA level of the tile kernels (core/cpu_isa.h); a level this
+// CPU lacks skips, naming the missing features.
+class AttentionTest : public ::testing::TestWithParam<std::tuple<int, CpuIsa>> {
  protected:
-  std::unique_ptr<DeviceContext> ctx_ = DeviceContext::Cpu(GetParam());
+  void SetUp() override {
+    const std::string missing = MissingCpuFeatures(std::get<1>(GetParam()), DetectCpuFeatures());
+    if (!missing.empty()) GTEST_SKIP() << "this CPU lacks " << missing;
+    ctx_ = DeviceContext::Cpu(std::get<0>(GetParam()), std::get<1>(GetParam()));
+  }
+  std::unique_ptr<DeviceContext> ctx_;
   std::mt19937 rng_{2024};
 };
 
@@ -106,7 +116,13 @@ TEST_P(AttentionTest, QueriesWithNoVisibleKeyGetZeros) {
   for (float x : out) EXPECT_EQ(x, 0.0f);
 }
 
-INSTANTIATE_TEST_SUITE_P(Threads, AttentionTest, ::testing::Values(1, 2));
+INSTANTIATE_TEST_SUITE_P(ThreadsAndIsa, AttentionTest,
+                         ::testing::Combine(::testing::Values(1, 2),
+                                            ::testing::Values(CpuIsa::kAvx2, CpuIsa::kAvx512)),
+                         [](const ::testing::TestParamInfo<std::tuple<int, CpuIsa>>& p) {
+                           return std::to_string(std::get<0>(p.param)) + "_threads_" +
+                                  std::string(CpuIsaName(std::get<1>(p.param)));
+                         });
 
 }  // namespace
 }  // namespace uniprefill::ops

@@ -1,4 +1,4 @@
-// The Q4_1 decode kernels (f32 activations, 1..7 rows; int16 activations, one row) against the
+// The AVX2 Q4_1 decode kernels (f32 activations, 1..7 rows; int16 activations, one row) vs the
 // scalar reference: io/Dequantize of the row, then a double-precision dot. Random blocks, random
 // activations, every row count and several row lengths (one block, odd block counts, SmolLM2's
 // 576 and 1536).
@@ -39,7 +39,7 @@ double AbsDot(const std::vector<uint8_t>& w, const float* x, int64_t n) {
 }
 
 TEST(QuantDotQ4_1, FusedF32KernelMatchesDequantisedDotForEveryRowCount) {
-  const QuantDotFn dot = FusedQuantDot(DType::kQ4_1);
+  const QuantDotFn dot = FusedQuantDot(DType::kQ4_1, CpuIsa::kAvx2);
   ASSERT_NE(dot, nullptr);
   std::mt19937 rng(41);
   for (int64_t n : kLengths) {
@@ -59,7 +59,7 @@ TEST(QuantDotQ4_1, FusedF32KernelMatchesDequantisedDotForEveryRowCount) {
 }
 
 TEST(QuantDotQ4_1, Int16KernelMatchesDequantisedDotWithinActivationRounding) {
-  const QuantDotI16Fn dot = FusedQuantDotI16(DType::kQ4_1);
+  const QuantDotI16Fn dot = FusedQuantDotI16(DType::kQ4_1, CpuIsa::kAvx2);
   ASSERT_NE(dot, nullptr);
   std::mt19937 rng(42);
   for (int64_t n : kLengths) {
@@ -94,7 +94,7 @@ TEST(QuantDotQ4_1, MinOnlyBlocksGiveTheMinTimesTheActivationSum) {
   double sum = 0.0;
   for (float v : x) sum += v;
   float out = NAN;
-  FusedQuantDot(DType::kQ4_1)(w.data(), x.data(), 64, 1, 64, &out, 1);
+  FusedQuantDot(DType::kQ4_1, CpuIsa::kAvx2)(w.data(), x.data(), 64, 1, 64, &out, 1);
   EXPECT_FLOAT_EQ(out, static_cast<float>(0.5 * sum));
 }
 

@@ -52,6 +52,39 @@ void ViewKv(const KvLayerView& view, int n_kv_heads, int head_dim, ContiguousKv*
   out->index = out->index_copy.data();
 }
 
+// A layer's cached keys of one request for attention: one run per chunk (a paged cache's block),
+// read in place, and the keys' masking coordinates (alive indices, or positions) in one array:
+// copied only with several chunks, 4 bytes per key against K and V's 8 * kv_dim.
+struct KvRuns {
+  std::vector<ops::KvRun> runs;  // each k, v f32 [count, Hkv, D]
+  const int32_t* mask = nullptr;  // [sum of counts]
+  std::vector<int32_t> mask_copy;
+};
+
+void ViewKvRuns(const KvLayerView& view, int n_kv_heads, int head_dim, bool by_position,
+                KvRuns* out) {
+  for (const KvChunk& c : view.chunks) {
+    out->runs.push_back(
+        {TensorView::Contiguous(const_cast<float*>(c.k), DType::kF32,
+                                {c.count, n_kv_heads, head_dim}),
+         TensorView::Contiguous(const_cast<float*>(c.v), DType::kF32,
+                                {c.count, n_kv_heads, head_dim})});
+  }
+  if (view.chunks.empty()) {  // no key: one empty run carries the head count
+    out->runs.push_back({TensorView::Contiguous(nullptr, DType::kF32, {0, n_kv_heads, head_dim}),
+                         TensorView::Contiguous(nullptr, DType::kF32, {0, n_kv_heads, head_dim})});
+  }
+  if (view.chunks.size() == 1) {
+    out->mask = by_position ? view.chunks[0].pos : view.chunks[0].index;
+    return;
+  }
+  for (const KvChunk& c : view.chunks) {
+    const int32_t* m = by_position ? c.pos : c.index;
+    out->mask_copy.insert(out->mask_copy.end(), m, m + c.count);
+  }
+  out->mask = out->mask_copy.data();
+}
+
 // UniPrefill selection for request r (rows [begin, end) of q): kept rows relative to begin, or an
 // empty list when the request passes through.
 Result<std::vector<int32_t>> SelectRows(DeviceContext& ctx, const AttentionWeights& w,
@@ -233,12 +266,11 @@ Status AttentionForward(DeviceContext& ctx, const AttentionWeights& w, int layer
   for (int r = 0; r < batch.n_seqs(); ++r) {
     const PackedBatch::Seq& s = batch.seq(r);
     if (s.rows() == 0) continue;
-    ContiguousKv kv;
-    ViewKv(s.cache->Layer(layer), Hkv, D, &kv);
-    const int32_t* k_mask =
-        (window_mode == WindowMode::kPosition && w.window > 0) ? kv.pos : kv.index;
-    ops::Attention(ctx, attn.Slice0(s.begin, s.rows()), q.Slice0(s.begin, s.rows()), kv.k, kv.v,
-                   q_mask.data() + s.begin, k_mask, ap);
+    KvRuns kv;
+    ViewKvRuns(s.cache->Layer(layer), Hkv, D,
+               window_mode == WindowMode::kPosition && w.window > 0, &kv);
+    ops::AttentionPaged(ctx, attn.Slice0(s.begin, s.rows()), q.Slice0(s.begin, s.rows()), kv.runs,
+                        q_mask.data() + s.begin, kv.mask, ap);
   }
   if (w.gated_output) {
     float* a = attn_buf.as<float>();

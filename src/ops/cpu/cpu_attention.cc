@@ -1,12 +1,16 @@
-// Flash-style attention on the CPU.
+// Flash-style attention on the CPU, over keys held in one buffer (Attention) or in several runs
+// read in place (AttentionPaged: a paged cache's blocks, no gather).
 //
 // Work item = (kv head, query tile, key split). A query tile holds kTileRows rows, a row being one
 // (query, query head of this kv head's group) pair, so GQA heads share every K/V tile load. For
 // each key tile of kKeyTile keys inside the tile's visible range (found by binary search on the
 // ascending k_pos; tiles outside the causal/window range are never touched):
-//   S = (scale * Q) K^T        (AVX2 6x16 micro-kernel on a packed K tile, cpu_gemm_tile.h)
+//   S = (scale * Q) K^T        (6x16 AVX2 or 12x16 AVX-512 micro-kernel on a packed K tile,
+//                               cpu_gemm_tile.h, by the context's ISA level)
 //   mask, online softmax update (running max m, sum l; O rescaled by alpha = exp(m_old - m_new))
 //   O = alpha * O + P V        (micro-kernel reading V rows in place)
+// Key tiles are those of one contiguous buffer whatever the runs; a tile spanning runs reads
+// each part in place (results equal bit for bit).
 // Memory is linear in context: besides the inputs and output, each worker holds one Q tile, one
 // packed K tile, one S tile [rows, kKeyTile] and one O tile (O(tile) floats, independent of Tk),
 // plus O(Tq) visible ranges; key splits (decode) add partial O tiles per split, again O(tile).
@@ -30,8 +34,17 @@ constexpr int kKeyTile = 128;          // keys per S tile
 constexpr int64_t kMinSplitKeys = 1024;  // a key split (decode) covers at least this many keys
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
+// Keys [begin, begin + count) of the problem's key index space: k, v f32 [count, Hkv, D] rows in
+// place (one run for Attention, one per cache block for AttentionPaged); never empty.
+struct KeyRun {
+  TensorView k, v;
+  int64_t begin = 0, count = 0;
+};
+
 struct Problem {
-  TensorView out, q, k, v;
+  TensorView out, q;
+  std::vector<KeyRun> runs;  // in key order, covering [0, tk)
+  const GemmTileKernels* gemm = nullptr;  // the context's ISA level's tile kernels
   int64_t tq = 0, tk = 0, hq = 0, hkv = 0, group = 0, d = 0;
   int64_t dp = 0;  // O tile row stride: d rounded up to kPanel
   int64_t queries_per_tile = 0, tiles = 0, splits = 1;
@@ -39,12 +52,25 @@ struct Problem {
   std::vector<int64_t> lo, hi;  // visible key index range [lo, hi) of each query
 };
 
+// The part of a key tile that lies in one run: keys [j, j + n), rows k, v (kv head applied).
+struct Segment {
+  int64_t j = 0;
+  int n = 0;
+  const float* k = nullptr;
+  const float* v = nullptr;
+  int64_t k_stride = 0, v_stride = 0;
+};
+
 // One worker's tile buffers (sizes depend only on the tile shape).
 struct Workspace {
   std::vector<float> q, kpack, s, o, m, l, alpha;
+  std::vector<float> ones;  // alpha for a key tile's second and later segments
   std::vector<int64_t> lo, hi;
+  std::vector<Segment> segments;
   explicit Workspace(const Problem& p) {
     const int64_t rows = p.queries_per_tile * p.group;
+    ones.assign(rows, 1.0f);
+    segments.reserve(kKeyTile);
     q.resize(rows * p.d);
     kpack.resize(kKeyTile * p.d);
     s.resize(rows * kKeyTile);
@@ -96,13 +122,69 @@ void PrefetchRows(const float* base, int64_t stride, int n, int d) {
   }
 }
 
+// The segments of key tile [j0, j0 + nk) for kv head kh, into ws.segments.
+void TileSegments(const Problem& p, int64_t kh, int64_t j0, int nk, Workspace& ws) {
+  ws.segments.clear();
+  auto run = std::upper_bound(p.runs.begin(), p.runs.end(), j0,
+                              [](int64_t j, const KeyRun& r) { return j < r.begin; }) - 1;
+  for (int64_t j = j0; j < j0 + nk; ++run) {
+    const int64_t off = j - run->begin;
+    const int n = static_cast<int>(std::min(j0 + nk, run->begin + run->count) - j);
+    ws.segments.push_back(
+        {j, n, run->k.as<float>() + kh * run->k.stride[1] + off * run->k.stride[0],
+         run->v.as<float>() + kh * run->v.stride[1] + off * run->v.stride[0], run->k.stride[0],
+         run->v.stride[0]});
+    j += n;
+  }
+}
+
+// One key tile [j0, j0 + nk), its keys in ws.segments: scores, online softmax, O update for the
+// rows of the query tile in ws. The tile is the same whatever the runs, and a segment adds its
+// keys to S and O in the same order as one buffer would, so paged results equal contiguous ones
+// bit for bit (the second and later segments rescale O by exactly 1).
+void KeyTile(const Problem& p, Workspace& ws, int rows, int64_t j0, int nk) {
+  const int d = static_cast<int>(p.d);
+  // f32 [rows, kKeyTile] = Q [rows, d] K_tile^T
+  if (rows <= kDotRowsMax) {
+    // Decode: the PV kernel walks V a column panel at a time (a 1 KB stride for D = 256) with
+    // too few rows to hide DRAM latency; prefetch the V tile into L2 while the scores run.
+    for (const Segment& g : ws.segments) PrefetchRows(g.v, g.v_stride, g.n, d);
+    for (const Segment& g : ws.segments) {
+      p.gemm->dot_rows(ws.s.data() + (g.j - j0), kKeyTile, ws.q.data(), d, g.k, g.k_stride, rows,
+                       g.n, d);
+    }
+  } else {
+    const int panels = static_cast<int>(RoundUp(nk, kPanel) / kPanel);
+    if (ws.segments.size() == 1) {
+      PackPanels(ws.kpack.data(), ws.segments[0].k, ws.segments[0].k_stride, nk, d);
+    } else {
+      PackPanelColumns(ws.kpack.data(), nullptr, 0, nk, panels * kPanel - nk, d);  // zero pad
+      for (const Segment& g : ws.segments) {
+        PackPanelColumns(ws.kpack.data(), g.k, g.k_stride, static_cast<int>(g.j - j0), g.n, d);
+      }
+    }
+    p.gemm->gemm_packed(ws.s.data(), kKeyTile, ws.q.data(), d, ws.kpack.data(), rows, panels,
+                        d);
+  }
+  for (int r = 0; r < rows; ++r) {
+    const int64_t a = std::clamp<int64_t>(ws.lo[r] - j0, 0, nk);
+    const int64_t b = std::clamp<int64_t>(ws.hi[r] - j0, 0, nk);
+    SoftmaxRow(ws.s.data() + r * kKeyTile, nk, a, b, &ws.m[r], &ws.l[r], &ws.alpha[r]);
+  }
+  // O [rows, d] = alpha * O + P [rows, nk] V_tile [nk, d], a segment at a time
+  for (const Segment& g : ws.segments) {
+    const float* alpha = g.j == j0 ? ws.alpha.data() : ws.ones.data();
+    p.gemm->gemm_accum_scaled(ws.o.data(), p.dp, alpha, ws.s.data() + (g.j - j0), kKeyTile, g.v,
+                              g.v_stride, rows, d, g.n);
+  }
+}
+
 // Runs query tile `tile` of kv head kh over keys [j_begin, j_end); leaves m, l, O in ws.
 void RunItem(const Problem& p, Workspace& ws, int64_t kh, int64_t tile, int64_t j_begin,
              int64_t j_end) {
   const int64_t i0 = tile * p.queries_per_tile;
   const int64_t nq = std::min(p.queries_per_tile, p.tq - i0);
   const int rows = static_cast<int>(nq * p.group);
-  const int d = static_cast<int>(p.d);
   for (int64_t qi = 0; qi < nq; ++qi) {
     for (int64_t g = 0; g < p.group; ++g) {
       const int64_t r = qi * p.group + g;
@@ -115,30 +197,10 @@ void RunItem(const Problem& p, Workspace& ws, int64_t kh, int64_t tile, int64_t 
   std::fill(ws.m.begin(), ws.m.begin() + rows, kNegInf);
   std::fill(ws.l.begin(), ws.l.begin() + rows, 0.0f);
   std::fill(ws.o.begin(), ws.o.begin() + rows * p.dp, 0.0f);
-  const float* kbase = p.k.as<float>() + kh * p.k.stride[1];
-  const float* vbase = p.v.as<float>() + kh * p.v.stride[1];
   for (int64_t j0 = j_begin; j0 < j_end; j0 += kKeyTile) {
     const int nk = static_cast<int>(std::min<int64_t>(kKeyTile, j_end - j0));
-    // f32 [rows, kKeyTile] = Q [rows, d] K_tile^T
-    if (rows <= kDotRowsMax) {
-      // Decode: the PV kernel walks V a column panel at a time (a 1 KB stride for D = 256) with
-      // too few rows to hide DRAM latency; prefetch the V tile into L2 while the scores run.
-      PrefetchRows(vbase + j0 * p.v.stride[0], p.v.stride[0], nk, d);
-      DotRows(ws.s.data(), kKeyTile, ws.q.data(), d, kbase + j0 * p.k.stride[0], p.k.stride[0],
-              rows, nk, d);
-    } else {
-      const int panels = static_cast<int>(RoundUp(nk, kPanel) / kPanel);
-      PackPanels(ws.kpack.data(), kbase + j0 * p.k.stride[0], p.k.stride[0], nk, d);
-      GemmPacked(ws.s.data(), kKeyTile, ws.q.data(), d, ws.kpack.data(), rows, panels, d);
-    }
-    for (int r = 0; r < rows; ++r) {
-      const int64_t a = std::clamp<int64_t>(ws.lo[r] - j0, 0, nk);
-      const int64_t b = std::clamp<int64_t>(ws.hi[r] - j0, 0, nk);
-      SoftmaxRow(ws.s.data() + r * kKeyTile, nk, a, b, &ws.m[r], &ws.l[r], &ws.alpha[r]);
-    }
-    // O [rows, d] = alpha * O + P [rows, nk] V_tile [nk, d]
-    GemmAccumScaled(ws.o.data(), p.dp, ws.alpha.data(), ws.s.data(), kKeyTile,
-                    vbase + j0 * p.v.stride[0], p.v.stride[0], rows, d, nk);
+    TileSegments(p, kh, j0, nk, ws);
+    KeyTile(p, ws, rows, j0, nk);
   }
 }
 
@@ -171,19 +233,24 @@ void StoreTile(const Problem& p, const float* o, const float* l, int64_t kh, int
   }
 }
 
-Problem MakeProblem(DeviceContext& ctx, TensorView out, TensorView q, TensorView k, TensorView v,
-                    const int32_t* q_pos, const int32_t* k_pos, const AttentionParams& params) {
+// runs: the keys in order, each k, v f32 [count, Hkv, D] (at least one run).
+Problem MakeProblem(DeviceContext& ctx, TensorView out, TensorView q,
+                    const std::vector<KvRun>& runs, const int32_t* q_pos, const int32_t* k_pos,
+                    const AttentionParams& params) {
   Problem p;
+  p.gemm = &GemmTiles(ctx.cpu_isa());
   p.out = out;
   p.q = q;
-  p.k = k;
-  p.v = v;
   p.tq = q.dim(0);
   p.hq = q.dim(1);
   p.d = q.dim(2);
-  p.tk = k.dim(0);
-  p.hkv = k.dim(1);
-  assert(p.hq % p.hkv == 0 && k.dim(2) == p.d && v.dim(0) == p.tk && out.dim(0) == p.tq);
+  p.hkv = runs.front().k.dim(1);
+  for (const KvRun& r : runs) {
+    assert(r.k.dim(1) == p.hkv && r.k.dim(2) == p.d && r.v.dim(0) == r.k.dim(0));
+    if (r.k.dim(0) > 0) p.runs.push_back({r.k, r.v, p.tk, r.k.dim(0)});
+    p.tk += r.k.dim(0);
+  }
+  assert(p.hq % p.hkv == 0 && out.dim(0) == p.tq);
   p.group = p.hq / p.hkv;
   p.dp = RoundUp(p.d, kPanel);
   p.scale = params.scale;
@@ -270,14 +337,21 @@ void RunSplit(DeviceContext& ctx, const Problem& p) {
 
 }  // namespace
 
-void Attention(DeviceContext& ctx, TensorView out, TensorView q, TensorView k, TensorView v,
-               const int32_t* q_pos, const int32_t* k_pos, const AttentionParams& params) {
-  const Problem p = MakeProblem(ctx, out, q, k, v, q_pos, k_pos, params);
+void AttentionPaged(DeviceContext& ctx, TensorView out, TensorView q,
+                    const std::vector<KvRun>& runs, const int32_t* q_pos, const int32_t* k_pos,
+                    const AttentionParams& params) {
+  assert(!runs.empty());
+  const Problem p = MakeProblem(ctx, out, q, runs, q_pos, k_pos, params);
   if (p.splits > 1) {
     RunSplit(ctx, p);
   } else {
     RunUnsplit(ctx, p);
   }
+}
+
+void Attention(DeviceContext& ctx, TensorView out, TensorView q, TensorView k, TensorView v,
+               const int32_t* q_pos, const int32_t* k_pos, const AttentionParams& params) {
+  cpu::AttentionPaged(ctx, out, q, {KvRun{k, v}}, q_pos, k_pos, params);
 }
 
 }  // namespace uniprefill::ops::cpu

@@ -189,6 +189,15 @@ void PackPanels(float* dst, const float* src, int64_t src_stride, int n, int k) 
   }
 }
 
+void PackPanelColumns(float* dst, const float* src, int64_t src_stride, int col0, int n, int k) {
+  for (int j = 0; j < n; ++j) {
+    const int col = col0 + j;
+    float* d = dst + static_cast<int64_t>(col / kPanel) * kPanel * k + col % kPanel;
+    const float* s = src ? src + j * src_stride : nullptr;
+    for (int kk = 0; kk < k; ++kk) d[kk * kPanel] = s ? s[kk] : 0.0f;
+  }
+}
+
 void GemmPacked(float* c, int64_t ldc, const float* a, int64_t lda, const float* b_packed, int m,
                 int panels, int k) {
   for (int p = 0; p < panels; ++p) {
@@ -232,6 +241,11 @@ void GemmAccumScaled(float* c, int64_t ldc, const float* alpha, const float* a, 
                        TailMask(valid - 8));
     }
   }
+}
+
+const GemmTileKernels& GemmTiles(CpuIsa isa) {
+  static constexpr GemmTileKernels kAvx2 = {&GemmPacked, &GemmAccumScaled, &DotRows};
+  return isa >= CpuIsa::kAvx512 ? avx512::GemmTiles() : kAvx2;
 }
 
 }  // namespace uniprefill::ops::cpu

@@ -1,6 +1,7 @@
 // Linear on the CPU. Two variants, picked by the row count:
 // - T >= kGemmMinRows and an f32 copy of W exists: one cblas_sgemm (OpenBLAS threads itself).
-// - otherwise (decode, short chunks): a fused dequantise-and-dot matvec over the stored parts,
+// - otherwise (decode, short chunks): a fused dequantise-and-dot matvec over the stored parts
+//   (the variant of the context's CPU ISA level, DeviceContext::cpu_isa()),
 //   split over output rows with the thread pool; up to kQuantDotMaxRows rows of x share one pass
 //   over the weights, so weights stream from memory once per group of rows.
 #include <cblas.h>
@@ -27,14 +28,14 @@ struct PartPlan {
   QuantDotI16Fn fused_i16;  // single-row kernel on int16 activations, or nullptr
 };
 
-std::vector<PartPlan> PlanParts(const LinearWeight& w) {
+std::vector<PartPlan> PlanParts(const LinearWeight& w, CpuIsa isa) {
   std::vector<PartPlan> plan;
   int64_t col = 0;
   for (const TensorView& p : w.parts) {
     assert(p.dim(1) == w.in_features);
     plan.push_back({col, p.dim(0), static_cast<const uint8_t*>(p.data),
-                    DTypeBytes(p.dtype, p.stride[0]), p.dtype, FusedQuantDot(p.dtype),
-                    w.int16_decode_activations ? FusedQuantDotI16(p.dtype) : nullptr});
+                    DTypeBytes(p.dtype, p.stride[0]), p.dtype, FusedQuantDot(p.dtype, isa),
+                    w.int16_decode_activations ? FusedQuantDotI16(p.dtype, isa) : nullptr});
     col += p.dim(0);
   }
   assert(col == w.out_features);
@@ -46,7 +47,7 @@ void MatVec(DeviceContext& ctx, TensorView out, TensorView x, const LinearWeight
             const std::vector<PartPlan>& plan) {
   const int nx = static_cast<int>(x.dim(0));
   const int64_t in = w.in_features;
-  const QuantDotFn f32_dot = FusedQuantDot(DType::kF32);
+  const QuantDotFn f32_dot = FusedQuantDot(DType::kF32, ctx.cpu_isa());
   // One activation row: quantise it to int16 once for the parts that have an int16 kernel.
   std::vector<int16_t> xq;
   float x_scale = 0.0f;
@@ -93,7 +94,7 @@ void Linear(DeviceContext& ctx, TensorView out, TensorView x, const LinearWeight
                 static_cast<int>(out.stride[0]));
     return;
   }
-  const std::vector<PartPlan> plan = PlanParts(w);
+  const std::vector<PartPlan> plan = PlanParts(w, ctx.cpu_isa());
   for (int64_t t0 = 0; t0 < T; t0 += kQuantDotMaxRows) {
     const int64_t n = std::min<int64_t>(kQuantDotMaxRows, T - t0);
     MatVec(ctx, out.Slice0(t0, n), x.Slice0(t0, n), w, plan);

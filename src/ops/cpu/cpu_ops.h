@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/device_context.h"
 #include "core/tensor.h"
@@ -25,6 +26,10 @@ void Embedding(DeviceContext& ctx, TensorView out, TensorView table, const int32
 void Add(DeviceContext& ctx, TensorView out, TensorView a, TensorView b);
 void Attention(DeviceContext& ctx, TensorView out, TensorView q, TensorView k, TensorView v,
                const int32_t* q_pos, const int32_t* k_pos, const AttentionParams& params);
+
+void AttentionPaged(DeviceContext& ctx, TensorView out, TensorView q,
+                    const std::vector<KvRun>& runs, const int32_t* q_pos, const int32_t* k_pos,
+                    const AttentionParams& params);
 
 void AttentionImportance(DeviceContext& ctx, float* importance, TensorView q, TensorView k,
                          const int32_t* q_pos, const int32_t* k_pos, float scale);

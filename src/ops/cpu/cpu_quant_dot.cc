@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "ops/cpu/cpu_math.h"
+#include "ops/cpu/cpu_quant_dot_isa.h"
 
 // Every kernel decodes 8 weights at a time into a __m256 of f32 (scale, and for K-quants the min,
 // folded in with one FMA: w = q * (d * sc) - dmin * m) and FMAs it into every activation row, so
@@ -361,7 +362,7 @@ void AnyRows(const void* w, const float* x, int64_t xs, int nx, int64_t n, float
 
 }  // namespace
 
-QuantDotFn FusedQuantDot(DType type) {
+QuantDotFn avx2::FusedQuantDot(DType type) {
   switch (type) {
     case DType::kF32: return &AnyRows<KernelFloat<LoadF32>>;
     case DType::kF16: return &AnyRows<KernelFloat<LoadF16>>;

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "ops/cpu/cpu_math.h"
+#include "ops/cpu/cpu_quant_dot_isa.h"
 
 namespace uniprefill::ops::cpu {
 namespace {
@@ -91,7 +92,7 @@ void QuantizeRowI16(const float* x, int64_t n, int16_t* xq, float* scale) {
   }
 }
 
-QuantDotI16Fn FusedQuantDotI16(DType type) {
+QuantDotI16Fn avx2::FusedQuantDotI16(DType type) {
   switch (type) {
     case DType::kQ8_0: return &DotBlocks<34, BlockQ8_0>;
     case DType::kQ5_0: return &DotBlocks<22, BlockQ5_0>;

@@ -1,0 +1,112 @@
+#include "core/cpu_isa.h"
+
+#include <initializer_list>
+
+namespace uniprefill {
+namespace {
+
+constexpr CpuIsa kLevels[] = {CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Vnni,
+                              CpuIsa::kAvx512Bf16};
+
+struct Feature {
+  const char* name;
+  bool CpuFeatures::*has;
+  CpuIsa level;  // the lowest level that needs it
+};
+
+constexpr Feature kFeatures[] = {
+    {"avx2", &CpuFeatures::avx2, CpuIsa::kAvx2},
+    {"fma", &CpuFeatures::fma, CpuIsa::kAvx2},
+    {"f16c", &CpuFeatures::f16c, CpuIsa::kAvx2},
+    {"avx512f", &CpuFeatures::avx512f, CpuIsa::kAvx512},
+    {"avx512bw", &CpuFeatures::avx512bw, CpuIsa::kAvx512},
+    {"avx512vl", &CpuFeatures::avx512vl, CpuIsa::kAvx512},
+    {"avx512dq", &CpuFeatures::avx512dq, CpuIsa::kAvx512},
+    {"avx512vnni", &CpuFeatures::avx512vnni, CpuIsa::kAvx512Vnni},
+    {"avx512bf16", &CpuFeatures::avx512bf16, CpuIsa::kAvx512Bf16},
+};
+
+CpuFeatures ReadCpuid() {
+  __builtin_cpu_init();
+  CpuFeatures f;
+  f.avx2 = __builtin_cpu_supports("avx2");
+  f.fma = __builtin_cpu_supports("fma");
+  f.f16c = __builtin_cpu_supports("f16c");
+  f.avx512f = __builtin_cpu_supports("avx512f");
+  f.avx512bw = __builtin_cpu_supports("avx512bw");
+  f.avx512vl = __builtin_cpu_supports("avx512vl");
+  f.avx512dq = __builtin_cpu_supports("avx512dq");
+  f.avx512vnni = __builtin_cpu_supports("avx512vnni");
+  f.avx512bf16 = __builtin_cpu_supports("avx512bf16");
+  return f;
+}
+
+}  // namespace
+
+const CpuFeatures& DetectCpuFeatures() {
+  static const CpuFeatures features = ReadCpuid();
+  return features;
+}
+
+std::string MissingCpuFeatures(CpuIsa isa, const CpuFeatures& f) {
+  std::string missing;
+  for (const Feature& feature : kFeatures) {
+    if (feature.level > isa || f.*feature.has) continue;
+    missing += (missing.empty() ? "" : " ") + std::string(feature.name);
+  }
+  return missing;
+}
+
+CpuIsa BestCpuIsa(const CpuFeatures& f) {
+  CpuIsa best = CpuIsa::kAvx2;
+  for (CpuIsa level : kLevels) {
+    if (MissingCpuFeatures(level, f).empty()) best = level;
+  }
+  return best;
+}
+
+std::string_view CpuIsaName(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::kAuto: return "auto";
+    case CpuIsa::kAvx2: return "avx2";
+    case CpuIsa::kAvx512: return "avx512";
+    case CpuIsa::kAvx512Vnni: return "avx512-vnni";
+    case CpuIsa::kAvx512Bf16: return "avx512-bf16";
+  }
+  return "?";
+}
+
+Result<CpuIsa> ParseCpuIsa(std::string_view name) {
+  for (CpuIsa isa : {CpuIsa::kAuto, CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Vnni,
+                     CpuIsa::kAvx512Bf16}) {
+    if (name == CpuIsaName(isa)) return isa;
+  }
+  return InvalidArgument("unknown CPU ISA level '" + std::string(name) +
+                         "' (--cpu-isa / UNIPREFILL_CPU_ISA: expected auto, avx2, avx512, "
+                         "avx512-vnni or avx512-bf16)");
+}
+
+Result<CpuIsa> ResolveCpuIsa(CpuIsa requested, const CpuFeatures& f) {
+  if (requested == CpuIsa::kAuto) return BestCpuIsa(f);
+  const std::string missing = MissingCpuFeatures(requested, f);
+  if (missing.empty()) return requested;
+  std::string have;
+  for (CpuIsa level : kLevels) {
+    if (level > BestCpuIsa(f)) break;
+    have += (have.empty() ? "" : ", ") + std::string(CpuIsaName(level));
+  }
+  return InvalidArgument("CPU ISA level '" + std::string(CpuIsaName(requested)) +
+                         "' (--cpu-isa / UNIPREFILL_CPU_ISA) needs " + missing +
+                         ", which this CPU lacks; it supports " + have +
+                         " (or use auto to pick the best)");
+}
+
+std::string DescribeCpuFeatures(const CpuFeatures& f) {
+  std::string out;
+  for (const Feature& feature : kFeatures) {
+    if (f.*feature.has) out += (out.empty() ? "" : " ") + std::string(feature.name);
+  }
+  return out.empty() ? "none of avx2 / avx512" : out;
+}
+
+}  // namespace uniprefill

@@ -1,0 +1,42 @@
+#include "ops/cpu/cpu_kernel_paths.h"
+
+#include <cstdio>
+
+#include "ops/cpu/cpu_quant_dot.h"
+#include "ops/cpu/cpu_quant_dot_i16.h"
+
+namespace uniprefill::ops::cpu {
+namespace {
+
+// The weight types Linear reads (every dequantisable GGUF type the loaders accept).
+constexpr DType kWeightTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0,
+                                  DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1,
+                                  DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+
+std::string Cell(std::string_view level, const char* none) {
+  return level.empty() ? none : std::string(level);
+}
+
+}  // namespace
+
+std::string DescribeCpuKernelPaths(CpuIsa isa) {
+  // Linear's decode matvec per weight type: f32 activations (1..7 rows), and int16-quantised
+  // activations (1 row, unless --f32-decode).
+  char line[128];
+  std::snprintf(line, sizeof(line), "  %-6s %-22s %s\n", "weight", "decode f32 activations",
+                "decode int16 activations");
+  std::string out = line;
+  for (DType t : kWeightTypes) {
+    std::snprintf(line, sizeof(line), "  %-6s %-22s %s\n", DTypeName(t),
+                  Cell(FusedQuantDotLevel(t, isa), "dequantise + f32").c_str(),
+                  Cell(FusedQuantDotI16Level(t, isa), "(f32 activations)").c_str());
+    out += line;
+  }
+  out += "  prefill GEMM (>= 8 rows): OpenBLAS sgemm on f32 weight copies (its own dispatch)\n";
+  out += isa >= CpuIsa::kAvx512 ? "  attention tiles: avx512 (scores of <= 4 rows: avx2)\n"
+                                : "  attention tiles: avx2\n";
+  out += "  softmax, norms, activations, rope: avx2\n";
+  return out;
+}
+
+}  // namespace uniprefill::ops::cpu
