@@ -8,35 +8,20 @@
 // project header with inline code is used here: an inline function compiled under these flags and
 // also under the baseline ones could be the copy the linker keeps for both (one definition rule),
 // putting AVX-512 instructions on the AVX2 path.
-// GCC 12 warns that the AVX-512 intrinsics' own _mm512_undefined_* placeholders are used
-// uninitialised (GCC bug 105593, fixed in 12.3/13); the warning is about the header, not us.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
 
+#include "ops/cpu/cpu_avx512_common.h"
 #include "ops/cpu/cpu_quant_dot_isa.h"
 
 namespace uniprefill::ops::cpu {
 namespace {
 
-#define UP_INLINE512 inline __attribute__((always_inline))
-
-UP_INLINE512 float Half(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return _cvtsh_ss(h);
-}
-
 // 16 signed bytes -> 16 floats.
-UP_INLINE512 __m512 I8ToF32(__m128i v) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v)); }
+UP_INLINE_AVX512 __m512 I8ToF32(__m128i v) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v)); }
 
-UP_INLINE512 __m128i Load128(const uint8_t* p) {
+UP_INLINE_AVX512 __m128i Load128(const uint8_t* p) {
   return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
 }
 
@@ -49,31 +34,31 @@ struct Rows {
   const float* x;
   int64_t xs;
 
-  UP_INLINE512 Rows(const float* x_in, int64_t x_stride) : x(x_in), xs(x_stride) {
+  UP_INLINE_AVX512 Rows(const float* x_in, int64_t x_stride) : x(x_in), xs(x_stride) {
     for (int r = 0; r < NX; ++r) {
       for (int a = 0; a < kAcc; ++a) acc[r][a] = _mm512_setzero_ps();
     }
   }
   // acc[r] += w * x[r][i, i + 16).
-  UP_INLINE512 void Fma(__m512 w, int64_t i, int k) {
+  UP_INLINE_AVX512 void Fma(__m512 w, int64_t i, int k) {
     for (int r = 0; r < NX; ++r) {
       acc[r][k % kAcc] = _mm512_fmadd_ps(w, _mm512_loadu_ps(x + r * xs + i), acc[r][k % kAcc]);
     }
   }
   // Only lanes in `m` of w * x[r][i, i + 16) (the float types' tail).
-  UP_INLINE512 void FmaMasked(__m512 w, int64_t i, __mmask16 m) {
+  UP_INLINE_AVX512 void FmaMasked(__m512 w, int64_t i, __mmask16 m) {
     for (int r = 0; r < NX; ++r) {
       acc[r][0] = _mm512_fmadd_ps(w, _mm512_maskz_loadu_ps(m, x + r * xs + i), acc[r][0]);
     }
   }
   // Two vectors into chains k and k + 1.
-  UP_INLINE512 void Fma2(const __m512 w[2], int64_t i, int k) {
+  UP_INLINE_AVX512 void Fma2(const __m512 w[2], int64_t i, int k) {
     Fma(w[0], i, k);
     Fma(w[1], i + 16, k + 1);
   }
   // Fma2 of w * scale (w unscaled): with few rows the block's products are summed first and
   // scaled once per row.
-  UP_INLINE512 void Fma2Scaled(const __m512 w[2], int64_t i, __m512 scale, int k) {
+  UP_INLINE_AVX512 void Fma2Scaled(const __m512 w[2], int64_t i, __m512 scale, int k) {
     if constexpr (NX <= 3) {
       for (int r = 0; r < NX; ++r) {
         const float* xr = x + r * xs + i;
@@ -86,7 +71,7 @@ struct Rows {
       Fma2(ws, i, 0);
     }
   }
-  UP_INLINE512 void Store(float* out, int64_t os) {
+  UP_INLINE_AVX512 void Store(float* out, int64_t os) {
     for (int r = 0; r < NX; ++r) {
       __m512 s = acc[r][0];
       for (int a = 1; a < kAcc; ++a) s = _mm512_add_ps(s, acc[r][a]);
@@ -99,7 +84,7 @@ struct Rows {
 // compile-time 0 / 1 alternating between blocks: the accumulator chain, which must be a constant
 // for the accumulators to stay in registers.
 template <int kBlockBytes, typename Block>
-UP_INLINE512 void ForBlocks(const void* w, int64_t n, Block&& block) {
+UP_INLINE_AVX512 void ForBlocks(const void* w, int64_t n, Block&& block) {
   const uint8_t* b = static_cast<const uint8_t*>(w);
   int64_t i = 0;
   for (; i + 64 <= n; i += 64, b += 2 * kBlockBytes) {
@@ -180,7 +165,7 @@ struct KernelQ5_0 {
 };
 
 // 6-bit scale and min j (0..7) of a Q4_K super-block (ggml's get_scale_min_k4).
-UP_INLINE512 void ScaleMinK4(int j, const uint8_t* q, int* sc, int* m) {
+UP_INLINE_AVX512 void ScaleMinK4(int j, const uint8_t* q, int* sc, int* m) {
   if (j < 4) {
     *sc = q[j] & 63;
     *m = q[j + 4] & 63;
@@ -193,7 +178,7 @@ UP_INLINE512 void ScaleMinK4(int j, const uint8_t* q, int* sc, int* m) {
 // One 32-weight K-quant sub-block of unsigned values (lo = elements 0..15, hi = 16..31) -> rows,
 // with w = q * dsc - dm.
 template <int NX>
-UP_INLINE512 void SubBlockK(Rows<NX>& rows, __m128i lo, __m128i hi, float dsc, float dm,
+UP_INLINE_AVX512 void SubBlockK(Rows<NX>& rows, __m128i lo, __m128i hi, float dsc, float dm,
                             int64_t i, int k) {
   const __m512 s = _mm512_set1_ps(dsc), m = _mm512_set1_ps(dm);
   const __m512 f[2] = {_mm512_fmsub_ps(I8ToF32(lo), s, m), _mm512_fmsub_ps(I8ToF32(hi), s, m)};
@@ -294,12 +279,12 @@ struct KernelFloat {
 };
 
 struct LoadF16 {
-  static UP_INLINE512 __m512 Vec(const void* w, int64_t i, __mmask16 m) {
+  static UP_INLINE_AVX512 __m512 Vec(const void* w, int64_t i, __mmask16 m) {
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(w) + i));
   }
 };
 struct LoadBF16 {
-  static UP_INLINE512 __m512 Vec(const void* w, int64_t i, __mmask16 m) {
+  static UP_INLINE_AVX512 __m512 Vec(const void* w, int64_t i, __mmask16 m) {
     const __m256i h = _mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(w) + i);
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
   }

@@ -14,34 +14,19 @@
 // 16 * 63 * 32767); Q6_K 4 groups, <= 8 * 4096 * 32767 = 1.07e9; all below 2^31.
 #pragma once
 
-// GCC 12 warns that the AVX-512 intrinsics' own _mm512_undefined_* placeholders are used
-// uninitialised (GCC bug 105593, fixed in 12.3/13); the warning is about the header, not us.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-
 #include <cstdint>
 #include <cstring>
 
+#include "ops/cpu/cpu_avx512_common.h"
 #include "ops/cpu/cpu_quant_dot_isa.h"
 
 namespace uniprefill::ops::cpu {
 namespace {
 
-#define UP_INLINE_I16 inline __attribute__((always_inline))
-
-UP_INLINE_I16 float Half(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return _cvtsh_ss(h);
-}
-
-UP_INLINE_I16 __m512i LoadX(const int16_t* xq) { return _mm512_loadu_si512(xq); }
+UP_INLINE_AVX512 __m512i LoadX(const int16_t* xq) { return _mm512_loadu_si512(xq); }
 
 // acc + pairwise sums of a * b (int16 -> int32 lanes).
-UP_INLINE_I16 __m512i DotAdd(__m512i acc, __m512i a, __m512i b) {
+UP_INLINE_AVX512 __m512i DotAdd(__m512i acc, __m512i a, __m512i b) {
 #if defined(__AVX512VNNI__)
   return _mm512_dpwssd_epi32(acc, a, b);
 #else
@@ -50,17 +35,17 @@ UP_INLINE_I16 __m512i DotAdd(__m512i acc, __m512i a, __m512i b) {
 }
 
 // 32 signed bytes (elements 0..31 of a block) times 32 int16 activations: 16 int32 sums.
-UP_INLINE_I16 __m512i Dot32(__m256i q, const int16_t* xq) {
+UP_INLINE_AVX512 __m512i Dot32(__m256i q, const int16_t* xq) {
   return _mm512_madd_epi16(_mm512_cvtepi8_epi16(q), LoadX(xq));
 }
 
 // Q8_0 block: f16 d, int8 q[32].
-UP_INLINE_I16 __m512i BlockQ8_0(const uint8_t* b, const int16_t* xq) {
+UP_INLINE_AVX512 __m512i BlockQ8_0(const uint8_t* b, const int16_t* xq) {
   return Dot32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2)), xq);
 }
 
 // Q5_0 block: f16 d, u32 qh, qs[16]; q = (nibble | bit j of qh << 4) - 16.
-UP_INLINE_I16 __m512i BlockQ5_0(const uint8_t* b, const int16_t* xq) {
+UP_INLINE_AVX512 __m512i BlockQ5_0(const uint8_t* b, const int16_t* xq) {
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   uint32_t qh;
   std::memcpy(&qh, b + 2, 4);
@@ -107,7 +92,7 @@ float DotQ4_1(const void* w, const int16_t* xq, int64_t n) {
 }
 
 // 6-bit scale and min j (0..7) of a Q4_K super-block (ggml's get_scale_min_k4).
-UP_INLINE_I16 void ScaleMinK4(int j, const uint8_t* q, int* sc, int* m) {
+UP_INLINE_AVX512 void ScaleMinK4(int j, const uint8_t* q, int* sc, int* m) {
   if (j < 4) {
     *sc = q[j] & 63;
     *m = q[j + 4] & 63;
