@@ -81,6 +81,11 @@ CLI::App* AddBenchGpuPrefillCommand(CLI::App& bench_group, BenchGpuPrefillOption
                   "or library (cuBLAS grouped GEMM after one host sync per MoE layer)")
       ->check(CLI::IsMember({"ours", "library"}))
       ->capture_default_str();
+  cmd->add_option("--prefix-split", o.prefix_split,
+                  "Split-KV for chunks over a cached prefix: the fewest keys per piece of a "
+                  "split prefix (serve's --gpu-prefix-split); 0: chunks attend their prefix whole")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   cmd->add_option("--chunk-tokens", o.chunk_tokens,
                   "Also run each mode as a chunked prefill of at most this many rows per request "
                   "and forward, as serve's --max-batched-tokens cuts it (UniPrefill: "
@@ -212,6 +217,7 @@ struct Timings {
   std::vector<double> total_ms, overhead_ms;  // one per timed run
   std::vector<KeptTokens> kept;               // request 0's records of the last run
   int drop_host_syncs = 0;                    // of the last run
+  int split_prefix_attentions = 0;            // of the last run (ForwardStats)
   std::vector<double> step_ms;                // every forward of the last run (chunked: many)
   ForwardStats phases;                        // --phases: one more run, the walk timed per step
 };
@@ -301,6 +307,7 @@ Result<Timings> TimeMode(Model& model, DeviceContext& ctx, int64_t n, int64_t ba
     t.overhead_ms.push_back(1000.0 * (stats.scoring_s + stats.selection_s + stats.compaction_s));
     t.kept = kept[0];
     t.drop_host_syncs = stats.drop_host_syncs;
+    t.split_prefix_attentions = stats.split_prefix_attentions;
     t.step_ms = steps;
   }
   if (phases) {
@@ -345,6 +352,7 @@ Result<BenchModel> BuildModel(const BenchGpuPrefillOptions& o, const Points& p,
   // --attention was checked against the names by CLI11.
   lo.gpu_attention = GpuAttentionFromName(o.attention).value_or(GpuAttention::kAuto);
   lo.gpu_moe_gemm = o.moe_gemm == "library" ? GpuMoeGemm::kLibrary : GpuMoeGemm::kOurs;
+  lo.gpu_prefix_split_min_keys = o.prefix_split;
   UP_ASSIGN_OR_RETURN(b.model, MakeModel(std::move(def), ctx, lo));
   // The pool as serve fixes it: blocks of --kv-block-tokens, enough for the largest point.
   int64_t blocks = 0;
@@ -399,6 +407,7 @@ nlohmann::json ReportRow(const Mode& mode, int64_t n, int64_t b, double flops, c
   }
   row["chunk_tokens"] = chunk;
   row["forwards"] = t.step_ms.size();
+  row["split_prefix_attentions"] = t.split_prefix_attentions;
   row["forward_ms_last_run"] = t.step_ms;
   if (chunk > 0) row["chunked_over_whole"] = ms / whole_ms;
   if (t.phases.time_phases) {
@@ -447,6 +456,7 @@ nlohmann::json Summary(const BenchGpuPrefillOptions& o, const BenchModel& bm,
       {"shape", bm.preset},
       {"attention_kernel", o.attention},
       {"moe_gemm", o.moe_gemm},
+      {"prefix_split_min_keys", o.prefix_split},
       {"model",
        "the product's model (MakeModel + Model::ForwardBatch, the walk serve and run use) on the "
        "CUDA backend, random bf16 weights made on the device (model/model_presets.h)"},

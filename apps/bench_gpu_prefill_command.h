@@ -29,6 +29,7 @@ struct BenchGpuPrefillOptions {
   bool serving_graphs = false;  // Model::PrepareServing(chunk or longest context, longest)
   std::string attention = "auto";  // prefill attention kernel: ours or cudnn (LoadOptions)
   std::string moe_gemm = "ours";   // MoE expert GEMMs: ours or library (LoadOptions)
+  int prefix_split = 2048;  // LoadOptions::gpu_prefix_split_min_keys (0: never split)
   std::string commit;         // recorded in the JSON
   std::string json_out;
 };

@@ -74,6 +74,12 @@ void AddDeviceFlags(CLI::App& cmd, DeviceFlags& flags) {
   cmd.add_flag("--cuda-graphs", flags.cuda_graphs,
                "With --device cuda, run decode steps as CUDA graphs (captured each step, launched "
                "as one; measured slower than kernel-by-kernel launches on an H200, so off)");
+  cmd.add_option("--gpu-prefix-split", flags.prefix_split_min_keys,
+                 "With --device cuda, split-KV for prefill chunks over a cached prefix: a chunk "
+                 "whose query tiles do not fill the GPU attends its prefix in 8 pieces (run side "
+                 "by side, then merged) when each piece holds at least this many keys; 0: never")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   cmd.add_option("--tensor-parallel", flags.tensor_parallel,
                  "Tensor-parallel ranks (CPU): run as `mpirun -np N uniprefill ... "
                  "--tensor-parallel N`; each rank holds 1/N of the heads and FFN columns (llama "

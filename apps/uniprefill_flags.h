@@ -35,6 +35,7 @@ struct DeviceFlags {
   std::string device = "cpu";
   std::string gpu_attention = "auto";
   bool cuda_graphs = false;
+  int prefix_split_min_keys = 2048;  // --gpu-prefix-split (EngineOptions)
   int tensor_parallel = 1;  // ranks under mpirun (EngineOptions::tensor_parallel)
   std::string cpu_isa = "auto";  // --cpu-isa or UNIPREFILL_CPU_ISA (EngineOptions::cpu_isa)
   void ApplyTo(EngineOptions& eo) const {
@@ -42,6 +43,7 @@ struct DeviceFlags {
     eo.device = device;
     eo.gpu_attention = gpu_attention;
     eo.gpu_decode_graphs = cuda_graphs;
+    eo.gpu_prefix_split_min_keys = prefix_split_min_keys;
     eo.tensor_parallel = tensor_parallel;
   }
 };

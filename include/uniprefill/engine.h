@@ -51,6 +51,9 @@ struct EngineOptions {
   // With device "cuda": run decode steps as CUDA graphs (LoadOptions::gpu_decode_graphs; off by
   // default, measured slower).
   bool gpu_decode_graphs = false;
+  // GPU: split-KV for prefill chunks over a deep cached prefix (LoadOptions field of this name;
+  // 0: never split).
+  int gpu_prefix_split_min_keys = 2048;
   // Tensor parallel ranks (CPU): > 1 runs this process as one rank of an MPI world of exactly
   // that many processes (`mpirun -np N`), each holding 1/N of the heads and FFN columns; every
   // rank runs the same requests and gets the same tokens. Serving (BatchEngine) under it is not

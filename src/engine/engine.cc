@@ -46,6 +46,7 @@ Result<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options,
   lo.progress = progress;
   lo.f32_decode = options.f32_decode;
   lo.gpu_decode_graphs = options.gpu_decode_graphs;
+  lo.gpu_prefix_split_min_keys = options.gpu_prefix_split_min_keys;
   const std::optional<GpuAttention> attention = GpuAttentionFromName(options.gpu_attention);
   if (!attention) {
     return InvalidArgument("unknown gpu attention '" + options.gpu_attention +

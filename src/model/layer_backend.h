@@ -68,7 +68,8 @@ class LayerBackend {
   // Serving: no step will hold more than max_step_rows prefill rows of a request, and no request
   // more than max_context tokens. A backend may prepare for those sizes before the first request
   // (the CUDA backend builds and autotunes its cuDNN attention graphs for them, so no served step
-  // waits for a build). Called once, before any forward.
+  // waits for a build). Called before any forward, once per step budget the server uses (its
+  // --max-batched-tokens and, when larger, --prefill-only-tokens), with the same max_context.
   virtual Status PrepareServing(int max_step_rows, int max_context) {
     (void)max_step_rows, (void)max_context;
     return OkStatus();

@@ -80,6 +80,7 @@ class Model {
 
   // Serving: steps hold at most max_step_rows prefill rows per request and requests at most
   // max_context tokens; a device model prepares for those sizes (LayerBackend::PrepareServing).
+  // A server with two step budgets calls it once per budget (same max_context).
   virtual Status PrepareServing(int max_step_rows, int max_context) {
     (void)max_step_rows, (void)max_context;
     return OkStatus();
@@ -124,6 +125,10 @@ struct LoadOptions {
   // decode there is GPU-bound and capture serialises the host's walk before the GPU starts
   // (docs/gpu_performance.md, decode section).
   bool gpu_decode_graphs = false;
+  // GPU only: split-KV for a prefill chunk over a cached prefix (cudnn_attention.h): the prefix is
+  // cut into pieces of at least this many keys when the chunk's query tiles alone would not fill
+  // the GPU twice over (a chunk of a few hundred rows deep in a long prompt). 0: never split.
+  int gpu_prefix_split_min_keys = 2048;
   // Tensor parallel: this process's rank of the world (not owned; it must outlive the model).
   // More than one rank: the model is this rank's shard (dist/shard_definition.h), every forward
   // is a collective (all ranks run the same steps in the same order). CPU only for now.

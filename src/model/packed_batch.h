@@ -98,6 +98,9 @@ struct ForwardStats {
   // Device models: host syncs at drop layers to learn kept counts (0 when every selecting request
   // is fixed-ratio: the CUDA model then sizes later layers by capacities).
   int drop_host_syncs = 0;
+  // Device models: attentions of a chunk over its cached prefix run by split-KV (per layer and
+  // request; LoadOptions::gpu_prefix_split_min_keys).
+  int split_prefix_attentions = 0;
   // Benchmarks only: with time_phases the walk waits for the backend after every step and adds
   // its wall time to phase_s[WalkPhase] (the waits cost some speed: compare like with like).
   bool time_phases = false;

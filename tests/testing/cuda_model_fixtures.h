@@ -90,13 +90,15 @@ struct Pair {
 
 inline Pair Load(const std::string& path, DeviceContext& gpu_ctx,
                  DeltaRuleChoice delta_rule = DeltaRuleChoice::kAuto,
-                 GpuAttention attention = GpuAttention::kAuto) {
+                 GpuAttention attention = GpuAttention::kAuto,
+                 int prefix_split_min_keys = LoadOptions{}.gpu_prefix_split_min_keys) {
   Pair p;
   p.cpu_ctx = DeviceContext::Cpu(0);
   LoadOptions lo;
   lo.f32_decode = true;
   lo.gpu_delta_rule = delta_rule;
   lo.gpu_attention = attention;
+  lo.gpu_prefix_split_min_keys = prefix_split_min_keys;
   auto cpu = LoadModel(path, *p.cpu_ctx, lo);
   EXPECT_TRUE(cpu.ok()) << cpu.status().message();
   auto gpu = LoadModel(path, gpu_ctx, lo);

@@ -272,8 +272,9 @@ Result<bool> CudaBackend::Begin(DeviceContext& ctx, std::span<const SequenceStep
   // exchange's next segment (positions, indices, cu_seqlens, slots, a segment end's kept rows).
   const size_t bt = static_cast<size_t>(pool_->block_tokens());
   // (+ cuDNN attention's seq lens and offset arrays: for chunks over a cached prefix five arrays
-  // of one or two entries per request, each padded to 4 ints, and the gather's row begins)
-  const size_t per_layer = T_max + B * (max_tokens / bt + 2) + 36 * B + 96;
+  // of one or two entries per request, each padded to 4 ints, and the gather's row begins; split
+  // prefixes: five arrays of 9 entries and four of 1-2, 76 ints, per request)
+  const size_t per_layer = T_max + B * (max_tokens / bt + 2) + 36 * B + 80 * B + 96;
   const size_t per_drop =
       6 * T_max + 6 * B + 64 + 2 * cached_entries + 8 * B +
       (bounded_ ? 4 * T + 3 * B + B * (2 * max_last_n + 4) : 0) +
@@ -641,6 +642,7 @@ Result<std::unique_ptr<LayerBackend>> MakeCudaBackend(const ModelDefinition& def
   }
   auto backend = std::make_unique<cuda_backend::CudaBackend>(
       definition, ctx, options.gpu_delta_rule, options.gpu_decode_graphs, options.gpu_moe_gemm);
+  backend->set_prefix_split_min_keys(options.gpu_prefix_split_min_keys);
   UP_RETURN_IF_ERROR(backend->Load(options.progress, options.gpu_attention));
   return std::unique_ptr<LayerBackend>(std::move(backend));
 }

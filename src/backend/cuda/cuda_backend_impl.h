@@ -82,6 +82,8 @@ class CudaBackend final : public LayerBackend {
   // an error if this
   // build or machine has no cuDNN).
   Status Load(const ProgressFn& progress, GpuAttention attention);
+  // LoadOptions::gpu_prefix_split_min_keys (0: never split a chunk's prefix).
+  void set_prefix_split_min_keys(int keys) { prefix_split_min_keys_ = keys; }
 
   Device device() const override { return Device::kCuda; }
   size_t resident_weight_bytes() const override { return weight_bytes_; }
@@ -170,6 +172,26 @@ class CudaBackend final : public LayerBackend {
   Result<bool> CudnnPrefixPrefill(int li, int hkv, const std::vector<int>& which,
                                   const TensorView& q, const TensorView& attn,
                                   const KeptQueries& kq, const ops::AttentionParams& params);
+  // How many pieces split-KV cuts a chunk of q_rows queries (hq heads) over `prefix` cached keys
+  // into: 0 (no split) unless every piece holds prefix_split_min_keys_ keys and either the
+  // chunk's query tiles fill their last wave of SMs poorly or the prefix is deep (measured on
+  // the H200: cuda_backend_split_kv.cc).
+  int PrefixPieces(int q_rows, int hq, int prefix) const;
+  // Serving: the smallest prepared step budget that holds `rows` query rows (the query-row bucket
+  // of the graphs built for it), or 0 (none: graphs keyed by powers of two).
+  int ServeRowsBucket(int rows) const;
+  // One request's chunk over its cached prefix by split-KV: its q_len query rows from row q_row
+  // of q and attn (bf16 [rows, Hq, D], rows strided) over its entries copied from row kv_row of
+  // k, v (bf16 [keys, Hkv, D]; prefix entries, then the chunk's own q_len), the prefix cut into
+  // `pieces` non-causal pieces plus the chunk's own keys (causal), merged into attn. false when
+  // cuDNN cannot run it.
+  // PrepareServing: builds split-KV's two graphs by one split of q's rows over K keys.
+  Status WarmSplitGraphs(const TensorView& q, const TensorView& attn, const TensorView& k,
+                         const TensorView& v, int64_t K, const ops::AttentionParams& params);
+  Result<bool> SplitPrefixAttention(const TensorView& q, const TensorView& attn, int q_row,
+                                    int q_len, const TensorView& k, const TensorView& v,
+                                    int kv_row, int prefix, int pieces,
+                                    const ops::AttentionParams& params);
   // The paged decode kernel for `run`: requests of one query row each, at consecutive rows.
   Status DecodeRun(int li, int hkv, const std::vector<int>& run, const TensorView& q_rows,
                    const int32_t* q_coord, const std::vector<int>& q_begin, bool by_position,
@@ -238,7 +260,12 @@ class CudaBackend final : public LayerBackend {
   // Serving (PrepareServing; 0: not serving): cuDNN graphs keyed by the step budget (query rows)
   // and the context (prefix rows) instead of powers of two, so a server meets only graphs it
   // built before its first request. Fresh requests then run cuDNN one at a time (batch 1).
-  int serve_rows_bucket_ = 0, serve_kv_bucket_ = 0;
+  // Several budgets may be prepared (a server's --max-batched-tokens and --prefill-only-tokens):
+  // query rows are keyed by the smallest that holds them.
+  std::vector<int> serve_rows_buckets_;  // ascending
+  int serve_kv_bucket_ = 0;
+  int prefix_split_min_keys_ = 2048;  // LoadOptions::gpu_prefix_split_min_keys
+  DeviceBuffer split_scratch_;  // split-KV's partial outputs (ops::cuda::RunSplitPrefix)
   int cur_ = 0;  // live residual buffer
   PinnedStaging staging_;
 

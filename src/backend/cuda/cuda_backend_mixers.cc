@@ -90,10 +90,9 @@ Result<bool> CudaBackend::CudnnPrefill(const std::vector<int>& which, const Tens
   int max_rows = 0;
   for (int r : which) max_rows = std::max(max_rows, kq.len[r]);
   // Serving (PrepareServing): one request per call on the budget's graph, built before serving.
-  if (serve_rows_bucket_ > 0 && max_rows <= serve_rows_bucket_) {
+  if (const int bucket = ServeRowsBucket(max_rows); bucket > 0) {
     for (int r : which) {
-      UP_ASSIGN_OR_RETURN(bool ran, CudnnPrefillSet({r}, q, k, v, attn, kq, params,
-                                                    serve_rows_bucket_));
+      UP_ASSIGN_OR_RETURN(bool ran, CudnnPrefillSet({r}, q, k, v, attn, kq, params, bucket));
       if (!ran) return false;  // the caller's fallback recomputes every request of `which`
     }
     return true;
@@ -196,6 +195,20 @@ Result<bool> CudaBackend::CudnnPrefixPrefill(int li, int hkv, const std::vector<
   // build autotunes and stalls its step. A server keys them by its budget and context instead
   // (PrepareServing): one graph per attention shape, built before the first request.
   for (int i = 0; i < n; ++i) {
+    // A short chunk deep in a long prompt: split-KV (cuda_backend_split_kv.cc).
+    const int prefix = kv_len[i] - q_len[i];
+    const int pieces = PrefixPieces(q_len[i], static_cast<int>(q.dim(1)), prefix);
+    if (pieces > 0) {
+      UP_ASSIGN_OR_RETURN(const bool split, SplitPrefixAttention(q, attn, q_begin[i], q_len[i], k,
+                                                                 v, kv_begin[i], prefix, pieces,
+                                                                 params));
+      if (split) {
+        if (stats_ != nullptr) ++stats_->split_prefix_attentions;
+        continue;
+      }
+      if (!cudnn_) return false;
+      prefix_split_min_keys_ = 0;  // cuDNN has no plan for the pieces: run chunks whole
+    }
     ops::cuda::CudnnPrefixBatch pb;
     UP_ASSIGN_OR_RETURN(pb.q_len, staging_.Put(std::vector<int32_t>{q_len[i]}, stream));
     UP_ASSIGN_OR_RETURN(pb.kv_len, staging_.Put(std::vector<int32_t>{kv_len[i]}, stream));
@@ -212,8 +225,8 @@ Result<bool> CudaBackend::CudnnPrefixPrefill(int li, int hkv, const std::vector<
     pb.max_q_rows = q_len[i];
     pb.max_kv_rows = kv_len[i];
     // Serving: the graph PrepareServing built (a whole prompt beyond the budget: its own).
-    if (q_len[i] <= serve_rows_bucket_ && kv_len[i] <= serve_kv_bucket_) {
-      pb.q_rows_bucket = serve_rows_bucket_;
+    if (ServeRowsBucket(q_len[i]) > 0 && kv_len[i] <= serve_kv_bucket_) {
+      pb.q_rows_bucket = ServeRowsBucket(q_len[i]);
       pb.kv_rows_bucket = serve_kv_bucket_;
     }
     // On a failure the caller's fallback recomputes every request of `which`.

@@ -30,15 +30,32 @@ constexpr int kWarmPrefixRows = 16384;
 
 }  // namespace
 
+int CudaBackend::ServeRowsBucket(int rows) const {
+  for (int b : serve_rows_buckets_) {
+    if (rows <= b) return b;
+  }
+  return 0;
+}
+
 Status CudaBackend::PrepareServing(int max_step_rows, int max_context) {
   if (max_step_rows < 1 || max_context < 1) {
     return InvalidArgument("PrepareServing: step rows and context must be positive");
   }
-  serve_rows_bucket_ = std::min(max_step_rows, max_context);
+  const int step_rows = std::min(max_step_rows, max_context);
+  if (serve_kv_bucket_ > 0 && serve_kv_bucket_ != max_context) {
+    return InvalidArgument("PrepareServing: every step budget must share one context");
+  }
   serve_kv_bucket_ = max_context;
+  if (std::find(serve_rows_buckets_.begin(), serve_rows_buckets_.end(), step_rows) !=
+      serve_rows_buckets_.end()) {
+    return OkStatus();  // prepared before
+  }
+  serve_rows_buckets_.insert(
+      std::upper_bound(serve_rows_buckets_.begin(), serve_rows_buckets_.end(), step_rows),
+      step_rows);
   if (!cudnn_) return OkStatus();
   cudaStream_t stream = ctx_.cuda().stream();
-  const int64_t R = serve_rows_bucket_;
+  const int64_t R = step_rows;
   const int64_t K = std::min<int64_t>(max_context, std::max<int64_t>(R, kWarmPrefixRows));
   // One graph per distinct (heads, head dim, row layout, scale, window): warm each once.
   std::set<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, float, int>> seen;
@@ -52,7 +69,7 @@ Status CudaBackend::PrepareServing(int max_step_rows, int max_context) {
     const int64_t q_cols = a.gated_output ? 2 * qd : qd;
     if (!seen.emplace(Hq, Hkv, D, width, q_cols, a.scale, a.window).second) continue;
 
-    UP_RETURN_IF_ERROR(staging_.Reserve(64));  // nothing in flight: synced below
+    UP_RETURN_IF_ERROR(staging_.Reserve(256));  // nothing in flight: synced below
     // Zero rows of the step's layouts: qkv bf16 [R, width], attention out bf16 [R, Hq, D].
     UP_ASSIGN_OR_RETURN(DeviceBuffer qkv, DeviceBuffer::Allocate(R * width * 2));
     UP_ASSIGN_OR_RETURN(DeviceBuffer out, DeviceBuffer::Allocate(R * qd * 2));
@@ -109,6 +126,7 @@ Status CudaBackend::WarmPrefixGraph(const AttentionLayer& L, const TensorView& q
   UP_ASSIGN_OR_RETURN(pb.k_offsets, staging_.Put(ops::cuda::RaggedOffsets(keys, kv_dim), stream));
   pb.v_offsets = pb.k_offsets;
   CudnnRan(cudnn_->RunPrefix(ctx_, attn, q, pk, pv, pb, ap), "prefix attention");
+  UP_RETURN_IF_ERROR(WarmSplitGraphs(q, attn, pk, pv, K, ap));
   UP_CUDA_CHECK(cudaStreamSynchronize(stream));  // before `prefix` is freed
   return OkStatus();
 }

@@ -68,14 +68,14 @@ namespace fe = cudnn_frontend;
 
 // Tensor uids of the graphs' inputs and outputs.
 enum Uid : int64_t {
-  kQ = 1, kK, kV, kO, kSeqLen, kQOff, kKOff, kVOff, kOOff, kSeqLenKv, kPageTable
+  kQ = 1, kK, kV, kO, kSeqLen, kQOff, kKOff, kVOff, kOOff, kSeqLenKv, kPageTable, kStats
 };
 
 enum class Kind : int64_t { kSelf, kPaged, kPrefix };
 
 // What a graph is specialised to. Self: the strides are the views' row strides. Paged: k_stride
 // is the pool's kv_dim, and the pool's size and the block table's width are part of the shape.
-// Prefix: keys have their own row bucket (max_kv_rows).
+// Prefix: keys have their own row bucket (max_kv_rows), a causal mask or none, stats or none.
 struct GraphKey {
   Kind kind = Kind::kSelf;
   int64_t batch = 0, max_rows = 0, hq = 0, hkv = 0, d = 0;
@@ -83,10 +83,12 @@ struct GraphKey {
   int64_t window = 0;  // 0: causal only
   int64_t num_blocks = 0, block_tokens = 0, max_blocks = 0;
   int64_t max_kv_rows = 0;
+  bool causal = true, stats = false;
   uint32_t scale_bits = 0;
   auto tie() const {
     return std::tie(kind, batch, max_rows, hq, hkv, d, q_stride, k_stride, v_stride, o_stride,
-                    window, num_blocks, block_tokens, max_blocks, max_kv_rows, scale_bits);
+                    window, num_blocks, block_tokens, max_blocks, max_kv_rows, causal, stats,
+                    scale_bits);
   }
   bool operator<(const GraphKey& o) const { return tie() < o.tie(); }
 };
@@ -187,7 +189,8 @@ void DefineSelf(fe::graph::Graph& g, const GraphKey& key, float scale) {
 
 // Queries over a cached prefix in contiguous rows: like DefineSelf with keys of their own lengths
 // and bucket, causal aligned bottom-right (query row i of a sequence with n queries over L keys
-// sees keys j <= L - n + i).
+// sees keys j <= L - n + i), or unmasked (a piece of a split prefix); with key.stats the
+// log-sum-exp f32 [batch, hq, max_rows, 1] too.
 void DefinePrefix(fe::graph::Graph& g, const GraphKey& key, float scale) {
   const int64_t b = key.batch, kv = key.max_kv_rows;
   auto q = RaggedRows(g, "Q", kQ, key, key.hq, key.q_stride, IntColumn(g, "q_off", kQOff, b + 1));
@@ -196,17 +199,26 @@ void DefinePrefix(fe::graph::Graph& g, const GraphKey& key, float scale) {
   auto v = RaggedRows(g, "V", kV, key, key.hkv, key.v_stride, IntColumn(g, "v_off", kVOff, b + 1),
                       kv);
   auto options = fe::graph::SDPA_attributes()
-                     .set_name("prefix_rows")
-                     .set_generate_stats(false)
+                     .set_name(key.causal ? "prefix_rows" : "prefix_piece")
+                     .set_generate_stats(key.stats)
                      .set_attn_scale(scale)
                      .set_padding_mask(true)
                      .set_seq_len_q(IntColumn(g, "q_len", kSeqLen, b))
-                     .set_seq_len_kv(IntColumn(g, "kv_len", kSeqLenKv, b))
-                     .set_diagonal_alignment(fe::DiagonalAlignment_t::BOTTOM_RIGHT)
-                     .set_diagonal_band_right_bound(0);
+                     .set_seq_len_kv(IntColumn(g, "kv_len", kSeqLenKv, b));
+  if (key.causal) {
+    options.set_diagonal_alignment(fe::DiagonalAlignment_t::BOTTOM_RIGHT)
+        .set_diagonal_band_right_bound(0);
+  }
   auto [o, stats] = g.sdpa(q, k, v, options);
-  (void)stats;
   RaggedOutput(g, o, key);
+  if (key.stats) {
+    const int64_t s = key.max_rows;
+    stats->set_output(true)
+        .set_uid(kStats)
+        .set_data_type(fe::DataType_t::FLOAT)
+        .set_dim({b, key.hq, s, 1})
+        .set_stride({key.hq * s, s, 1, 1});
+  }
 }
 
 // Queries over paged caches: K and V containers are views of the KV pool (K | V interleaved per
@@ -356,6 +368,8 @@ class CudnnAttentionImpl final : public CudnnAttention {
     key.k_stride = k.stride[0];
     key.v_stride = v.stride[0];
     key.o_stride = out.stride[0];
+    key.causal = batch.causal;
+    key.stats = batch.stats != nullptr;
     key.scale_bits = FloatBits(params.scale);
     Pack pack = {{kQ, q.data},
                  {kK, k.data},
@@ -367,6 +381,7 @@ class CudnnAttentionImpl final : public CudnnAttention {
                  {kKOff, const_cast<int32_t*>(batch.k_offsets)},
                  {kVOff, const_cast<int32_t*>(batch.v_offsets)},
                  {kOOff, const_cast<int32_t*>(batch.o_offsets)}};
+    if (batch.stats != nullptr) pack[kStats] = batch.stats;
     return Execute(ctx, key, params.scale, pack);
   }
 

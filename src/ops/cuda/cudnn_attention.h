@@ -30,7 +30,13 @@
 // CudaBackend copies a chunk's prefix out of the pool and calls RunPrefix.
 //
 // RunPrefix covers the same queries over the prefix in contiguous rows (k, v [Tk, Hkv, D], rows
-// strided), causal aligned bottom-right, with keys of their own lengths and row bucket.
+// strided), causal aligned bottom-right, with keys of their own lengths and row bucket. Split-KV
+// (flash-decoding's split and merge, for query chunks): cuDNN's kernel gives each (query tile,
+// head, sequence) one CTA that walks all of its keys, so a chunk of a few hundred rows over 100K
+// cached keys occupies a fraction of the SMs. The backend then cuts the prefix into pieces run as
+// one batch of non-causal sequences that share the chunk's query rows (CudnnPrefixBatch::causal
+// false; ragged query offsets may repeat), runs the chunk over its own keys causally, both with
+// stats, and merges the pieces' outputs by their log-sum-exp (cuda_attention_merge.h).
 //
 // Plans: one graph per shape bucket (batch, max length rounded up to a power of two, heads, head
 // dim, strides, scale, window; paged: pool blocks and table width; prefix: the key rows' bucket)
@@ -102,6 +108,13 @@ struct CudnnPrefixBatch {
   // The query rows the graph is built for (>= max_q_rows; 0: a power of two), as
   // CudnnVarlen::rows_bucket.
   int q_rows_bucket = 0;
+  // false: no causal mask, every query row sees every key row of its sequence (a piece of a
+  // prefix that lies wholly before the queries: split-KV, below).
+  bool causal = true;
+  // When set, RunPrefix also writes each query row's log-sum-exp of its scaled scores (natural
+  // log) here: f32 [batch, Hq, q_rows bucket] (cuDNN's padded stats layout; rows past q_len[b]
+  // unwritten), so pieces of one attention can be merged (MergeAttentionPieces).
+  float* stats = nullptr;
 };
 
 // offsets[b] = row_begin[b] * row_stride, b <= batch (host).

@@ -188,10 +188,12 @@ TEST_P(CudaModelFamilyTest, SegmentChunkedPrefillEqualsWholePrefill) {
 // sequence; later chunks run the cache and paged decode kernels (so one chunk per segment is not
 // the whole prompt's kernels in segment 1: not bit for bit).
 // The tiny GGUF of 12 layers, loaded on the host and the GPU.
-Pair LoadTinyGguf12(DeviceContext& ctx) {
+Pair LoadTinyGguf12(DeviceContext& ctx,
+                    int prefix_split_min_keys = LoadOptions{}.gpu_prefix_split_min_keys) {
   testing::TinyGemma3Options o;
   o.layers = 12;
-  return Load(testing::WriteTempFile("cuda_tiny_gemma3_12.gguf", testing::BuildTinyGemma3(o)), ctx);
+  return Load(testing::WriteTempFile("cuda_tiny_gemma3_12.gguf", testing::BuildTinyGemma3(o)), ctx,
+              DeltaRuleChoice::kAuto, GpuAttention::kAuto, prefix_split_min_keys);
 }
 
 TEST(CudaModelTinyGgufTest, SegmentChunkedPrefillEqualsWholePrefill) {
@@ -211,6 +213,27 @@ TEST(CudaModelTinyGgufTest, SegmentChunkedPrefillEqualsWholeOnServingGraphs) {
   const Status st = p.gpu->PrepareServing(97, 800);
   ASSERT_TRUE(st.ok()) << st.message();
   ExpectSegmentChunkedEqualsWhole(ctx, p, "tiny gguf", /*one_chunk_exact=*/false);
+}
+
+// The same with split-KV on every chunk over 32 or more cached keys (pieces of at least 4 keys;
+// the default splits only prefixes of 16K keys and more; the tiny model's few heads never fill
+// the SMs): the prefix in 8 non-causal pieces and the chunk's own keys, merged
+// (ops/cuda/cudnn_split_prefix.h); not served, and served with two step budgets (97 rows, and
+// 300 for the chunks beyond it, as --prefill-only-tokens prepares).
+TEST(CudaModelTinyGgufTest, SegmentChunkedPrefillEqualsWholeWithSplitPrefixes) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  for (const bool serving : {false, true}) {
+    Pair p = LoadTinyGguf12(ctx, /*prefix_split_min_keys=*/4);
+    ASSERT_TRUE(p.cpu && p.gpu);
+    if (serving) {
+      for (int budget : {97, 300, 97}) {  // the repeat changes nothing
+        const Status st = p.gpu->PrepareServing(budget, 800);
+        ASSERT_TRUE(st.ok()) << st.message();
+      }
+      EXPECT_FALSE(p.gpu->PrepareServing(97, 900).ok()) << "another context";
+    }
+    ExpectSegmentChunkedEqualsWhole(ctx, p, "tiny gguf", /*one_chunk_exact=*/false);
+  }
 }
 
 // Two prompts chunked in the same forwards, at different segments (the first runs segment 1

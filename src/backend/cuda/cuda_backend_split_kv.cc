@@ -1,0 +1,77 @@
+// Split-KV for prefill chunks over a deep cached prefix (CudaBackend::PrefixPieces, when; the
+// how is ops/cuda/cudnn_split_prefix.h, the why ops/cuda/cudnn_attention.h).
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "core/cuda/cuda_context.h"
+#include "backend/cuda/cuda_backend_impl.h"
+#include "backend/cuda/device_views.h"
+#include "ops/cuda/cudnn_split_prefix.h"
+
+namespace uniprefill::cuda_backend {
+
+namespace {
+
+// Pieces per split prefix: a fixed count, so one cuDNN graph (built before serving) runs every
+// split. Measured on the H200 (8B shape, 32/8 heads x 128; CudnnSplitPrefixThroughputTest): 4
+// and 8 pieces within 3% of each other, 15 slower.
+constexpr int kPrefixPieces = 8;
+// Query rows per CTA of cuDNN's fused kernel on sm_90, for counting its waves: chunks of 256 /
+// 384 / 512 rows over 32K keys ran at 287 / 424 / 553 TFLOP/s (64 / 96 / 128 CTAs on 132 SMs).
+constexpr int kCudnnQueryTile = 128;
+// Split when the last wave of (query tile, head) CTAs fills less than this share of it ...
+constexpr double kMinWaveFill = 0.9;
+// ... or when the prefix is at least this deep: over 128K keys split-KV won 1.05-1.10x even
+// where the waves were full (1024 and 2048 rows), over 32K it lost up to 3% (512 rows).
+constexpr int kDeepPrefix = 65536;
+
+}  // namespace
+
+int CudaBackend::PrefixPieces(int q_rows, int hq, int prefix) const {
+  if (prefix_split_min_keys_ <= 0 || prefix < kPrefixPieces * prefix_split_min_keys_) return 0;
+  if (prefix >= kDeepPrefix) return kPrefixPieces;
+  const int sms = ctx_.cuda().sm_count();
+  const int64_t ctas = int64_t{(q_rows + kCudnnQueryTile - 1) / kCudnnQueryTile} * hq;
+  const int64_t waves = (ctas + sms - 1) / sms;
+  const double fill = static_cast<double>(ctas) / static_cast<double>(waves * sms);
+  return fill < kMinWaveFill ? kPrefixPieces : 0;
+}
+
+Result<bool> CudaBackend::SplitPrefixAttention(const TensorView& q, const TensorView& attn,
+                                               int q_row, int q_len, const TensorView& k,
+                                               const TensorView& v, int kv_row, int prefix,
+                                               int pieces, const ops::AttentionParams& params) {
+  cudaStream_t stream = ctx_.cuda().stream();
+  ops::cuda::SplitPrefix s;
+  s.q_row = q_row;
+  s.q_len = q_len;
+  s.kv_row = kv_row;
+  s.prefix = prefix;
+  s.pieces = pieces;
+  // Serving: the graphs PrepareServing built (query rows: the step budget's; pieces' keys: the
+  // context); otherwise powers of two.
+  s.q_rows_bucket = ServeRowsBucket(q_len);
+  if (serve_kv_bucket_ > 0 && prefix <= serve_kv_bucket_) s.kv_rows_bucket = serve_kv_bucket_;
+  UP_RETURN_IF_ERROR(Grow(split_scratch_, ops::cuda::SplitPrefixScratchBytes(s, q.dim(1),
+                                                                             q.dim(2))));
+  const auto upload = [&](const std::vector<int32_t>& a) { return staging_.Put(a, stream); };
+  return CudnnRan(ops::cuda::RunSplitPrefix(ctx_, *cudnn_, attn, q, k, v, s, params,
+                                            split_scratch_.data(), upload),
+                  "split prefix attention");
+}
+
+Status CudaBackend::WarmSplitGraphs(const TensorView& q, const TensorView& attn,
+                                    const TensorView& k, const TensorView& v, int64_t K,
+                                    const ops::AttentionParams& params) {
+  if (prefix_split_min_keys_ <= 0 || !cudnn_) return OkStatus();
+  const int rows = static_cast<int>(q.dim(0));
+  if (K < rows + kPrefixPieces) return OkStatus();
+  UP_ASSIGN_OR_RETURN(const bool ran, SplitPrefixAttention(q, attn, 0, rows, k, v, 0,
+                                                           static_cast<int>(K - rows),
+                                                           kPrefixPieces, params));
+  if (!ran && cudnn_) prefix_split_min_keys_ = 0;  // no plan for the pieces: chunks run whole
+  return OkStatus();
+}
+
+}  // namespace uniprefill::cuda_backend
