@@ -197,6 +197,14 @@ void AddServeCommand(CLI::App& app, ServeOptions& o) {
       ->check(CLI::Range(1, 1 << 24))
       ->capture_default_str()
       ->group("Batching");
+  cmd->add_option("--prefill-only-tokens", o.prefill_only_tokens,
+                  "The budget of a step with no decodes in it, when larger than "
+                  "--max-batched-tokens: a long prompt with nobody decoding beside it is "
+                  "prefilled in larger chunks, close to a whole prefill's rate (no one's next "
+                  "token waits on those steps); 0: off")
+      ->check(CLI::Range(0, 1 << 24))
+      ->capture_default_str()
+      ->group("Batching");
   cmd->add_flag("--no-chunked-prefill", o.no_chunked_prefill,
                 "Run every prefill whole in one step (by default a long prefill is cut into "
                 "chunks that share steps with the running decodes; UniPrefill prefills "
@@ -281,6 +289,7 @@ int ServeCommand(const ServeOptions& o) {
   so.kv_block_tokens = o.kv_block_tokens;
   so.max_num_seqs = o.max_num_seqs;
   so.max_batched_tokens = o.max_batched_tokens;
+  so.prefill_only_tokens = o.prefill_only_tokens;
   so.device_sampling = !o.host_sampling;
   so.chunked_prefill = !o.no_chunked_prefill;
   so.budget_counts_attention = !o.budget_counts_rows;
@@ -326,10 +335,11 @@ int ServeCommand(const ServeOptions& o) {
   const ServingMetrics m = batch->Metrics();
   std::fprintf(stderr,
                "kv cache: %d blocks of %d tokens, %s (--kv-cache-memory %s); up to %d requests "
-               "at once, %d tokens per step\n",
+               "at once, %d tokens per step (%d with no decodes)\n",
                m.kv_blocks_total, so.kv_block_tokens,
                FormatBytes(int64_t{m.kv_blocks_total} * m.kv_block_bytes).c_str(),
-               FormatBytes(o.kv_cache_memory).c_str(), so.max_num_seqs, so.max_batched_tokens);
+               FormatBytes(o.kv_cache_memory).c_str(), so.max_num_seqs, so.max_batched_tokens,
+               std::max(so.max_batched_tokens, so.prefill_only_tokens));
   const std::string host = o.host.find(':') != std::string::npos ? "[" + o.host + "]" : o.host;
   std::fprintf(stderr,
                "serving %s on http://%s:%d (OpenAI API: /v1/completions, /v1/chat/completions, "

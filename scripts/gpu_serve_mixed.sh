@@ -8,8 +8,10 @@
 #   decode32    issue 17's decode goal: 32 concurrent 1K-token prompts, 128 output tokens, dense
 #   decode4x32k 4 concurrent 32K-token prompts, 128 output tokens, dense
 # Variants: chunked (--max-batched-tokens BUDGET, default 2048: chunks are charged for the keys
-# they attend), chunkedrows (the same budget counting rows only, --budget-counts-rows) and whole
-# (--no-chunked-prefill).
+# they attend; --prefill-only-tokens PREFILL_ONLY, default 8192, for steps without decodes;
+# split-KV for short chunks over deep prefixes, the default), nosplit (the same budget, no
+# prefill-only budget, --gpu-prefix-split 0: the previous session's server), chunkedrows (the
+# budget counting rows only, --budget-counts-rows) and whole (--no-chunked-prefill).
 # Each server's GPU memory is sampled every 100 ms (nvidia-smi); its peak is printed per run.
 #   bash scripts/gpu_serve_mixed.sh CLI OUTDIR [VARIANT...]     (on the GPU machine)
 # CLI is the uniprefill binary; OUTDIR receives serve_<variant>_<workload>.json, server logs and
@@ -20,6 +22,7 @@ out=${2:?usage: gpu_serve_mixed.sh CLI OUTDIR [VARIANT...]}
 shift 2
 variants=${*:-whole chunked}
 budget=${BUDGET:-2048}
+prefill_only=${PREFILL_ONLY:-8192}
 ckpt=${UP_CKPT:-/tmp/l8b}
 port=${PORT:-18090}
 workloads=${WORKLOADS:-long4 mixed}
@@ -31,10 +34,11 @@ if [ ! -f "$ckpt/config.json" ]; then
 fi
 for variant in $variants; do
   case "$variant" in
-    chunked) flags=(--max-batched-tokens "$budget") ;;
+    chunked) flags=(--max-batched-tokens "$budget" --prefill-only-tokens "$prefill_only") ;;
+    nosplit) flags=(--max-batched-tokens "$budget" --gpu-prefix-split 0) ;;
     chunkedrows) flags=(--max-batched-tokens "$budget" --budget-counts-rows) ;;
     whole) flags=(--no-chunked-prefill) ;;
-    *) echo "unknown variant $variant (chunked, chunkedrows, whole)" >&2; exit 2 ;;
+    *) echo "unknown variant $variant (chunked, nosplit, chunkedrows, whole)" >&2; exit 2 ;;
   esac
   "$cli" serve --model "$ckpt" --device cuda --port "$port" \
     --kv-cache-memory 48GiB --quiet "${flags[@]}" 2> "$out/server_$variant.log" &

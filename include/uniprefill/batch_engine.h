@@ -41,6 +41,9 @@ struct ServingOptions {
   // from Model::AttentionKeyCost), so steps deep into a long prompt stay as short as early ones;
   // false: the budget counts rows only.
   bool budget_counts_attention = true;
+  // A step with no decodes in it spends this budget instead, when larger (--prefill-only-tokens;
+  // SchedulerConfig::prefill_only_tokens): a long prompt alone runs in larger chunks. 0: off.
+  int prefill_only_tokens = 0;
   // CUDA models: choose each request's next token on the GPU (only ids travel back) when its
   // sampling has no penalties and asks for no top_logprobs; false: every token from host logits.
   bool device_sampling = true;

@@ -157,6 +157,10 @@ Result<std::unique_ptr<BatchEngine>> BatchEngine::Start(Engine& engine,
     return InvalidArgument("--max-batched-tokens must be at least 1 (got " +
                            std::to_string(options.max_batched_tokens) + ")");
   }
+  if (options.prefill_only_tokens < 0) {
+    return InvalidArgument("--prefill-only-tokens must be 0 (off) or positive (got " +
+                           std::to_string(options.prefill_only_tokens) + ")");
+  }
   if (engine.impl_->comm && engine.impl_->comm->world_size() > 1) {
     return Unimplemented("serving under --tensor-parallel needs one scheduler broadcasting each "
                          "step to every rank (not built yet); run, bench-prefill and eval work");
@@ -177,6 +181,10 @@ Result<std::unique_ptr<BatchEngine>> BatchEngine::Start(Engine& engine,
     if (options.chunked_prefill) {  // whole prompts keep their power-of-two graphs
       const auto start = std::chrono::steady_clock::now();
       UP_RETURN_IF_ERROR(core.model->PrepareServing(options.max_batched_tokens, core.context_size));
+      if (options.prefill_only_tokens > options.max_batched_tokens) {  // its steps' own graphs
+        UP_RETURN_IF_ERROR(
+            core.model->PrepareServing(options.prefill_only_tokens, core.context_size));
+      }
       impl->prepare_s =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     }
@@ -187,7 +195,8 @@ Result<std::unique_ptr<BatchEngine>> BatchEngine::Start(Engine& engine,
   const bool segment_chunks = options.chunked_prefill && core.model->supports_segment_chunks();
   impl->scheduler.emplace(
       SchedulerConfig{options.max_batched_tokens, options.chunked_prefill, segment_chunks,
-                      options.budget_counts_attention ? core.model->AttentionKeyCost() : 0.0},
+                      options.budget_counts_attention ? core.model->AttentionKeyCost() : 0.0,
+                      options.prefill_only_tokens},
       KvBlockManager(spec, size));
   ServingMetrics& m = impl->counters;
   m.ttft_s = Histogram::WithBounds(LatencyBounds());

@@ -164,8 +164,15 @@ int Scheduler::Cost(const ScheduledRequest& s) const {
 
 int Scheduler::BudgetLeft(const StepPlan& plan) const {
   int used = 0;
-  for (const ScheduledRequest& s : plan.requests) used += Cost(s);
-  return config_.max_batched_tokens - used;
+  bool decodes = false;
+  for (const ScheduledRequest& s : plan.requests) {
+    used += Cost(s);
+    decodes = decodes || !s.is_prefill;
+  }
+  // Decodes are planned first, so whether this step holds any is known before any chunk.
+  const int budget = decodes ? config_.max_batched_tokens
+                             : std::max(config_.max_batched_tokens, config_.prefill_only_tokens);
+  return budget - used;
 }
 
 int Scheduler::PrefillRowsLeft(const RequestInfo& r) const {

@@ -76,6 +76,10 @@ struct SchedulerConfig {
   // deep into a long prompt takes fewer rows and lasts about as long as an early one. 0: the
   // budget counts rows only (as vLLM's token budget does).
   double attention_key_cost = 0;
+  // The budget of a step that holds no decodes (nobody's next token waits on it), when larger
+  // than max_batched_tokens: a long prompt with no decodes beside it is prefilled in larger
+  // chunks, at nearly the rate of a whole prefill. 0: max_batched_tokens for every step.
+  int prefill_only_tokens = 0;
 };
 
 enum class RequestState { kWaiting, kRunning, kPreempted, kFinished };
@@ -213,7 +217,8 @@ class Scheduler {
   // budget > 0).
   int ChunkCost(int prefix, int rows) const;
   int RowsWithin(int prefix, int budget) const;
-  // What a scheduled request spends (decodes: 1), and what the plan leaves of the step's budget.
+  // What a scheduled request spends (decodes: 1), and what the plan leaves of the step's budget
+  // (prefill_only_tokens when the plan holds no decodes).
   int Cost(const ScheduledRequest& s) const;
   int BudgetLeft(const StepPlan& plan) const;
   // Rows a chunked prefill has left to run, over all its segments (later segments counted at the

@@ -242,6 +242,28 @@ TEST(SchedulerTest, ChunksDeepIntoALongPromptAreChargedForTheKeysTheyAttend) {
   EXPECT_EQ(s.kv().Usage().used_blocks, 0);
 }
 
+// SchedulerConfig::prefill_only_tokens: a step with no decodes spends the larger budget; once a
+// request decodes, its steps are back to max_batched_tokens.
+TEST(SchedulerTest, StepsWithoutDecodesSpendThePrefillOnlyBudget) {
+  KvCacheSpec spec = Spec({KvSegmentSpec{1, 0, 0}});
+  SchedulerConfig config{/*max_batched_tokens=*/16, /*chunked_prefill=*/true, false, 0};
+  config.prefill_only_tokens = 40;
+  Scheduler s(config, KvBlockManager(spec, KvPoolSize{1000, 4, 8}));
+  SubmitAll(s, {Dense(50, 2), Dense(60, 1)});
+  RunSteps(s, {
+      {Plan({C(0, 40, 0, false)})},                // nobody decodes: 40 rows
+      {Plan({C(0, 10, 40, true), C(1, 30, 0, false)})},  // B gets what A's last chunk leaves
+      {Plan({D(0), C(1, 15, 30, false)}), {}, {Length(0, 2)}},  // A decodes: 16 in all
+      {Plan({C(1, 15, 45, true)}), {}, {Length(1, 1)}},  // nobody decodes again: all 15 left
+  });
+  EXPECT_EQ(s.kv().Usage().used_blocks, 0);
+  // A prefill-only budget below max_batched_tokens changes nothing.
+  config.prefill_only_tokens = 8;
+  Scheduler t(config, KvBlockManager(spec, KvPoolSize{1000, 4, 8}));
+  SubmitAll(t, {Dense(20, 1)});
+  RunSteps(t, {{Plan({C(0, 16, 0, false)})}, {Plan({C(0, 4, 16, true)}), {}, {Length(0, 1)}}});
+}
+
 TEST(SchedulerTest, ChunkedPrefillOffRunsDensePrefillsWhole) {
   KvCacheSpec spec = Spec({KvSegmentSpec{1, 0, 0}});
   Scheduler s(SchedulerConfig{16, /*chunked_prefill=*/false},
