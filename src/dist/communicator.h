@@ -3,18 +3,22 @@
 //   local  world size 1 (every collective is a copy or nothing): TP=1 runs the same code path;
 //   MPI    OpenMPI (Debian's openmpi-bin / libopenmpi-dev) for the CPU backend, one process per
 //          rank under `mpirun`; host pointers;
-//   NCCL   for the CUDA backend (not yet: device pointers, one stream per rank).
+//   NCCL   for the CUDA backend (dist/cuda/nccl_communicator.h): host collectives through a host
+//          communicator (MPI, threads or local), device collectives through NCCL;
+//   staged device collectives over any host communicator (dist/cuda/staged_device_communicator.h):
+//          N ranks as threads sharing one GPU, for tests of the sharded CUDA model.
 // Every collective has a deadline (CommOptions::timeout_s): a rank that died or hangs makes the
 // others return Unavailable naming the collective and the wait, never block forever. After such an
 // error the communicator is unusable (a collective may still be pending): report it and exit.
 //
-// Not for: point-to-point KV shipping (prefill/decode disaggregation), GPU buffers (NCCL).
+// Not for: point-to-point KV shipping (prefill/decode disaggregation).
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string>
 
+#include "core/dtype.h"
 #include "core/status.h"
 
 namespace uniprefill::dist {
@@ -39,6 +43,16 @@ class Communicator {
   // data [bytes] on every rank becomes root's.
   virtual Status Broadcast(void* data, int64_t bytes, int root) = 0;
   virtual Status Barrier() = 0;
+
+  // Device memory (CUDA builds): in place over `count` bf16 or f32 elements at `data` on every
+  // rank, the element-wise sum, enqueued on `stream` (a cudaStream_t; the call may return before
+  // the data is ready, later work on the stream sees the sum). Unimplemented where the transport
+  // has no device collectives (device_collectives() false).
+  virtual Status AllReduceDevice(void* data, int64_t count, DType dtype, void* stream) {
+    (void)data, (void)count, (void)dtype, (void)stream;
+    return Unimplemented(Describe() + " has no device collectives (the GPU needs NCCL)");
+  }
+  virtual bool device_collectives() const { return false; }
 };
 
 // World size 1: AllReduce and Broadcast leave data as it is, AllGather copies send to recv.

@@ -39,7 +39,7 @@ Status MakeF32Copy(ops::LinearWeight& w) {
 }  // namespace
 
 Result<ModelDefinition> ShardDefinition(ModelDefinition full, const ShardPlan& plan,
-                                        bool make_f32_copies) {
+                                        bool make_f32_copies, bool split_vocabulary) {
   ModelDefinition d = std::move(full);
   if (plan.world == 1) return d;
   ModelConfig& c = d.config;
@@ -89,7 +89,7 @@ Result<ModelDefinition> ShardDefinition(ModelDefinition full, const ShardPlan& p
   // Vocabulary-parallel embedding and head (tied or not): each rank holds its rows; the walk
   // all-reduces the embedded rows (zeros outside a rank's range) and all-gathers the logits. A
   // vocabulary that does not split evenly stays replicated.
-  if (c.vocab_size % plan.world == 0 && !d.token_embedding.is_random()) {
+  if (split_vocabulary && c.vocab_size % plan.world == 0 && !d.token_embedding.is_random()) {
     const int64_t per = c.vocab_size / plan.world;
     d.vocab_begin = per * plan.rank;
     d.vocab_end = per * (plan.rank + 1);

@@ -18,7 +18,9 @@ namespace uniprefill::dist {
 
 // `make_f32_copies`: dequantise the rank's linear weights to f32 for many-row GEMMs, as
 // LoadOptions::f32_prefill_weights does for a whole model (load the full definition without them).
+// `split_vocabulary` false keeps the embedding and head whole on every rank (the CUDA backend:
+// every rank computes all logits, no gather).
 Result<ModelDefinition> ShardDefinition(ModelDefinition full, const ShardPlan& plan,
-                                        bool make_f32_copies);
+                                        bool make_f32_copies, bool split_vocabulary = true);
 
 }  // namespace uniprefill::dist

@@ -121,13 +121,16 @@ Result<std::unique_ptr<Model>> MakeModel(ModelDefinition definition, DeviceConte
                                          const LoadOptions& options) {
   dist::Communicator* comm = options.communicator;
   if (comm != nullptr && comm->world_size() > 1) {
-    if (ctx.device() == Device::kCuda) {
-      return Unimplemented("tensor parallelism on the GPU needs the NCCL transport (not yet)");
+    const bool gpu = ctx.device() == Device::kCuda;
+    if (gpu && !comm->device_collectives()) {
+      return Unimplemented("tensor parallelism on the GPU needs device collectives (NCCL); " +
+                           comm->Describe() + " has none");
     }
     UP_ASSIGN_OR_RETURN(dist::ShardPlan plan,
                         dist::PlanShards(definition.config, comm->rank(), comm->world_size()));
+    // The GPU keeps the vocabulary whole on every rank (no logits gather on the device yet).
     UP_ASSIGN_OR_RETURN(definition, dist::ShardDefinition(std::move(definition), plan,
-                                                          options.f32_prefill_weights));
+                                                          options.f32_prefill_weights, !gpu));
   }
   UP_RETURN_IF_ERROR(definition.Check());
   auto def = std::make_unique<const ModelDefinition>(std::move(definition));

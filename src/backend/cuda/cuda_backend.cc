@@ -506,7 +506,11 @@ CudaBackend::~CudaBackend() {
 }
 
 bool CudaBackend::GraphEligible() const {
-  if (!decode_graphs_ || fresh_ > 0 || bounded_ || chunked_ || stats_ != nullptr) return false;
+  // (Tensor parallel: collectives may synchronise their stream, which a capture forbids.)
+  if (!decode_graphs_ || fresh_ > 0 || bounded_ || chunked_ || stats_ != nullptr ||
+      comm_ != nullptr) {
+    return false;
+  }
   for (const Req& q : reqs_) {
     if (q.rows() != 1) return false;
   }

@@ -209,6 +209,10 @@ Status CudaBackend::SyncedDrop(const AttentionLayer& L, std::vector<Req>& reqs,
     }
   }
   std::pair<int32_t*, int32_t*> counts{}, kept{};
+  if (any && drop.comm != nullptr && drop.comm->world_size() > 1) {
+    // Tensor parallel: each rank scored with its heads; every rank selects from the same sums.
+    UP_RETURN_IF_ERROR(drop.comm->AllReduceDevice(importance_.data(), space, DType::kF32, stream));
+  }
   if (any) {
     UP_RETURN_IF_ERROR(mark(ev_score, false));
     UP_RETURN_IF_ERROR(mark(ev_select, true));
@@ -356,6 +360,9 @@ Status CudaBackend::BoundedDrop(const AttentionLayer& L, std::vector<Req>& reqs,
                             Heads(Bf16(q_kept_), n_obs, Hq, D, qd),
                             Heads(Bf16(qkv_, b * width + q_cols), reqs[r].rows(), Hkv, D, width),
                             obs_coord, d_index_ + b, a.scale);
+  }
+  if (drop.comm != nullptr && drop.comm->world_size() > 1) {  // as SyncedDrop
+    UP_RETURN_IF_ERROR(drop.comm->AllReduceDevice(importance_.data(), T, DType::kF32, stream));
   }
   UP_RETURN_IF_ERROR(Mark(&ev_score.second));
   UP_RETURN_IF_ERROR(Mark(&ev_select.first));

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/cuda/device_buffer.h"
+#include "dist/communicator.h"
 #include "backend/cuda/cuda_kv_cache.h"
 #include "backend/cuda/cuda_weights.h"
 #include "backend/cuda/pinned_staging.h"
@@ -82,6 +83,11 @@ class CudaBackend final : public LayerBackend {
   // an error if this
   // build or machine has no cuDNN).
   Status Load(const ProgressFn& progress, GpuAttention attention);
+  // Tensor parallel (dist/communicator.h): a rank's shard of the model; the walk calls ReduceOut
+  // after each row-parallel block, and the drops all-reduce their block scores on the device.
+  // The communicator needs device collectives (NCCL, or staged for tests).
+  Status SetTensorParallel(dist::Communicator* comm) override;
+  Status ReduceOut(dist::Communicator& comm) override;
   // LoadOptions::gpu_prefix_split_min_keys (0: never split a chunk's prefix).
   void set_prefix_split_min_keys(int keys) { prefix_split_min_keys_ = keys; }
 
@@ -265,6 +271,7 @@ class CudaBackend final : public LayerBackend {
   std::vector<int> serve_rows_buckets_;  // ascending
   int serve_kv_bucket_ = 0;
   int prefix_split_min_keys_ = 2048;  // LoadOptions::gpu_prefix_split_min_keys
+  dist::Communicator* comm_ = nullptr;  // tensor parallel (not owned)
   DeviceBuffer split_scratch_;  // split-KV's partial outputs (ops::cuda::RunSplitPrefix)
   int cur_ = 0;  // live residual buffer
   PinnedStaging staging_;

@@ -155,8 +155,8 @@ void CheckSplit(DeviceContext& ctx, DeviceContext& cpu, CudnnAttention& cudnn, c
   std::iota(q_pos.begin(), q_pos.end(), c.prefix);
   std::vector<float> ref(c.queries * qd);
   const auto host = [](const std::vector<float>& x, int64_t n, int64_t h) {
-    const int64_t d = static_cast<int64_t>(x.size()) / n / h;
-    return TensorView::Contiguous(const_cast<float*>(x.data()), DType::kF32, {n, h, d});
+    const int64_t cols = static_cast<int64_t>(x.size()) / n / h;
+    return TensorView::Contiguous(const_cast<float*>(x.data()), DType::kF32, {n, h, cols});
   };
   ::uniprefill::ops::Attention(cpu, host(ref, c.queries, hq), host(q, c.queries, hq),
                                host(k, L, hkv), host(v, L, hkv), q_pos.data(), k_pos.data(),

@@ -1,0 +1,31 @@
+// Tensor parallelism on the CUDA backend (issue 21): the rank's shard runs the one layer walk like
+// the whole model; the walk's ReduceOut sums the row-parallel blocks' partial outputs (o_proj,
+// FFN down) over the ranks on the device, and the drops sum their block scores
+// (cuda_backend_drops.cc) so that every rank keeps the same rows. The vocabulary stays whole on
+// every rank (dist::ShardDefinition with split_vocabulary false), so the logits need no gather.
+#include "core/cuda/cuda_context.h"
+#include "backend/cuda/cuda_backend_impl.h"
+
+namespace uniprefill::cuda_backend {
+
+Status CudaBackend::SetTensorParallel(dist::Communicator* comm) {
+  if (comm != nullptr && !comm->device_collectives()) {
+    return Unimplemented("the CUDA backend needs a communicator with device collectives (NCCL); " +
+                         comm->Describe() + " has none");
+  }
+  if (def_.vocab_sharded()) {
+    return Unimplemented("the CUDA backend keeps the whole vocabulary on every rank; shard the "
+                         "definition with split_vocabulary false");
+  }
+  comm_ = comm;
+  return OkStatus();
+}
+
+Status CudaBackend::ReduceOut(dist::Communicator& comm) {
+  if (!has_out_ || rows_ == 0) return OkStatus();
+  // bf16 [rows, hidden]: this rank's partial sums, summed in place (NCCL sums bf16 in bf16).
+  return comm.AllReduceDevice(out_.data(), rows_ * cfg_.hidden, DType::kBF16,
+                              ctx_.cuda().stream());
+}
+
+}  // namespace uniprefill::cuda_backend

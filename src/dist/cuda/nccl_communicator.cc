@@ -1,0 +1,153 @@
+// MakeNcclCommunicator (nccl_communicator.h): NCCL's entry points are read from libnccl.so.2 at
+// run time; the communicator is made non-blocking so that its setup can be abandoned after the
+// timeout instead of hanging on a rank that never arrives. A collective enqueued on a stream
+// whose peer died shows at the next stream sync (not bounded here yet: serving under TP, below
+// in docs/scaling.md, is where that timeout belongs).
+#include "dist/cuda/nccl_communicator.h"
+
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+namespace uniprefill::dist {
+namespace {
+
+// The NCCL functions this transport calls, from the library loaded at run time.
+struct NcclApi {
+  decltype(&ncclGetUniqueId) get_unique_id = nullptr;
+  decltype(&ncclCommInitRankConfig) init_rank_config = nullptr;
+  decltype(&ncclCommGetAsyncError) get_async_error = nullptr;
+  decltype(&ncclAllReduce) all_reduce = nullptr;
+  decltype(&ncclCommAbort) abort = nullptr;
+  decltype(&ncclCommDestroy) destroy = nullptr;
+  decltype(&ncclGetErrorString) error_string = nullptr;
+  decltype(&ncclGetVersion) get_version = nullptr;
+};
+
+Result<NcclApi> LoadNccl() {
+  void* lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) {
+    return Unimplemented(std::string("NCCL: cannot load libnccl.so.2 (") + dlerror() +
+                         "); install NCCL 2 (Debian/Ubuntu libnccl2, or PyPI nvidia-nccl-cu13) to "
+                         "run the CUDA model on more than one GPU");
+  }
+  NcclApi api;
+  bool ok = true;
+  auto get = [&](auto& fn, const char* name) {
+    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name));
+    ok = ok && fn != nullptr;
+  };
+  get(api.get_unique_id, "ncclGetUniqueId");
+  get(api.init_rank_config, "ncclCommInitRankConfig");
+  get(api.get_async_error, "ncclCommGetAsyncError");
+  get(api.all_reduce, "ncclAllReduce");
+  get(api.abort, "ncclCommAbort");
+  get(api.destroy, "ncclCommDestroy");
+  get(api.error_string, "ncclGetErrorString");
+  get(api.get_version, "ncclGetVersion");
+  if (!ok) return Unimplemented("NCCL: libnccl.so.2 lacks an entry point (NCCL >= 2.14 needed)");
+  return api;
+}
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(std::unique_ptr<Communicator> host, NcclApi api, ncclComm_t comm, int version)
+      : host_(std::move(host)), api_(api), comm_(comm), version_(version) {}
+  ~NcclCommunicator() override {
+    if (comm_ != nullptr) api_.destroy(comm_);
+  }
+  int rank() const override { return host_->rank(); }
+  int world_size() const override { return host_->world_size(); }
+  std::string Describe() const override {
+    return "NCCL " + std::to_string(version_) + " rank " + std::to_string(rank()) + " of " +
+           std::to_string(world_size()) + " (host: " + host_->Describe() + ")";
+  }
+  Status AllReduce(float* data, int64_t count, ReduceOp op) override {
+    return host_->AllReduce(data, count, op);
+  }
+  Status AllGather(const void* send, void* recv, int64_t bytes) override {
+    return host_->AllGather(send, recv, bytes);
+  }
+  Status Broadcast(void* data, int64_t bytes, int root) override {
+    return host_->Broadcast(data, bytes, root);
+  }
+  Status Barrier() override { return host_->Barrier(); }
+  bool device_collectives() const override { return true; }
+
+  Status AllReduceDevice(void* data, int64_t count, DType dtype, void* stream) override {
+    if (count < 0) return InvalidArgument("AllReduceDevice: negative count");
+    if (dtype != DType::kBF16 && dtype != DType::kF32) {
+      return InvalidArgument("AllReduceDevice: bf16 or f32 only");
+    }
+    const ncclDataType_t type = dtype == DType::kBF16 ? ncclBfloat16 : ncclFloat32;
+    ncclResult_t r = api_.all_reduce(data, data, static_cast<size_t>(count), type, ncclSum,
+                                     comm_, static_cast<cudaStream_t>(stream));
+    // A non-blocking communicator may answer ncclInProgress while it enqueues the call: wait for
+    // that (not for the data) before the next NCCL call, as NCCL asks.
+    while (r == ncclInProgress) {
+      std::this_thread::yield();
+      api_.get_async_error(comm_, &r);
+    }
+    if (r != ncclSuccess) return Internal(std::string("NCCL all-reduce: ") + api_.error_string(r));
+    return OkStatus();
+  }
+
+ private:
+  std::unique_ptr<Communicator> host_;
+  NcclApi api_;
+  ncclComm_t comm_;
+  int version_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Communicator>> MakeNcclCommunicator(std::unique_ptr<Communicator> host,
+                                                           int device,
+                                                           const CommOptions& options) {
+  UP_ASSIGN_OR_RETURN(NcclApi api, LoadNccl());
+  setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);  // NVLink multicast off (see the header)
+  if (cudaSetDevice(device) != cudaSuccess) {
+    return InvalidArgument("NCCL: no CUDA device " + std::to_string(device));
+  }
+  ncclUniqueId id{};
+  if (host->rank() == 0) {
+    const ncclResult_t r = api.get_unique_id(&id);
+    if (r != ncclSuccess) return Internal(std::string("NCCL unique id: ") + api.error_string(r));
+  }
+  UP_RETURN_IF_ERROR(host->Broadcast(&id, sizeof(id), 0));
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ncclComm_t comm = nullptr;
+  ncclResult_t r = api.init_rank_config(&comm, host->world_size(), id, host->rank(), &config);
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration<double>(options.timeout_s);
+  while (r == ncclInProgress || (r == ncclSuccess && comm != nullptr)) {
+    ncclResult_t state = ncclSuccess;
+    api.get_async_error(comm, &state);
+    if (state != ncclInProgress) {
+      r = state;
+      break;
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      api.abort(comm);
+      return Unavailable("NCCL: the ranks did not all join within " +
+                         std::to_string(options.timeout_s) + " s");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (r != ncclSuccess) {
+    if (comm != nullptr) api.abort(comm);
+    return Internal(std::string("NCCL communicator: ") + api.error_string(r));
+  }
+  int version = 0;
+  api.get_version(&version);
+  return std::unique_ptr<Communicator>(
+      std::make_unique<NcclCommunicator>(std::move(host), api, comm, version));
+}
+
+}  // namespace uniprefill::dist
