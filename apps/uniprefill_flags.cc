@@ -81,9 +81,10 @@ void AddDeviceFlags(CLI::App& cmd, DeviceFlags& flags) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd.add_option("--tensor-parallel", flags.tensor_parallel,
-                 "Tensor-parallel ranks (CPU): run as `mpirun -np N uniprefill ... "
+                 "Tensor-parallel ranks: run as `mpirun -np N uniprefill ... "
                  "--tensor-parallel N`; each rank holds 1/N of the heads and FFN columns (llama "
-                 "and gemma3 models), rank 0 prints; `run` only so far")
+                 "and gemma3 models), rank 0 prints; `run` only so far. With --device cuda each "
+                 "rank drives its host-local GPU (Open MPI's local rank) through NCCL")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
   AddCpuIsaFlag(cmd, flags.cpu_isa);

@@ -3,11 +3,16 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "core/device_context.h"
+#include "dist/communicator.h"
+#ifdef UNIPREFILL_WITH_NCCL
+#include "dist/cuda/nccl_communicator.h"
+#endif
 #include "engine/engine_impl.h"
 #include "engine/sampler.h"
 #include "engine/stop_matcher.h"
@@ -35,8 +40,36 @@ Result<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options,
   auto impl = std::make_unique<Impl>();
   UP_ASSIGN_OR_RETURN(const CpuIsa requested_isa, ParseCpuIsa(options.cpu_isa));
   UP_ASSIGN_OR_RETURN(const CpuIsa cpu_isa, ResolveCpuIsa(requested_isa, DetectCpuFeatures()));
+  if (options.tensor_parallel < 1) {
+    return InvalidArgument("--tensor-parallel must be at least 1 (got " +
+                           std::to_string(options.tensor_parallel) + ")");
+  }
+  if (options.tensor_parallel > 1) {
+    UP_ASSIGN_OR_RETURN(impl->comm, dist::MakeMpiCommunicator(dist::CommOptions{}));
+    if (impl->comm->world_size() != options.tensor_parallel) {
+      return InvalidArgument(
+          "--tensor-parallel " + std::to_string(options.tensor_parallel) + " needs " +
+          std::to_string(options.tensor_parallel) + " processes: run it as `mpirun -np " +
+          std::to_string(options.tensor_parallel) + " uniprefill ...` (this one is rank " +
+          std::to_string(impl->comm->rank()) + " of " +
+          std::to_string(impl->comm->world_size()) + ")");
+    }
+  }
   if (options.device == "cuda") {
-    UP_ASSIGN_OR_RETURN(impl->ctx, DeviceContext::Cuda(0, options.threads));
+    // Under --tensor-parallel each process drives the GPU of its rank on its host (Open MPI's
+    // local rank), and its device collectives go through NCCL.
+    int device = 0;
+    if (impl->comm) {
+      const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+      device = local != nullptr ? std::atoi(local) : impl->comm->rank();
+#ifdef UNIPREFILL_WITH_NCCL
+      UP_ASSIGN_OR_RETURN(impl->comm, dist::MakeNcclCommunicator(std::move(impl->comm), device));
+#else
+      return Unimplemented("--tensor-parallel on the GPU needs NCCL, and this uniprefill was "
+                           "built without nccl.h; rebuild with the CUDA toolkit's NCCL");
+#endif
+    }
+    UP_ASSIGN_OR_RETURN(impl->ctx, DeviceContext::Cuda(device, options.threads));
   } else if (options.device == "cpu" || options.device.empty()) {
     impl->ctx = DeviceContext::Cpu(options.threads, cpu_isa);
   } else {
@@ -58,26 +91,7 @@ Result<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options,
         "(--device cuda)");
   }
   lo.gpu_attention = *attention;
-  if (options.tensor_parallel < 1) {
-    return InvalidArgument("--tensor-parallel must be at least 1 (got " +
-                           std::to_string(options.tensor_parallel) + ")");
-  }
-  if (options.tensor_parallel > 1) {
-    if (options.device == "cuda") {
-      return Unimplemented("--tensor-parallel on the GPU needs the NCCL transport, not built yet; "
-                           "use --device cpu under mpirun");
-    }
-    UP_ASSIGN_OR_RETURN(impl->comm, dist::MakeMpiCommunicator(dist::CommOptions{}));
-    if (impl->comm->world_size() != options.tensor_parallel) {
-      return InvalidArgument(
-          "--tensor-parallel " + std::to_string(options.tensor_parallel) + " needs " +
-          std::to_string(options.tensor_parallel) + " processes: run it as `mpirun -np " +
-          std::to_string(options.tensor_parallel) + " uniprefill ...` (this one is rank " +
-          std::to_string(impl->comm->rank()) + " of " +
-          std::to_string(impl->comm->world_size()) + ")");
-    }
-    lo.communicator = impl->comm.get();
-  }
+  lo.communicator = impl->comm.get();  // null without --tensor-parallel
   if (IsHfCheckpointDir(options.model_path)) {
     // A Hugging Face folder: config.json + safetensors, and tokenizer.json when it ships one.
     UP_ASSIGN_OR_RETURN(impl->model, LoadModel(options.model_path, *impl->ctx, lo));
