@@ -135,6 +135,11 @@ void AddRunCommand(CLI::App& app, RunOptions& o) {
   run->add_flag("--f32-decode", o.f32_decode,
                 "Decode with f32 activations in every matmul (exact; default quantises the one "
                 "activation row to int16 for ~2x faster integer kernels)");
+  run->add_option("--prefill-gemm", o.prefill_gemm,
+                  "CPU prefill GEMMs: sgemm (OpenBLAS on f32 weight copies) or int16 (on the "
+                  "stored quantised weights, no copies: less memory)")
+      ->check(CLI::IsMember({"sgemm", "int16"}))
+      ->capture_default_str();
   run->add_flag("-q,--quiet", o.quiet, "No progress bars");
   run->add_option("--json", o.json_out, "Also write the result and timings as JSON to this file");
   AddUniPrefillFlags(*run, o.uniprefill);
@@ -278,6 +283,7 @@ int RunCommand(const RunOptions& o) {
   o.device.ApplyTo(eo);
   eo.context_size = o.ctx_size;
   eo.f32_decode = o.f32_decode;
+  eo.prefill_gemm = o.prefill_gemm;
   std::unique_ptr<Engine> loaded = LoadEngineWithProgress(eo, o.uniprefill, o.quiet);
   if (!loaded) return 1;
   Engine& engine = *loaded;

@@ -34,6 +34,7 @@ struct RunOptions {
   int ctx_size = 0;
   bool ignore_eos = false;
   bool f32_decode = false;
+  std::string prefill_gemm = "sgemm";  // EngineOptions::prefill_gemm
   bool quiet = false;        // no progress bars, no streaming echo of the prompt stats
   std::string json_out;      // write timings and output as JSON here
   UniPrefillFlags uniprefill;

@@ -6,11 +6,14 @@ thread count and the same prompt token ids (tokenized by llama.cpp; uniprefill's
 same ids, see docs/tokenizer.md). Each figure is the median of --repeats runs. Writes JSON and a
 table. Usage:
     .venv/bin/python bench/bench_vs_llamacpp.py --lengths 1024 4096 16384 --threads 2 --out out/bench.json
+--ours-args passes flags to `uniprefill run`, e.g.
+    --ours-args="--uniprefill off --prefill-gemm int16".
 """
 import argparse
 import json
 import os
 import resource
+import shlex
 import statistics
 import subprocess
 import sys
@@ -79,7 +82,7 @@ def run_uniprefill(args, ids_file: str) -> dict:
     with tempfile.NamedTemporaryFile(suffix=".json") as jf:
         cmd = [str(ROOT / "build" / "uniprefill"), "run", "--model", args.model, "--prompt-tokens-file",
                ids_file, "--max-tokens", str(args.decode_tokens + 1), "--ignore-eos", "--quiet",
-               "--threads", str(args.threads), "--json", jf.name]
+               "--threads", str(args.threads), "--json", jf.name] + shlex.split(args.ours_args)
         subprocess.run(cmd, check=True, capture_output=True, text=True)
         r = json.loads(Path(jf.name).read_text())
     return {"prefill_tok_s": r["prefill_tok_s"], "decode_tok_s": r["decode_tok_s"],
@@ -95,6 +98,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--flash-attn", action="store_true", help="llama.cpp with flash attention on")
     ap.add_argument("--out", default=str(ROOT / "out" / "bench_vs_llamacpp.json"))
+    ap.add_argument("--ours-args", default="", help="extra flags for `uniprefill run` (one string)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--ids-file", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -129,7 +133,8 @@ def main() -> None:
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
     result = {"machine": {"cpu": cpu, "cores": os.cpu_count(), "platform": platform.platform()},
               "threads": args.threads, "repeats": args.repeats, "decode_tokens": args.decode_tokens,
-              "llama_cpp_flash_attn": args.flash_attn, "model": args.model, "rows": rows}
+              "llama_cpp_flash_attn": args.flash_attn, "ours_args": args.ours_args,
+              "model": args.model, "rows": rows}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2))
     print(f"\nmachine: {cpu}, {os.cpu_count()} cores, {args.threads} threads; medians of {args.repeats}")

@@ -15,6 +15,7 @@
 #include "../tests/ops/ops_test_util.h"
 #include "core/buffer.h"
 #include "core/cpu_isa.h"
+#include "io/dequant.h"
 #include "ops/ops.h"
 
 namespace uniprefill::ops {
@@ -70,6 +71,12 @@ void DecodeArgsOneThread(benchmark::internal::Benchmark* b) {
       for (int64_t t : {1, 2}) b->Args({static_cast<int64_t>(ty), 640, 2048, t, 1, isa});
     }
     b->Args({static_cast<int64_t>(DType::kQ8_0), 640, 262144, 1, 1, isa});
+    // A decode step of 16 requests: the batched int16 rows (LinearInt16Rows) where the level
+    // has int16 kernels for the type (K-quants: not on AVX2, which takes the 7-row f32 path).
+    for (DType ty : {DType::kQ8_0, DType::kQ5_0, DType::kQ4_K, DType::kQ6_K, DType::kQ4_1}) {
+      b->Args({static_cast<int64_t>(ty), 640, 2048, 16, 1, isa});
+    }
+    b->Args({static_cast<int64_t>(DType::kQ8_0), 640, 262144, 16, 1, isa});
   }
 }
 BENCHMARK(BM_LinearDecode)->Name("BM_LinearDecode1T")->Apply(DecodeArgsOneThread)
@@ -116,6 +123,43 @@ void BM_LinearGemm(benchmark::State& state) {
                                                  benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_LinearGemm)->Args({512, 640, 2048})->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// Prefill GEMM on a quantised weight, x f32 [t, in] @ W [out, in]^T, one thread: with an f32 copy
+// (sgemm, the old default) or without (LinearInt16Rows on the stored weights). args: dtype, t,
+// in, out, with_f32.
+void BM_LinearGemmQuant(benchmark::State& state) {
+  const auto type = static_cast<DType>(state.range(0));
+  const int64_t t = state.range(1), in = state.range(2), out = state.range(3);
+  std::mt19937 rng(3);
+  std::vector<uint8_t> w = testing::RandomWeights(rng, type, out, in);
+  LinearWeight lw;
+  lw.parts.push_back(TensorView::Contiguous(w.data(), type, {out, in}));
+  lw.in_features = in;
+  lw.out_features = out;
+  if (state.range(4) != 0) {
+    lw.f32 = Buffer(sizeof(float) * in * out);
+    if (!Dequantize(type, w.data(), lw.f32.as<float>(), in * out).ok()) {
+      state.SkipWithError("dequantise failed");
+      return;
+    }
+  }
+  std::vector<float> x = testing::RandomFloats(rng, t * in), y(t * out);
+  for (auto _ : state) {
+    Linear(Ctx(1), TensorView::Contiguous(y.data(), DType::kF32, {t, out}),
+           TensorView::Contiguous(x.data(), DType::kF32, {t, in}), lw);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetLabel(std::string(DTypeName(type)) + (state.range(4) != 0 ? " sgemm" : " int16"));
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * t * in * out,
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+}
+void GemmQuantArgs(benchmark::internal::Benchmark* b) {
+  for (DType ty : {DType::kQ4_K, DType::kQ5_0, DType::kQ6_K, DType::kQ8_0}) {
+    for (int64_t f32 : {1, 0}) b->Args({static_cast<int64_t>(ty), 512, 640, 2048, f32});
+  }
+}
+BENCHMARK(BM_LinearGemmQuant)->Apply(GemmQuantArgs)
+    ->ArgNames({"type", "T", "in", "out", "f32"})->Unit(benchmark::kMillisecond);
 
 // args: tq, tk, window, threads (0: every core), CPU ISA level. Gemma 3 270M: Hq 4, Hkv 1,
 // D 256; queries are the last tq keys.

@@ -44,6 +44,10 @@ struct EngineOptions {
   std::string cpu_isa = "auto";
   // Decode matmuls in f32 throughout instead of on int16-quantised activations (exact, slower).
   bool f32_decode = false;
+  // CPU prefill GEMMs: "sgemm" (OpenBLAS on f32 copies of the weights made at load, ~4 bytes per
+  // weight) or "int16" (on the stored quantised weights with int16 activations, no copies where
+  // every part of a weight has an int16 kernel). docs/performance.md has the trade.
+  std::string prefill_gemm = "sgemm";
   // With device "cuda": the prefill attention kernel, "auto" (cuDNN's fused attention where its
   // masks express the layer when libcudnn 9 loads, else ours), "ours" (the engine's flash
   // attention) or "cudnn" (as auto, but a missing cuDNN is an error).

@@ -78,6 +78,11 @@ Result<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options,
   LoadOptions lo;
   lo.progress = progress;
   lo.f32_decode = options.f32_decode;
+  if (options.prefill_gemm != "sgemm" && options.prefill_gemm != "int16") {
+    return InvalidArgument("prefill_gemm '" + options.prefill_gemm +
+                           "' is not one of: sgemm, int16");
+  }
+  lo.int16_prefill_gemm = options.prefill_gemm == "int16";
   lo.gpu_decode_graphs = options.gpu_decode_graphs;
   lo.gpu_prefix_split_min_keys = options.gpu_prefix_split_min_keys;
   const std::optional<GpuAttention> attention = GpuAttentionFromName(options.gpu_attention);

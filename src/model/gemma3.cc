@@ -31,6 +31,7 @@ Status LoadGemma3Weights(DeviceContext& ctx, const WeightSource& src, const Gemm
 
   d.layers.resize(c.n_layers);
   const bool f32 = options.f32_prefill_weights;
+  const bool int16_gemm = options.int16_prefill_gemm && !options.f32_decode;
   for (int i = 0; i < c.n_layers; ++i) {
     LayerDefinition& L = d.layers[i];
     auto name = [&](const std::string& pattern) { return n.Layer(pattern, i); };
@@ -42,13 +43,13 @@ Status LoadGemma3Weights(DeviceContext& ctx, const WeightSource& src, const Gemm
     GatedFfnWeights& ffn = L.ffn.emplace();
     UP_ASSIGN_OR_RETURN(a.q_norm, LoadVector(src, name(n.q_norm), D, norm_offset));
     UP_ASSIGN_OR_RETURN(a.k_norm, LoadVector(src, name(n.k_norm), D, norm_offset));
-    UP_ASSIGN_OR_RETURN(a.q, LoadLinear(ctx, src, {name(n.q)}, {{Q, H}}, f32));
-    UP_ASSIGN_OR_RETURN(a.k, LoadLinear(ctx, src, {name(n.k)}, {{KV, H}}, f32));
-    UP_ASSIGN_OR_RETURN(a.v, LoadLinear(ctx, src, {name(n.v)}, {{KV, H}}, f32));
-    UP_ASSIGN_OR_RETURN(a.o, LoadLinear(ctx, src, {name(n.o)}, {{H, Q}}, f32));
+    UP_ASSIGN_OR_RETURN(a.q, LoadLinear(ctx, src, {name(n.q)}, {{Q, H}}, f32, int16_gemm));
+    UP_ASSIGN_OR_RETURN(a.k, LoadLinear(ctx, src, {name(n.k)}, {{KV, H}}, f32, int16_gemm));
+    UP_ASSIGN_OR_RETURN(a.v, LoadLinear(ctx, src, {name(n.v)}, {{KV, H}}, f32, int16_gemm));
+    UP_ASSIGN_OR_RETURN(a.o, LoadLinear(ctx, src, {name(n.o)}, {{H, Q}}, f32, int16_gemm));
     UP_ASSIGN_OR_RETURN(ffn.gate_up, LoadLinear(ctx, src, {name(n.gate), name(n.up)},
-                                                  {{F, H}, {F, H}}, f32));
-    UP_ASSIGN_OR_RETURN(ffn.down, LoadLinear(ctx, src, {name(n.down)}, {{H, F}}, f32));
+                                                  {{F, H}, {F, H}}, f32, int16_gemm));
+    UP_ASSIGN_OR_RETURN(ffn.down, LoadLinear(ctx, src, {name(n.down)}, {{H, F}}, f32, int16_gemm));
     ffn.activation = ops::Activation::kGeluTanh;
     for (ops::LinearWeight* w : {&a.q, &a.k, &a.v, &a.o, &ffn.gate_up, &ffn.down}) {
       d.host_copy_bytes += w->f32.size();

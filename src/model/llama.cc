@@ -52,6 +52,7 @@ Status LoadLlamaWeights(DeviceContext& ctx, const WeightSource& src, const Llama
                                          {{V, H}}, /*make_f32_copy=*/false));
   d.head.int16_decode_activations = !options.f32_decode;
   const bool f32 = options.f32_prefill_weights;
+  const bool int16_gemm = options.int16_prefill_gemm && !options.f32_decode;
   d.layers.resize(c.n_layers);
   for (int i = 0; i < c.n_layers; ++i) {
     LayerDefinition& L = d.layers[i];
@@ -59,14 +60,14 @@ Status LoadLlamaWeights(DeviceContext& ctx, const WeightSource& src, const Llama
     UP_ASSIGN_OR_RETURN(L.mixer_norm, LoadVector(src, name(n.attn_norm), H));
     UP_ASSIGN_OR_RETURN(L.ffn_norm, LoadVector(src, name(n.ffn_norm), H));
     AttentionWeights& a = L.attention.emplace();
-    UP_ASSIGN_OR_RETURN(a.q, LoadLinear(ctx, src, {name(n.q)}, {{Q, H}}, f32));
-    UP_ASSIGN_OR_RETURN(a.k, LoadLinear(ctx, src, {name(n.k)}, {{KV, H}}, f32));
-    UP_ASSIGN_OR_RETURN(a.v, LoadLinear(ctx, src, {name(n.v)}, {{KV, H}}, f32));
-    UP_ASSIGN_OR_RETURN(a.o, LoadLinear(ctx, src, {name(n.o)}, {{H, Q}}, f32));
+    UP_ASSIGN_OR_RETURN(a.q, LoadLinear(ctx, src, {name(n.q)}, {{Q, H}}, f32, int16_gemm));
+    UP_ASSIGN_OR_RETURN(a.k, LoadLinear(ctx, src, {name(n.k)}, {{KV, H}}, f32, int16_gemm));
+    UP_ASSIGN_OR_RETURN(a.v, LoadLinear(ctx, src, {name(n.v)}, {{KV, H}}, f32, int16_gemm));
+    UP_ASSIGN_OR_RETURN(a.o, LoadLinear(ctx, src, {name(n.o)}, {{H, Q}}, f32, int16_gemm));
     GatedFfnWeights& ffn = L.ffn.emplace();
     UP_ASSIGN_OR_RETURN(ffn.gate_up, LoadLinear(ctx, src, {name(n.gate), name(n.up)},
-                                                {{F, H}, {F, H}}, f32));
-    UP_ASSIGN_OR_RETURN(ffn.down, LoadLinear(ctx, src, {name(n.down)}, {{H, F}}, f32));
+                                                {{F, H}, {F, H}}, f32, int16_gemm));
+    UP_ASSIGN_OR_RETURN(ffn.down, LoadLinear(ctx, src, {name(n.down)}, {{H, F}}, f32, int16_gemm));
     ffn.activation = ops::Activation::kSilu;
     for (ops::LinearWeight* w : {&a.q, &a.k, &a.v, &a.o, &ffn.gate_up, &ffn.down}) {
       d.host_copy_bytes += w->f32.size();

@@ -116,6 +116,10 @@ struct LoadOptions {
   // Decode (one-row) matmuls quantise the activation row to int16 for integer kernels (~2x faster
   // on AVX2, error ~1e-5 of the row's max). true: f32 activations throughout (exact, slower).
   bool f32_decode = false;
+  // With f32_prefill_weights: skip the copy of each weight whose parts all have int16 kernels at
+  // the context's ISA level, so its prefill GEMMs run on the stored weights (int16 activations;
+  // ops/cpu/cpu_linear_int16_rows.h). Ignored with f32_decode (no int16 activations then).
+  bool int16_prefill_gemm = false;
   DeltaRuleChoice gpu_delta_rule = DeltaRuleChoice::kAuto;  // GPU only
   GpuAttention gpu_attention = GpuAttention::kAuto;         // GPU only
   GpuMoeGemm gpu_moe_gemm = GpuMoeGemm::kOurs;               // GPU only

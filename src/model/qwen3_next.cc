@@ -28,10 +28,12 @@ Status LoadQwen3NextWeights(DeviceContext& ctx, const WeightSource& src, const Q
                             const LoadOptions& options, ModelDefinition& d) {
   ModelConfig& c = d.config;
   // A linear weight, counted in host_copy_bytes, with the decode activation choice applied.
+  const bool int16_gemm = options.int16_prefill_gemm && !options.f32_decode;
   auto Linear = [&](const std::vector<std::string>& names,
                     const std::vector<std::vector<int64_t>>& shapes,
                     bool f32) -> Result<ops::LinearWeight> {
-    UP_ASSIGN_OR_RETURN(ops::LinearWeight w, LoadLinear(ctx, src, names, shapes, f32));
+    UP_ASSIGN_OR_RETURN(ops::LinearWeight w, LoadLinear(ctx, src, names, shapes, f32,
+                                                        int16_gemm));
     d.host_copy_bytes += w.f32.size();
     w.int16_decode_activations = !options.f32_decode;
     return w;

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "io/dequant.h"
+#include "ops/cpu/cpu_linear_int16_rows.h"
 
 namespace uniprefill {
 
@@ -54,7 +55,7 @@ std::unique_ptr<WeightSource> GgufWeightSource(const gguf::GgufFile& file) {
 Result<ops::LinearWeight> LoadLinear(DeviceContext& ctx, const WeightSource& src,
                                      const std::vector<std::string>& names,
                                      const std::vector<std::vector<int64_t>>& shapes,
-                                     bool make_f32_copy) {
+                                     bool make_f32_copy, bool unless_int16_gemm) {
   if (std::optional<ops::LinearWeight> described = src.DescribeLinear(names, shapes)) {
     return std::move(*described);
   }
@@ -71,6 +72,7 @@ Result<ops::LinearWeight> LoadLinear(DeviceContext& ctx, const WeightSource& src
   // A single f32 part already is the GEMM operand's layout: no copy needed.
   const bool already_f32 = w.parts.size() == 1 && w.parts[0].dtype == DType::kF32;
   if (!make_f32_copy || already_f32) return w;
+  if (unless_int16_gemm && ops::cpu::CanRunLinearInt16Rows(w, ctx.cpu_isa())) return w;
   w.f32 = Buffer(sizeof(float) * w.out_features * w.in_features);
   int64_t row0 = 0;
   for (size_t p = 0; p < w.parts.size(); ++p) {

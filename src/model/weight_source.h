@@ -40,12 +40,14 @@ class WeightSource {
 std::unique_ptr<WeightSource> GgufWeightSource(const gguf::GgufFile& file);
 
 // A linear layer from one or more [out_i, in] tensors stacked along out (e.g. gate and up). With
-// make_f32_copy, a dequantised f32 copy is kept for many-row GEMMs (prefill). A source of seeds
-// gives its description instead (WeightSource::DescribeLinear).
+// make_f32_copy, a dequantised f32 copy is kept for many-row GEMMs (prefill), unless
+// unless_int16_gemm and every part has an int16 kernel at ctx's ISA level (then Linear multiplies
+// on the stored weights at every row count). A source of seeds gives its description instead
+// (WeightSource::DescribeLinear).
 Result<ops::LinearWeight> LoadLinear(DeviceContext& ctx, const WeightSource& src,
                                      const std::vector<std::string>& names,
                                      const std::vector<std::vector<int64_t>>& shapes,
-                                     bool make_f32_copy);
+                                     bool make_f32_copy, bool unless_int16_gemm = false);
 // A 1-D tensor of n elements as f32, plus `offset` (1.0 for zero-centred (1 + w) norms).
 Result<std::vector<float>> LoadVector(const WeightSource& src, const std::string& name, int64_t n,
                                       float offset = 0.0f);

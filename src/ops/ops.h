@@ -25,8 +25,9 @@ struct LinearWeight {
   Buffer f32;                     // f32 [out, in] or empty
   int64_t out_features = 0;
   int64_t in_features = 0;
-  // Single-row (decode) products may quantise the activation row to int16 (error ~1e-5 of its
-  // max; see ops/cpu/cpu_quant_dot_i16.h) for 2-3x faster integer kernels. false: f32 throughout.
+  // Decode products (one row, and on the CPU steps of up to kQuantBatchMaxRows rows) may quantise
+  // each activation row to int16 (error ~1e-5 of its max; see ops/cpu/cpu_quant_dot_i16.h) for
+  // 2-3x faster integer kernels on the stored weights. false: f32 throughout (--f32-decode).
   bool int16_decode_activations = true;
   // A random weight (benchmarks' random-weight models, model/model_presets.h) has no parts but
   // random_parts, stacked along `out` like parts: in part p, row-major element i of its

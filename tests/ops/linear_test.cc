@@ -1,6 +1,7 @@
 // Linear vs the scalar reference (dequantise + double dot) for every dequantisable weight type,
-// decode (fused matvec, 1..7 rows per pass) and prefill (sgemm on the f32 copy) paths, fused
-// parts, strided rows, 1 and 2 threads.
+// decode (fused matvec, 1..7 rows per pass), batched int16 rows (2..kQuantBatchMaxRows rows, or
+// more without an f32 copy) and prefill (sgemm on the f32 copy) paths, fused parts, strided rows,
+// 1 and 2 threads.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -30,7 +31,10 @@ struct Case {
   int64_t in;
   int64_t t;
   bool with_f32;
-  bool int16 = false;  // single-row products on int16-quantised activations
+  bool int16 = false;  // products on int16-quantised activations (one row and batched rows)
+  // With int16: the bound on MaxErrorOverRms. The rounding of each x (max|x| / 65534) gives
+  // ~1e-5 of the output scale per output; the max over a few hundred outputs reaches ~1e-4.
+  double int16_tol = 1e-4;
 };
 
 // Runs one case on ctx and compares to the reference; x and out rows are strided.
@@ -66,7 +70,7 @@ void RunCase(DeviceContext& ctx, const Case& c, std::mt19937& rng) {
   std::string types;
   for (DType t : c.part_types) types += std::string(DTypeName(t)) + " ";
   // int16 activations round each x to max|x| / 65534: ~1e-5 of the output scale, bounded here.
-  EXPECT_LT(MaxErrorOverRms(out, ref), c.int16 ? 1e-4 : 2e-5)
+  EXPECT_LT(MaxErrorOverRms(out, ref), c.int16 ? c.int16_tol : 2e-5)
       << "types " << types << "in " << c.in << " T " << c.t << " f32 " << c.with_f32
       << " threads " << ctx.threads();
 }
@@ -123,6 +127,26 @@ TEST_P(LinearTest, Int16DecodeActivationsStayCloseToReference) {
   // Mixed parts: the int16 kernel for some, the f32 kernels for the others, one quantised row.
   RunCase(*ctx_, Case{{DType::kQ5_0, DType::kQ6_K, DType::kQ8_0}, {33, 17, 40}, 512, 1, false, true},
           rng);
+}
+
+// Several rows on int16 activations (LinearInt16Rows where every part has an int16 kernel, the
+// old paths otherwise): odd row counts around the kernels' 4-row groups and the 64-row limit,
+// with and without the f32 copy (above 64 rows with a copy: sgemm).
+TEST_P(LinearTest, BatchedInt16RowsStayCloseToReference) {
+  std::mt19937 rng(2024);
+  for (DType t : kAllTypes) {
+    for (int64_t in : {256, 1280}) {
+      for (int64_t tt : {2, 3, 5, 8, 13, 64, 65}) {
+        RunCase(*ctx_, Case{{t}, {37}, in, tt, tt % 2 == 1, true, 2e-4}, rng);
+      }
+    }
+  }
+  for (int64_t tt : {4, 9, 31, 70}) {
+    RunCase(*ctx_,
+            Case{{DType::kQ4_K, DType::kQ8_0, DType::kQ6_K, DType::kQ5_0, DType::kQ4_1},
+                 {19, 5, 33, 2, 11}, 512, tt, tt == 70, true, 2e-4},
+            rng);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Threads, LinearTest, ::testing::Values(1, 2));

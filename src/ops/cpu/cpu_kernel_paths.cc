@@ -20,19 +20,25 @@ std::string Cell(std::string_view level, const char* none) {
 }  // namespace
 
 std::string DescribeCpuKernelPaths(CpuIsa isa) {
-  // Linear's decode matvec per weight type: f32 activations (1..7 rows), and int16-quantised
-  // activations (1 row, unless --f32-decode).
-  char line[128];
-  std::snprintf(line, sizeof(line), "  %-6s %-22s %s\n", "weight", "decode f32 activations",
-                "decode int16 activations");
+  // Linear's decode matvec per weight type: f32 activations (1..7 rows), int16-quantised
+  // activations (1 row), and batched rows (2..64; both int16 unless --f32-decode).
+  char line[160];
+  std::snprintf(line, sizeof(line), "  %-6s %-22s %-24s %s\n", "weight", "decode f32 activations",
+                "decode int16 activations", "batched int16 rows");
   std::string out = line;
   for (DType t : kWeightTypes) {
-    std::snprintf(line, sizeof(line), "  %-6s %-22s %s\n", DTypeName(t),
+    const std::string_view i16 = FusedQuantDotI16Level(t, isa);
+    const std::string_view multi = FusedQuantDotI16RowsLevel(t, isa);
+    const std::string rows = !multi.empty() ? std::string(multi) : "(f32 activations)";
+    std::snprintf(line, sizeof(line), "  %-6s %-22s %-24s %s\n", DTypeName(t),
                   Cell(FusedQuantDotLevel(t, isa), "dequantise + f32").c_str(),
-                  Cell(FusedQuantDotI16Level(t, isa), "(f32 activations)").c_str());
+                  Cell(i16, "(f32 activations)").c_str(), rows.c_str());
     out += line;
   }
-  out += "  prefill GEMM (>= 8 rows): OpenBLAS sgemm on f32 weight copies (its own dispatch)\n";
+  out += "  2..64 rows (any count without an f32 copy): batched rows where a part has a\n"
+         "    multi-row int16 kernel (the others f32 activations), else the paths below\n";
+  out += "  prefill GEMM (> 64 rows): OpenBLAS sgemm on f32 weight copies (its own dispatch);\n"
+         "    with --prefill-gemm int16 no copies, the batched rows instead\n";
   out += isa >= CpuIsa::kAvx512 ? "  attention tiles: avx512 (scores of <= 4 rows: avx2)\n"
                                 : "  attention tiles: avx2\n";
   out += "  softmax, norms, activations, rope: avx2\n";

@@ -1,9 +1,14 @@
-// Linear on the CPU. Two variants, picked by the row count:
+// Linear on the CPU. Three variants, picked by the row count T and what the weight offers:
+// - 2 <= T <= kQuantBatchMaxRows (a decode step of several requests, short chunks), or any
+//   T >= 2 without an f32 copy (--prefill-gemm int16 skips the copies), when int16 activations
+//   are allowed and CanRunLinearInt16Rows (a part has a multi-row int16 kernel at the context's
+//   ISA level: Q8_0, Q5_0, Q4_K, Q6_K on AVX-512): LinearInt16Rows (cpu_linear_int16_rows.h),
+//   the stored quantised weights read once per chunk of rows.
 // - T >= kGemmMinRows and an f32 copy of W exists: one cblas_sgemm (OpenBLAS threads itself).
-// - otherwise (decode, short chunks): a fused dequantise-and-dot matvec over the stored parts
-//   (the variant of the context's CPU ISA level, DeviceContext::cpu_isa()),
+// - otherwise (one decode row; AVX2; weights without int16 multi-row kernels): a fused
+//   dequantise-and-dot matvec over the stored parts (the variant of DeviceContext::cpu_isa()),
 //   split over output rows with the thread pool; up to kQuantDotMaxRows rows of x share one pass
-//   over the weights, so weights stream from memory once per group of rows.
+//   over the weights.
 #include <cblas.h>
 
 #include <algorithm>
@@ -11,6 +16,7 @@
 #include <vector>
 
 #include "io/dequant.h"
+#include "ops/cpu/cpu_linear_int16_rows.h"
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cpu/cpu_quant_dot.h"
 #include "ops/cpu/cpu_quant_dot_i16.h"
@@ -85,7 +91,13 @@ void MatVec(DeviceContext& ctx, TensorView out, TensorView x, const LinearWeight
 void Linear(DeviceContext& ctx, TensorView out, TensorView x, const LinearWeight& w) {
   const int64_t T = x.dim(0);
   assert(x.dim(1) == w.in_features && out.dim(1) == w.out_features && out.dim(0) == T);
-  if (T >= kGemmMinRows && w.f32.size() > 0) {
+  const bool has_f32 = w.f32.size() > 0;
+  if (T >= 2 && w.int16_decode_activations && (T <= kQuantBatchMaxRows || !has_f32) &&
+      CanRunLinearInt16Rows(w, ctx.cpu_isa())) {
+    LinearInt16Rows(ctx, out, x, w);
+    return;
+  }
+  if (T >= kGemmMinRows && has_f32) {
     // out [T, out] = x [T, in] * f32[out, in]^T
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(T),
                 static_cast<int>(w.out_features), static_cast<int>(w.in_features), 1.0f,

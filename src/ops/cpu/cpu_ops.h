@@ -14,6 +14,10 @@ namespace uniprefill::ops::cpu {
 // Rows of x at or above which Linear uses BLAS sgemm on w.f32 (when present) instead of the fused
 // dequantise-and-dot matvec.
 inline constexpr int64_t kGemmMinRows = 8;
+// Rows of x up to which Linear stays on the quantised weights (int16 activations) even where an
+// f32 copy exists: a decode step of up to this many requests streams ~0.6 bytes per weight
+// instead of sgemm's 4 (cpu_linear.cc).
+inline constexpr int64_t kQuantBatchMaxRows = 64;
 
 void Linear(DeviceContext& ctx, TensorView out, TensorView x, const LinearWeight& w);
 void RmsNorm(DeviceContext& ctx, TensorView out, TensorView x, const float* weight, float eps);

@@ -31,6 +31,16 @@ Choice<QuantDotI16Fn> ChooseI16(DType type, CpuIsa isa) {
   return {};
 }
 
+Choice<QuantDotI16RowsFn> ChooseI16Rows(DType type, CpuIsa isa) {
+  if (isa >= CpuIsa::kAvx512Vnni) {
+    if (QuantDotI16RowsFn fn = avx512_vnni::FusedQuantDotI16Rows(type)) return {fn, "avx512-vnni"};
+  }
+  if (isa >= CpuIsa::kAvx512) {
+    if (QuantDotI16RowsFn fn = avx512::FusedQuantDotI16Rows(type)) return {fn, "avx512"};
+  }
+  return {};
+}
+
 }  // namespace
 
 QuantDotFn FusedQuantDot(DType type, CpuIsa isa) { return ChooseF32(type, isa).fn; }
@@ -39,6 +49,13 @@ std::string_view FusedQuantDotLevel(DType type, CpuIsa isa) { return ChooseF32(t
 QuantDotI16Fn FusedQuantDotI16(DType type, CpuIsa isa) { return ChooseI16(type, isa).fn; }
 std::string_view FusedQuantDotI16Level(DType type, CpuIsa isa) {
   return ChooseI16(type, isa).level;
+}
+
+QuantDotI16RowsFn FusedQuantDotI16Rows(DType type, CpuIsa isa) {
+  return ChooseI16Rows(type, isa).fn;
+}
+std::string_view FusedQuantDotI16RowsLevel(DType type, CpuIsa isa) {
+  return ChooseI16Rows(type, isa).level;
 }
 
 }  // namespace uniprefill::ops::cpu

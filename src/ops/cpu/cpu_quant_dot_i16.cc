@@ -92,6 +92,19 @@ void QuantizeRowI16(const float* x, int64_t n, int16_t* xq, float* scale) {
   }
 }
 
+void QuantizeRowI16Groups(const float* x, int64_t n, int16_t* xq, float* scale, float* bsum) {
+  for (int64_t g0 = 0; g0 < n; g0 += kI16ScaleGroup) {
+    const int64_t len = std::min(kI16ScaleGroup, n - g0);
+    float* s = &scale[g0 / kI16ScaleGroup];
+    QuantizeRowI16(x + g0, len, xq + g0, s);
+    for (int64_t j = g0 / 32; j < (g0 + len) / 32; ++j) {
+      int32_t sum = 0;  // |sum| <= 32 * 32767: exact in int32 and in f32
+      for (int i = 0; i < 32; ++i) sum += xq[32 * j + i];
+      bsum[j] = *s * static_cast<float>(sum);
+    }
+  }
+}
+
 QuantDotI16Fn avx2::FusedQuantDotI16(DType type) {
   switch (type) {
     case DType::kQ8_0: return &DotBlocks<34, BlockQ8_0>;

@@ -2,6 +2,7 @@
 // cpu_quant_dot_i16_avx512_kernels.h compiled with -mavx512vnni, so their integer
 // multiply-accumulates are one vpdpwssd each (CMakeLists.txt gives this file the flags).
 #include "ops/cpu/cpu_quant_dot_i16_avx512_kernels.h"
+#include "ops/cpu/cpu_quant_rows_i16_avx512_kernels.h"
 
 #if !defined(__AVX512VNNI__)
 #error "cpu_quant_dot_i16_avx512_vnni.cc must be compiled with -mavx512vnni (CMakeLists.txt)"
@@ -10,5 +11,8 @@
 namespace uniprefill::ops::cpu {
 
 QuantDotI16Fn avx512_vnni::FusedQuantDotI16(DType type) { return LookupI16Kernel(type); }
+QuantDotI16RowsFn avx512_vnni::FusedQuantDotI16Rows(DType type) {
+  return LookupI16RowsKernel(type);
+}
 
 }  // namespace uniprefill::ops::cpu

@@ -19,10 +19,12 @@ QuantDotI16Fn FusedQuantDotI16(DType type);  // cpu_quant_dot_i16.cc
 namespace avx512 {
 QuantDotFn FusedQuantDot(DType type);        // cpu_quant_dot_avx512.cc
 QuantDotI16Fn FusedQuantDotI16(DType type);  // cpu_quant_dot_i16_avx512.cc
+QuantDotI16RowsFn FusedQuantDotI16Rows(DType type);  // cpu_quant_dot_i16_avx512.cc
 }  // namespace avx512
 
 namespace avx512_vnni {
 QuantDotI16Fn FusedQuantDotI16(DType type);  // cpu_quant_dot_i16_avx512_vnni.cc
+QuantDotI16RowsFn FusedQuantDotI16Rows(DType type);  // cpu_quant_dot_i16_avx512_vnni.cc
 }  // namespace avx512_vnni
 
 }  // namespace uniprefill::ops::cpu
