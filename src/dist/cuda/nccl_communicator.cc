@@ -5,6 +5,8 @@
 // in docs/scaling.md, is where that timeout belongs).
 #include "dist/cuda/nccl_communicator.h"
 
+#include "dist/cuda/host_delegating_communicator.h"
+
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 #include <nccl.h>
@@ -54,30 +56,17 @@ Result<NcclApi> LoadNccl() {
   return api;
 }
 
-class NcclCommunicator final : public Communicator {
+class NcclCommunicator final : public HostDelegatingCommunicator {
  public:
   NcclCommunicator(std::unique_ptr<Communicator> host, NcclApi api, ncclComm_t comm, int version)
-      : host_(std::move(host)), api_(api), comm_(comm), version_(version) {}
+      : HostDelegatingCommunicator(std::move(host)), api_(api), comm_(comm), version_(version) {}
   ~NcclCommunicator() override {
     if (comm_ != nullptr) api_.destroy(comm_);
   }
-  int rank() const override { return host_->rank(); }
-  int world_size() const override { return host_->world_size(); }
   std::string Describe() const override {
     return "NCCL " + std::to_string(version_) + " rank " + std::to_string(rank()) + " of " +
-           std::to_string(world_size()) + " (host: " + host_->Describe() + ")";
+           std::to_string(world_size()) + " (host: " + host().Describe() + ")";
   }
-  Status AllReduce(float* data, int64_t count, ReduceOp op) override {
-    return host_->AllReduce(data, count, op);
-  }
-  Status AllGather(const void* send, void* recv, int64_t bytes) override {
-    return host_->AllGather(send, recv, bytes);
-  }
-  Status Broadcast(void* data, int64_t bytes, int root) override {
-    return host_->Broadcast(data, bytes, root);
-  }
-  Status Barrier() override { return host_->Barrier(); }
-  bool device_collectives() const override { return true; }
 
   Status AllReduceDevice(void* data, int64_t count, DType dtype, void* stream) override {
     if (count < 0) return InvalidArgument("AllReduceDevice: negative count");
@@ -98,7 +87,6 @@ class NcclCommunicator final : public Communicator {
   }
 
  private:
-  std::unique_ptr<Communicator> host_;
   NcclApi api_;
   ncclComm_t comm_;
   int version_;

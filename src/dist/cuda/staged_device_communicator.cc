@@ -1,6 +1,8 @@
 // MakeStagedDeviceCommunicator (staged_device_communicator.h).
 #include "dist/cuda/staged_device_communicator.h"
 
+#include "dist/cuda/host_delegating_communicator.h"
+
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -29,31 +31,17 @@ uint16_t F32ToBf16(float f) {  // round to nearest even (finite sums of finite p
   return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
-class StagedDeviceCommunicator final : public Communicator {
+class StagedDeviceCommunicator final : public HostDelegatingCommunicator {
  public:
-  explicit StagedDeviceCommunicator(std::unique_ptr<Communicator> host)
-      : host_(std::move(host)) {}
-  int rank() const override { return host_->rank(); }
-  int world_size() const override { return host_->world_size(); }
-  std::string Describe() const override { return host_->Describe() + ", device data staged"; }
-  Status AllReduce(float* data, int64_t count, ReduceOp op) override {
-    return host_->AllReduce(data, count, op);
-  }
-  Status AllGather(const void* send, void* recv, int64_t bytes) override {
-    return host_->AllGather(send, recv, bytes);
-  }
-  Status Broadcast(void* data, int64_t bytes, int root) override {
-    return host_->Broadcast(data, bytes, root);
-  }
-  Status Barrier() override { return host_->Barrier(); }
-  bool device_collectives() const override { return true; }
+  using HostDelegatingCommunicator::HostDelegatingCommunicator;
+  std::string Describe() const override { return host().Describe() + ", device data staged"; }
 
   Status AllReduceDevice(void* data, int64_t count, DType dtype, void* stream) override {
     if (count < 0) return InvalidArgument("AllReduceDevice: negative count");
     if (dtype != DType::kBF16 && dtype != DType::kF32) {
       return InvalidArgument("AllReduceDevice: bf16 or f32 only");
     }
-    if (count == 0) return host_->AllReduce(nullptr, 0, ReduceOp::kSum);  // keep in step
+    if (count == 0) return host().AllReduce(nullptr, 0, ReduceOp::kSum);  // keep in step
     auto s = static_cast<cudaStream_t>(stream);
     const size_t n = static_cast<size_t>(count);
     sums_.resize(n);
@@ -61,7 +49,7 @@ class StagedDeviceCommunicator final : public Communicator {
       UP_RETURN_IF_ERROR(FromCuda(
           cudaMemcpyAsync(sums_.data(), data, n * 4, cudaMemcpyDeviceToHost, s), "copy out"));
       UP_RETURN_IF_ERROR(FromCuda(cudaStreamSynchronize(s), "sync"));
-      UP_RETURN_IF_ERROR(host_->AllReduce(sums_.data(), count, ReduceOp::kSum));
+      UP_RETURN_IF_ERROR(host().AllReduce(sums_.data(), count, ReduceOp::kSum));
       UP_RETURN_IF_ERROR(FromCuda(
           cudaMemcpyAsync(data, sums_.data(), n * 4, cudaMemcpyHostToDevice, s), "copy in"));
     } else {
@@ -70,7 +58,7 @@ class StagedDeviceCommunicator final : public Communicator {
           cudaMemcpyAsync(bits_.data(), data, n * 2, cudaMemcpyDeviceToHost, s), "copy out"));
       UP_RETURN_IF_ERROR(FromCuda(cudaStreamSynchronize(s), "sync"));
       for (size_t i = 0; i < n; ++i) sums_[i] = Bf16ToF32(bits_[i]);
-      UP_RETURN_IF_ERROR(host_->AllReduce(sums_.data(), count, ReduceOp::kSum));
+      UP_RETURN_IF_ERROR(host().AllReduce(sums_.data(), count, ReduceOp::kSum));
       for (size_t i = 0; i < n; ++i) bits_[i] = F32ToBf16(sums_[i]);
       UP_RETURN_IF_ERROR(FromCuda(
           cudaMemcpyAsync(data, bits_.data(), n * 2, cudaMemcpyHostToDevice, s), "copy in"));
@@ -80,7 +68,6 @@ class StagedDeviceCommunicator final : public Communicator {
   }
 
  private:
-  std::unique_ptr<Communicator> host_;
   std::vector<float> sums_;     // f32 [count]: the host's sums
   std::vector<uint16_t> bits_;  // bf16 [count]: the device's data on the host
 };
