@@ -1,3 +1,5 @@
+// LinearInt16Rows (cpu_linear_int16_rows.h): activation rows quantised to int16 once, then
+// chunks of rows times tiles of weight rows, threads over output columns.
 #include "ops/cpu/cpu_linear_int16_rows.h"
 
 #include <algorithm>
