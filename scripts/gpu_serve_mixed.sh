@@ -11,7 +11,11 @@
 # they attend; --prefill-only-tokens PREFILL_ONLY, default 8192, for steps without decodes;
 # split-KV for short chunks over deep prefixes, the default), nosplit (the same budget, no
 # prefill-only budget, --gpu-prefix-split 0: the previous session's server), chunkedrows (the
-# budget counting rows only, --budget-counts-rows) and whole (--no-chunked-prefill).
+# budget counting rows only, --budget-counts-rows), whole (--no-chunked-prefill) and chunkedsync
+# (chunked's flags with the previous session's backend behaviour: a host sync after every forward
+# and chunks priced by FLOPs alone, UNIPREFILL_CUDA_SYNC_EVERY_FORWARD=1 and
+# UNIPREFILL_CUDA_ATTENTION_SLOWDOWN=1; src/backend/cuda/cuda_diagnostics.h).
+# TRACE=1: each server writes its forwards' timeline to OUTDIR/trace_<variant>.jsonl.
 # Each server's GPU memory is sampled every 100 ms (nvidia-smi); its peak is printed per run.
 #   bash scripts/gpu_serve_mixed.sh CLI OUTDIR [VARIANT...]     (on the GPU machine)
 # CLI is the uniprefill binary; OUTDIR receives serve_<variant>_<workload>.json, server logs and
@@ -33,14 +37,20 @@ if [ ! -f "$ckpt/config.json" ]; then
   echo "checkpoint written in $(( $(date +%s) - t0 )) s"
 fi
 for variant in $variants; do
+  env_vars=()
+  [ "${TRACE:-0}" = 1 ] && env_vars+=("UNIPREFILL_CUDA_STEP_TRACE=$out/trace_$variant.jsonl")
   case "$variant" in
     chunked) flags=(--max-batched-tokens "$budget" --prefill-only-tokens "$prefill_only") ;;
+    chunkedsync)
+      flags=(--max-batched-tokens "$budget" --prefill-only-tokens "$prefill_only")
+      env_vars+=(UNIPREFILL_CUDA_SYNC_EVERY_FORWARD=1 UNIPREFILL_CUDA_ATTENTION_SLOWDOWN=1) ;;
     nosplit) flags=(--max-batched-tokens "$budget" --gpu-prefix-split 0) ;;
     chunkedrows) flags=(--max-batched-tokens "$budget" --budget-counts-rows) ;;
     whole) flags=(--no-chunked-prefill) ;;
-    *) echo "unknown variant $variant (chunked, nosplit, chunkedrows, whole)" >&2; exit 2 ;;
+    *) echo "unknown variant $variant (chunked, chunkedsync, nosplit, chunkedrows, whole)" >&2
+       exit 2 ;;
   esac
-  "$cli" serve --model "$ckpt" --device cuda --port "$port" \
+  env "${env_vars[@]}" "$cli" serve --model "$ckpt" --device cuda --port "$port" \
     --kv-cache-memory 48GiB --quiet "${flags[@]}" 2> "$out/server_$variant.log" &
   server=$!
   trap 'kill $server 2>/dev/null || true' EXIT

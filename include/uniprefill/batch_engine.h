@@ -38,7 +38,8 @@ struct ServingOptions {
   // CPU and CUDA backends). engine/scheduler.h, docs/design.md section 2.
   bool chunked_prefill = true;
   // Charge prefill chunks for the cached keys they attend (SchedulerConfig::attention_key_cost
-  // from Model::AttentionKeyCost), so steps deep into a long prompt stay as short as early ones;
+  // from Model::AttentionKeyCost), so steps deep into a long prompt stay as short as early ones,
+  // and a segment-wise chunk for its segment's layers only (SchedulerConfig::segment_costs);
   // false: the budget counts rows only.
   bool budget_counts_attention = true;
   // A step with no decodes in it spends this budget instead, when larger (--prefill-only-tokens;

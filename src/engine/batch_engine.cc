@@ -193,11 +193,19 @@ Result<std::unique_ptr<BatchEngine>> BatchEngine::Start(Engine& engine,
   }
   // UniPrefill prefills run segment-wise in chunks where the model can (the CPU backend today).
   const bool segment_chunks = options.chunked_prefill && core.model->supports_segment_chunks();
-  impl->scheduler.emplace(
-      SchedulerConfig{options.max_batched_tokens, options.chunked_prefill, segment_chunks,
-                      options.budget_counts_attention ? core.model->AttentionKeyCost() : 0.0,
-                      options.prefill_only_tokens},
-      KvBlockManager(spec, size));
+  SchedulerConfig sc{options.max_batched_tokens, options.chunked_prefill, segment_chunks, 0.0,
+                     options.prefill_only_tokens};
+  if (options.budget_counts_attention) {
+    const std::vector<SegmentCost> whole = core.model->SegmentCosts({});
+    if (!whole.empty()) {
+      sc.attention_key_cost = whole[0].key_cost;
+      sc.prefix_key_cost = whole[0].prefix_key_cost;
+    }
+    if (segment_chunks) {
+      sc.segment_costs = core.model->SegmentCosts(core.uniprefill.active_drop_layers());
+    }
+  }
+  impl->scheduler.emplace(std::move(sc), KvBlockManager(spec, size));
   ServingMetrics& m = impl->counters;
   m.ttft_s = Histogram::WithBounds(LatencyBounds());
   m.e2e_s = Histogram::WithBounds(LatencyBounds());

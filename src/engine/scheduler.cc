@@ -138,28 +138,38 @@ void Scheduler::ScheduleDecodes(StepPlan& plan) {
   }
 }
 
-int Scheduler::ChunkCost(int prefix, int rows) const {
-  const double k = config_.attention_key_cost;
-  if (k <= 0) return rows;
-  return static_cast<int>(std::min<double>(
-      std::ceil(rows * (1.0 + k * (prefix + rows / 2.0))), std::numeric_limits<int>::max() / 2));
+SegmentCost Scheduler::Price(int segment) const {
+  const std::vector<SegmentCost>& costs = config_.segment_costs;
+  if (segment >= 0 && costs.size() == static_cast<size_t>(kv_.n_segments())) {
+    return costs[segment];
+  }
+  return SegmentCost{1.0, config_.attention_key_cost, config_.prefix_key_cost};
 }
 
-int Scheduler::RowsWithin(int prefix, int budget) const {
+int Scheduler::ChunkCost(int segment, int prefix, int rows) const {
+  const SegmentCost c = Price(segment);
+  return static_cast<int>(std::min<double>(
+      std::ceil(rows * (c.linear_share + c.key_cost * (prefix + rows / 2.0)) +
+                c.prefix_key_cost * prefix),
+      std::numeric_limits<int>::max() / 2));
+}
+
+int Scheduler::RowsWithin(int segment, int prefix, int budget) const {
   if (budget <= 0) return 0;
-  const double k = config_.attention_key_cost;
-  if (k <= 0) return budget;
-  // The root of rows (1 + k prefix) + k rows^2 / 2 = budget, then rounding fixed by ChunkCost.
-  const double a = 1.0 + k * prefix;
-  int rows = static_cast<int>((std::sqrt(a * a + 2.0 * k * budget) - a) / k);
-  rows = std::clamp(rows, 1, budget);
-  while (rows > 1 && ChunkCost(prefix, rows) > budget) --rows;
-  while (rows < budget && ChunkCost(prefix, rows + 1) <= budget) ++rows;
+  const SegmentCost c = Price(segment);
+  const int cap = MaxChunkRows();
+  const double k = c.key_cost, a = c.linear_share + k * prefix;
+  const double for_rows = std::max(0.0, budget - c.prefix_key_cost * prefix);
+  // The root of rows a + k rows^2 / 2 = for_rows, then rounding fixed by ChunkCost.
+  const double root = k > 0 ? (std::sqrt(a * a + 2.0 * k * for_rows) - a) / k : for_rows / a;
+  int rows = static_cast<int>(std::clamp<double>(root, 1.0, cap));
+  while (rows > 1 && ChunkCost(segment, prefix, rows) > budget) --rows;
+  while (rows < cap && ChunkCost(segment, prefix, rows + 1) <= budget) ++rows;
   return rows;
 }
 
 int Scheduler::Cost(const ScheduledRequest& s) const {
-  return s.is_prefill ? ChunkCost(s.chunk_begin, s.num_tokens) : s.num_tokens;
+  return s.is_prefill ? ChunkCost(s.segment, s.chunk_begin, s.num_tokens) : s.num_tokens;
 }
 
 int Scheduler::BudgetLeft(const StepPlan& plan) const {
@@ -173,6 +183,10 @@ int Scheduler::BudgetLeft(const StepPlan& plan) const {
   const int budget = decodes ? config_.max_batched_tokens
                              : std::max(config_.max_batched_tokens, config_.prefill_only_tokens);
   return budget - used;
+}
+
+int Scheduler::RowsLeft(const StepPlan& plan) const {
+  return MaxChunkRows() - plan.num_tokens();
 }
 
 int Scheduler::PrefillRowsLeft(const RequestInfo& r) const {
@@ -204,29 +218,30 @@ void Scheduler::ContinueChunkedPrefills(StepPlan& plan) {
                            PrefillTokens(requests_.at(waiting_.front())) < oldest_left;
   int parties = static_cast<int>(sharing.size()) + (head_shares ? 1 : 0);
   auto schedule = [&](RequestId id, int budget) {
-    const ScheduledRequest s = NextChunk(requests_.at(id), budget);
+    const ScheduledRequest s = NextChunk(requests_.at(id), budget, RowsLeft(plan));
     plan.requests.push_back(s);
     if (s.segment <= 0) stats_.prefill_tokens += s.num_tokens;  // later segments: same tokens
   };
   for (RequestId id : sharing) {
     const int budget_left = BudgetLeft(plan);
-    if (budget_left <= 0) return;
+    if (budget_left <= 0 || RowsLeft(plan) <= 0) return;
     schedule(id, (budget_left + parties - 1) / parties);
     --parties;
   }
   if (head_shares) return;  // the rest is the head's share
   for (RequestId id : later) {
     const int budget_left = BudgetLeft(plan);
-    if (budget_left <= 0) return;
+    if (budget_left <= 0 || RowsLeft(plan) <= 0) return;
     schedule(id, budget_left);
   }
 }
 
-ScheduledRequest Scheduler::NextChunk(const RequestInfo& r, int budget) const {
+ScheduledRequest Scheduler::NextChunk(const RequestInfo& r, int budget, int max_rows) const {
   ScheduledRequest s{r.id, 0, true, false};
   if (r.segment < 0) {  // dense chunks: every layer, tokens in order
     s.chunk_begin = r.prefilled;
-    s.num_tokens = std::min(RowsWithin(r.prefilled, budget), r.prefill_target - r.prefilled);
+    s.num_tokens =
+        std::min({RowsWithin(-1, r.prefilled, budget), max_rows, r.prefill_target - r.prefilled});
     s.last_chunk = s.prefill_tokens() == r.prefill_target;
     return s;
   }
@@ -235,7 +250,8 @@ ScheduledRequest Scheduler::NextChunk(const RequestInfo& r, int budget) const {
   s.segment_rows = r.segment_rows;
   s.chunk_begin = r.segment_done;
   s.num_tokens = NextSegmentChunkRows(r.segment_rows - r.segment_done,
-                                      RowsWithin(r.segment_done, budget),
+                                      std::min(RowsWithin(r.segment, r.segment_done, budget),
+                                               max_rows),
                                       std::min(r.selection_queries, r.segment_rows));
   s.last_chunk = s.ends_segment() && r.segment + 1 == kv_.n_segments();
   return s;
@@ -249,7 +265,9 @@ void Scheduler::TopUpChunkedPrefills(StepPlan& plan) {
     if (s.ends_segment()) continue;
     // The chunk grows to what its own cost and the budget left pay for (a segment-wise one up
     // to its segment's end, keeping the tail rule).
-    const int n = NextChunk(requests_.at(s.id), Cost(s) + budget_left).num_tokens;
+    const int n =
+        NextChunk(requests_.at(s.id), Cost(s) + budget_left, s.num_tokens + RowsLeft(plan))
+            .num_tokens;
     if (n <= s.num_tokens) continue;
     if (s.segment <= 0) stats_.prefill_tokens += n - s.num_tokens;
     s.num_tokens = n;
@@ -266,11 +284,11 @@ void Scheduler::AdmitWaiting(StepPlan& plan) {
     const int n = PrefillTokens(r);
     // A UniPrefill prefill that fits runs whole (exactly the unchunked path); a longer one runs
     // segment-wise when the model can.
-    const bool fits = ChunkCost(0, n) <= budget_left;
+    const bool fits = ChunkCost(-1, 0, n) <= budget_left;
     const bool chunked = config_.chunked_prefill &&
                          (!r.uniprefill || (config_.segment_chunks && !fits));
     if (chunked) {
-      if (budget_left <= 0) break;  // a chunk needs some budget
+      if (budget_left <= 0 || RowsLeft(plan) <= 0) break;  // a chunk needs some budget and rows
     } else if (any_admitted && !fits) {
       break;  // a whole prefill must fit, unless it is the step's first admission
     }
@@ -288,7 +306,7 @@ void Scheduler::AdmitWaiting(StepPlan& plan) {
         r.segment_rows = n;
         r.segment_done = 0;
       }
-      s = NextChunk(r, budget_left);
+      s = NextChunk(r, budget_left, RowsLeft(plan));
     }
     plan.requests.push_back(s);
     stats_.prefill_tokens += s.num_tokens;

@@ -46,6 +46,7 @@
 // tensor memory; priorities are a later issue.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <optional>
@@ -55,6 +56,7 @@
 
 #include "core/status.h"
 #include "kv/kv_block_manager.h"
+#include "model/segment_cost.h"
 
 namespace uniprefill {
 
@@ -76,10 +78,19 @@ struct SchedulerConfig {
   // deep into a long prompt takes fewer rows and lasts about as long as an early one. 0: the
   // budget counts rows only (as vLLM's token budget does).
   double attention_key_cost = 0;
+  // Once per chunk and cached key (SegmentCost::prefix_key_cost): a dense chunk of r rows after
+  // p keys then costs r (1 + attention_key_cost (p + r / 2)) + prefix_key_cost p.
+  double prefix_key_cost = 0;
   // The budget of a step that holds no decodes (nobody's next token waits on it), when larger
   // than max_batched_tokens: a long prompt with no decodes beside it is prefilled in larger
   // chunks, at nearly the rate of a whole prefill. 0: max_batched_tokens for every step.
   int prefill_only_tokens = 0;
+  // Segment-wise chunks (segment_chunks): what segment s's chunk costs per row and per cached key
+  // (Model::SegmentCosts, one per segment). A chunk of r rows after p rows of its segment costs
+  // r (linear_share + key_cost (p + r / 2)): a segment holding an eighth of the layers runs about
+  // eight times the rows in a step of the same length. Empty (or not one per segment): every
+  // segment priced as the whole model, (1, attention_key_cost).
+  std::vector<SegmentCost> segment_costs;
 };
 
 enum class RequestState { kWaiting, kRunning, kPreempted, kFinished };
@@ -212,21 +223,32 @@ class Scheduler {
 
  private:
   int PrefillTokens(const RequestInfo& r) const { return r.prompt_tokens + r.generated; }
-  // The budget a prefill chunk of `rows` rows after `prefix` cached keys spends (rows when
-  // attention_key_cost is 0), and the most rows after `prefix` that `budget` pays for (>= 1 when
-  // budget > 0).
-  int ChunkCost(int prefix, int rows) const;
-  int RowsWithin(int prefix, int budget) const;
+  // The budget a prefill chunk of `rows` rows after `prefix` cached keys spends in `segment`
+  // (-1: a dense chunk, every layer; rows when nothing is priced but rows), and the most rows
+  // after `prefix` that `budget` pays for (>= 1 when budget > 0; at most MaxChunkRows).
+  int ChunkCost(int segment, int prefix, int rows) const;
+  int RowsWithin(int segment, int prefix, int budget) const;
+  // The price of a row and of a cached key in `segment` (-1: the whole model's).
+  SegmentCost Price(int segment) const;
+  // The most rows one chunk runs: the largest step budget (the device graphs and activation
+  // buffers are sized for it), though a cheap segment's chunk may cost less than its rows.
+  int MaxChunkRows() const {
+    return std::max(config_.max_batched_tokens, config_.prefill_only_tokens);
+  }
   // What a scheduled request spends (decodes: 1), and what the plan leaves of the step's budget
   // (prefill_only_tokens when the plan holds no decodes).
   int Cost(const ScheduledRequest& s) const;
   int BudgetLeft(const StepPlan& plan) const;
+  // Rows the plan leaves of MaxChunkRows: a step runs no more rows than its largest budget,
+  // however cheap its segment-wise chunks are (activation memory is sized by it).
+  int RowsLeft(const StepPlan& plan) const;
   // Rows a chunked prefill has left to run, over all its segments (later segments counted at the
   // current segment's rows: selection only shrinks them).
   int PrefillRowsLeft(const RequestInfo& r) const;
   void ScheduleDecodes(StepPlan& plan);
-  // The next chunk of r's chunked prefill within `budget` tokens (rows).
-  ScheduledRequest NextChunk(const RequestInfo& r, int budget) const;
+  // The next chunk of r's chunked prefill that `budget` pays for (ChunkCost), of at most
+  // max_rows rows.
+  ScheduledRequest NextChunk(const RequestInfo& r, int budget, int max_rows) const;
   void ContinueChunkedPrefills(StepPlan& plan);
   void TopUpChunkedPrefills(StepPlan& plan);
   void AdmitWaiting(StepPlan& plan);

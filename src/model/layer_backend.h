@@ -19,6 +19,7 @@
 #include "core/status.h"
 #include "kv/sequence_cache.h"
 #include "model/packed_batch.h"
+#include "model/segment_cost.h"
 #include "sparsity/uniprefill_config.h"
 
 namespace uniprefill {
@@ -74,6 +75,11 @@ class LayerBackend {
     (void)max_step_rows, (void)max_context;
     return OkStatus();
   }
+  // What a prefill chunk's attention over its cached prefix costs on this backend next to its
+  // linear layers, as PrepareServing measured it (the defaults before, and where nothing was
+  // measured: FLOPs at the GEMM rate, no per-key copy). The scheduler prices chunks by it
+  // (Model::SegmentCosts).
+  virtual PrefixAttentionCost PrefixAttentionCosts() const { return {}; }
   // Tensor parallel: the rank's communicator (not owned), set once after the backend is made.
   // With a vocabulary-split definition (ModelDefinition::vocab_sharded), Embed leaves the rank's
   // embedded rows in out (zeros for other ranks' tokens; the walk then calls ReduceOut) and Finish

@@ -22,6 +22,7 @@
 #include "core/status.h"
 #include "io/gguf.h"
 #include "kv/sequence_cache.h"
+#include "model/segment_cost.h"
 #include "model/model_config.h"
 #include "model/packed_batch.h"
 #include "sparsity/uniprefill_config.h"
@@ -62,10 +63,14 @@ class Model {
                               const ProgressFn& progress = nullptr,
                               ForwardStats* stats = nullptr) = 0;
 
-  // What one cached key a prefill row attends costs next to the row's own linear work (attention
-  // FLOPs per key over linear FLOPs per row, full-attention layers; windows are bounded): the
-  // scheduler's price of a chunk's prefix (SchedulerConfig::attention_key_cost). 0: unknown.
-  virtual double AttentionKeyCost() const { return 0; }
+  // What a prefill chunk costs per row and per cached key next to a row's linear work, per
+  // segment of a segment-wise chunked prefill with these drop layers (one per segment; no drop
+  // layers: the whole model, a dense chunk's price). The scheduler's step budget
+  // (SchedulerConfig::segment_costs, attention_key_cost). Empty: unknown (rows only).
+  virtual std::vector<SegmentCost> SegmentCosts(const std::vector<int>& drop_layers) const {
+    (void)drop_layers;
+    return {};
+  }
 
   // Whether ForwardBatch runs SequenceStep::chunk (segment-wise chunked UniPrefill prefill).
   virtual bool supports_segment_chunks() const { return false; }

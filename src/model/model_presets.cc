@@ -352,27 +352,63 @@ int64_t ParameterCount(const ModelDefinition& def) {
   return p;
 }
 
+namespace {
+
+// One row's linear FLOPs of a layer's mixer (with the Gated DeltaNet's conv and delta rule) and
+// of its FFN.
+std::pair<double, double> MixerAndFfnFlops(const LayerDefinition& L) {
+  const LayerLinear ll = LayerLinearOf(L);
+  double mixer = 2.0 * ll.mixer;
+  if (L.delta) {
+    const GatedDeltaNetWeights& d = *L.delta;
+    mixer += 2.0 * d.conv_kernel * static_cast<double>(d.conv_dim()) +
+             6.0 * d.n_v_heads * static_cast<double>(d.d_k) * d.d_v;
+  }
+  return {mixer, 2.0 * ll.ffn_per_token};
+}
+
+// Attention FLOPs per (row, cached key) of a full-attention layer (windows are bounded: 0).
+double KeyFlops(const LayerDefinition& L) {
+  return L.attention && L.attention->window == 0
+             ? 4.0 * L.attention->n_heads * L.attention->head_dim
+             : 0.0;
+}
+
+}  // namespace
+
 double LinearPrefillFlops(const ModelDefinition& def, int64_t n_tokens) {
   double per_token = 0;
   for (const LayerDefinition& L : def.layers) {
-    const LayerLinear ll = LayerLinearOf(L);
-    per_token += 2.0 * (ll.mixer + ll.ffn_per_token);
-    if (L.delta) {
-      const GatedDeltaNetWeights& d = *L.delta;
-      per_token += 2.0 * d.conv_kernel * static_cast<double>(d.conv_dim()) +
-                   6.0 * d.n_v_heads * static_cast<double>(d.d_k) * d.d_v;
-    }
+    const auto [mixer, ffn] = MixerAndFfnFlops(L);
+    per_token += mixer + ffn;
   }
   return per_token * static_cast<double>(n_tokens);
 }
 
+std::vector<SegmentCost> SegmentCosts(const ModelDefinition& def,
+                                      const std::vector<int>& drop_layers) {
+  std::vector<SegmentCost> costs(drop_layers.size() + 1, SegmentCost{0.0, 0.0});
+  const double per_row = LinearPrefillFlops(def, 1);
+  if (per_row <= 0) return std::vector<SegmentCost>(drop_layers.size() + 1);
+  for (size_t i = 0; i < def.layers.size(); ++i) {
+    const int layer = static_cast<int>(i);
+    // A drop layer's attention ends the segment before it; its FFN starts the next.
+    const size_t mixer_segment =
+        std::lower_bound(drop_layers.begin(), drop_layers.end(), layer) - drop_layers.begin();
+    const size_t ffn_segment =
+        std::upper_bound(drop_layers.begin(), drop_layers.end(), layer) - drop_layers.begin();
+    const auto [mixer, ffn] = MixerAndFfnFlops(def.layers[i]);
+    costs[mixer_segment].linear_share += mixer / per_row;
+    costs[mixer_segment].key_cost += KeyFlops(def.layers[i]) / per_row;
+    costs[mixer_segment].full_attention_layers += KeyFlops(def.layers[i]) > 0 ? 1 : 0;
+    costs[ffn_segment].linear_share += ffn / per_row;
+  }
+  return costs;
+}
+
 double AttentionKeyCost(const ModelDefinition& def) {
   double per_key = 0;
-  for (const LayerDefinition& L : def.layers) {
-    if (L.attention && L.attention->window == 0) {
-      per_key += 4.0 * L.attention->n_heads * L.attention->head_dim;
-    }
-  }
+  for (const LayerDefinition& L : def.layers) per_key += KeyFlops(L);
   const double per_row = LinearPrefillFlops(def, 1);
   return per_row > 0 ? per_key / per_row : 0;
 }

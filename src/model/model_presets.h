@@ -24,6 +24,7 @@
 
 #include "core/status.h"
 #include "model/model_definition.h"
+#include "model/segment_cost.h"
 
 namespace uniprefill {
 
@@ -63,5 +64,11 @@ double DensePrefillFlops(const ModelDefinition& def, int64_t n_tokens);
 // Attention FLOPs per cached key of the full-attention layers (4 H D each) over the linear FLOPs
 // per token (LinearPrefillFlops): what a key costs in rows of a step's budget.
 double AttentionKeyCost(const ModelDefinition& def);
+// The same split by segment for drop layers `drop_layers` (ascending): segment s holds the layers
+// from drop layer d_s's FFN to d_{s+1}'s attention (segment 0 from layer 0), so its linear share
+// and key cost count those mixers and FFNs (model/segment_cost.h; the key costs sum to
+// AttentionKeyCost, the shares to 1). One entry per segment (drop_layers.size() + 1).
+std::vector<SegmentCost> SegmentCosts(const ModelDefinition& def,
+                                      const std::vector<int>& drop_layers);
 
 }  // namespace uniprefill

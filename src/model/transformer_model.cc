@@ -113,8 +113,19 @@ Status TransformerModel::Walk(std::span<const SequenceStep> steps,
   return clock.Run(WalkPhase::kFinish, [&] { return backend_->Finish(); });
 }
 
-double TransformerModel::AttentionKeyCost() const {
-  return uniprefill::AttentionKeyCost(*def_);
+std::vector<SegmentCost> TransformerModel::SegmentCosts(const std::vector<int>& drop_layers) const {
+  // FLOPs per key over FLOPs per row, times how much slower the backend runs attention FLOPs,
+  // plus its per-key work on the prefix in every full-attention layer.
+  std::vector<SegmentCost> costs = uniprefill::SegmentCosts(*def_, drop_layers);
+  const PrefixAttentionCost backend = backend_->PrefixAttentionCosts();
+  const double per_row = LinearPrefillFlops(*def_, 1);
+  for (SegmentCost& c : costs) {
+    c.key_cost *= backend.slowdown;
+    if (per_row > 0) {
+      c.prefix_key_cost = c.full_attention_layers * backend.copy_flops_per_key / per_row;
+    }
+  }
+  return costs;
 }
 
 Result<std::unique_ptr<Model>> MakeModel(ModelDefinition definition, DeviceContext& ctx,

@@ -35,7 +35,7 @@ class TransformerModel final : public Model {
     return backend_->NewCache(CacheLayoutFor(drop_layers), max_tokens);
   }
   bool supports_segment_chunks() const override { return backend_->supports_segment_chunks(); }
-  double AttentionKeyCost() const override;
+  std::vector<SegmentCost> SegmentCosts(const std::vector<int>& drop_layers) const override;
   Status FixCachePool(int num_blocks, int block_tokens) override {
     return backend_->FixCachePool(CacheLayoutFor({}), num_blocks, block_tokens);
   }

@@ -242,6 +242,47 @@ TEST(SchedulerTest, ChunksDeepIntoALongPromptAreChargedForTheKeysTheyAttend) {
   EXPECT_EQ(s.kv().Usage().used_blocks, 0);
 }
 
+// SchedulerConfig::prefix_key_cost: a chunk after p cached keys pays 0.1 p once (the GPU's copy
+// of its prefix out of the pool), whatever its rows: 100, then 90 + 10, 81 + 19, the last 29.
+TEST(SchedulerTest, ChunksPayOnceForTheirPrefixKeys) {
+  KvCacheSpec spec = Spec({KvSegmentSpec{1, 0, 0}});
+  SchedulerConfig config{/*max_batched_tokens=*/100, /*chunked_prefill=*/true, false, 0};
+  config.prefix_key_cost = 0.1;
+  Scheduler s(config, KvBlockManager(spec, KvPoolSize{1000, 4, 8}));
+  SubmitAll(s, {Dense(300, 1)});
+  RunSteps(s, {
+      {Plan({C(0, 100, 0, false)})},
+      {Plan({C(0, 90, 100, false)})},
+      {Plan({C(0, 81, 190, false)})},
+      {Plan({C(0, 29, 271, true)}), {}, {Length(0, 1)}},
+  });
+  EXPECT_EQ(s.kv().Usage().used_blocks, 0);
+}
+
+// SchedulerConfig::segment_costs: a chunk of segment 0 (a quarter of the model's linear work)
+// costs a quarter of its rows, so beside a decode in a step of 40 it runs up to the step's row
+// cap (100, the largest budget, less the other rows); segment 1 (three quarters) runs 52 rows
+// for 39 (53 would cost 40).
+TEST(SchedulerTest, SegmentChunksPayForTheirSegmentsLayersOnly) {
+  KvCacheSpec spec = Spec(std::vector<KvSegmentSpec>(2, KvSegmentSpec{1, 0, 0}));
+  SchedulerConfig config{/*max_batched_tokens=*/40, /*chunked_prefill=*/true,
+                         /*segment_chunks=*/true, 0};
+  config.prefill_only_tokens = 100;
+  config.segment_costs = {SegmentCost{0.25, 0.0}, SegmentCost{0.75, 0.0}};
+  Scheduler s(config, KvBlockManager(spec, KvPoolSize{1000, 4, 8}));
+  SubmitAll(s, {Dense(5, 20), {300, 1, true, 8}});
+  RunSteps(s, {
+      // Nobody decodes yet: 100 to spend; A's 5, then B's 95 rows (the cap) for 24.
+      {Plan({C(0, 5, 0, true), SC(1, 95, 0, 0, 300)})},
+      {Plan({D(0), SC(1, 99, 95, 0, 300)})},   // 1 + 25 of 40, 100 rows
+      {Plan({D(0), SC(1, 98, 194, 0, 300)})},  // the last 8 rows (the tail) stay together
+      {Plan({D(0), SC(1, 8, 292, 0, 300)}), {Kept(1, 120)}},
+      {Plan({D(0), SC(1, 52, 0, 1, 120)})},  // 1 + 39 of 40
+      {Plan({D(0), SC(1, 52, 52, 1, 120)})},
+      {Plan({D(0), SC(1, 16, 104, 1, 120, true)}), {{1, {300, 120}, false}}, {Length(1, 1)}},
+  });
+}
+
 // SchedulerConfig::prefill_only_tokens: a step with no decodes spends the larger budget; once a
 // request decodes, its steps are back to max_batched_tokens.
 TEST(SchedulerTest, StepsWithoutDecodesSpendThePrefillOnlyBudget) {

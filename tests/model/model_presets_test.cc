@@ -382,5 +382,38 @@ TEST(ModelPresetTest, TinyPresetsRunOnTheCpuWithFiniteLogits) {
   }
 }
 
+// SegmentCosts: the 8B shape with its drop layers {7, 11, 15, 19, 23, 27}. Segment 0 holds
+// layers 0-6 and layer 7's attention (8 attention layers), segments 1-5 a drop layer's FFN, three
+// layers and the next drop layer's attention (4 each), segment 6 layer 27's FFN and layers 28-31.
+TEST(ModelPresetTest, SegmentCostsSplitTheModelAtItsDropLayers) {
+  const ModelDefinition d = Preset("llama-3.1-8b");
+  const std::vector<int> drops = {7, 11, 15, 19, 23, 27};
+  const std::vector<SegmentCost> costs = SegmentCosts(d, drops);
+  ASSERT_EQ(costs.size(), 7u);
+  const double mixer = 2.0 * 4096 * (4096 + 1024 + 1024 + 4096), ffn = 2.0 * 3 * 4096 * 14336;
+  const double per_row = 32 * (mixer + ffn), per_key = 4.0 * 32 * 128;
+  EXPECT_DOUBLE_EQ(per_row, LinearPrefillFlops(d, 1));
+  const double want_share[7] = {(7 * (mixer + ffn) + mixer) / per_row,
+                                4 * (mixer + ffn) / per_row, 4 * (mixer + ffn) / per_row,
+                                4 * (mixer + ffn) / per_row, 4 * (mixer + ffn) / per_row,
+                                4 * (mixer + ffn) / per_row, (4 * (mixer + ffn) + ffn) / per_row};
+  const int want_attention_layers[7] = {8, 4, 4, 4, 4, 4, 4};
+  double shares = 0, keys = 0;
+  for (int s = 0; s < 7; ++s) {
+    SCOPED_TRACE("segment " + std::to_string(s));
+    EXPECT_NEAR(costs[s].linear_share, want_share[s], 1e-12);
+    EXPECT_NEAR(costs[s].key_cost, want_attention_layers[s] * per_key / per_row, 1e-15);
+    shares += costs[s].linear_share;
+    keys += costs[s].key_cost;
+  }
+  EXPECT_NEAR(shares, 1.0, 1e-12);
+  EXPECT_NEAR(keys, AttentionKeyCost(d), 1e-15);
+  // No drops: one segment, the whole model.
+  const std::vector<SegmentCost> whole = SegmentCosts(d, {});
+  ASSERT_EQ(whole.size(), 1u);
+  EXPECT_NEAR(whole[0].linear_share, 1.0, 1e-12);
+  EXPECT_NEAR(whole[0].key_cost, AttentionKeyCost(d), 1e-15);
+}
+
 }  // namespace
 }  // namespace uniprefill

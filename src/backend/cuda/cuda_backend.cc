@@ -288,6 +288,7 @@ Result<bool> CudaBackend::Begin(DeviceContext& ctx, std::span<const SequenceStep
   drop_events_ = stats ? &events_ : nullptr;
 
   cur_ = 0;
+  if (trace_) UP_RETURN_IF_ERROR(trace_->Begin(stream, T, B));
   if (GraphEligible()) UP_RETURN_IF_ERROR(BeginCapture());
   UP_ASSIGN_OR_RETURN(d_ids_, staging_.Put(ids, stream));
   UP_RETURN_IF_ERROR(UploadSegment(reqs));
@@ -459,9 +460,20 @@ Status CudaBackend::Finish() {
                                   cudaMemcpyDeviceToHost, stream));
   }
   if (capturing_) UP_RETURN_IF_ERROR(LaunchCaptured());
-  // The forward's one host sync (with fixed-ratio drops, its only one).
-  UP_CUDA_CHECK(cudaStreamSynchronize(stream));
-  retired_.clear();
+  // The forward's one host sync (with fixed-ratio drops, its only one), unless nothing goes back
+  // to the host: a prefill chunk before its last then returns while the GPU runs it, and the
+  // engine schedules and launches the next step meanwhile (stream order keeps the steps in
+  // order; the staging's halves keep the next forward's uploads off this one's).
+  const bool sync = sync_every_forward_ || any_sampling || !want_logits.empty() || bounded_ ||
+                    stats_ != nullptr;
+  if (trace_) UP_RETURN_IF_ERROR(trace_->Launched(stream, sync));
+  if (sync) {
+    UP_CUDA_CHECK(cudaStreamSynchronize(stream));
+    retired_.clear();
+    if (trace_) UP_RETURN_IF_ERROR(trace_->Synced());
+  } else {
+    UP_RETURN_IF_ERROR(staging_.MarkInFlight(stream));
+  }
   if (bounded_) ReconcileBoundedCaches(reqs, steps, drops);
   for (size_t j = 0; j < want_logits.size(); ++j) {
     std::memcpy(steps[reqs[want_logits[j]].step].logits, h_logits + j * V, 4 * V);
@@ -647,6 +659,9 @@ Result<std::unique_ptr<LayerBackend>> MakeCudaBackend(const ModelDefinition& def
   auto backend = std::make_unique<cuda_backend::CudaBackend>(
       definition, ctx, options.gpu_delta_rule, options.gpu_decode_graphs, options.gpu_moe_gemm);
   backend->set_prefix_split_min_keys(options.gpu_prefix_split_min_keys);
+  UP_ASSIGN_OR_RETURN(cuda_backend::CudaDiagnostics diagnostics,
+                      cuda_backend::DiagnosticsFromEnvironment());
+  backend->set_diagnostics(std::move(diagnostics));
   UP_RETURN_IF_ERROR(backend->Load(options.progress, options.gpu_attention));
   return std::unique_ptr<LayerBackend>(std::move(backend));
 }

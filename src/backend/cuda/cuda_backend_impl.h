@@ -18,6 +18,8 @@
 #include "backend/cuda/cuda_kv_cache.h"
 #include "backend/cuda/cuda_weights.h"
 #include "backend/cuda/pinned_staging.h"
+#include "backend/cuda/cuda_diagnostics.h"
+#include "backend/cuda/step_trace.h"
 #include "model/layer_backend.h"
 #include "model/model.h"
 #include "model/model_definition.h"
@@ -90,6 +92,15 @@ class CudaBackend final : public LayerBackend {
   Status ReduceOut(dist::Communicator& comm) override;
   // LoadOptions::gpu_prefix_split_min_keys (0: never split a chunk's prefix).
   void set_prefix_split_min_keys(int keys) { prefix_split_min_keys_ = keys; }
+  // What the environment asks for (cuda_diagnostics.h), set once by MakeCudaBackend.
+  void set_diagnostics(CudaDiagnostics d) {
+    trace_ = std::move(d.trace);
+    sync_every_forward_ = d.sync_every_forward;
+    if (d.attention_slowdown > 0) {  // FLOPs at that rate, no copy cost: never measured
+      prefix_cost_ = PrefixAttentionCost{d.attention_slowdown, 0.0};
+      slowdown_fixed_ = true;
+    }
+  }
 
   Device device() const override { return Device::kCuda; }
   size_t resident_weight_bytes() const override { return weight_bytes_; }
@@ -115,6 +126,7 @@ class CudaBackend final : public LayerBackend {
   Status ExchangeSegmentRows(int segment) override;
   Status PrepareServing(int max_step_rows, int max_context) override;
   bool supports_segment_chunks() const override { return true; }
+  PrefixAttentionCost PrefixAttentionCosts() const override { return prefix_cost_; }
   Status Finish() override;
   void Abandon() override;
   // A stream sync (not while a graph is being captured: the capture must not be broken).
@@ -169,8 +181,12 @@ class CudaBackend final : public LayerBackend {
   bool CudnnRan(const Status& st, const char* what);
   // PrepareServing: builds the prefix graph of layer L's shape by one RunPrefix of q's rows (the
   // last of K zero keys) into attn; vb holds q's and attn's offsets.
+  // With `ffn` (a dense FFN's gate | up weight, or null) it also measures PrefixAttentionCosts:
+  // that prefix attention, and the copy of its K keys out of the pool, against the FFN GEMM on
+  // the same rows.
   Status WarmPrefixGraph(const AttentionLayer& L, const TensorView& q, const TensorView& attn,
-                         const ops::cuda::CudnnVarlen& vb, int64_t K, int max_context);
+                         const ops::cuda::CudnnVarlen& vb, int64_t K, int max_context,
+                         const DeviceLinear* ffn);
   // cuDNN's fused attention (CudnnAttention::RunPrefix) for requests `which` whose query rows are
   // the newest entries of layer li's cache (chunks of a prefill over its earlier chunks, full
   // attention), over the entries copied out of the KV pool into prefix_kv_. false when cuDNN
@@ -271,6 +287,11 @@ class CudaBackend final : public LayerBackend {
   std::vector<int> serve_rows_buckets_;  // ascending
   int serve_kv_bucket_ = 0;
   int prefix_split_min_keys_ = 2048;  // LoadOptions::gpu_prefix_split_min_keys
+  // PrepareServing's measurement (PrefixAttentionCosts) at its smallest step budget so far: the
+  // budget decodes share, where a step's length matters most.
+  PrefixAttentionCost prefix_cost_;
+  int slowdown_rows_ = 0;  // the budget it was measured at (0: not yet)
+  bool slowdown_fixed_ = false;  // UNIPREFILL_CUDA_ATTENTION_SLOWDOWN: never measured
   dist::Communicator* comm_ = nullptr;  // tensor parallel (not owned)
   DeviceBuffer split_scratch_;  // split-KV's partial outputs (ops::cuda::RunSplitPrefix)
   int cur_ = 0;  // live residual buffer
@@ -308,11 +329,15 @@ class CudaBackend final : public LayerBackend {
   bool has_out_ = false;  // out_ holds a block output not yet added to the residual
   bool chunked_ = false;  // some step is a segment-wise chunk (synced drops, no graph capture)
   std::vector<std::pair<cudaEvent_t, cudaEvent_t>> events_;
+  std::unique_ptr<StepTrace> trace_;  // null unless UNIPREFILL_CUDA_STEP_TRACE is set
+  bool sync_every_forward_ = false;   // UNIPREFILL_CUDA_SYNC_EVERY_FORWARD
 
   // Decode graphs: one executable graph per batch size, updated with each step's capture.
   bool decode_graphs_ = false;
   bool capturing_ = false;
-  std::vector<DeviceBuffer> retired_;  // replaced while capturing; freed after the step's sync
+  // Replaced while capturing, or boundary rows a chunk finished with: freed after a host sync
+  // (a forward that returns without one keeps them for the next that has one).
+  std::vector<DeviceBuffer> retired_;
   std::vector<std::pair<int, cudaGraphExec_t>> graph_execs_;  // (batch size, executable)
 };
 

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <set>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -18,7 +19,9 @@
 #include "core/cuda/cuda_context.h"
 #include "core/cuda/device_buffer.h"
 #include "backend/cuda/cuda_backend_impl.h"
+#include "backend/cuda/cuda_glue_kernels.h"
 #include "backend/cuda/device_views.h"
+#include "ops/cuda/cuda_dense_ops.h"
 
 namespace uniprefill::cuda_backend {
 
@@ -27,6 +30,30 @@ namespace {
 // The prefix length the prefix graphs are timed at when built (their plans serve every length up
 // to the context): long enough to rank the plans the way long prompts' chunks run them.
 constexpr int kWarmPrefixRows = 16384;
+
+// The fastest of three runs of `work` on `stream`, in ms (after the warm-up the caller did).
+template <typename Work>
+Result<float> FastestMs(cudaStream_t stream, Work&& work) {
+  cudaEvent_t start = nullptr, end = nullptr;
+  UP_CUDA_CHECK(cudaEventCreate(&start));
+  UP_CUDA_CHECK(cudaEventCreate(&end));
+  float best = 0;
+  Status st = OkStatus();
+  for (int i = 0; i < 3 && st.ok(); ++i) {
+    cudaEventRecord(start, stream);
+    st = work();
+    cudaEventRecord(end, stream);
+    float ms = 0;
+    if (st.ok() && cudaEventSynchronize(end) == cudaSuccess &&
+        cudaEventElapsedTime(&ms, start, end) == cudaSuccess) {
+      best = i == 0 ? ms : std::min(best, ms);
+    }
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(end);
+  UP_RETURN_IF_ERROR(st);
+  return best;
+}
 
 }  // namespace
 
@@ -57,6 +84,16 @@ Status CudaBackend::PrepareServing(int max_step_rows, int max_context) {
   cudaStream_t stream = ctx_.cuda().stream();
   const int64_t R = step_rows;
   const int64_t K = std::min<int64_t>(max_context, std::max<int64_t>(R, kWarmPrefixRows));
+  // A dense FFN's gate | up GEMM is the linear work PrefixAttentionCosts compares against.
+  const DeviceLinear* ffn = nullptr;
+  if (!slowdown_fixed_ && (slowdown_rows_ == 0 || step_rows < slowdown_rows_)) {
+    for (const Layer& layer : layers_) {
+      if (layer.gate_up.out > 0) {
+        ffn = &layer.gate_up;
+        break;
+      }
+    }
+  }
   // One graph per distinct (heads, head dim, row layout, scale, window): warm each once.
   std::set<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, float, int>> seen;
   for (const Layer& layer : layers_) {
@@ -69,7 +106,8 @@ Status CudaBackend::PrepareServing(int max_step_rows, int max_context) {
     const int64_t q_cols = a.gated_output ? 2 * qd : qd;
     if (!seen.emplace(Hq, Hkv, D, width, q_cols, a.scale, a.window).second) continue;
 
-    UP_RETURN_IF_ERROR(staging_.Reserve(256));  // nothing in flight: synced below
+    // Nothing in flight (synced below); room for the copy measurement's block table too.
+    UP_RETURN_IF_ERROR(staging_.Reserve(256 + K / pool_->block_tokens() + 8));
     // Zero rows of the step's layouts: qkv bf16 [R, width], attention out bf16 [R, Hq, D].
     UP_ASSIGN_OR_RETURN(DeviceBuffer qkv, DeviceBuffer::Allocate(R * width * 2));
     UP_ASSIGN_OR_RETURN(DeviceBuffer out, DeviceBuffer::Allocate(R * qd * 2));
@@ -91,7 +129,8 @@ Status CudaBackend::PrepareServing(int max_step_rows, int max_context) {
     UP_ASSIGN_OR_RETURN(vb.o_offsets, staging_.Put(ops::cuda::RaggedOffsets(rows, qd), stream));
     CudnnRan(cudnn_->Run(ctx_, attn, q, k, v, vb, ap), "attention");
     if (cudnn_ && a.window == 0) {  // prefixes run full attention only
-      UP_RETURN_IF_ERROR(WarmPrefixGraph(L, q, attn, vb, K, max_context));
+      UP_RETURN_IF_ERROR(WarmPrefixGraph(L, q, attn, vb, K, max_context, ffn));
+      ffn = nullptr;  // measured on the first full-attention shape
     }
     // The buffers are freed at scope end: the stream must be done with them.
     UP_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -101,7 +140,7 @@ Status CudaBackend::PrepareServing(int max_step_rows, int max_context) {
 
 Status CudaBackend::WarmPrefixGraph(const AttentionLayer& L, const TensorView& q,
                                     const TensorView& attn, const ops::cuda::CudnnVarlen& vb,
-                                    int64_t K, int max_context) {
+                                    int64_t K, int max_context, const DeviceLinear* ffn) {
   cudaStream_t stream = ctx_.cuda().stream();
   const AttentionWeights& a = *L.host;
   const int64_t Hkv = a.n_kv_heads, D = a.head_dim, kv_dim = pool_->kv().dim(3);
@@ -125,7 +164,66 @@ Status CudaBackend::WarmPrefixGraph(const AttentionLayer& L, const TensorView& q
   const std::vector<int32_t> keys = {0, static_cast<int32_t>(K)};
   UP_ASSIGN_OR_RETURN(pb.k_offsets, staging_.Put(ops::cuda::RaggedOffsets(keys, kv_dim), stream));
   pb.v_offsets = pb.k_offsets;
-  CudnnRan(cudnn_->RunPrefix(ctx_, attn, q, pk, pv, pb, ap), "prefix attention");
+  if (CudnnRan(cudnn_->RunPrefix(ctx_, attn, q, pk, pv, pb, ap), "prefix attention") && ffn) {
+    // PrefixAttentionCosts: this prefix attention's time per FLOP over the FFN GEMM's, same rows
+    // (bf16 [R, hidden] in, [R, 2 F] out; R queries, the last of K keys: R K - R^2 / 2 pairs),
+    // and the copy of K keys out of the pool (GatherCacheRows, as CudnnPrefixPrefill does).
+    // Random operands: on zeros the tensor cores draw less power and run faster (a GEMM of
+    // zeros measured ~1.3x its rate on data), which would misprice the keys.
+    UP_ASSIGN_OR_RETURN(DeviceBuffer x, DeviceBuffer::Allocate(R * ffn->in * 2));
+    UP_ASSIGN_OR_RETURN(DeviceBuffer y, DeviceBuffer::Allocate(R * ffn->out * 2));
+    ops::cuda::FillRandomBf16(ctx_, x.data(), R * ffn->in, 1, 1.0f);
+    ops::cuda::FillRandomBf16(ctx_, q.data, R * q.stride[0], 2, 1.0f);  // q's rows, k, v too
+    ops::cuda::FillRandomBf16(ctx_, prefix.data(), 2 * K * kv_dim, 3, 1.0f);
+    const auto prefix_attention = [&] { return cudnn_->RunPrefix(ctx_, attn, q, pk, pv, pb, ap); };
+    const auto ffn_gemm = [&] {
+      ops::cuda::Gemm(ctx_, y.View(DType::kBF16, {R, ffn->out}),
+                      x.View(DType::kBF16, {R, ffn->in}), ffn->view());
+      return OkStatus();
+    };
+    UP_ASSIGN_OR_RETURN(const float attn_ms, FastestMs(stream, prefix_attention));
+    UP_ASSIGN_OR_RETURN(const float gemm_ms, FastestMs(stream, ffn_gemm));
+    // The copy: K keys of one sequence from pool blocks 0.. (whatever they hold) into prefix.
+    const int bt = pool_->block_tokens();
+    const int64_t copy_keys = std::min<int64_t>(K, int64_t{pool_->num_blocks()} * bt);
+    float copy_ms = 0;
+    if (copy_keys >= bt && kv_dim % 8 == 0) {
+      const int blocks = static_cast<int>(copy_keys / bt);
+      std::vector<int32_t> table(blocks);
+      for (int b = 0; b < blocks; ++b) table[b] = b;
+      UP_ASSIGN_OR_RETURN(const int32_t* d_table, staging_.Put(table, stream));
+      UP_ASSIGN_OR_RETURN(const int32_t* d_begin,
+                          staging_.Put({0, static_cast<int32_t>(blocks * bt)}, stream));
+      const int64_t n = int64_t{blocks} * bt;
+      const auto copy = [&] {
+        GatherCacheRows(ctx_, Rows(Bf16(prefix), DType::kBF16, n, kv_dim, kv_dim),
+                        Rows(Bf16(prefix, n * kv_dim), DType::kBF16, n, kv_dim, kv_dim),
+                        pool_->kv(), d_table, blocks, d_begin, 1, static_cast<int>(n));
+        return OkStatus();
+      };
+      UP_ASSIGN_OR_RETURN(const float ms, FastestMs(stream, copy));
+      copy_ms = ms * static_cast<float>(K) / static_cast<float>(n);  // scaled to K keys
+    }
+    const double pairs = static_cast<double>(R) * K - 0.5 * static_cast<double>(R) * R;
+    const double attn_flops = 4.0 * pairs * a.n_heads * D;
+    const double gemm_flops = 2.0 * R * static_cast<double>(ffn->in) * ffn->out;
+    if (attn_ms > 0 && gemm_ms > 0) {
+      // Clamped: a disturbed measurement must not starve or flood the steps.
+      const double gemm_ms_per_flop = gemm_ms / gemm_flops;
+      prefix_cost_.slowdown = std::clamp((attn_ms / attn_flops) / gemm_ms_per_flop, 0.5, 4.0);
+      prefix_cost_.copy_flops_per_key = (copy_ms / K) / gemm_ms_per_flop;
+      slowdown_rows_ = static_cast<int>(R);
+      if (trace_) {
+        trace_->Note("{\"attention_slowdown\": " + std::to_string(prefix_cost_.slowdown) +
+                     ", \"copy_flops_per_key\": " +
+                     std::to_string(prefix_cost_.copy_flops_per_key) + ", \"rows\": " +
+                     std::to_string(R) + ", \"keys\": " + std::to_string(K) +
+                     ", \"attention_ms\": " + std::to_string(attn_ms) + ", \"gemm_ms\": " +
+                     std::to_string(gemm_ms) + ", \"copy_ms\": " + std::to_string(copy_ms) +
+                     "}");
+      }
+    }
+  }
   UP_RETURN_IF_ERROR(WarmSplitGraphs(q, attn, pk, pv, K, ap));
   UP_CUDA_CHECK(cudaStreamSynchronize(stream));  // before `prefix` is freed
   return OkStatus();

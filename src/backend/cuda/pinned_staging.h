@@ -1,7 +1,9 @@
 // PinnedStaging: pinned host memory + device memory for one forward's small integer arrays
 // (positions, slots, block tables): bump-allocated and uploaded with async copies; a region is
-// never reused within a forward, so no copy in flight is overwritten. Reserve (at a forward's
-// start, with nothing in flight) resets it.
+// never reused within a forward, so no copy in flight is overwritten. Two halves, one per forward
+// in turn: a forward that ends without a host sync (CudaBackend::Finish when nothing goes back to
+// the host) leaves its copies queued, so the next forward writes the other half, and Reserve
+// waits for the forward two back (long done, in practice) before reusing a half.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -19,46 +21,75 @@ namespace uniprefill::cuda_backend {
 
 class PinnedStaging {
  public:
+  PinnedStaging() = default;
+  PinnedStaging(const PinnedStaging&) = delete;
+  PinnedStaging& operator=(const PinnedStaging&) = delete;
   ~PinnedStaging() {
-    if (host_) cudaFreeHost(host_);
+    for (Half& h : halves_) {
+      if (h.done) cudaEventDestroy(h.done);
+      if (h.host) cudaFreeHost(h.host);
+    }
   }
+  // At a forward's start: the other half, at least `ints` long, once its last forward has run.
   Status Reserve(size_t ints) {
+    cur_ ^= 1;
+    Half& h = halves_[cur_];
+    if (h.in_flight) UP_CUDA_CHECK(cudaEventSynchronize(h.done));
+    h.in_flight = false;
     used_ = 0;
-    if (ints <= cap_) return OkStatus();
-    if (host_) cudaFreeHost(host_);
-    host_ = nullptr;
-    cap_ = 0;
-    UP_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&host_), ints * 4));
-    UP_ASSIGN_OR_RETURN(dev_, DeviceBuffer::Allocate(ints * 4));
-    cap_ = ints;
+    if (ints <= h.cap) return OkStatus();
+    if (h.host) cudaFreeHost(h.host);
+    h.host = nullptr;
+    h.cap = 0;
+    UP_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&h.host), ints * 4));
+    UP_ASSIGN_OR_RETURN(h.dev, DeviceBuffer::Allocate(ints * 4));
+    h.cap = ints;
+    return OkStatus();
+  }
+  // A forward returns without a host sync: its copies from this half may still be queued on
+  // `stream`; the next Reserve of this half waits for them.
+  Status MarkInFlight(cudaStream_t stream) {
+    Half& h = halves_[cur_];
+    if (h.done == nullptr) UP_CUDA_CHECK(cudaEventCreateWithFlags(&h.done, cudaEventDisableTiming));
+    UP_CUDA_CHECK(cudaEventRecord(h.done, stream));
+    h.in_flight = true;
     return OkStatus();
   }
   // Device copy of v (enqueued on stream).
   Result<const int32_t*> Put(const std::vector<int32_t>& v, cudaStream_t stream) {
     UP_ASSIGN_OR_RETURN(size_t at, Take(v.size()));
+    Half& h = halves_[cur_];
     if (!v.empty()) {
-      std::memcpy(host_ + at, v.data(), v.size() * 4);
-      UP_CUDA_CHECK(cudaMemcpyAsync(dev_.as<int32_t>() + at, host_ + at, v.size() * 4,
+      std::memcpy(h.host + at, v.data(), v.size() * 4);
+      UP_CUDA_CHECK(cudaMemcpyAsync(h.dev.as<int32_t>() + at, h.host + at, v.size() * 4,
                                     cudaMemcpyHostToDevice, stream));
     }
-    return dev_.as<int32_t>() + at;
+    return h.dev.as<int32_t>() + at;
   }
   // Uninitialised device ints, and their pinned host twin (for copies back).
   Result<std::pair<int32_t*, int32_t*>> Scratch(size_t n) {
     UP_ASSIGN_OR_RETURN(size_t at, Take(n));
-    return std::make_pair(dev_.as<int32_t>() + at, host_ + at);
+    Half& h = halves_[cur_];
+    return std::make_pair(h.dev.as<int32_t>() + at, h.host + at);
   }
 
  private:
+  struct Half {
+    int32_t* host = nullptr;  // pinned int32 [cap]
+    DeviceBuffer dev;         // int32 [cap]
+    size_t cap = 0;
+    cudaEvent_t done = nullptr;  // recorded after the last forward that used this half
+    bool in_flight = false;      // that forward returned without a host sync
+  };
   Result<size_t> Take(size_t n) {
     const size_t at = used_;
     used_ += (n + 3) / 4 * 4;  // 16-byte aligned regions
-    if (used_ > cap_) return Internal("forward staging overflow (a sizing bug)");
+    if (used_ > halves_[cur_].cap) return Internal("forward staging overflow (a sizing bug)");
     return at;
   }
-  int32_t* host_ = nullptr;
-  DeviceBuffer dev_;
-  size_t cap_ = 0, used_ = 0;
+  Half halves_[2];
+  int cur_ = 0;
+  size_t used_ = 0;
 };
 
 // A grow-only pinned host array of floats: device-to-host copies into it run at full PCIe rate and

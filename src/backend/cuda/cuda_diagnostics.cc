@@ -1,0 +1,31 @@
+// DiagnosticsFromEnvironment (cuda_diagnostics.h).
+#include "backend/cuda/cuda_diagnostics.h"
+
+#include <cstdlib>
+#include <string>
+
+namespace uniprefill::cuda_backend {
+
+Result<CudaDiagnostics> DiagnosticsFromEnvironment() {
+  CudaDiagnostics d;
+  UP_ASSIGN_OR_RETURN(d.trace, StepTrace::FromEnvironment());
+  if (const char* v = std::getenv("UNIPREFILL_CUDA_SYNC_EVERY_FORWARD"); v && *v) {
+    const std::string s = v;
+    if (s != "0" && s != "1") {
+      return InvalidArgument("UNIPREFILL_CUDA_SYNC_EVERY_FORWARD must be 0 or 1 (got '" + s + "')");
+    }
+    d.sync_every_forward = s == "1";
+  }
+  if (const char* v = std::getenv("UNIPREFILL_CUDA_ATTENTION_SLOWDOWN"); v && *v) {
+    char* end = nullptr;
+    const double x = std::strtod(v, &end);
+    if (end == v || *end != '\0' || !(x > 0 && x <= 16)) {
+      return InvalidArgument(std::string("UNIPREFILL_CUDA_ATTENTION_SLOWDOWN must be a number in "
+                                         "(0, 16] (got '") + v + "')");
+    }
+    d.attention_slowdown = x;
+  }
+  return d;
+}
+
+}  // namespace uniprefill::cuda_backend

@@ -1,0 +1,27 @@
+// What the environment asks of the CUDA backend for diagnosis and same-run comparisons (read once
+// by MakeCudaBackend; docs/gpu_performance.md lists them):
+//   UNIPREFILL_CUDA_STEP_TRACE=path           a per-forward timeline (step_trace.h);
+//   UNIPREFILL_CUDA_SYNC_EVERY_FORWARD=1      a host sync at the end of every forward, as before
+//                                             forwards that return nothing skipped it;
+//   UNIPREFILL_CUDA_ATTENTION_SLOWDOWN=x      PrefixAttentionCosts fixed at x and no copy cost
+//                                             instead of measured by PrepareServing (1: chunks
+//                                             priced by FLOPs alone, as before it measured).
+#pragma once
+
+#include <memory>
+
+#include "backend/cuda/step_trace.h"
+#include "core/status.h"
+
+namespace uniprefill::cuda_backend {
+
+struct CudaDiagnostics {
+  std::unique_ptr<StepTrace> trace;  // null: no trace
+  bool sync_every_forward = false;
+  double attention_slowdown = 0;  // 0: measured
+};
+
+// InvalidArgument naming the variable when a value cannot be used.
+Result<CudaDiagnostics> DiagnosticsFromEnvironment();
+
+}  // namespace uniprefill::cuda_backend

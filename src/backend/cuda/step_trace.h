@@ -1,0 +1,60 @@
+// StepTrace: a diagnostic timeline of the CUDA backend's forwards, asked for by the environment
+// (UNIPREFILL_CUDA_STEP_TRACE=path; docs/gpu_performance.md): one JSON line per forward with its
+// rows and requests, the host's time from Begin to the last launch, the host's wait in the final
+// sync (0 when the forward returned without one), the host's time since the previous forward
+// returned (the engine's scheduling and bookkeeping), and from CUDA events the GPU's time on the
+// forward and the GPU's idle time before it. What it answers: how much of a served step is the
+// host's, and whether the GPU waits for it. Lines are written at the host syncs, so a forward
+// without one is written with the next synced forward.
+//
+// Not for: per-kernel times (ForwardStats::time_phases, ncu).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace uniprefill::cuda_backend {
+
+class StepTrace {
+ public:
+  // The trace the environment asks for, or null (unset or empty). A path that cannot be opened
+  // is an error naming it.
+  static Result<std::unique_ptr<StepTrace>> FromEnvironment();
+  ~StepTrace();
+
+  // At a forward's start, before it enqueues anything.
+  Status Begin(cudaStream_t stream, int64_t rows, int requests);
+  // After the forward's last launch, before its host sync (if any).
+  Status Launched(cudaStream_t stream, bool will_sync);
+  // After the forward's host sync: writes every forward recorded so far.
+  Status Synced();
+  // A line of its own (a JSON object), e.g. what PrepareServing measured.
+  void Note(const std::string& json_object);
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Forward {
+    int64_t rows = 0;
+    int requests = 0;
+    bool synced = false;
+    cudaEvent_t start = nullptr, end = nullptr;
+    Clock::time_point begin, launched, returned;
+  };
+  explicit StepTrace(std::FILE* file) : file_(file) {}
+  Status Write(const Forward& f);
+
+  std::FILE* file_;
+  std::vector<Forward> open_;  // recorded, not written yet (the last one may still run)
+  cudaEvent_t previous_end_ = nullptr;  // the last written forward's end (owned)
+  Clock::time_point previous_return_{};
+};
+
+}  // namespace uniprefill::cuda_backend

@@ -1,0 +1,31 @@
+// What one row of a segment-wise prefill chunk costs, per segment (docs/design.md section 2): a
+// chunk of segment s runs only that segment's layers, so it pays their share of the model's linear
+// work per row and, per cached key its rows attend, their attention (the scheduler's step budget,
+// engine/scheduler.h; Model::SegmentCosts). A chunk of r rows after p cached rows of its segment
+// costs r (linear_share + key_cost (p + r / 2)) + prefix_key_cost p.
+#pragma once
+
+namespace uniprefill {
+
+struct SegmentCost {
+  // The segment's linear FLOPs per row over the whole model's (the shares sum to 1).
+  double linear_share = 1.0;
+  // The segment's full-attention FLOPs per (row, cached key) over the whole model's linear FLOPs
+  // per row, times the backend's PrefixAttentionCost::slowdown (the segments' sum is the whole
+  // model's).
+  double key_cost = 0.0;
+  // Once per chunk and cached key, whatever its rows: the backend's per-layer work on the prefix
+  // itself (CUDA: copying it out of the paged KV pool), in rows of the budget. 0 on the CPU.
+  double prefix_key_cost = 0.0;
+  int full_attention_layers = 0;  // the segment's layers that attend every cached key
+};
+
+// What a backend measured of a chunk's attention over its cached prefix (LayerBackend::
+// PrefixAttentionCost): how many times longer one attention FLOP takes than one GEMM FLOP, and
+// the per-layer work on each cached key (the copy) in GEMM-FLOP equivalents.
+struct PrefixAttentionCost {
+  double slowdown = 1.0;
+  double copy_flops_per_key = 0.0;
+};
+
+}  // namespace uniprefill

@@ -1,0 +1,51 @@
+#!/usr/bin/env python3
+"""Summarises a directory of served GPU runs (scripts/gpu_serve_mixed.sh's OUTDIR, or a results
+folder of them): per serve_<variant>_<workload>.json and mode, each class's TTFT p50 and ITL
+p50 / p99; per trace_<variant>.jsonl[.xz] (UNIPREFILL_CUDA_STEP_TRACE), what PrepareServing
+measured, the GPU's time in forwards and idle between them, and the host's launch time.
+
+    python3 tools/serve_summary.py DIR
+"""
+import glob
+import json
+import lzma
+import os
+import sys
+
+
+def runs(root):
+    for f in sorted(glob.glob(os.path.join(root, 'serve_*.json'))):
+        name = os.path.basename(f)[len('serve_'):-len('.json')]
+        for m in json.load(open(f))['modes']:
+            classes = m.get('classes') or {'all': m['summary']}
+            for c, v in classes.items():
+                ttft, itl = v['ttft_s'], v['itl_s']
+                print(f"{name:24s} {m['mode']:10s} {c:5s} TTFT p50 {ttft['p50']:7.3f} s  "
+                      f"ITL p50 {itl['p50'] * 1e3:5.1f} p99 {itl['p99'] * 1e3:6.1f} ms")
+
+
+def traces(root):
+    for f in sorted(glob.glob(os.path.join(root, 'trace_*.jsonl*'))):
+        opener = lzma.open if f.endswith('.xz') else open
+        with opener(f, 'rt') as fh:
+            rows = [json.loads(line) for line in fh]
+        notes = [r for r in rows if 'gpu_ms' not in r]
+        fw = [r for r in rows if 'gpu_ms' in r]
+        if not fw:
+            continue
+        big = [r for r in fw if r['rows'] >= 256]
+        median = lambda key: sorted(r[key] for r in big)[len(big) // 2] if big else 0.0
+        print(f"{os.path.basename(f)}: {len(fw)} forwards ({sum(not r['synced'] for r in fw)} "
+              f"without a host sync); GPU busy {sum(r['gpu_ms'] for r in fw) / 1e3:.1f} s, idle "
+              f"between forwards {sum(max(r['gpu_idle_before_ms'], 0) for r in fw[1:]) / 1e3:.1f}"
+              f" s; "
+              f"forwards of >= 256 rows: host launch p50 {median('host_launch_ms'):.2f} ms, GPU "
+              f"idle before p50 {median('gpu_idle_before_ms'):.2f} ms")
+        for n in notes:
+            print('  measured:', json.dumps(n))
+
+
+if __name__ == '__main__':
+    root = sys.argv[1] if len(sys.argv) > 1 else '.'
+    runs(root)
+    traces(root)
