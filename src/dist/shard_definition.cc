@@ -4,28 +4,17 @@
 #include <utility>
 #include <vector>
 
+#include "dist/shard_layers.h"
 #include "dist/weight_shards.h"
 #include "io/dequant.h"
 
 namespace uniprefill::dist {
 namespace {
 
-// Column-parallel parts stacked: rows [b, e) of each `stride`-row group (gate | up: two groups).
-Result<ops::LinearWeight> RowsOfGroups(const ops::LinearWeight& w, int groups, int64_t b,
-                                       int64_t e) {
-  const int64_t per = w.out_features / groups;
-  ops::LinearWeight out;
-  out.in_features = w.in_features;
-  out.int16_decode_activations = w.int16_decode_activations;
-  for (int g = 0; g < groups; ++g) {
-    UP_ASSIGN_OR_RETURN(ops::LinearWeight s, SliceOutputRows(w, g * per + b, g * per + e));
-    for (TensorView& p : s.parts) out.parts.push_back(p);
-    out.out_features += s.out_features;
-  }
-  return out;
-}
-
+// As LoadLinear (model/weight_source.cc): one f32 part already is the GEMM operand (a copy would
+// double the rank's bytes for nothing).
 Status MakeF32Copy(ops::LinearWeight& w) {
+  if (w.parts.size() == 1 && w.parts[0].dtype == DType::kF32) return OkStatus();
   w.f32 = Buffer(sizeof(float) * static_cast<size_t>(w.out_features * w.in_features));
   int64_t row = 0;
   for (const TensorView& p : w.parts) {
@@ -34,6 +23,27 @@ Status MakeF32Copy(ops::LinearWeight& w) {
     row += p.dim(0);
   }
   return OkStatus();
+}
+
+// The layer's linear weights that get f32 prefill copies (every one the rank holds).
+std::vector<ops::LinearWeight*> LinearWeights(LayerDefinition& L) {
+  std::vector<ops::LinearWeight*> ws;
+  if (L.attention) ws = {&L.attention->q, &L.attention->k, &L.attention->v, &L.attention->o};
+  if (L.delta) ws = {&L.delta->in_proj_qkvz, &L.delta->in_proj_ba, &L.delta->out_proj};
+  if (L.ffn) {
+    ws.push_back(&L.ffn->gate_up);
+    ws.push_back(&L.ffn->down);
+  }
+  if (L.moe) {
+    MoeWeights& m = *L.moe;
+    for (ops::LinearWeight* w : {&m.router, &m.shared_gate_up, &m.shared_down,
+                                 &m.shared_expert_gate}) {
+      ws.push_back(w);
+    }
+    for (ops::LinearWeight& w : m.expert_gate_up) ws.push_back(&w);
+    for (ops::LinearWeight& w : m.expert_down) ws.push_back(&w);
+  }
+  return ws;
 }
 
 }  // namespace
@@ -47,40 +57,15 @@ Result<ModelDefinition> ShardDefinition(ModelDefinition full, const ShardPlan& p
   d.host_copy_bytes = 0;
   for (size_t i = 0; i < d.layers.size(); ++i) {
     LayerDefinition& L = d.layers[i];
-    if (L.delta || L.moe) {
-      return Unimplemented("tensor parallelism: layer " + std::to_string(i) + " is a " +
-                           (L.delta ? "Gated DeltaNet" : "MoE") +
-                           " layer, which cannot be sharded yet (llama and gemma3 can)");
-    }
-    if (L.attention) {
-      AttentionWeights& a = *L.attention;
-      const int64_t q_rows_per_head = a.q.out_features / a.n_heads;  // D, or 2D when gated
-      const int64_t D = a.head_dim;
-      UP_ASSIGN_OR_RETURN(a.q, SliceOutputRows(a.q, plan.q_heads.begin * q_rows_per_head,
-                                               plan.q_heads.end * q_rows_per_head));
-      UP_ASSIGN_OR_RETURN(a.k, SliceOutputRows(a.k, plan.kv_heads.begin * D,
-                                               plan.kv_heads.end * D));
-      UP_ASSIGN_OR_RETURN(a.v, SliceOutputRows(a.v, plan.kv_heads.begin * D,
-                                               plan.kv_heads.end * D));
-      UP_ASSIGN_OR_RETURN(a.o, SliceInputColumns(a.o, plan.q_heads.begin * D,
-                                                 plan.q_heads.end * D, storage.get()));
-      a.n_heads = static_cast<int>(plan.q_heads.size());
-      a.n_kv_heads = static_cast<int>(plan.kv_heads.size());
-    }
+    if (L.attention) UP_RETURN_IF_ERROR(ShardAttention(*L.attention, plan, storage.get()));
+    if (L.delta) UP_RETURN_IF_ERROR(ShardGatedDeltaNet(*L.delta, plan, storage.get()));
     if (L.ffn) {
-      GatedFfnWeights& f = *L.ffn;
-      UP_ASSIGN_OR_RETURN(f.gate_up, RowsOfGroups(f.gate_up, 2, plan.ffn.begin, plan.ffn.end));
-      UP_ASSIGN_OR_RETURN(f.down,
-                          SliceInputColumns(f.down, plan.ffn.begin, plan.ffn.end, storage.get()));
+      UP_RETURN_IF_ERROR(
+          ShardGatedMlp(L.ffn->gate_up, L.ffn->down, plan.ffn, storage.get()));
     }
+    if (L.moe) UP_RETURN_IF_ERROR(ShardMoe(*L.moe, plan, storage.get()));
     if (make_f32_copies) {
-      std::vector<ops::LinearWeight*> ws;
-      if (L.attention) ws = {&L.attention->q, &L.attention->k, &L.attention->v, &L.attention->o};
-      if (L.ffn) {
-        ws.push_back(&L.ffn->gate_up);
-        ws.push_back(&L.ffn->down);
-      }
-      for (ops::LinearWeight* w : ws) {
+      for (ops::LinearWeight* w : LinearWeights(L)) {
         UP_RETURN_IF_ERROR(MakeF32Copy(*w));
         d.host_copy_bytes += w->f32.size();
       }
@@ -97,9 +82,18 @@ Result<ModelDefinition> ShardDefinition(ModelDefinition full, const ShardPlan& p
                         SliceOutputRows(d.token_embedding, d.vocab_begin, d.vocab_end));
     UP_ASSIGN_OR_RETURN(d.head, SliceOutputRows(d.head, d.vocab_begin, d.vocab_end));
   }
+  // The local counts, which caches (the DeltaNet's recurrent state) and kernels size from.
   c.n_heads = static_cast<int>(plan.q_heads.size());
   c.n_kv_heads = static_cast<int>(plan.kv_heads.size());
-  c.ffn_hidden = static_cast<int>(plan.ffn.size());
+  if (c.n_experts > 0) {
+    c.shared_ffn_hidden = static_cast<int>(plan.shared_ffn.size());  // experts stay whole
+  } else {
+    c.ffn_hidden = static_cast<int>(plan.ffn.size());
+  }
+  if (plan.linear_k_heads.size() > 0) {
+    c.linear_k_heads = static_cast<int>(plan.linear_k_heads.size());
+    c.linear_v_heads = static_cast<int>(plan.linear_v_heads.size());
+  }
   d.owners.push_back(std::move(storage));
   return d;
 }

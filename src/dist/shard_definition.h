@@ -1,13 +1,15 @@
 // One tensor-parallel rank's model definition (issue 21): the full definition (weights still in
-// the mapped file) cut to the rank's shard plan (dist/shard_plan.h). Attention: q rows of its query
-// heads (a head's rows stay together, also Qwen3-Next's [query | gate] pairs), k and v rows of its
-// KV heads, o columns of its query heads; dense FFN: gate and up rows of its columns, down
-// columns. The config then says the local head and FFN counts, so caches and kernels size
-// themselves per rank. The layer walk all-reduces the attention and FFN outputs (row-parallel
+// the mapped file) cut to the rank's shard plan (dist/shard_plan.h), layer block by layer block
+// (dist/shard_layers.h): attention by query heads (a head's rows stay together, also Qwen3-Next's
+// [query | gate] pairs) with their KV heads, o columns; dense FFN by columns; Gated DeltaNet by key
+// heads with their value heads; MoE by whole routed experts (expert parallel; the router stays
+// whole) with the shared expert by columns. The config then says the local head, DeltaNet head and
+// FFN / shared-expert counts, so caches (the DeltaNet's recurrent state too) and kernels size
+// themselves per rank. The layer walk all-reduces every mixer and FFN / MoE output (row-parallel
 // partial sums) and the drop layers' block scores (model/transformer_model.cc).
 // Embedding and head: split by vocabulary rows when the vocabulary divides by the ranks (the walk
 // all-reduces the embedded rows and all-gathers the logits), else replicated. Norms: replicated.
-// Not yet: Gated DeltaNet and MoE layers (Unimplemented), random-weight presets.
+// Not yet: random-weight presets (their weights are seeds, not stored rows).
 #pragma once
 
 #include "core/status.h"

@@ -42,7 +42,12 @@ Result<ShardPlan> PlanShards(const ModelConfig& m, int rank, int world) {
     p.kv_heads = {kv, kv + 1};
     p.kv_replicated = true;
   }
-  if (m.ffn_hidden > 0) {
+  if (m.n_experts > 0) {
+    // Expert parallel: a routed expert's ffn_hidden columns stay together on one rank.
+    UP_ASSIGN_OR_RETURN(p.experts, EvenShare(m.n_experts, rank, world, "the MoE experts"));
+    UP_ASSIGN_OR_RETURN(p.shared_ffn, EvenShare(m.shared_ffn_hidden, rank, world,
+                                                "the shared expert's FFN columns"));
+  } else if (m.ffn_hidden > 0) {
     UP_ASSIGN_OR_RETURN(p.ffn, EvenShare(m.ffn_hidden, rank, world, "the FFN columns"));
   }
   const bool has_linear = std::find(m.layer_kinds.begin(), m.layer_kinds.end(),

@@ -1,12 +1,13 @@
 // Which slice of a model each tensor-parallel rank holds (Megatron-style, docs/scaling.md): query
 // heads and FFN columns split evenly, KV heads split with their query heads' GQA groups or, when
 // there are fewer KV heads than ranks, the one KV head a rank's query heads use replicated
-// (Gemma 3 270M: one KV head), Gated DeltaNet by heads. Each rank's query heads use exactly the
-// KV heads of its range, so attention needs no communication; o_proj and FFN down are then
-// row-parallel (an all-reduce each).
+// (Gemma 3 270M: one KV head), Gated DeltaNet by key heads with their value heads. Each rank's
+// query heads use exactly the KV heads of its range, so attention needs no communication; o_proj
+// and FFN down are then row-parallel (an all-reduce each). MoE layers are expert parallel: whole
+// routed experts split evenly (the router stays on every rank), the shared expert by its FFN
+// columns like a dense FFN.
 //
-// Not for: the vocabulary split of the embedding and head, or expert placement (MoE experts are
-// sharded by their FFN columns with EvenShare).
+// Not for: the vocabulary split of the embedding and head (dist/shard_definition.h decides it).
 #pragma once
 
 #include <cstdint>
@@ -33,11 +34,14 @@ struct ShardPlan {
   ShardRange kv_heads;  // the KV heads those query heads use
   bool kv_replicated = false;  // fewer KV heads than ranks: several ranks hold the same KV head
   ShardRange ffn;              // dense FFN intermediate columns (gate/up rows, down columns)
-  ShardRange linear_k_heads, linear_v_heads;  // Gated DeltaNet (empty without such layers)
+  // Gated DeltaNet (empty without such layers): value heads follow their key heads (v = k r).
+  ShardRange linear_k_heads, linear_v_heads;
+  ShardRange experts;     // MoE routed experts held whole (empty without MoE layers)
+  ShardRange shared_ffn;  // MoE shared-expert intermediate columns
 };
 
 // The plan for `rank` of `world` ranks, or InvalidArgument naming what does not divide (query
-// heads, KV heads vs ranks, FFN columns, DeltaNet heads).
+// heads, KV heads vs ranks, FFN columns, DeltaNet heads, experts, shared-expert columns).
 Result<ShardPlan> PlanShards(const ModelConfig& m, int rank, int world);
 
 }  // namespace uniprefill::dist

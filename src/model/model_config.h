@@ -33,6 +33,10 @@ struct ModelConfig {
   // Linear-attention (Gated DeltaNet) layers, where layer_kinds has any.
   int linear_k_heads = 0, linear_v_heads = 0, linear_k_dim = 0, linear_v_dim = 0;
   int linear_conv_kernel = 0;
+  // MoE layers (every layer of a family that has them): routed experts, each of ffn_hidden
+  // columns, and the shared expert's columns. Tensor parallel: n_experts stays the model's (every
+  // rank routes over all of them); shared_ffn_hidden is the rank's share.
+  int n_experts = 0, shared_ffn_hidden = 0;
 
   int q_dim() const { return n_heads * head_dim; }
   int kv_dim() const { return n_kv_heads * head_dim; }

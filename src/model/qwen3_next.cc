@@ -169,6 +169,8 @@ Result<ModelDefinition> LoadQwen3Next(const HfConfig& hf, std::shared_ptr<void> 
   c.linear_v_dim = static_cast<int>(dv);
   c.linear_conv_kernel = static_cast<int>(kernel);
   c.ffn_hidden = static_cast<int>(moe_ffn);
+  c.n_experts = static_cast<int>(experts);
+  c.shared_ffn_hidden = static_cast<int>(shared_ffn);
   const int rot_dims = static_cast<int>(head_dim * partial);
   if (c.n_layers < 1 || heads < 1 || kv_heads < 1 || heads % kv_heads != 0 || lk < 1 ||
       lv % lk != 0 || rot_dims < 2 || rot_dims % 2 != 0 || interval < 1 || top_k < 1 ||

@@ -93,5 +93,30 @@ TEST(ShardPlanTest, GatedDeltaNetHeadsSplitToo) {
   EXPECT_FALSE(PlanShards(m, 0, 4).ok());
 }
 
+TEST(ShardPlanTest, MoeExpertsSplitWholeAndTheSharedExpertByColumns) {
+  // Qwen3-Next-80B-A3B: 512 experts of 512 columns, a shared expert of 512 columns.
+  ModelConfig m = Model(16, 2, 512, LayerKind::kLinearAttention);
+  m.layer_kinds[3] = LayerKind::kFullAttention;
+  m.linear_k_heads = 16;
+  m.linear_v_heads = 32;
+  m.n_experts = 512;
+  m.shared_ffn_hidden = 512;
+  int64_t next = 0;
+  for (int r = 0; r < 8; ++r) {
+    Result<ShardPlan> p = PlanShards(m, r, 8);
+    ASSERT_TRUE(p.ok()) << p.status().message();
+    EXPECT_EQ(p->experts, (ShardRange{next, next + 64}));
+    EXPECT_EQ(p->shared_ffn, (ShardRange{64 * r, 64 * (r + 1)}));
+    EXPECT_EQ(p->ffn.size(), 0) << "an expert's columns are not split";
+    next = p->experts.end;
+  }
+  EXPECT_EQ(next, 512);
+  m.n_experts = 10;  // 10 experts over 4 ranks
+  Result<ShardPlan> p = PlanShards(m, 0, 4);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("MoE experts (10)"), std::string::npos)
+      << p.status().message();
+}
+
 }  // namespace
 }  // namespace uniprefill::dist

@@ -8,6 +8,7 @@
 //              join completes the pending barrier).
 //   --fault    rank 1 exits (code 3) before an AllReduce; rank 0 (timeout 5 s) must print one
 //              "error:" line and exit non-zero, not hang (the driver checks the time and output).
+//   --tp-model DIR  a tiny checkpoint sharded over the world equals one process (mpi_tp_model.h).
 #include <unistd.h>
 
 #include <chrono>
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "dist/communicator.h"
+#include "mpi/mpi_tp_model.h"
 
 namespace {
 
@@ -143,5 +145,6 @@ int main(int argc, char** argv) {
   if (c.rank() == 0) std::printf("%s\n", c.Describe().c_str());
   if (mode == "--timeout") return RunTimeout(c);
   if (mode == "--fault") return RunFault(c);
+  if (mode == "--tp-model" && argc > 2) return uniprefill::testing::RunTpModel(c, argv[2]);
   return RunCollectives(c);
 }

@@ -2,11 +2,14 @@
 """Runs tests/mpi/mpi_collectives_test.cc under `mpirun -np 2` and checks what each mode must do.
 
     run_mpi_test.py --mpirun MPIRUN --binary BIN --mode collectives|timeout|fault
+    run_mpi_test.py --mpirun MPIRUN --binary BIN --model DIR --mode tp-model
     run_mpi_test.py --mpirun MPIRUN --cli UNIPREFILL --model GGUF --mode run
 
 collectives, timeout: exit 0 and every rank's "OK" line. fault: rank 1 exits mid-step; the job must
 end within 30 s (rank 0's timeout is 5 s), non-zero, with one "error:" line from rank 0 (its
 timeout in the AllReduce, or mpirun stopping it after rank 1's exit), and no hang.
+tp-model: exit 0 and every rank's "tp-model OK" line (a tiny checkpoint at TP 2 equals TP 1: kept
+counts, 32 greedy tokens, logits within 1e-4 of their scale).
 run: `uniprefill run` of a ~1,500-token prompt (this repository's design notes), 32 greedy tokens,
 UniPrefill keep 0.5 at the model's default drop layers, once alone (TP 1) and once as
 `mpirun -np 2 ... --tensor-parallel 2`: both ranks and TP 1 must give the same tokens and the same
@@ -70,13 +73,16 @@ def main():
     ap.add_argument("--binary")
     ap.add_argument("--cli")
     ap.add_argument("--model")
-    ap.add_argument("--mode", required=True, choices=["collectives", "timeout", "fault", "run"])
+    ap.add_argument("--mode", required=True,
+                    choices=["collectives", "timeout", "fault", "run", "tp-model"])
     a = ap.parse_args()
     if a.mode == "run":
         return run_tp(a)
     cmd = [a.mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "2", a.binary]
     if a.mode != "collectives":
         cmd.append("--" + a.mode)
+    if a.mode == "tp-model":
+        cmd.append(a.model)
     t0 = time.time()
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=90)
@@ -89,6 +95,8 @@ def main():
     print(f"exit {p.returncode} after {took:.1f} s")
     if a.mode == "collectives":
         ok = p.returncode == 0 and out.count("collectives OK") == 2
+    elif a.mode == "tp-model":
+        ok = p.returncode == 0 and out.count("tp-model OK") == 2
     elif a.mode == "timeout":
         ok = p.returncode == 0 and out.count("timeout OK") == 2 and "did not join within 1.0 s" in out
     else:

@@ -166,6 +166,14 @@ Status UploadDelta(DeviceContext& ctx, const GatedDeltaNetWeights& d, DeltaLayer
 }
 
 Status UploadMoe(DeviceContext& ctx, const MoeWeights& m, MoeLayer* L, int64_t* bytes) {
+  // The device kernels (ops/cuda/cuda_moe.h) index one [E, ...] expert tensor by the routed
+  // expert; an expert-parallel shard (dist/shard_layers.h) holds only some of them.
+  if (m.first_expert != 0 || static_cast<int64_t>(m.expert_gate_up.size()) != m.n_experts) {
+    return Unimplemented("the CUDA backend runs MoE layers only with all " +
+                         std::to_string(m.n_experts) + " experts on the device, but this "
+                         "tensor-parallel shard holds " + std::to_string(m.expert_gate_up.size()) +
+                         " (expert parallel); run tensor-parallel MoE models on the CPU backend");
+  }
   L->top_k = m.top_k;
   L->norm_topk = m.norm_topk_prob;
   L->n_experts = m.n_experts;

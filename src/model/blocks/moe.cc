@@ -59,8 +59,9 @@ std::vector<ExpertChoice> RouteRow(const float* logits, int n_experts, int top_k
 
 void MoeForward(DeviceContext& ctx, const MoeWeights& w, TensorView x, TensorView out) {
   const int64_t T = x.dim(0), H = x.dim(1), E = w.n_experts;
-  assert(w.router.out_features == E && static_cast<int64_t>(w.expert_gate_up.size()) == E &&
-         static_cast<int64_t>(w.expert_down.size()) == E);
+  const int64_t first = w.first_expert, local = static_cast<int64_t>(w.expert_gate_up.size());
+  assert(w.router.out_features == E && first >= 0 && first + local <= E &&
+         static_cast<int64_t>(w.expert_down.size()) == local);
   assert(out.dim(0) == T && out.dim(1) == H && out.data != x.data);
   if (T == 0) return;
 
@@ -74,12 +75,14 @@ void MoeForward(DeviceContext& ctx, const MoeWeights& w, TensorView x, TensorVie
           RouteRow(logits.as<float>() + t * E, static_cast<int>(E), w.top_k, w.norm_topk_prob);
     }
   });
-  std::vector<std::vector<int64_t>> expert_rows(E);
-  std::vector<std::vector<float>> expert_weights(E);
+  // Indexed by local expert: rows routed to another rank's experts are skipped here.
+  std::vector<std::vector<int64_t>> expert_rows(local);
+  std::vector<std::vector<float>> expert_weights(local);
   for (int64_t t = 0; t < T; ++t) {
     for (const ExpertChoice& c : routes[t]) {
-      expert_rows[c.expert].push_back(t);
-      expert_weights[c.expert].push_back(c.weight);
+      if (c.expert < first || c.expert >= first + local) continue;
+      expert_rows[c.expert - first].push_back(t);
+      expert_weights[c.expert - first].push_back(c.weight);
     }
   }
 
@@ -87,7 +90,7 @@ void MoeForward(DeviceContext& ctx, const MoeWeights& w, TensorView x, TensorVie
   for (int64_t t = 0; t < T; ++t) std::memset(out.row<float>(t), 0, H * sizeof(float));
   size_t max_rows = 0;
   int64_t max_two_i = w.shared_gate_up.out_features;
-  for (int64_t e = 0; e < E; ++e) {
+  for (int64_t e = 0; e < local; ++e) {
     max_rows = std::max(max_rows, expert_rows[e].size());
     max_two_i = std::max(max_two_i, w.expert_gate_up[e].out_features);
   }
@@ -95,7 +98,7 @@ void MoeForward(DeviceContext& ctx, const MoeWeights& w, TensorView x, TensorVie
   Buffer xg(sizeof(float) * max_rows * H);     // f32 [n_e, H]: the expert's rows of x
   Buffer y(sizeof(float) * cap * H);           // f32 [n_e, H]: their expert outputs
   Buffer gu(sizeof(float) * cap * max_two_i);  // f32 [n_e, 2 I]
-  for (int64_t e = 0; e < E; ++e) {
+  for (int64_t e = 0; e < local; ++e) {
     const std::vector<int64_t>& rows = expert_rows[e];
     const int64_t n = static_cast<int64_t>(rows.size());
     if (n == 0) continue;
@@ -113,7 +116,9 @@ void MoeForward(DeviceContext& ctx, const MoeWeights& w, TensorView x, TensorVie
     });
   }
 
-  // The shared expert, gated per row by sigmoid(shared_expert_gate(x)), added last.
+  // The shared expert, gated per row by sigmoid(shared_expert_gate(x)), added last. The gate is
+  // one scalar per row (replicated under tensor parallelism), so scaling each rank's partial
+  // shared-expert sum by it and all-reducing equals scaling the whole sum.
   Buffer gate(sizeof(float) * T);  // f32 [T, 1]
   ops::Linear(ctx, gate.View(DType::kF32, {T, 1}), x, w.shared_expert_gate);
   SwiGlu(ctx, Rows(y, T, H, H), x, w.shared_gate_up, w.shared_down, gu);

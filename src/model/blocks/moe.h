@@ -7,6 +7,11 @@
 // Determinism: every row sums its experts in ascending expert index, then the shared expert, so a
 // row's result does not depend on which other rows share the batch (up to the GEMM kernel that
 // ops::Linear picks for a given row count).
+// Tensor parallel (expert parallel, dist/shard_definition.h): a rank holds experts [first_expert,
+// first_expert + expert_gate_up.size()) and a column slice of the shared expert, but the whole
+// router, so every rank routes (softmax over all E, top-k, renormalisation) exactly as one process
+// does; its output is its experts' weighted sum (zero for rows routed elsewhere) plus its partial
+// shared expert, and the layer walk all-reduces it.
 #pragma once
 
 #include <vector>
@@ -19,12 +24,13 @@ namespace uniprefill {
 
 struct MoeWeights {
   ops::LinearWeight router;                       // [E, H]
-  std::vector<ops::LinearWeight> expert_gate_up;  // E of [2 I, H]: gate rows, then up rows
-  std::vector<ops::LinearWeight> expert_down;     // E of [H, I]
+  std::vector<ops::LinearWeight> expert_gate_up;  // E_local of [2 I, H]: gate rows, then up rows
+  std::vector<ops::LinearWeight> expert_down;     // E_local of [H, I]
   ops::LinearWeight shared_gate_up;               // [2 I_shared, H]: gate rows, then up rows
   ops::LinearWeight shared_down;                  // [H, I_shared]
   ops::LinearWeight shared_expert_gate;           // [1, H]
-  int n_experts = 0;
+  int n_experts = 0;    // E: the router's experts (all of the model's)
+  int first_expert = 0;  // the expert expert_gate_up[0] is; E_local = E unless tensor parallel
   int top_k = 0;
   bool norm_topk_prob = true;  // renormalise the top-k weights to sum 1 (Qwen3NextConfig default)
 };
