@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "output_files.h"
 #include "run_command.h"
 #include "sparsity/uniprefill_config.h"
 #include "uniprefill/engine.h"
@@ -134,7 +135,7 @@ int BenchPrefillCommand(const BenchPrefillOptions& o) {
                     {"keep_ratio", KeepRatio(kept)},
                     {"uniprefill_host_syncs", host_syncs}});
   }
-  if (!o.json_out.empty()) {
+  if (!o.json_out.empty() && OwnsReports(engine)) {
     nlohmann::json j = {{"model", engine.model_description()},
                         {"uniprefill", engine.uniprefill_description()},
                         {"threads", engine.threads()},

@@ -167,17 +167,13 @@ int CalibrateCommand(const CalibrateOptions& o) {
   eo.model_path = ResolveModelArgument(o.model);
   eo.threads = o.threads;
   o.device.ApplyTo(eo);
-  if (eo.tensor_parallel > 1) {
-    std::fprintf(stderr, "error: --tensor-parallel is supported by `run` only so far (calibrate "
-                         "would write its files from every rank)\n");
-    return 1;
-  }
   auto loaded = Engine::Load(eo);
   if (!loaded.ok()) {
     std::fprintf(stderr, "error: %s\n", loaded.status().message().c_str());
     return 1;
   }
   Engine& engine = **loaded;
+  if (!SilenceOtherRanks(engine)) return 1;
   auto sets = DropLayerSets(o.drop_layer_sets, engine);
   if (!sets.ok()) {
     std::fprintf(stderr, "error: %s\n", sets.status().message().c_str());
@@ -324,14 +320,14 @@ int CalibrateCommand(const CalibrateOptions& o) {
         "average and %.1f on every task)\n",
         o.max_mean_drop, o.max_task_drop);
   }
-  if (!o.write_config.empty()) {
+  if (!o.write_config.empty() && OwnsReports(engine)) {
     if (!WriteJsonFile(o.write_config, UniPrefillOptionsToJson(recommended), "--write-config")) {
       return 1;
     }
     std::printf("wrote %s (use it with --uniprefill-config %s)\n", o.write_config.c_str(),
                 o.write_config.c_str());
   }
-  if (!o.output.empty()) {
+  if (!o.output.empty() && OwnsReports(engine)) {
     nlohmann::json settings = nlohmann::json::array();
     for (const Candidate& c : candidates) {
       settings.push_back({{"label", c.label},

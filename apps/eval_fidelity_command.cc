@@ -164,7 +164,7 @@ int EvalFidelityCommand(const EvalFidelityOptions& o) {
                         {"mean_top1_agreement", sum_top1 / n},
                         {"mean_kl", sum_kl / n},
                         {"mean_greedy_prefix_agreement", sum_greedy / n}};
-    if (!WriteJsonFile(o.output, j, "--output")) return 1;
+    if (OwnsReports(engine) && !WriteJsonFile(o.output, j, "--output")) return 1;
   }
   return 0;
 }

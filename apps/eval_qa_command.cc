@@ -252,7 +252,7 @@ int EvalQaCommand(const EvalQaOptions& o) {
                         {"per_length", lengths_json},
                         {"cells", cells_json},
                         {"samples", SamplesJson(*cases, dense, up)}};
-    if (!WriteJsonFile(o.output, j, "--output")) return 1;
+    if (OwnsReports(engine) && !WriteJsonFile(o.output, j, "--output")) return 1;
   }
   return 0;
 }

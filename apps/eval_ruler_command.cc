@@ -240,6 +240,12 @@ int EvalRulerCommand(const EvalRulerOptions& o) {
   if (!CheckOutputWritable(o.output, "--output") || !CheckOutputWritable(o.plot, "--plot")) {
     return 1;
   }
+  if (o.batch > 1 && o.device.tensor_parallel > 1) {
+    std::fprintf(stderr, "error: eval ruler --batch > 1 runs a BatchEngine, which under "
+                         "--tensor-parallel needs its followers on the other ranks (only `serve` "
+                         "has them so far); use --batch 1\n");
+    return 1;
+  }
   std::unique_ptr<Engine> loaded = LoadComparisonEngine(o.model, o.threads, o.device, o.uniprefill);
   if (!loaded) return 1;
   Engine& engine = *loaded;
@@ -466,9 +472,9 @@ int EvalRulerCommand(const EvalRulerOptions& o) {
                         {"per_length", per_length},
                         {"cells", cells},
                         {"samples", samples}};
-    if (!WriteJsonFile(o.output, j, "--output")) return 1;
+    if (OwnsReports(engine) && !WriteJsonFile(o.output, j, "--output")) return 1;
   }
-  if (!o.plot.empty() && !WritePlot(o.plot, pairs, tasks, *lengths,
+  if (!o.plot.empty() && OwnsReports(engine) && !WritePlot(o.plot, pairs, tasks, *lengths,
                                     "RULER: dense vs UniPrefill, " + engine.model_name() + " (" +
                                         std::to_string(o.samples) + " samples per point)")) {
     return 1;

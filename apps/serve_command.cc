@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <thread>
 
+#include <signal.h>
 #include <unistd.h>
 
 #include "core/memory_check.h"
@@ -23,13 +24,55 @@ namespace {
 
 // Set by the SIGINT / SIGTERM handler, polled by ServeCommand. A signal handler can only reach
 // static storage, and a lock-free atomic is the one thing it may safely write: hence this single
-// global.
-std::atomic<int> g_stop_signal{0};
+// global (with what the handler needs under tensor parallelism, set before it is installed).
+struct StopSignals {
+  std::atomic<int> signal{0};
+  bool tensor_parallel = false;
+  struct sigaction launcher_term {};  // SIGTERM's handler before serve's: the communicator's
+};
+StopSignals g_stop;
 static_assert(std::atomic<int>::is_always_lock_free);
 
-void OnStopSignal(int sig) {
-  g_stop_signal = sig;
+void OnStopSignal(int sig, siginfo_t* info, void* context) {
+  // Under tensor parallelism a SIGTERM from mpirun (this rank's parent) means another rank ended
+  // and mpirun is stopping the job (SIGKILL follows within a second): the communicator's peer-loss
+  // handler says so in one `error:` line and exits 1. Any other SIGTERM stops serving cleanly.
+  if (sig == SIGTERM && g_stop.tensor_parallel && info != nullptr && info->si_pid == getppid()) {
+    const struct sigaction& prev = g_stop.launcher_term;
+    if ((prev.sa_flags & SA_SIGINFO) != 0 && prev.sa_sigaction != nullptr) {
+      prev.sa_sigaction(sig, info, context);
+    } else if ((prev.sa_flags & SA_SIGINFO) == 0 && prev.sa_handler != SIG_DFL &&
+               prev.sa_handler != SIG_IGN) {
+      prev.sa_handler(sig);
+    }
+    _exit(1);
+  }
+  g_stop.signal = sig;
   std::signal(sig, SIG_DFL);  // a second Ctrl-C ends the process at once
+}
+
+void InstallStopSignals(bool tensor_parallel) {
+  g_stop.signal = 0;
+  g_stop.tensor_parallel = tensor_parallel;
+  struct sigaction sa {};
+  sa.sa_sigaction = OnStopSignal;
+  sa.sa_flags = SA_SIGINFO;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, &g_stop.launcher_term);
+}
+
+// Ranks other than 0 under --tensor-parallel: run rank 0's steps until it stops serving. Only rank
+// 0 decides when serving ends (its shutdown plan ends Follow), so the SIGINT of a Ctrl-C that
+// reaches every rank of the job is ignored here; SIGTERM keeps the communicator's handler (mpirun
+// sends it when another rank ended).
+int FollowRankZero(Engine& engine, const ServingOptions& so) {
+  std::signal(SIGINT, SIG_IGN);
+  if (Status st = BatchEngine::Follow(engine, so); !st.ok()) {
+    std::fprintf(stderr, "error: %s\n", st.message().c_str());
+    return 1;
+  }
+  return 0;
 }
 
 bool IsLoopback(const std::string& host) {
@@ -286,10 +329,6 @@ int ServeCommand(const ServeOptions& o) {
   std::unique_ptr<Engine> loaded = LoadEngineWithProgress(eo, o.uniprefill, o.quiet);
   if (!loaded) return 1;
   Engine& engine = *loaded;
-  std::fprintf(stderr, "model: %s | %d threads | context %d\n", engine.model_description().c_str(),
-               engine.threads(), engine.context_size());
-  std::fprintf(stderr, "uniprefill: %s\n", engine.uniprefill_description().c_str());
-
   ServingOptions so;
   so.kv_cache_memory = o.kv_cache_memory;
   so.kv_block_tokens = o.kv_block_tokens;
@@ -299,6 +338,10 @@ int ServeCommand(const ServeOptions& o) {
   so.device_sampling = !o.host_sampling;
   so.chunked_prefill = !o.no_chunked_prefill;
   so.budget_counts_attention = !o.budget_counts_rows;
+  if (engine.tensor_parallel_rank() != 0) return FollowRankZero(engine, so);
+  std::fprintf(stderr, "model: %s | %d threads | context %d\n", engine.model_description().c_str(),
+               engine.threads(), engine.context_size());
+  std::fprintf(stderr, "uniprefill: %s\n", engine.uniprefill_description().c_str());
   auto batch_or = BatchEngine::Start(engine, so);
   if (!batch_or.ok()) {
     std::fprintf(stderr, "error: %s\n", batch_or.status().message().c_str());
@@ -353,13 +396,27 @@ int ServeCommand(const ServeOptions& o) {
                sc.served_model_names[0].c_str(), host.c_str(), server.port());
   std::fflush(stderr);
 
-  g_stop_signal = 0;
-  std::signal(SIGINT, OnStopSignal);
-  std::signal(SIGTERM, OnStopSignal);
-  while (g_stop_signal == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  InstallStopSignals(o.device.tensor_parallel > 1);
+  Status health;
+  while (g_stop.signal == 0 && (health = batch->Health()).ok()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (!health.ok()) {
+    // Tensor parallel: a rank died or hung. Every request already ended with this error; stop
+    // taking new ones and let the answers go out.
+    std::fprintf(stderr, "error: %s\n", health.message().c_str());
+    std::fflush(stderr);
+    server.Stop();
+    (void)batch->Stop();
+    return 1;
+  }
   std::fprintf(stderr, "\nshutting down (%s): finishing connections, aborting requests\n",
-               g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM");
+               g_stop.signal == SIGINT ? "SIGINT" : "SIGTERM");
   server.Stop();  // cancels what is in flight; the BatchEngine must outlive the server
+  if (Status stopped = batch->Stop(); !stopped.ok()) {  // tensor parallel: the ranks' last word
+    std::fprintf(stderr, "error: %s\n", stopped.message().c_str());
+    return 1;
+  }
   batch.reset();
   std::fprintf(stderr, "stopped\n");
   return 0;

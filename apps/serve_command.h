@@ -50,7 +50,8 @@ struct ServeOptions {
 
 void AddServeCommand(CLI::App& app, ServeOptions& options);
 // 0 after a clean shutdown (SIGINT / SIGTERM); 1 when the model cannot load or the port cannot
-// be bound.
+// be bound, or under --tensor-parallel when a rank died or hung (docs/serving.md). Ranks other
+// than 0 of a tensor-parallel job follow rank 0's steps and end when it does.
 int ServeCommand(const ServeOptions& options);
 
 // "4GiB", "512M", "1.5G", "1048576" -> bytes (K/M/G/T and KiB/MiB/GiB/TiB are all powers of 1024;

@@ -83,9 +83,16 @@ void AddDeviceFlags(CLI::App& cmd, DeviceFlags& flags) {
   cmd.add_option("--tensor-parallel", flags.tensor_parallel,
                  "Tensor-parallel ranks: run as `mpirun -np N uniprefill ... "
                  "--tensor-parallel N`; each rank holds 1/N of the heads and FFN columns (llama "
-                 "and gemma3 models), rank 0 prints; `run` only so far. With --device cuda each "
-                 "rank drives its host-local GPU (Open MPI's local rank) through NCCL")
+                 "and gemma3 models), rank 0 prints and writes the report files; run, serve (CPU: "
+                 "rank 0 schedules, samples and answers HTTP; the others follow its steps), "
+                 "bench-prefill, eval (ruler: --batch 1) and calibrate. With --device cuda "
+                 "each rank drives its host-local GPU (Open MPI's local rank) through NCCL")
       ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  cmd.add_option("--tensor-parallel-timeout", flags.tensor_parallel_timeout_s,
+                 "Seconds a rank waits for the others at a collective before it reports the job "
+                 "broken (a rank died or hangs) and exits with an error")
+      ->check(CLI::Range(0.1, 86400.0))
       ->capture_default_str();
   AddCpuIsaFlag(cmd, flags.cpu_isa);
 }
@@ -113,20 +120,24 @@ std::unique_ptr<Engine> LoadComparisonEngine(const std::string& model, int threa
     return nullptr;
   }
   eo.uniprefill.enabled = true;
-  if (eo.tensor_parallel > 1) {
-    // Every rank would write the same report files; until one rank owns the outputs, only `run`
-    // (rank 0 prints, other ranks write PATH.rank<r>) runs tensor parallel.
-    std::fprintf(stderr,
-                 "error: --tensor-parallel is supported by `run` only so far (bench-prefill, "
-                 "eval and calibrate would write their files from every rank)\n");
-    return nullptr;
-  }
   auto engine = Engine::Load(eo);
   if (!engine.ok()) {
     std::fprintf(stderr, "error: %s\n", engine.status().message().c_str());
     return nullptr;
   }
+  if (!SilenceOtherRanks(**engine)) return nullptr;
   return std::move(*engine);
+}
+
+bool SilenceOtherRanks(const Engine& engine) {
+  // Every rank computes the same numbers; only rank 0 prints them (OwnsReports: and writes the
+  // report files).
+  const int rank = engine.tensor_parallel_rank();
+  if (rank != 0 && std::freopen("/dev/null", "w", stdout) == nullptr) {
+    std::fprintf(stderr, "error: rank %d cannot silence its output\n", rank);
+    return false;
+  }
+  return true;
 }
 
 std::unique_ptr<Engine> LoadEngineWithProgress(EngineOptions options, const UniPrefillFlags& flags,
@@ -148,12 +159,7 @@ std::unique_ptr<Engine> LoadEngineWithProgress(EngineOptions options, const UniP
     std::fprintf(stderr, "error: %s\n", engine.status().message().c_str());
     return nullptr;
   }
-  // Every rank computes the same tokens; only rank 0 writes them.
-  if ((*engine)->tensor_parallel_rank() != 0 && std::freopen("/dev/null", "w", stdout) == nullptr) {
-    std::fprintf(stderr, "error: rank %d cannot silence its output\n",
-                 (*engine)->tensor_parallel_rank());
-    return nullptr;
-  }
+  if (!SilenceOtherRanks(**engine)) return nullptr;
   return std::move(*engine);
 }
 

@@ -37,6 +37,7 @@ struct DeviceFlags {
   bool cuda_graphs = false;
   int prefix_split_min_keys = 2048;  // --gpu-prefix-split (EngineOptions)
   int tensor_parallel = 1;  // ranks under mpirun (EngineOptions::tensor_parallel)
+  double tensor_parallel_timeout_s = 60;  // --tensor-parallel-timeout (EngineOptions)
   std::string cpu_isa = "auto";  // --cpu-isa or UNIPREFILL_CPU_ISA (EngineOptions::cpu_isa)
   void ApplyTo(EngineOptions& eo) const {
     eo.cpu_isa = cpu_isa;
@@ -45,11 +46,15 @@ struct DeviceFlags {
     eo.gpu_decode_graphs = cuda_graphs;
     eo.gpu_prefix_split_min_keys = prefix_split_min_keys;
     eo.tensor_parallel = tensor_parallel;
+    eo.tensor_parallel_timeout_s = tensor_parallel_timeout_s;
   }
 };
 void AddDeviceFlags(CLI::App& cmd, DeviceFlags& flags);
 // --cpu-isa, whose default comes from the environment variable UNIPREFILL_CPU_ISA when set.
 void AddCpuIsaFlag(CLI::App& cmd, std::string& cpu_isa);
+
+// Tensor parallel: stdout of ranks other than 0 goes to /dev/null; false after one `error:` line.
+bool SilenceOtherRanks(const Engine& engine);
 
 std::unique_ptr<Engine> LoadComparisonEngine(const std::string& model, int threads,
                                              const DeviceFlags& device,

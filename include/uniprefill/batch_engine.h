@@ -125,9 +125,22 @@ class BatchEngine {
  public:
   // Sizes the KV pool from `options` for `engine`'s model and starts the engine thread. The engine
   // must outlive the BatchEngine and must not run Generate meanwhile.
+  // Under --tensor-parallel (CPU) only rank 0 starts a BatchEngine: its scheduler and sampler
+  // decide every step and broadcast it (engine/rank_plan.h); the other ranks call Follow.
   static Result<std::unique_ptr<BatchEngine>> Start(Engine& engine, const ServingOptions& options);
+  // Ranks other than 0 of a tensor-parallel job: sizes the same KV pool as rank 0 and runs each
+  // step rank 0 broadcasts, on this rank's shard, until rank 0 stops (OK). Unavailable when rank
+  // 0 or another rank died or hung (the communicator's timeout), so the rank can exit with an
+  // error instead of hanging.
+  static Status Follow(Engine& engine, const ServingOptions& options);
   // Aborts every unfinished request (final update "abort") and joins the thread.
   ~BatchEngine();
+  // The same as the destructor, with what went wrong: under tensor parallelism telling the other
+  // ranks to stop may fail, and a failure seen earlier (Health) is returned again.
+  Status Stop();
+  // OK while serving; under tensor parallelism, Unavailable once a collective failed (a rank died
+  // or hung): every request then ended with finish_reason "error" and Submit refuses.
+  Status Health() const;
 
   // Checks the request now (prompt not empty, ids inside the vocabulary, sampling parameters,
   // prompt + max_tokens within the context and the KV pool) and queues it. Errors:

@@ -60,9 +60,12 @@ struct EngineOptions {
   int gpu_prefix_split_min_keys = 2048;
   // Tensor parallel ranks (CPU): > 1 runs this process as one rank of an MPI world of exactly
   // that many processes (`mpirun -np N`), each holding 1/N of the heads and FFN columns; every
-  // rank runs the same requests and gets the same tokens. Serving (BatchEngine) under it is not
-  // supported yet.
+  // rank runs the same requests and gets the same tokens. Serving: BatchEngine::Start on rank 0,
+  // BatchEngine::Follow on the others.
   int tensor_parallel = 1;
+  // Seconds a collective waits for the other ranks before the job is declared broken (a rank
+  // died or hangs): the longest one rank may fall behind another between two collectives.
+  double tensor_parallel_timeout_s = 60;
   UniPrefillOptions uniprefill;
 };
 

@@ -11,10 +11,13 @@
 #include <optional>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 
 #include "engine/engine_impl.h"
+#include "engine/rank_plan.h"
 #include "engine/scheduler.h"
+#include "engine/serving_kv.h"
 #include "kv/kv_arena.h"
 #include "kv/kv_block_manager.h"
 #include "kv/paged_sequence_cache.h"
@@ -141,7 +144,21 @@ struct BatchEngine::Impl {
   double prepare_s = 0;      // Model::PrepareServing's wall time at Start
   std::thread thread;
 
+  // Tensor parallel (rank 0 of several): the ranks that run each step's plan (rank_plan.h), the
+  // requests whose caches they hold, and how long an idle engine waits before telling them it is
+  // alive (the followers' receive has the collective timeout, so silence would look like death).
+  dist::Communicator* followers = nullptr;
+  std::unordered_set<RequestId> follower_held;
+  std::chrono::duration<double> heartbeat{1.0};
+  // Why the engine stopped serving (a rank died or hung); under mu, OK while healthy.
+  Status failure;
+  bool broken = false;  // engine thread: Fail() ran
+
   void Run();
+  // Rank 0 under tensor parallelism: the plan the other ranks run for this step.
+  RankPlan FollowerPlan(const StepPlan& plan, const std::vector<Live*>& step_live);
+  // A failed collective: every request ends with the error, Submit refuses, the loop ends.
+  void Fail(const Status& why);
   void Admit(Pending p);
   void RunStep();
   void Report(Live& l, bool finished, const std::string& reason, const std::string& error);
@@ -161,20 +178,32 @@ Result<std::unique_ptr<BatchEngine>> BatchEngine::Start(Engine& engine,
     return InvalidArgument("--prefill-only-tokens must be 0 (off) or positive (got " +
                            std::to_string(options.prefill_only_tokens) + ")");
   }
-  if (engine.impl_->comm && engine.impl_->comm->world_size() > 1) {
-    return Unimplemented("serving under --tensor-parallel needs one scheduler broadcasting each "
-                         "step to every rank (not built yet); run, bench-prefill and eval work");
+  Engine::Impl& core = *engine.impl_;
+  const bool on_device = core.model->device() == Device::kCuda;
+  dist::Communicator* comm = core.comm.get();
+  if (comm != nullptr && comm->world_size() > 1) {
+    if (on_device) {
+      return Unimplemented("serving under --tensor-parallel runs the CPU backend only so far (GPU "
+                           "followers would also need rank 0's on-device sampling); use "
+                           "--device cpu, or `run` on the GPU");
+    }
+    if (comm->rank() != 0) {
+      return InvalidArgument("rank " + std::to_string(comm->rank()) + " of a tensor-parallel "
+                             "job runs rank 0's steps (BatchEngine::Follow), not a scheduler");
+    }
   }
   auto impl = std::make_unique<Impl>(engine, options);
-  Engine::Impl& core = *engine.impl_;
-  impl->layout = core.model->CacheLayoutFor(core.uniprefill.active_drop_layers());
+  if (comm != nullptr && comm->world_size() > 1) {
+    impl->followers = comm;
+    // A quarter of the collective timeout (at most 1 s): several heartbeats fit in one timeout.
+    impl->heartbeat = std::chrono::duration<double>(std::min(1.0, core.comm_timeout_s / 4));
+  }
   // Host models keep f32 K/V in a KvArena; a device model keeps bf16 K/V in its own pool, sized to
   // exactly the manager's blocks, so --kv-cache-memory is device memory there.
-  const bool on_device = core.model->device() == Device::kCuda;
-  UP_ASSIGN_OR_RETURN(KvCacheSpec spec,
-                      KvCacheSpec::FromLayout(impl->layout, on_device ? 2 : sizeof(float)));
-  KvCacheConfig kv_config{options.kv_cache_memory, options.kv_block_tokens, options.max_num_seqs};
-  UP_ASSIGN_OR_RETURN(KvPoolSize size, KvBlockManager::SizePool(spec, kv_config));
+  UP_ASSIGN_OR_RETURN(ServingKv kv, SizeServingKv(*core.model, core.uniprefill, options));
+  impl->layout = kv.layout;
+  const KvCacheSpec& spec = kv.spec;
+  const KvPoolSize& size = kv.size;
   impl->capacity.emplace(spec, size);
   if (on_device) {
     UP_RETURN_IF_ERROR(core.model->FixCachePool(size.num_blocks, size.block_tokens));
@@ -218,13 +247,22 @@ Result<std::unique_ptr<BatchEngine>> BatchEngine::Start(Engine& engine,
   return std::unique_ptr<BatchEngine>(new BatchEngine(std::move(impl)));
 }
 
-BatchEngine::~BatchEngine() {
+BatchEngine::~BatchEngine() { (void)Stop(); }
+
+Status BatchEngine::Stop() {
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     impl_->stopping = true;
   }
   impl_->cv.notify_all();
   if (impl_->thread.joinable()) impl_->thread.join();
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->failure;
+}
+
+Status BatchEngine::Health() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->failure;
 }
 
 const ServingOptions& BatchEngine::options() const { return impl_->options; }
@@ -300,6 +338,7 @@ Result<int64_t> BatchEngine::Submit(std::vector<int32_t> prompt, const SamplingP
   int64_t id;
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
+    if (!impl_->failure.ok()) return Unavailable("the engine stopped: " + impl_->failure.message());
     if (impl_->stopping) return Unavailable("the server is shutting down");
     id = p.id = impl_->next_id++;
     impl_->inbox.push_back(std::move(p));
@@ -323,9 +362,20 @@ void BatchEngine::Impl::Run() {
     std::vector<int64_t> cancelled;
     {
       std::unique_lock<std::mutex> lock(mu);
-      cv.wait(lock, [&] {
+      const auto ready = [&] {
         return stopping || !inbox.empty() || !cancels.empty() || scheduler->has_unfinished();
-      });
+      };
+      if (followers == nullptr) {
+        cv.wait(lock, ready);
+      } else if (!cv.wait_for(lock, heartbeat, ready)) {
+        // Idle under tensor parallelism: the followers wait for the next plan with the
+        // collective timeout, which then still catches a dead or hung rank 0 (and rank 0's next
+        // broadcast catches a dead follower); a heartbeat keeps the wait short while no request
+        // comes.
+        lock.unlock();
+        if (Status st = SendRankPlan(*followers, RankPlan{}); !st.ok()) return Fail(st);
+        continue;
+      }
       if (stopping) break;
       arrived.swap(inbox);
       cancelled.swap(cancels);
@@ -336,6 +386,7 @@ void BatchEngine::Impl::Run() {
       if (it != by_public_id.end()) (void)scheduler->Abort(it->second);
     }
     if (scheduler->has_unfinished()) RunStep();
+    if (broken) return;  // Fail() ended every request
     PublishMetrics();
   }
   // Shutdown: every request still queued or running ends as aborted.
@@ -353,6 +404,74 @@ void BatchEngine::Impl::Run() {
     if (p.on_update) p.on_update(u);
   }
   FinishAll("abort", "");
+  if (followers != nullptr) {
+    RankPlan shutdown;
+    shutdown.kind = RankPlanKind::kShutdown;
+    if (Status st = SendRankPlan(*followers, shutdown); !st.ok()) {
+      std::lock_guard<std::mutex> lock(mu);
+      failure = Unavailable("tensor parallel: telling the other ranks to stop: " + st.message());
+    }
+  }
+}
+
+void BatchEngine::Impl::Fail(const Status& why) {
+  const std::string message = "tensor parallel: " + why.message();
+  broken = true;
+  std::deque<Pending> left;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    failure = Unavailable(message);
+    left.swap(inbox);
+  }
+  for (Pending& p : left) {
+    RequestUpdate u;
+    u.id = p.id;
+    u.finished = true;
+    u.finish_reason = "error";
+    u.error = message;
+    u.usage.prompt_tokens = static_cast<int>(p.prompt.size());
+    ++counters.requests_failed;
+    if (p.on_update) p.on_update(u);
+  }
+  counters.requests_failed += static_cast<int64_t>(live.size());
+  FinishAll("error", message);
+  PublishMetrics();
+}
+
+RankPlan BatchEngine::Impl::FollowerPlan(const StepPlan& plan,
+                                         const std::vector<Live*>& step_live) {
+  RankPlan out;
+  out.kind = RankPlanKind::kStep;
+  // Whatever left the KV manager since the last plan (finished, aborted, preempted) leaves the
+  // followers' too; after this plan they hold exactly the running requests, as rank 0 does.
+  const KvBlockManager& kv = scheduler->kv();
+  for (RequestId id : follower_held) {
+    if (!kv.Contains(id)) out.released.push_back(id);
+  }
+  std::sort(out.released.begin(), out.released.end());
+  follower_held.clear();
+  follower_held.insert(scheduler->running().begin(), scheduler->running().end());
+  for (size_t i = 0; i < plan.requests.size(); ++i) {
+    const ScheduledRequest& sr = plan.requests[i];
+    const Live& l = *step_live[i];
+    RankPlanRequest r;
+    r.id = sr.id;
+    r.is_prefill = sr.is_prefill;
+    r.last_chunk = sr.last_chunk;
+    r.allow_drop = sr.uniprefill;
+    r.selection_enabled = l.selection.enabled;
+    r.selection = l.selection.selection;
+    if (sr.is_prefill && sr.chunk_begin == 0 && sr.segment <= 0) {  // RunStep makes a new cache
+      r.reserve_tokens = kv.segment_tokens(sr.id, 0);
+    }
+    r.num_tokens = sr.num_tokens;
+    r.chunk_begin = sr.chunk_begin;
+    r.segment = sr.segment;
+    r.segment_rows = sr.segment_rows;
+    r.tokens = l.feed;
+    out.requests.push_back(std::move(r));
+  }
+  return out;
 }
 
 void BatchEngine::Impl::Admit(Pending p) {
@@ -486,9 +605,17 @@ void BatchEngine::Impl::RunStep() {
   ++counters.steps;
   if (any_prefill && any_decode) ++counters.mixed_steps;
 
+  if (followers != nullptr) {
+    if (Status st = SendRankPlan(*followers, FollowerPlan(*plan, step_live)); !st.ok()) {
+      return Fail(st);
+    }
+  }
   std::vector<RequestStepResult> results;
   if (!steps.empty()) {
     Status st = c.model->ForwardBatch(*c.ctx, steps, c.uniprefill);
+    // Under tensor parallelism a failed forward leaves the ranks out of step (or a rank died):
+    // nothing more can run.
+    if (!st.ok() && followers != nullptr) return Fail(st);
     if (!st.ok()) {
       // Fail this step's requests (their KV state is unknown); the others keep running.
       for (const ScheduledRequest& sr : plan->requests) {

@@ -45,7 +45,9 @@ Result<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options,
                            std::to_string(options.tensor_parallel) + ")");
   }
   if (options.tensor_parallel > 1) {
-    UP_ASSIGN_OR_RETURN(impl->comm, dist::MakeMpiCommunicator(dist::CommOptions{}));
+    impl->comm_timeout_s = options.tensor_parallel_timeout_s;
+    UP_ASSIGN_OR_RETURN(impl->comm,
+                        dist::MakeMpiCommunicator(dist::CommOptions{impl->comm_timeout_s}));
     if (impl->comm->world_size() != options.tensor_parallel) {
       return InvalidArgument(
           "--tensor-parallel " + std::to_string(options.tensor_parallel) + " needs " +

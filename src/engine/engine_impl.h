@@ -24,6 +24,7 @@ struct Engine::Impl {
   std::unique_ptr<DeviceContext> ctx;
   std::unique_ptr<tokenizer::TextTokenizer> tokenizer;
   std::unique_ptr<dist::Communicator> comm;  // tensor parallel; declared before the model using it
+  double comm_timeout_s = 60;  // its collectives' timeout (dist::CommOptions)
   std::unique_ptr<Model> model;
   UniPrefillConfig uniprefill;
   int context_size = 0;

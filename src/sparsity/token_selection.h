@@ -26,6 +26,7 @@ struct SelectionParams {
   SelectionMode mode = SelectionMode::kTopP;
   float top_p = 0.99f;       // kTopP: keep blocks while the mass before them is <= p
   float keep_ratio = 0.5f;   // kFixedRatio: keep this fraction of blocks (at least one)
+  bool operator==(const SelectionParams&) const = default;
 };
 
 // Checks ranges (G >= 1, S >= 0, n >= 1, 0 < p <= 1, 0 < ratio <= 1) with a message naming the

@@ -82,9 +82,18 @@ TEST_F(CliTest, TensorParallelWithoutMpirunSaysHowToLaunch) {
                    "run it as `mpirun -np 2 uniprefill ...`");
   ExpectCleanError("run --model " + Tiny() + " --prompt hi --tensor-parallel 0",
                    "--tensor-parallel");
+  // bench-prefill, eval and serve take the flag too (tests/mpi/), so alone they say the same.
   ExpectCleanError("bench-prefill --model " + Tiny() + " --random-tokens --lengths 64 "
                    "--tensor-parallel 2",
-                   "supported by `run` only so far");
+                   "run it as `mpirun -np 2 uniprefill ...`");
+  ExpectCleanError("serve --model " + Tiny() + " --port 0 --tensor-parallel 2",
+                   "run it as `mpirun -np 2 uniprefill ...`");
+}
+
+// What does not run tensor parallel yet says so before loading anything.
+TEST_F(CliTest, TensorParallelRefusalNamesWhatIsMissing) {
+  ExpectCleanError("eval ruler --model " + Tiny() + " --batch 2 --tensor-parallel 2",
+                   "needs its followers on the other ranks");
 }
 
 TEST_F(CliTest, NotAGgufFile) {

@@ -3,7 +3,7 @@
 
     run_mpi_test.py --mpirun MPIRUN --binary BIN --mode collectives|timeout|fault
     run_mpi_test.py --mpirun MPIRUN --binary BIN --model DIR --mode tp-model
-    run_mpi_test.py --mpirun MPIRUN --cli UNIPREFILL --model GGUF --mode run
+    run_mpi_test.py --mpirun MPIRUN --cli UNIPREFILL --model GGUF --mode run|reports
 
 collectives, timeout: exit 0 and every rank's "OK" line. fault: rank 1 exits mid-step; the job must
 end within 30 s (rank 0's timeout is 5 s), non-zero, with one "error:" line from rank 0 (its
@@ -14,8 +14,15 @@ run: `uniprefill run` of a ~1,500-token prompt (this repository's design notes),
 UniPrefill keep 0.5 at the model's default drop layers, once alone (TP 1) and once as
 `mpirun -np 2 ... --tensor-parallel 2`: both ranks and TP 1 must give the same tokens and the same
 kept counts at every drop; only rank 0 prints the text; each rank's peak RSS is printed (and must
-stay below one process's: each holds half the heads, FFN columns and vocabulary rows). Flags: --allow-run-as-root (CI runs as root), --oversubscribe
-(2 ranks may exceed the cores mpirun counts).
+stay below one process's: each holds half the heads, FFN columns and vocabulary rows).
+reports: `bench-prefill` (600 random tokens, UniPrefill keep 0.5), `eval fidelity` (one 400-token
+prompt, 8 greedy tokens) and `calibrate` (one RULER task at 512 tokens, two settings) alone and
+under `mpirun -np 2 ... --tensor-parallel 2`: the same kept counts, top-1 agreement and greedy
+agreement, KL within 1e-3 relative (or 1e-6 absolute), the same calibration accuracies and keep
+ratios (not the recommendation: among equals it goes by measured speed); rank 0 alone writes the JSON report (no PATH.rank1) and prints the
+table (once on stdout).
+Flags: --allow-run-as-root (CI runs as root), --oversubscribe (2 ranks may exceed the cores mpirun
+counts).
 """
 import argparse
 import subprocess
@@ -67,6 +74,73 @@ def run_tp(a):
     return 0 if ok else 1
 
 
+def run_reports(a):
+    """bench-prefill, eval fidelity and calibrate at TP 2 report what TP 1 reports, from rank 0
+    alone."""
+    import json
+    import math
+    import os
+    import tempfile
+    commands = {
+        "bench-prefill": ["bench-prefill", "--model", a.model, "-t", "1", "--random-tokens",
+                          "--lengths", "600", "--repeats", "1", "--keep-ratio", "0.5", "--json"],
+        "eval fidelity": ["eval", "fidelity", "--model", a.model, "-t", "1", "--lengths", "400",
+                          "--samples", "1", "--greedy-tokens", "8", "--keep-ratio", "0.5", "-o"],
+        "calibrate": ["calibrate", "--model", a.model, "-t", "1", "--tasks", "niah_single_1",
+                      "--lengths", "512", "--samples", "1", "--p-values", "0.9", "--keep-ratios",
+                      "0.5", "--drop-layer-sets", "11", "--window-modes", "alive", "-o"],
+    }
+    ok = True
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, args in commands.items():
+            reports = []
+            for tp in (1, 2):
+                path = os.path.join(tmp, f"{name.replace(' ', '_')}.tp{tp}.json")
+                cmd = [a.cli] + args + [path]
+                if tp == 2:
+                    cmd = [a.mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "2"] + cmd + [
+                        "--tensor-parallel", "2"]
+                p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+                print(f"{name} TP {tp}: exit {p.returncode}\n{p.stdout[-1500:]}{p.stderr[-1500:]}")
+                if p.returncode != 0 or not os.path.exists(path):
+                    print(f"FAIL: {name} at TP {tp} failed")
+                    return 1
+                if tp == 2 and os.path.exists(path + ".rank1"):
+                    ok = False
+                    print(f"FAIL: rank 1 wrote {path}.rank1")
+                header = p.stdout.splitlines()[0] if p.stdout else ""
+                if tp == 2 and (not header or p.stdout.count(header) != 1):
+                    ok = False
+                    print(f"FAIL: the table is not printed exactly once: {p.stdout!r}")
+                reports.append(json.load(open(path)))
+            one, two = reports
+            if name == "bench-prefill":
+                kept = [[r["kept"] for r in rep["runs"]] for rep in reports]
+                same = kept[0] == kept[1] and any(
+                    k["kept"] < k["alive"] for run in kept[0] for k in run)
+                print(f"{name}: kept TP 1 {kept[0]} TP 2 {kept[1]}")
+            elif name == "calibrate":
+                # Everything but what depends on measured speed (the speedups, and so the
+                # frontier and the recommendation among settings of equal accuracy).
+                pick = lambda rep: (rep["dense_mean_accuracy"], sorted(
+                    (s["label"], s["mean_accuracy"], s["keep_ratio"], s["meets_bar"])
+                    for s in rep["settings"]))
+                same = pick(one) == pick(two)
+                print(f"{name}: TP 1 {pick(one)}\nTP 2 {pick(two)}")
+            else:
+                same = (one["mean_top1_agreement"] == two["mean_top1_agreement"] and
+                        one["mean_greedy_prefix_agreement"] ==
+                        two["mean_greedy_prefix_agreement"] and
+                        math.isclose(one["mean_kl"], two["mean_kl"], rel_tol=1e-3, abs_tol=1e-6))
+                print(f"{name}: TP 1 {[one[k] for k in sorted(one) if k.startswith('mean')]} "
+                      f"TP 2 {[two[k] for k in sorted(two) if k.startswith('mean')]}")
+            if not same:
+                ok = False
+                print(f"FAIL: {name} at TP 2 differs from TP 1")
+    print("PASS" if ok else "FAIL")
+    return 0 if ok else 1
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--mpirun", required=True)
@@ -74,10 +148,12 @@ def main():
     ap.add_argument("--cli")
     ap.add_argument("--model")
     ap.add_argument("--mode", required=True,
-                    choices=["collectives", "timeout", "fault", "run", "tp-model"])
+                    choices=["collectives", "timeout", "fault", "run", "reports", "tp-model"])
     a = ap.parse_args()
     if a.mode == "run":
         return run_tp(a)
+    if a.mode == "reports":
+        return run_reports(a)
     cmd = [a.mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "2", a.binary]
     if a.mode != "collectives":
         cmd.append("--" + a.mode)
