@@ -159,6 +159,10 @@ struct BatchEngine::Impl {
   RankPlan FollowerPlan(const StepPlan& plan, const std::vector<Live*>& step_live);
   // A failed collective: every request ends with the error, Submit refuses, the loop ends.
   void Fail(const Status& why);
+  // Ends every request still in the inbox with `reason` and `error`; when `failed`, the engine's
+  // failure becomes `error` first (under mu, so Submit refuses from then on) and each counts as
+  // failed.
+  void EndQueued(const std::string& reason, const std::string& error, bool failed);
   void Admit(Pending p);
   void RunStep();
   void Report(Live& l, bool finished, const std::string& reason, const std::string& error);
@@ -390,19 +394,7 @@ void BatchEngine::Impl::Run() {
     PublishMetrics();
   }
   // Shutdown: every request still queued or running ends as aborted.
-  std::deque<Pending> left;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    left.swap(inbox);
-  }
-  for (Pending& p : left) {
-    RequestUpdate u;
-    u.id = p.id;
-    u.finished = true;
-    u.finish_reason = "abort";
-    u.usage.prompt_tokens = static_cast<int>(p.prompt.size());
-    if (p.on_update) p.on_update(u);
-  }
+  EndQueued("abort", "", /*failed=*/false);
   FinishAll("abort", "");
   if (followers != nullptr) {
     RankPlan shutdown;
@@ -414,25 +406,30 @@ void BatchEngine::Impl::Run() {
   }
 }
 
-void BatchEngine::Impl::Fail(const Status& why) {
-  const std::string message = "tensor parallel: " + why.message();
-  broken = true;
+void BatchEngine::Impl::EndQueued(const std::string& reason, const std::string& error,
+                                   bool failed) {
   std::deque<Pending> left;
   {
     std::lock_guard<std::mutex> lock(mu);
-    failure = Unavailable(message);
+    if (failed) failure = Unavailable(error);
     left.swap(inbox);
   }
   for (Pending& p : left) {
     RequestUpdate u;
     u.id = p.id;
     u.finished = true;
-    u.finish_reason = "error";
-    u.error = message;
+    u.finish_reason = reason;
+    u.error = error;
     u.usage.prompt_tokens = static_cast<int>(p.prompt.size());
-    ++counters.requests_failed;
+    if (failed) ++counters.requests_failed;
     if (p.on_update) p.on_update(u);
   }
+}
+
+void BatchEngine::Impl::Fail(const Status& why) {
+  const std::string message = "tensor parallel: " + why.message();
+  broken = true;
+  EndQueued("error", message, /*failed=*/true);
   counters.requests_failed += static_cast<int64_t>(live.size());
   FinishAll("error", message);
   PublishMetrics();

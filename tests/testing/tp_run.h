@@ -39,14 +39,11 @@ inline int Argmax(const std::vector<float>& v) {
   return static_cast<int>(std::max_element(v.begin(), v.end()) - v.begin());
 }
 
-inline RunResult RunModel(const std::string& path, dist::Communicator* comm, int threads,
-                          const std::vector<int32_t>& prompt, int steps) {
+// The run on `ctx` (any device) with `lo` (its communicator: the rank's shard, or none).
+inline RunResult RunModelOn(DeviceContext& ctx, const std::string& path, const LoadOptions& lo,
+                            const std::vector<int32_t>& prompt, int steps) {
   RunResult r;
-  auto ctx = DeviceContext::Cpu(threads);
-  LoadOptions lo;
-  lo.f32_decode = true;
-  lo.communicator = comm;
-  auto loaded = LoadModel(path, *ctx, lo);
+  auto loaded = LoadModel(path, ctx, lo);
   if (!loaded.ok()) {
     r.error = loaded.status().message();
     return r;
@@ -65,7 +62,7 @@ inline RunResult RunModel(const std::string& path, dist::Communicator* comm, int
   auto cache = m.NewCache(static_cast<int>(prompt.size()) + steps + 1, up.drop_layers);
   r.prompt_logits.resize(m.config().vocab_size);
   SequenceStep s{cache.get(), prompt, r.prompt_logits.data(), &r.kept};
-  if (Status st = m.ForwardBatch(*ctx, std::span<const SequenceStep>(&s, 1), up); !st.ok()) {
+  if (Status st = m.ForwardBatch(ctx, std::span<const SequenceStep>(&s, 1), up); !st.ok()) {
     r.error = st.message();
     return r;
   }
@@ -74,13 +71,23 @@ inline RunResult RunModel(const std::string& path, dist::Communicator* comm, int
     const int32_t next[1] = {Argmax(logits)};
     r.greedy.push_back(next[0]);
     SequenceStep d{cache.get(), next, logits.data(), nullptr};
-    if (Status st = m.ForwardBatch(*ctx, std::span<const SequenceStep>(&d, 1), up); !st.ok()) {
+    if (Status st = m.ForwardBatch(ctx, std::span<const SequenceStep>(&d, 1), up); !st.ok()) {
       r.error = st.message();
       return r;
     }
     r.decode_logits.push_back(logits);
   }
   return r;
+}
+
+// On the CPU with `threads` threads, f32 decode weights.
+inline RunResult RunModel(const std::string& path, dist::Communicator* comm, int threads,
+                          const std::vector<int32_t>& prompt, int steps) {
+  auto ctx = DeviceContext::Cpu(threads);
+  LoadOptions lo;
+  lo.f32_decode = true;
+  lo.communicator = comm;
+  return RunModelOn(*ctx, path, lo, prompt, steps);
 }
 
 inline double MaxAbs(const std::vector<float>& v) {

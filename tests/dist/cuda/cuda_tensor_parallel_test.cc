@@ -24,6 +24,7 @@
 #include "model/model.h"
 #include "testing/compare.h"
 #include "testing/cuda_test_util.h"
+#include "testing/tp_run.h"
 #ifdef UNIPREFILL_WITH_NCCL
 #include "dist/cuda/nccl_communicator.h"
 #endif
@@ -99,56 +100,19 @@ TEST(NcclCommunicatorTest, WorldOfOneOnTheGpu) {
 #endif
 }
 
-struct RankRun {
-  std::vector<float> prompt_logits;
-  std::vector<KeptTokens> kept;
-  std::vector<int32_t> greedy;
-  std::string error;
-};
-
 // Loads `path` on its own CUDA context (sharded when comm is set), prefills `prompt` with drops
 // keeping half the blocks at every full-attention layer, then `steps` greedy decodes.
-RankRun RunRank(const std::string& path, dist::Communicator* comm,
-                const std::vector<int32_t>& prompt, int steps) {
-  RankRun r;
+testing::RunResult RunRank(const std::string& path, dist::Communicator* comm,
+                           const std::vector<int32_t>& prompt, int steps) {
   auto ctx = DeviceContext::Cuda(0);
   if (!ctx.ok()) {
+    testing::RunResult r;
     r.error = ctx.status().message();
     return r;
   }
   LoadOptions lo;
   lo.communicator = comm;
-  auto loaded = LoadModel(path, **ctx, lo);
-  if (!loaded.ok()) {
-    r.error = loaded.status().message();
-    return r;
-  }
-  Model& m = **loaded;
-  UniPrefillConfig up;
-  for (int i = 0; i < m.config().n_layers; ++i) {
-    if (m.config().layer_kinds[i] == LayerKind::kFullAttention) up.drop_layers.push_back(i);
-  }
-  up.selection.mode = SelectionMode::kFixedRatio;
-  up.selection.keep_ratio = 0.5f;
-  auto cache = m.NewCache(static_cast<int>(prompt.size()) + steps + 1, up.drop_layers);
-  r.prompt_logits.resize(m.config().vocab_size);
-  SequenceStep s{cache.get(), prompt, r.prompt_logits.data(), &r.kept};
-  if (Status st = m.ForwardBatch(**ctx, std::span<const SequenceStep>(&s, 1), up); !st.ok()) {
-    r.error = st.message();
-    return r;
-  }
-  std::vector<float> logits = r.prompt_logits;
-  for (int i = 0; i < steps; ++i) {
-    const int32_t next[1] = {static_cast<int32_t>(
-        std::max_element(logits.begin(), logits.end()) - logits.begin())};
-    r.greedy.push_back(next[0]);
-    SequenceStep d{cache.get(), next, logits.data(), nullptr};
-    if (Status st = m.ForwardBatch(**ctx, std::span<const SequenceStep>(&d, 1), up); !st.ok()) {
-      r.error = st.message();
-      return r;
-    }
-  }
-  return r;
+  return testing::RunModelOn(**ctx, path, lo, prompt, steps);
 }
 
 // bf16 partial sums in another order: measured on the H200, Llama 8.4e-3 and Gemma 3 1.45e-2
@@ -157,17 +121,14 @@ constexpr double kTpLogitsBound = 2.5e-2;
 
 void ExpectTwoRanksEqualOne(const std::string& family) {
   const std::string path = std::string(UP_SOURCE_DIR) + "/tests/goldens/hf_tiny/" + family;
-  std::mt19937 rng(11);
-  std::uniform_int_distribution<int32_t> tok(3, 499);
-  std::vector<int32_t> prompt(700);
-  for (int32_t& t : prompt) t = tok(rng);
+  const std::vector<int32_t> prompt = testing::RandomPrompt(700, 500);
   constexpr int kSteps = 6;
-  const RankRun one = RunRank(path, nullptr, prompt, kSteps);
+  const testing::RunResult one = RunRank(path, nullptr, prompt, kSteps);
   ASSERT_TRUE(one.error.empty()) << one.error;
   auto hosts = dist::MakeThreadCommunicators(2, dist::CommOptions{});
   std::vector<std::unique_ptr<dist::Communicator>> comms;
   for (auto& h : hosts) comms.push_back(dist::MakeStagedDeviceCommunicator(std::move(h)));
-  std::vector<RankRun> ranks(2);
+  std::vector<testing::RunResult> ranks(2);
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r) {
     threads.emplace_back([&, r] { ranks[r] = RunRank(path, comms[r].get(), prompt, kSteps); });
