@@ -160,8 +160,9 @@ class BatchEngineTest : public ::testing::Test {
     return r;
   }
 
-  // A pool that admits the burst's prefills but cannot hold the decodes that follow: 220 blocks of
-  // 8 tokens. A prefill is admitted when its dense reservation is free (4 pages of each of the 12
+  // A pool that admits the burst's prefills but cannot hold the decodes that follow: 200 blocks of
+  // 8 tokens (220 stopped preempting at budgets 5-7 once segment-wise chunks were priced by their
+  // segment's layers: the schedule, not the premise, changed). A prefill is admitted when its dense reservation is free (4 pages of each of the 12
   // layers: 48 blocks) and after its step holds 28 (its full-attention pages and the sliding
   // layers' last two pages, window 8), so about seven requests get in; at their last token (76)
   // each holds 30-40 blocks, ~250 for seven: decodes run out of blocks and running requests are
@@ -169,7 +170,7 @@ class BatchEngineTest : public ::testing::Test {
   static ServingOptions PreemptingPool() {
     ServingOptions o;
     o.kv_block_tokens = 8;
-    o.kv_cache_memory = int64_t{220} * 8 * 1024;  // K+V of one token of one layer: 1 KiB
+    o.kv_cache_memory = int64_t{200} * 8 * 1024;  // K+V of one token of one layer: 1 KiB
     return o;
   }
 
