@@ -161,7 +161,10 @@ int Scheduler::RowsWithin(int segment, int prefix, int budget) const {
   const double k = c.key_cost, a = c.linear_share + k * prefix;
   const double for_rows = std::max(0.0, budget - c.prefix_key_cost * prefix);
   // The root of rows a + k rows^2 / 2 = for_rows, then rounding fixed by ChunkCost.
-  const double root = k > 0 ? (std::sqrt(a * a + 2.0 * k * for_rows) - a) / k : for_rows / a;
+  // (A segment without linear work and keys, a = 0 and k = 0, costs nothing per row: the cap.)
+  const double root = k > 0   ? (std::sqrt(a * a + 2.0 * k * for_rows) - a) / k
+                      : a > 0 ? for_rows / a
+                              : static_cast<double>(cap);
   int rows = static_cast<int>(std::clamp<double>(root, 1.0, cap));
   while (rows > 1 && ChunkCost(segment, prefix, rows) > budget) --rows;
   while (rows < cap && ChunkCost(segment, prefix, rows + 1) <= budget) ++rows;
