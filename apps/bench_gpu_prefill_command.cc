@@ -77,9 +77,10 @@ CLI::App* AddBenchGpuPrefillCommand(CLI::App& bench_group, BenchGpuPrefillOption
       ->check(CLI::IsMember({"auto", "ours", "cudnn"}))
       ->capture_default_str();
   cmd->add_option("--moe-gemm", o.moe_gemm,
-                  "MoE expert GEMMs: ours (our grouped mma.sync kernel, sync-free: the product's) "
-                  "or library (cuBLAS grouped GEMM after one host sync per MoE layer)")
-      ->check(CLI::IsMember({"ours", "library"}))
+                  "MoE expert GEMMs: ours (our grouped kernel, sync-free, wgmma on Hopper: the "
+                  "product's), mma-sync (our mma.sync kernel on any GPU) or library (cuBLAS "
+                  "grouped GEMM after one host sync per MoE layer)")
+      ->check(CLI::IsMember({"ours", "mma-sync", "library"}))
       ->capture_default_str();
   cmd->add_option("--prefix-split", o.prefix_split,
                   "Split-KV for chunks over a cached prefix: the fewest keys per piece of a "
@@ -351,7 +352,9 @@ Result<BenchModel> BuildModel(const BenchGpuPrefillOptions& o, const Points& p,
   LoadOptions lo;
   // --attention was checked against the names by CLI11.
   lo.gpu_attention = GpuAttentionFromName(o.attention).value_or(GpuAttention::kAuto);
-  lo.gpu_moe_gemm = o.moe_gemm == "library" ? GpuMoeGemm::kLibrary : GpuMoeGemm::kOurs;
+  lo.gpu_moe_gemm = o.moe_gemm == "library"    ? GpuMoeGemm::kLibrary
+                    : o.moe_gemm == "mma-sync" ? GpuMoeGemm::kOursMmaSync
+                                               : GpuMoeGemm::kOurs;
   lo.gpu_prefix_split_min_keys = o.prefix_split;
   UP_ASSIGN_OR_RETURN(b.model, MakeModel(std::move(def), ctx, lo));
   // The pool as serve fixes it: blocks of --kv-block-tokens, enough for the largest point.

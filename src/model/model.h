@@ -110,9 +110,10 @@ enum class GpuAttention { kAuto, kOurs, kCudnn };
 std::optional<GpuAttention> GpuAttentionFromName(const std::string& name);
 
 // Which kernels run the GPU's MoE expert GEMMs (ops/cuda/cuda_moe.h, MoeGemm): our grouped
-// mma.sync kernel (sync-free, batch-invariant rows; the default) or the libraries' (cuBLAS grouped
-// GEMM after one host sync per MoE layer; measured only 3% faster on an H200, for comparisons).
-enum class GpuMoeGemm { kOurs, kLibrary };
+// kernel (sync-free, batch-invariant rows; wgmma on Hopper: the default), our mma.sync kernel on
+// any device (for comparisons), or the libraries' (cuBLAS grouped GEMM after one host sync per MoE
+// layer; measured only 3% faster than the mma.sync kernel on an H200, for comparisons).
+enum class GpuMoeGemm { kOurs, kOursMmaSync, kLibrary };
 
 struct LoadOptions {
   // Dequantise linear weights to f32 for fast many-token GEMMs (prefill). Costs ~4 bytes per

@@ -387,9 +387,9 @@ Status CudaBackend::Moe(int layer) {
   if (rows_ == 0) return OkStatus();
   const int64_t T = rows_, H = cfg_.hidden;
   // A captured decode step must not sync: our kernel there whatever was asked.
-  const oc::MoeGemm gemm = !capturing_ && moe_gemm_ == GpuMoeGemm::kLibrary
-                               ? oc::MoeGemm::kLibrary
-                               : oc::MoeGemm::kOurs;
+  oc::MoeGemm gemm = oc::MoeGemm::kOurs;
+  if (moe_gemm_ == GpuMoeGemm::kOursMmaSync) gemm = oc::MoeGemm::kOursMmaSync;
+  if (moe_gemm_ == GpuMoeGemm::kLibrary && !capturing_) gemm = oc::MoeGemm::kLibrary;
   oc::MoeForward(ctx_, out_.View(DType::kBF16, {T, H}), normed_.View(DType::kBF16, {T, H}),
                  layers_[layer].moe->View(), moe_scratch_.data(), moe_scratch_.size(), gemm);
   has_out_ = true;

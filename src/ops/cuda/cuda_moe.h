@@ -11,9 +11,10 @@
 //      gets a slot in its expert's contiguous range (the order within an expert's range is not
 //      fixed, but nothing numeric depends on it: each output element of the GEMM kernel is one
 //      fixed-order dot product, wherever its row sits);
-//   4. expert gate/up GEMM over all experts in one launch (bf16 mma.sync m16n8k16, f32
-//      accumulation; the grid covers an upper bound of the tiles, each block finds its expert by
-//      a binary search over the device tile offsets, extra blocks exit), gathering x rows;
+//   4. expert gate/up GEMM over all experts in one launch (bf16 wgmma on Hopper, mma.sync
+//      m16n8k16 elsewhere, f32 accumulation; the grid covers an upper bound of the tiles, each
+//      block finds its expert by a binary search over the device tile offsets, extra blocks
+//      exit), gathering x rows;
 //   5. SiLU(gate) * up; 6. the expert down GEMM (same kernel) into one bf16 row per (row, choice);
 //   7. the shared expert (the same GEMM kernel, one group) and its gate sigmoid(x . shared_gate);
 //   8. combine, one block per row: out = sum over the k choices in ascending expert index of
@@ -41,16 +42,18 @@ struct MoeDeviceWeights {
   bool norm_topk_prob = true;
 };
 
-// Which kernels run the expert GEMMs (steps 4 and 6) and the shared expert's (7).
-//   kOurs: the grouped mma.sync kernel above, no host sync, every row's result independent of the
-//     batch (bit-identical in any batch). The default.
+// Which kernels run the expert GEMMs (steps 4 and 6), the shared expert's (7) and the router's (1).
+//   kOurs: our grouped kernel, no host sync, every row's result independent of the batch
+//     (bit-identical in any batch). The default. On compute capability 9.0 (H100 / H200) it is
+//     the wgmma kernel (sm90/grouped_gemm_wgmma.h), elsewhere the mma.sync one (moe.cu).
+//   kOursMmaSync: the mma.sync kernel on any device (for comparisons).
 //   kLibrary: one host sync after step 3 to learn the experts' row counts, x gathered into expert
 //     order, then cuBLAS's grouped GEMM (grouped_gemm.h) and cuBLASLt for the shared expert; a
 //     row's rounding may depend on the batch (the library picks kernels by shape). Measured on the
-//     H200 (Qwen3-Next-80B layer, 512 experts, top 10, 32K rows): 9.73 ms against our 10.09 ms
-//     (240 vs 232 TFLOP/s), too little to pay for the sync and the batch dependence, so it is
-//     kept for comparisons only (bench gpu-prefill --moe-gemm library).
-enum class MoeGemm { kOurs, kLibrary };
+//     H200 (Qwen3-Next-80B layer, 512 experts, top 10, 32K rows): 9.73 ms against the mma.sync
+//     kernel's 10.09 ms (240 vs 232 TFLOP/s), too little to pay for the sync and the batch
+//     dependence, so it is kept for comparisons only (bench gpu-prefill --moe-gemm library).
+enum class MoeGemm { kOurs, kOursMmaSync, kLibrary };
 
 // Device scratch bytes MoeForward needs for up to max_rows rows (about
 // max_rows * (4 E + 2 k (2 I + H) + 2 (2 Is + H) + 12 k) bytes).

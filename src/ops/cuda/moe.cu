@@ -29,6 +29,8 @@
 #include "ops/cuda/cuda_moe.h"
 #include "ops/cuda/flash_attention_mma.cuh"
 #include "ops/cuda/grouped_gemm.h"
+#include "ops/cuda/grouped_gemm_common.cuh"
+#include "ops/cuda/sm90/grouped_gemm_wgmma.h"
 
 namespace uniprefill::ops::cuda {
 namespace {
@@ -36,7 +38,7 @@ namespace {
 using bf16 = __nv_bfloat16;
 namespace fl = ::uniprefill::ops::cuda::flash;
 
-constexpr int kBM = 128, kBN = 256, kBK = 64, kStages = 3;
+constexpr int kBM = kGroupedGemmTileRows, kBN = 256, kBK = 64, kStages = 3;
 constexpr int kRowPad = kBK + 8;  // shared row length in bf16 (144 bytes: ldmatrix conflict-free)
 constexpr int kGemmThreads = 256;
 constexpr int kWarpsM = 2, kWarpsN = 4;  // warp tile 64 x 64
@@ -50,43 +52,7 @@ static_assert(kGemmThreads % kChunksPerRow == 0 && kBM % kRowsPerPass == 0);
 constexpr size_t kGemmSmem = sizeof(bf16) * kStages * (kBM + kBN) * kRowPad;  // 162 KiB
 constexpr int kMaxTopK = 32;
 
-struct GemmArgs {
-  const bf16* a = nullptr;
-  int64_t lda = 0;
-  const int32_t* a_rows = nullptr;  // gather: A row of output row r is a_rows[r]; null: r
-  const bf16* b = nullptr;
-  int64_t ldb = 0;
-  int64_t b_group_stride = 0;  // elements between consecutive groups' B
-  void* c = nullptr;
-  int64_t ldc = 0;
-  int n = 0, k = 0;
-  // Groups: rows [offsets[g], offsets[g+1]) use B_g; m tiles [tile_offsets[g], tile_offsets[g+1]).
-  // Null: one group of m rows.
-  const int32_t* offsets = nullptr;
-  const int32_t* tile_offsets = nullptr;
-  int groups = 1;
-  int m = 0;
-};
-
-// Stores v0 at p[0] and, when `second`, v1 at p[1]; one paired store when `paired` (p aligned).
-template <typename OutT>
-__device__ __forceinline__ void Store2(OutT* p, float v0, float v1, bool second, bool paired) {
-  if constexpr (sizeof(OutT) == 4) {
-    if (second && paired) {
-      *reinterpret_cast<float2*>(p) = make_float2(v0, v1);
-      return;
-    }
-    p[0] = v0;
-    if (second) p[1] = v1;
-  } else {
-    if (second && paired) {
-      *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(v0, v1);
-      return;
-    }
-    p[0] = __float2bfloat16_rn(v0);
-    if (second) p[1] = __float2bfloat16_rn(v1);
-  }
-}
+using GemmArgs = GroupedGemmArgs;
 
 template <typename OutT>
 __global__ void __launch_bounds__(kGemmThreads, 1) GroupedGemmKernel(GemmArgs args, int n_tiles) {
@@ -98,25 +64,10 @@ __global__ void __launch_bounds__(kGemmThreads, 1) GroupedGemmKernel(GemmArgs ar
   const int n_tile = static_cast<int>(block % n_tiles);
   const int m_tile = static_cast<int>(block / n_tiles);
 
-  // Which group, and its rows.
-  int group = 0, row_begin = 0, rows = args.m, tile_in_group = m_tile;
-  if (args.offsets != nullptr) {
-    if (m_tile >= args.tile_offsets[args.groups]) return;
-    int lo = 0, hi = args.groups - 1;  // largest g with tile_offsets[g] <= m_tile
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) >> 1;
-      if (args.tile_offsets[mid] <= m_tile)
-        lo = mid;
-      else
-        hi = mid - 1;
-    }
-    group = lo;
-    row_begin = args.offsets[group];
-    rows = args.offsets[group + 1] - row_begin;
-    tile_in_group = m_tile - args.tile_offsets[group];
-  } else if (m_tile * kBM >= args.m) {
-    return;
-  }
+  GroupTile tile;
+  if (!FindGroupTile(args, m_tile, kBM, &tile)) return;
+  const int group = tile.group, row_begin = tile.row_begin, rows = tile.rows;
+  const int tile_in_group = tile.tile_in_group;
   const int m0 = tile_in_group * kBM;  // first local row of this tile
   const int n0 = n_tile * kBN;
   const bf16* b_base = args.b + group * args.b_group_stride;
@@ -227,14 +178,20 @@ __global__ void __launch_bounds__(kGemmThreads, 1) GroupedGemmKernel(GemmArgs ar
       for (int j = 0; j < kNi; ++j) {
         const int col = n0 + warp_n * (8 * kNi) + j * 8 + 2 * t4;
         if (col >= args.n) continue;
-        Store2<OutT>(crow + col, acc[i][j][2 * h], acc[i][j][2 * h + 1], col + 1 < args.n, paired);
+        StorePair<OutT>(crow + col, acc[i][j][2 * h], acc[i][j][2 * h + 1], col + 1 < args.n, paired);
       }
     }
   }
 }
 
+// wgmma: the sm_90a kernel (sm90/grouped_gemm_wgmma.h) instead of the mma.sync one.
 template <typename OutT>
-void LaunchGroupedGemm(const GemmArgs& args, int64_t m_tiles_bound, cudaStream_t stream) {
+void LaunchGroupedGemm(const GemmArgs& args, int64_t m_tiles_bound, cudaStream_t stream,
+                       bool wgmma) {
+  if (wgmma) {
+    LaunchGroupedGemmWgmma<OutT>(args, m_tiles_bound, stream);
+    return;
+  }
   assert(args.k % 8 == 0 && args.lda % 8 == 0 && args.ldb % 8 == 0);
   assert(reinterpret_cast<uintptr_t>(args.a) % 16 == 0);
   assert(reinterpret_cast<uintptr_t>(args.b) % 16 == 0);
@@ -501,7 +458,7 @@ size_t MoeScratchBytes(int64_t max_rows, const MoeDeviceWeights& w) {
 static void OurExperts(DeviceContext& ctx, TensorView x, const MoeDeviceWeights& w,
                        const Dims& d, const int32_t* offsets, const int32_t* tile_offsets,
                        const int32_t* slot_row, bf16* gu, bf16* y, bf16* shared_gu,
-                       bf16* shared_y) {
+                       bf16* shared_y, bool wgmma) {
   const int64_t T = d.t, H = d.h, E = d.e, I = d.inter, Is = d.shared_inter, P = T * d.k;
   cudaStream_t stream = ctx.cuda().stream();
   // 4-6. Experts: gate/up (gathering x rows), SiLU * up, down.
@@ -521,7 +478,7 @@ static void OurExperts(DeviceContext& ctx, TensorView x, const MoeDeviceWeights&
     a.offsets = offsets;
     a.tile_offsets = tile_offsets;
     a.groups = static_cast<int>(E);
-    LaunchGroupedGemm<bf16>(a, m_tiles_bound, stream);
+    LaunchGroupedGemm<bf16>(a, m_tiles_bound, stream, wgmma);
   }
   TensorView gate = Rows2D(gu, P, I, 2 * I), up = Rows2D(gu + I, P, I, 2 * I);
   ops::cuda::GatedActivation(ctx, gate, gate, up, Activation::kSilu);
@@ -539,7 +496,7 @@ static void OurExperts(DeviceContext& ctx, TensorView x, const MoeDeviceWeights&
     a.offsets = offsets;
     a.tile_offsets = tile_offsets;
     a.groups = static_cast<int>(E);
-    LaunchGroupedGemm<bf16>(a, m_tiles_bound, stream);
+    LaunchGroupedGemm<bf16>(a, m_tiles_bound, stream, wgmma);
   }
 
   // 7. Shared expert (the same kernel, one group: a row's result never depends on the batch,
@@ -555,7 +512,7 @@ static void OurExperts(DeviceContext& ctx, TensorView x, const MoeDeviceWeights&
     a.n = static_cast<int>(2 * Is);
     a.k = static_cast<int>(H);
     a.m = static_cast<int>(T);
-    LaunchGroupedGemm<bf16>(a, (T + kBM - 1) / kBM, stream);
+    LaunchGroupedGemm<bf16>(a, (T + kBM - 1) / kBM, stream, wgmma);
   }
   TensorView sgate = Rows2D(shared_gu, T, Is, 2 * Is), sup = Rows2D(shared_gu + Is, T, Is, 2 * Is);
   ops::cuda::GatedActivation(ctx, sgate, sgate, sup, Activation::kSilu);
@@ -570,7 +527,7 @@ static void OurExperts(DeviceContext& ctx, TensorView x, const MoeDeviceWeights&
     a.n = static_cast<int>(H);
     a.k = static_cast<int>(Is);
     a.m = static_cast<int>(T);
-    LaunchGroupedGemm<bf16>(a, (T + kBM - 1) / kBM, stream);
+    LaunchGroupedGemm<bf16>(a, (T + kBM - 1) / kBM, stream, wgmma);
   }
 }
 
@@ -649,6 +606,9 @@ void MoeForward(DeviceContext& ctx, TensorView out, TensorView x, const MoeDevic
   bf16* shared_y = reinterpret_cast<bf16*>(s + l.shared_y);
   cudaStream_t stream = ctx.cuda().stream();
   const int64_t P = T * k;
+  const cudaDeviceProp& props = ctx.cuda().properties();
+  const bool wgmma =
+      gemm != MoeGemm::kOursMmaSync && WgmmaGroupedGemmAvailable(props.major, props.minor);
 
   // 1. Router logits, f32.
   {
@@ -662,7 +622,7 @@ void MoeForward(DeviceContext& ctx, TensorView out, TensorView x, const MoeDevic
     a.n = static_cast<int>(E);
     a.k = static_cast<int>(H);
     a.m = static_cast<int>(T);
-    LaunchGroupedGemm<float>(a, (T + kBM - 1) / kBM, stream);
+    LaunchGroupedGemm<float>(a, (T + kBM - 1) / kBM, stream, wgmma);
   }
   // 2. Routing and counts; 3. offsets and slots.
   UP_CUDA_CHECK(cudaMemsetAsync(counts, 0, 4 * E, stream));
@@ -684,7 +644,8 @@ void MoeForward(DeviceContext& ctx, TensorView out, TensorView x, const MoeDevic
     LibraryExperts(ctx, x, w, d, offsets, slot_row, gu, y, shared_gu, shared_y,
                    s + l.group_ptrs);
   } else {
-    OurExperts(ctx, x, w, d, offsets, tile_offsets, slot_row, gu, y, shared_gu, shared_y);
+    OurExperts(ctx, x, w, d, offsets, tile_offsets, slot_row, gu, y, shared_gu, shared_y,
+               wgmma);
   }
 
   // 8. Combine.

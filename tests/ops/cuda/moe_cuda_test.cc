@@ -224,6 +224,33 @@ TEST(CudaMoeTest, LibraryGemmsMatchCpu) {
   CheckCase(ctx, t, {300}, 24, 8, MoeGemm::kLibrary);
 }
 
+// The mma.sync kernel (MoeGemm::kOursMmaSync: the default off Hopper) within the same bound, and
+// the default kernel (wgmma on Hopper) close to it: K tails (136 = 2 x 64 + 8), N tails
+// (2 x 136 = 272 columns), strided rows, one row to 2000.
+TEST(CudaMoeTest, MmaSyncKernelMatchesCpuAndTheDefaultKernel) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  using ops::cuda::MoeGemm;
+  MoeSpec s;
+  s.e = 64, s.k = 8, s.h = 256, s.inter = 128, s.shared_inter = 96;
+  CheckCase(ctx, s, {1, 7, 300, 2000}, 31, 24, MoeGemm::kOursMmaSync);
+  MoeSpec t;
+  t.e = 128, t.k = 10, t.h = 512, t.inter = 136, t.shared_inter = 264, t.norm = false;
+  CheckCase(ctx, t, {7, 300}, 32, 8, MoeGemm::kOursMmaSync);
+  std::mt19937 rng(33);
+  MoeFixture f(t, rng);
+  f.Finish();
+  const int64_t T = 2000, stride = t.h + 8;
+  const std::vector<float> x = ut::RandomBf16Values(rng, T * stride);
+  const std::vector<float> mma = RunGpu(ctx, f, x, T, stride, stride, MoeGemm::kOursMmaSync);
+  const std::vector<float> def = RunGpu(ctx, f, x, T, stride, stride, MoeGemm::kOurs);
+  const double err = ut::RelativeL2Error(def, mma);
+  std::printf("MoE default kernel vs mma.sync kernel, T=%lld: normalised difference %.2e\n",
+              static_cast<long long>(T), err);
+  // Both sum in f32 over k in different orders; the bf16 roundings of the intermediate rows
+  // then differ by an ulp here and there (~1e-3 of the output), a wrong tile by far more.
+  EXPECT_LT(err, 5e-3);
+}
+
 // Exact ties in the router logits (every product and sum exact in f32, so any summation order
 // gives the same logits on both sides): the lower expert index must win, as in RouteRow. Choosing
 // the other tied expert would change the output far beyond the bound, since each expert's
@@ -338,13 +365,17 @@ TEST(CudaMoeTest, DISABLED_ThroughputQwen3Next32k) {
   const size_t bytes = ops::cuda::MoeScratchBytes(T, w);
   DeviceBuffer scratch(bytes);
   const double flops = 2.0 * T * H * (3.0 * I * k + 3.0 * Is + E);
-  for (auto gemm : {ops::cuda::MoeGemm::kOurs, ops::cuda::MoeGemm::kLibrary}) {
+  using ops::cuda::MoeGemm;
+  for (auto gemm : {MoeGemm::kOurs, MoeGemm::kOursMmaSync, MoeGemm::kLibrary}) {
     const double ms = ut::MeanCudaMs(ctx, 5, [&] {
       ops::cuda::MoeForward(ctx, v(out, {T, H}), v(x, {T, H}), w, scratch.data(), bytes, gemm);
     });
     std::printf("MoE Qwen3-Next layer, 32K rows, %s GEMMs: %.3f ms, %.1f TFLOP/s (scratch %.2f "
                 "GiB)\n",
-                gemm == ops::cuda::MoeGemm::kOurs ? "our" : "library", ms, flops / ms * 1e-9,
+                gemm == MoeGemm::kOurs          ? "our default"
+                : gemm == MoeGemm::kOursMmaSync ? "our mma.sync"
+                                                : "library",
+                ms, flops / ms * 1e-9,
                 bytes / 1073741824.0);
   }
 }
