@@ -15,7 +15,8 @@
 //      m16n8k16 elsewhere, f32 accumulation; the grid covers an upper bound of the tiles, each
 //      block finds its expert by a binary search over the device tile offsets, extra blocks
 //      exit), gathering x rows;
-//   5. SiLU(gate) * up; 6. the expert down GEMM (same kernel) into one bf16 row per (row, choice);
+//   5. SiLU(gate) * up (in step 4's epilogue on the wgmma kernel); 6. the expert down GEMM
+//      (same kernel) into one bf16 row per (row, choice);
 //   7. the shared expert (the same GEMM kernel, one group) and its gate sigmoid(x . shared_gate);
 //   8. combine, one block per row: out = sum over the k choices in ascending expert index of
 //      weight * expert_out, then + sigmoid(gate) * shared_out, in f32, rounded to bf16 once.

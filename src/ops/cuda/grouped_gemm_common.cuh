@@ -35,6 +35,10 @@ struct GroupedGemmArgs {
   const int32_t* tile_offsets = nullptr;
   int groups = 1;
   int m = 0;
+  // Gated output (the wgmma kernel only): when > 0, B_g holds gate rows [0, gated_half) then up
+  // rows [gated_half, 2 gated_half), and C[r, i] = SiLU(gate) * up for i < n = gated_half, each
+  // factor rounded to bf16 first (as a bf16 GEMM followed by the gated activation kernel).
+  int gated_half = 0;
 };
 
 // The rows an m tile (of bm rows) covers: group, first row of the group, the group's row count and

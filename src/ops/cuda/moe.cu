@@ -178,7 +178,8 @@ __global__ void __launch_bounds__(kGemmThreads, 1) GroupedGemmKernel(GemmArgs ar
       for (int j = 0; j < kNi; ++j) {
         const int col = n0 + warp_n * (8 * kNi) + j * 8 + 2 * t4;
         if (col >= args.n) continue;
-        StorePair<OutT>(crow + col, acc[i][j][2 * h], acc[i][j][2 * h + 1], col + 1 < args.n, paired);
+        StorePair<OutT>(crow + col, acc[i][j][2 * h], acc[i][j][2 * h + 1], col + 1 < args.n,
+                        paired);
       }
     }
   }
@@ -461,7 +462,8 @@ static void OurExperts(DeviceContext& ctx, TensorView x, const MoeDeviceWeights&
                        bf16* shared_y, bool wgmma) {
   const int64_t T = d.t, H = d.h, E = d.e, I = d.inter, Is = d.shared_inter, P = T * d.k;
   cudaStream_t stream = ctx.cuda().stream();
-  // 4-6. Experts: gate/up (gathering x rows), SiLU * up, down.
+  // 4-6. Experts: gate/up (gathering x rows), SiLU * up, down. The wgmma kernel applies SiLU * up
+  // in its epilogue (gated_half), so the gate/up rows never reach memory: gu holds [P, I] then.
   const int64_t m_tiles_bound = (P + kBM - 1) / kBM + std::min<int64_t>(E, P);
   {
     GemmArgs a;
@@ -472,20 +474,23 @@ static void OurExperts(DeviceContext& ctx, TensorView x, const MoeDeviceWeights&
     a.ldb = H;
     a.b_group_stride = 2 * I * H;
     a.c = gu;
-    a.ldc = 2 * I;
-    a.n = static_cast<int>(2 * I);
+    a.ldc = wgmma ? I : 2 * I;
+    a.n = static_cast<int>(wgmma ? I : 2 * I);
+    a.gated_half = wgmma ? static_cast<int>(I) : 0;
     a.k = static_cast<int>(H);
     a.offsets = offsets;
     a.tile_offsets = tile_offsets;
     a.groups = static_cast<int>(E);
     LaunchGroupedGemm<bf16>(a, m_tiles_bound, stream, wgmma);
   }
-  TensorView gate = Rows2D(gu, P, I, 2 * I), up = Rows2D(gu + I, P, I, 2 * I);
-  ops::cuda::GatedActivation(ctx, gate, gate, up, Activation::kSilu);
+  if (!wgmma) {
+    TensorView gate = Rows2D(gu, P, I, 2 * I), up = Rows2D(gu + I, P, I, 2 * I);
+    ops::cuda::GatedActivation(ctx, gate, gate, up, Activation::kSilu);
+  }
   {
     GemmArgs a;
     a.a = gu;
-    a.lda = 2 * I;
+    a.lda = wgmma ? I : 2 * I;
     a.b = static_cast<const bf16*>(w.expert_down.data);
     a.ldb = I;
     a.b_group_stride = H * I;
@@ -508,18 +513,22 @@ static void OurExperts(DeviceContext& ctx, TensorView x, const MoeDeviceWeights&
     a.b = static_cast<const bf16*>(w.shared_gate_up.data);
     a.ldb = w.shared_gate_up.stride[0];
     a.c = shared_gu;
-    a.ldc = 2 * Is;
-    a.n = static_cast<int>(2 * Is);
+    a.ldc = wgmma ? Is : 2 * Is;
+    a.n = static_cast<int>(wgmma ? Is : 2 * Is);
+    a.gated_half = wgmma ? static_cast<int>(Is) : 0;
     a.k = static_cast<int>(H);
     a.m = static_cast<int>(T);
     LaunchGroupedGemm<bf16>(a, (T + kBM - 1) / kBM, stream, wgmma);
   }
-  TensorView sgate = Rows2D(shared_gu, T, Is, 2 * Is), sup = Rows2D(shared_gu + Is, T, Is, 2 * Is);
-  ops::cuda::GatedActivation(ctx, sgate, sgate, sup, Activation::kSilu);
+  if (!wgmma) {
+    TensorView sgate = Rows2D(shared_gu, T, Is, 2 * Is);
+    TensorView sup = Rows2D(shared_gu + Is, T, Is, 2 * Is);
+    ops::cuda::GatedActivation(ctx, sgate, sgate, sup, Activation::kSilu);
+  }
   {
     GemmArgs a;
     a.a = shared_gu;
-    a.lda = 2 * Is;
+    a.lda = wgmma ? Is : 2 * Is;
     a.b = static_cast<const bf16*>(w.shared_down.data);
     a.ldb = w.shared_down.stride[0];
     a.c = shared_y;

@@ -11,9 +11,11 @@
 // memory descriptors read (K-major rows of 64 bf16 = 128 bytes; the 16-byte chunk c of row r sits
 // at chunk c ^ (r % 8); 8 rows form one 1024-byte atom). Loads run two tiles ahead: stage
 // kt + 2 is refilled only after the barrier that follows every warpgroup's wait for the MMAs of
-// tile kt - 1, so no MMA still reading a stage sees it overwritten. Each output element is one
-// fixed-order sum over k (the same in every tile position), so a row's result does not depend on
-// the batch.
+// tile kt - 1, so no MMA still reading a stage sees it overwritten. A gated launch (gated_half)
+// puts 128 gate rows and the 128 matching up rows in one tile and writes SiLU(gate) * up from the
+// accumulators, so the MoE's [rows, 2I] intermediate never reaches memory. Each output element
+// is one fixed-order sum over k (the same in every tile position), so a row's result does not
+// depend on the batch.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -64,6 +66,13 @@ __device__ __forceinline__ void WgmmaWait() {
 // cp.async writes through the generic proxy; wgmma reads through the async proxy.
 __device__ __forceinline__ void FenceProxyAsync() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+// SiLU(gate) * up of f32 accumulators, each rounded to bf16 first: the same bits as a bf16 GEMM
+// output followed by ops/cuda's gated activation kernel (dense_elementwise.cu).
+__device__ __forceinline__ float GatedSilu(float gate, float up) {
+  const float g = __bfloat162float(__float2bfloat16_rn(gate));
+  const float u = __bfloat162float(__float2bfloat16_rn(up));
+  return g / (1.0f + expf(-g)) * u;
 }
 // Keeps the compiler from moving reads of the accumulators above a wgmma wait.
 __device__ __forceinline__ void FenceAccumulators(float (&d)[128]) {
@@ -129,7 +138,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int m_tile = static_cast<int>(blockIdx.x / n_tiles);
   GroupTile t;
   if (!FindGroupTile(args, m_tile, kBM, &t)) return;
-  const int m0 = t.tile_in_group * kBM, n0 = n_tile * kBN;
+  // A gated tile multiplies 128 gate rows and the 128 up rows of the same outputs.
+  const bool gated = args.gated_half > 0;
+  const int m0 = t.tile_in_group * kBM, n0 = n_tile * (gated ? kBN / 2 : kBN);
   const bf16* b_base = args.b + t.group * args.b_group_stride;
 
   // This thread's 16-byte chunk: column chunk `chunk` of rows row0 + kRowsPerPass * i. Every such
@@ -151,8 +162,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     a_src[i] = args.a + a_row * args.lda + chunk * 8;
   }
-  const bf16* b_src = b_base + static_cast<int64_t>(n0 + row0) * args.ldb + chunk * 8;
-  const int64_t b_pass_stride = static_cast<int64_t>(kRowsPerPass) * args.ldb;
+  const bf16* b_src[kBPasses];
+  bool b_ok[kBPasses];
+#pragma unroll
+  for (int i = 0; i < kBPasses; ++i) {
+    const int tile_row = row0 + kRowsPerPass * i;
+    const int out_col = n0 + (gated ? tile_row % (kBN / 2) : tile_row);
+    const int b_row = gated && tile_row >= kBN / 2 ? args.gated_half + out_col : out_col;
+    b_ok[i] = out_col < args.n;
+    b_src[i] = b_base + static_cast<int64_t>(b_ok[i] ? b_row : 0) * args.ldb + chunk * 8;
+  }
   const int k_tiles = (args.k + kBK - 1) / kBK;
   auto load_tile = [&](int kt) {
     const int k0 = kt * kBK;
@@ -166,9 +185,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
 #pragma unroll
     for (int i = 0; i < kBPasses; ++i) {
-      const bool vb = k_ok && n0 + row0 + kRowsPerPass * i < args.n;
-      fl::CpAsync16(sb + i * kRowsPerPass * 128, vb ? b_src + i * b_pass_stride + k0 : args.b,
-                    vb);
+      const bool vb = k_ok && b_ok[i];
+      fl::CpAsync16(sb + i * kRowsPerPass * 128, vb ? b_src[i] + k0 : args.b, vb);
     }
   };
 
@@ -221,6 +239,18 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int local = m0 + warpgroup * 64 + warp * 16 + g + h * 8;
     if (local >= t.rows) continue;
     OutT* crow = c + static_cast<int64_t>(t.row_begin + local) * args.ldc;
+    if (gated) {
+      // Gate column 8j + 2q sits in block j, its up column in block j + 16 of the same thread.
+#pragma unroll
+      for (int j = 0; j < kBN / 16; ++j) {
+        const int col = n0 + j * 8 + 2 * q;
+        if (col >= args.n) continue;
+        const int gi = 4 * j + 2 * h, ui = 4 * (j + kBN / 16) + 2 * h;
+        StorePair<OutT>(crow + col, GatedSilu(acc[gi], acc[ui]),
+                        GatedSilu(acc[gi + 1], acc[ui + 1]), col + 1 < args.n, paired);
+      }
+      continue;
+    }
 #pragma unroll
     for (int j = 0; j < kBN / 8; ++j) {
       const int col = n0 + j * 8 + 2 * q;
@@ -257,7 +287,9 @@ void LaunchGroupedGemmWgmma(const GroupedGemmArgs& args, int64_t m_tiles_bound,
     return true;
   }();
   (void)configured;
-  const int n_tiles = (args.n + kBN - 1) / kBN;
+  assert(args.gated_half == 0 || args.gated_half == args.n);
+  const int tile_cols = args.gated_half > 0 ? kBN / 2 : kBN;
+  const int n_tiles = (args.n + tile_cols - 1) / tile_cols;
   const int64_t blocks = m_tiles_bound * n_tiles;
   assert(blocks <= INT32_MAX);
   GroupedGemmWgmmaKernel<OutT>
