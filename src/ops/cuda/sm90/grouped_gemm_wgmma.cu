@@ -15,7 +15,9 @@
 // puts 128 gate rows and the 128 matching up rows in one tile and writes SiLU(gate) * up from the
 // accumulators, so the MoE's [rows, 2I] intermediate never reaches memory. Each output element
 // is one fixed-order sum over k (the same in every tile position), so a row's result does not
-// depend on the batch.
+// depend on the batch. (A persistent variant, one block per SM issuing its next tile's loads
+// before the current tile's epilogue, measured the same on the H200: Qwen3-Next layer 6.33 vs
+// 6.37 ms, 128K prefill 5509 vs 5519 ms; so this simpler one stays.)
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
