@@ -82,6 +82,12 @@ CLI::App* AddBenchGpuPrefillCommand(CLI::App& bench_group, BenchGpuPrefillOption
                   "grouped GEMM after one host sync per MoE layer)")
       ->check(CLI::IsMember({"ours", "mma-sync", "library"}))
       ->capture_default_str();
+  cmd->add_option("--delta-rule", o.delta_rule,
+                  "Gated DeltaNet delta-rule kernel: auto (the product's: two tensor-core "
+                  "kernels, the chunks' dots and solve in parallel, then the scan), tensor-core "
+                  "(the fused one-kernel form) or chunked (f32)")
+      ->check(CLI::IsMember({"auto", "tensor-core", "chunked"}))
+      ->capture_default_str();
   cmd->add_option("--prefix-split", o.prefix_split,
                   "Split-KV for chunks over a cached prefix: the fewest keys per piece of a "
                   "split prefix (serve's --gpu-prefix-split); 0: chunks attend their prefix whole")
@@ -352,6 +358,9 @@ Result<BenchModel> BuildModel(const BenchGpuPrefillOptions& o, const Points& p,
   LoadOptions lo;
   // --attention was checked against the names by CLI11.
   lo.gpu_attention = GpuAttentionFromName(o.attention).value_or(GpuAttention::kAuto);
+  lo.gpu_delta_rule = o.delta_rule == "tensor-core" ? DeltaRuleChoice::kChunkedTensorCore
+                      : o.delta_rule == "chunked"   ? DeltaRuleChoice::kChunked
+                                                    : DeltaRuleChoice::kAuto;
   lo.gpu_moe_gemm = o.moe_gemm == "library"    ? GpuMoeGemm::kLibrary
                     : o.moe_gemm == "mma-sync" ? GpuMoeGemm::kOursMmaSync
                                                : GpuMoeGemm::kOurs;
@@ -459,6 +468,7 @@ nlohmann::json Summary(const BenchGpuPrefillOptions& o, const BenchModel& bm,
       {"shape", bm.preset},
       {"attention_kernel", o.attention},
       {"moe_gemm", o.moe_gemm},
+      {"delta_rule", o.delta_rule},
       {"prefix_split_min_keys", o.prefix_split},
       {"model",
        "the product's model (MakeModel + Model::ForwardBatch, the walk serve and run use) on the "

@@ -28,7 +28,8 @@ struct BenchGpuPrefillOptions {
   bool phases = false;        // one more run per row, the walk timed step by step
   bool serving_graphs = false;  // Model::PrepareServing(chunk or longest context, longest)
   std::string attention = "auto";  // prefill attention kernel: ours or cudnn (LoadOptions)
-  std::string moe_gemm = "ours";   // MoE expert GEMMs: ours or library (LoadOptions)
+  std::string moe_gemm = "ours";   // MoE expert GEMMs: ours, mma-sync or library
+  std::string delta_rule = "auto";  // Gated DeltaNet kernel: auto, tensor-core, chunked
   int prefix_split = 2048;  // LoadOptions::gpu_prefix_split_min_keys (0: never split)
   std::string commit;         // recorded in the JSON
   std::string json_out;

@@ -97,8 +97,15 @@ class Model {
 };
 
 // Which Gated DeltaNet delta-rule kernel the GPU runs (diagnostics; kAuto picks by chunk length:
-// the tensor-core chunked kernel for bf16 prefills, the recurrent one for decodes).
-enum class DeltaRuleChoice { kAuto, kChunked, kRecurrent, kChunkedTensorCore };
+// the two-kernel tensor-core one for bf16 prefills, the recurrent one for decodes; see
+// ops/cuda/cuda_linear_attention.h's DeltaRuleKernel).
+enum class DeltaRuleChoice {
+  kAuto,
+  kChunked,
+  kRecurrent,
+  kChunkedTensorCore,
+  kChunkedTensorCoreSplit
+};
 
 // Which kernel runs the GPU's prefill attention where both can: the engine's own flash attention,
 // or cuDNN's fused attention (ops/cuda/cudnn_attention.h; 1.7-2.3x ours on an H200; our kernel

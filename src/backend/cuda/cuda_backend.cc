@@ -23,6 +23,7 @@
 #include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/device_views.h"
 #include "ops/cuda/cuda_dense_ops.h"
+#include "ops/cuda/cuda_linear_attention.h"
 #include "ops/cuda/cuda_moe.h"
 #include "ops/cuda/cuda_sampling.h"
 #include "ops/cuda/cuda_uniprefill.h"
@@ -138,6 +139,11 @@ Status CudaBackend::EnsureWork(int64_t T, int batch) {
     if (L.moe) {
       const oc::MoeDeviceWeights w = L.moe->View();
       UP_RETURN_IF_ERROR(Grow(moe_scratch_, oc::MoeScratchBytes(T, w)));
+    }
+    if (L.delta && T > oc::kDeltaRuleF32MaxSeqlen) {  // the split delta rule (long rows)
+      const GatedDeltaNetWeights& d = *L.delta->host;
+      UP_RETURN_IF_ERROR(
+          Grow(delta_scratch_, oc::GatedDeltaRuleScratchBytes(T, d.n_v_heads, d.d_v)));
     }
   }
   return OkStatus();

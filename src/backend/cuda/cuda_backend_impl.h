@@ -272,6 +272,7 @@ class CudaBackend final : public LayerBackend {
   // Work buffers (grow-only).
   int64_t max_qkv_ = 0, max_attn_ = 0, max_ffn2_ = 0, max_conv_ = 0, max_hv_ = 0;
   DeviceBuffer residual_[2], normed_, out_, qkv_, q_kept_, attn_, ffn_, conv_, gbeta_;
+  DeviceBuffer delta_scratch_;  // GatedDeltaRule's split kernel (rows x value heads)
   DeviceBuffer importance_, kept_rows_, kept_count_, select_scratch_, moe_scratch_, decode_scratch_,
       logits_, logits_f32_, last_hidden_, argmax_scratch_;
   PinnedFloats host_logits_;  // f32 [B, V]: the rows the steps want on the host

@@ -63,17 +63,23 @@ Status CudaBackend::DeltaMixer(int layer_index, const DeltaLayer& L, const std::
   oc::L2NormalizeHeads(ctx_, k, kL2NormEps);
   TensorView core = Heads(Bf16(attn_), T, hv, dv, value_dim);
   // LoadOptions::gpu_delta_rule may force one kernel (diagnostics; default auto).
-  const oc::DeltaRuleKernel kernel = delta_rule_ == DeltaRuleChoice::kChunked
-                                         ? oc::DeltaRuleKernel::kChunked
-                                     : delta_rule_ == DeltaRuleChoice::kRecurrent
-                                         ? oc::DeltaRuleKernel::kRecurrent
-                                     : delta_rule_ == DeltaRuleChoice::kChunkedTensorCore
-                                         ? oc::DeltaRuleKernel::kChunkedTensorCore
-                                         : oc::DeltaRuleKernel::kAuto;
+  oc::DeltaRuleKernel kernel = oc::DeltaRuleKernel::kAuto;
+  switch (delta_rule_) {
+    case DeltaRuleChoice::kAuto: break;
+    case DeltaRuleChoice::kChunked: kernel = oc::DeltaRuleKernel::kChunked; break;
+    case DeltaRuleChoice::kRecurrent: kernel = oc::DeltaRuleKernel::kRecurrent; break;
+    case DeltaRuleChoice::kChunkedTensorCore:
+      kernel = oc::DeltaRuleKernel::kChunkedTensorCore;
+      break;
+    case DeltaRuleChoice::kChunkedTensorCoreSplit:
+      kernel = oc::DeltaRuleKernel::kChunkedTensorCoreSplit;
+      break;
+  }
   oc::GatedDeltaRule(ctx_, core, q, k, v,
                      TensorView::Contiguous(g, DType::kF32, {T, hv}, Device::kCuda),
                      TensorView::Contiguous(beta, DType::kF32, {T, hv}, Device::kCuda),
-                     pool_->recurrent_state(ordinal), seqs, kernel);
+                     pool_->recurrent_state(ordinal), seqs, kernel, delta_scratch_.data(),
+                     delta_scratch_.size());
   // Gated RMSNorm per value head: norm(core) * w * silu(z), written over z's columns.
   oc::RmsNorm(ctx_, core, core, L.norm.as<float>(), d.eps);
   TensorView z = Rows(Bf16(qkv_, conv_dim), DType::kBF16, T, value_dim, width);

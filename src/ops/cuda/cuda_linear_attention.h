@@ -61,8 +61,8 @@ void L2NormalizeHeads(DeviceContext& ctx, TensorView x, float eps, float scale =
 // Which kernel runs the gated delta rule; every one computes the same recurrence.
 enum class DeltaRuleKernel {
   kAuto,       // recurrent when max_seqlen <= kDeltaRuleRecurrentMaxSeqlen, else chunked
-               // (kChunkedTensorCore for bf16 activations longer than kDeltaRuleF32MaxSeqlen,
-               // kChunked otherwise)
+               // (kChunkedTensorCoreSplit, else kChunkedTensorCore, for bf16 activations longer
+               // than kDeltaRuleF32MaxSeqlen; kChunked otherwise)
   kChunked,    // chunks of 64 tokens in the WY form (prefill), f32 math on CUDA cores
   kRecurrent,  // token by token (decode, short sequences)
   // kChunked's math with every matrix product on the tensor cores: bf16 operands (activations,
@@ -70,6 +70,12 @@ enum class DeltaRuleKernel {
   // product), f32 accumulation, f32 state and f32 triangular inverse. Agrees with kChunked to a
   // few 1e-3 (relative); f32 activations are rounded to bf16 on load.
   kChunkedTensorCore,
+  // kChunkedTensorCore's math in two kernels (linear_attention_delta_rule_split.cu): the dots and
+  // the solve of every chunk in parallel first, then the chunks in order with two products and
+  // the update only. Needs the caller's scratch (GatedDeltaRuleScratchBytes), bf16 activations
+  // with 16-byte aligned rows, Dk and Dv multiples of 8 and Dv <= 128; else kChunkedTensorCore
+  // runs. kAuto's choice where kChunkedTensorCore's would be, when those hold.
+  kChunkedTensorCoreSplit,
 };
 inline constexpr int kDeltaRuleRecurrentMaxSeqlen = 16;
 // kAuto keeps sequences of at most one chunk (64 rows) on kChunked's f32 math.
@@ -83,8 +89,15 @@ inline constexpr int kDeltaRuleF32MaxSeqlen = 64;
 // heads strided; out must not alias an input); g (log decay, <= 0), beta: f32 [T, Hv] (rows
 // strided); state: f32 slab [slots][Hv][Dk][Dv] (slot s at state + s * Hv * Dk * Dv), in/out.
 // Dk <= 128, any Dv; Hv a multiple of Hk.
+// scratch: device memory of at least GatedDeltaRuleScratchBytes(T, Hv, Dv) bytes, 256-byte
+// aligned, for kChunkedTensorCoreSplit (null or smaller: that kernel is not used).
 void GatedDeltaRule(DeviceContext& ctx, TensorView out, TensorView q, TensorView k, TensorView v,
                     TensorView g, TensorView beta, float* state, const LinearAttentionBatch& seqs,
-                    DeltaRuleKernel kernel = DeltaRuleKernel::kAuto);
+                    DeltaRuleKernel kernel = DeltaRuleKernel::kAuto, void* scratch = nullptr,
+                    size_t scratch_bytes = 0);
+
+// Scratch bytes kChunkedTensorCoreSplit needs for T token rows (~0.65 KB per row and value head at
+// Dv 128).
+size_t GatedDeltaRuleScratchBytes(int64_t rows, int64_t hv, int64_t dv);
 
 }  // namespace uniprefill::ops::cuda

@@ -42,6 +42,7 @@
 #include "ops/cuda/cuda_linear_attention.h"
 #include "ops/cuda/linear_attention_common.cuh"
 #include "ops/cuda/linear_attention_delta_rule_common.cuh"
+#include "ops/cuda/linear_attention_delta_rule_split.h"
 
 namespace uniprefill::ops::cuda {
 namespace {
@@ -553,7 +554,7 @@ DeltaRuleKernel AutoKernel(DType dtype, int max_seqlen) {
 
 void GatedDeltaRule(DeviceContext& ctx, TensorView out, TensorView q, TensorView k, TensorView v,
                     TensorView g, TensorView beta, float* state, const LinearAttentionBatch& seqs,
-                    DeltaRuleKernel kernel) {
+                    DeltaRuleKernel kernel, void* scratch, size_t scratch_bytes) {
   constexpr const char* kOp = "GatedDeltaRule";
   using linear_detail::IsActivation;
   Require(IsActivation(q) && IsActivation(k) && IsActivation(v) && IsActivation(out) &&
@@ -579,9 +580,25 @@ void GatedDeltaRule(DeviceContext& ctx, TensorView out, TensorView q, TensorView
   Require(seqs.cu_seqlens != nullptr || static_cast<int64_t>(seqs.batch) * seqs.max_seqlen == T,
           kOp, "without cu_seqlens, the views must have batch * max_seqlen rows");
   if (seqs.batch == 0 || seqs.max_seqlen == 0) return;
-  if (kernel == DeltaRuleKernel::kAuto) kernel = AutoKernel(q.dtype, seqs.max_seqlen);
+  if (kernel == DeltaRuleKernel::kAuto) {
+    kernel = AutoKernel(q.dtype, seqs.max_seqlen);
+    if (kernel == DeltaRuleKernel::kChunkedTensorCore) {
+      kernel = DeltaRuleKernel::kChunkedTensorCoreSplit;  // where its requirements hold (below)
+    }
+  }
   const bool chunked = kernel == DeltaRuleKernel::kChunked;
   CudaContext& cuda = ctx.cuda();
+  if (kernel == DeltaRuleKernel::kChunkedTensorCoreSplit) {
+    const bool fits = scratch != nullptr && scratch_bytes >= GatedDeltaRuleScratchBytes(T, Hv, Dv);
+    if (fits && q.dtype == DType::kBF16 && Dv <= 128) {
+      const auto a = MakeDeltaArgs<bf16>(out, q, k, v, g, beta, state, seqs);
+      if (linear_detail::CanCopyAsync(a)) {
+        linear_detail::LaunchChunkedTensorCoreSplit(a, T, scratch, cuda.sm_count(), cuda.stream());
+        return;
+      }
+    }
+    kernel = DeltaRuleKernel::kChunkedTensorCore;
+  }
   if (kernel == DeltaRuleKernel::kChunkedTensorCore) {
     if (q.dtype == DType::kBF16) {
       linear_detail::LaunchChunkedTensorCore(
@@ -598,6 +615,11 @@ void GatedDeltaRule(DeviceContext& ctx, TensorView out, TensorView q, TensorView
     DispatchDeltaRule(MakeDeltaArgs<float>(out, q, k, v, g, beta, state, seqs), chunked,
                       cuda.sm_count(), cuda.stream());
   }
+}
+
+size_t GatedDeltaRuleScratchBytes(int64_t rows, int64_t hv, int64_t dv) {
+  return linear_detail::SplitDeltaRuleScratchBytes(rows, static_cast<int>(hv),
+                                                   static_cast<int>(dv));
 }
 
 }  // namespace uniprefill::ops::cuda

@@ -33,4 +33,20 @@ struct DeltaArgs {
 template <typename T>
 void LaunchChunkedTensorCore(const DeltaArgs<T>& a, int sm_count, cudaStream_t stream);
 
+inline bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// cp.async needs every 8-element segment of K, Q, V rows 16-byte aligned and wholly in or out.
+template <typename T>
+inline bool CanCopyAsync(const DeltaArgs<T>& a) {
+  if constexpr (sizeof(T) != 2) {
+    return false;  // f32 activations are rounded to bf16 on the way
+  } else {
+    const int64_t strides[] = {a.q_t, a.q_h, a.k_t, a.k_h, a.v_t, a.v_h};
+    for (int64_t s : strides) {
+      if (s % 8 != 0) return false;
+    }
+    return a.dk % 8 == 0 && a.dv % 8 == 0 && Aligned16(a.q) && Aligned16(a.k) && Aligned16(a.v);
+  }
+}
+
 }  // namespace uniprefill::ops::cuda::linear_detail

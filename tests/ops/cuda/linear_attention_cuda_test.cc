@@ -404,6 +404,8 @@ std::vector<float> GpuDeltaRule(DeviceContext& ctx, DType dtype, const DeltaShap
   seqs.seq_lens = seq_lens.empty() ? nullptr : dlens.as<int32_t>();
   seqs.batch = batch;
   seqs.max_seqlen = max_seqlen;
+  // Scratch as the backend gives it (the split tensor-core kernel runs where kAuto picks it).
+  DeviceBuffer scratch(std::max<size_t>(256, cuda::GatedDeltaRuleScratchBytes(T, s.hv, s.dv)));
   cuda::GatedDeltaRule(
       ctx, View(out.data(), dtype, Device::kCuda, 0, {T, s.hv, s.dv}, s.hv * s.dv),
       View(fused.data(), dtype, Device::kCuda, 0, {T, s.hk, s.dk}, W),
@@ -411,21 +413,23 @@ std::vector<float> GpuDeltaRule(DeviceContext& ctx, DType dtype, const DeltaShap
       View(fused.data(), dtype, Device::kCuda, 2 * s.hk * s.dk, {T, s.hv, s.dv}, W),
       View(g.data(), DType::kF32, Device::kCuda, 0, {T, s.hv}, s.hv),
       View(beta.data(), DType::kF32, Device::kCuda, 0, {T, s.hv}, s.hv), state.as<float>(), seqs,
-      kernel);
+      kernel, scratch.data(), scratch.size());
   ctx.cuda().Synchronize();
   return Download(out, T * s.hv * s.dv, dtype);
 }
 
 const char* KernelName(DeltaRuleKernel k) {
-  return k == DeltaRuleKernel::kChunked             ? "chunked"
-         : k == DeltaRuleKernel::kRecurrent         ? "recurrent"
-         : k == DeltaRuleKernel::kChunkedTensorCore ? "tensor-core"
-                                                    : "auto";
+  return k == DeltaRuleKernel::kChunked                  ? "chunked"
+         : k == DeltaRuleKernel::kRecurrent              ? "recurrent"
+         : k == DeltaRuleKernel::kChunkedTensorCore      ? "tensor-core"
+         : k == DeltaRuleKernel::kChunkedTensorCoreSplit ? "tc-split"
+                                                         : "auto";
 }
 
 // Whether a call may run the tensor-core kernel (kAuto does for bf16 calls of > 64 rows).
 bool MayUseTensorCores(DeltaRuleKernel k, DType dtype, int max_seqlen) {
   return k == DeltaRuleKernel::kChunkedTensorCore ||
+         k == DeltaRuleKernel::kChunkedTensorCoreSplit ||
          (k == DeltaRuleKernel::kAuto && dtype == DType::kBF16 &&
           max_seqlen > cuda::kDeltaRuleF32MaxSeqlen);
 }
@@ -488,14 +492,23 @@ TEST(CudaGatedDeltaNetTest, TensorCoreKernelMatchesCpuOverLengths) {
                               {1, 5, 17, 63, 64, 65, 200, 701, 1000});
 }
 
+// The two-kernel form (per-chunk dots and solve in parallel, then the scan) over the same lengths
+// (f32 activations fall back to the fused kernel).
+TEST(CudaGatedDeltaNetTest, SplitTensorCoreKernelMatchesCpuOverLengths) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  ExpectOneSequenceMatchesCpu(ctx, DeltaRuleKernel::kChunkedTensorCoreSplit,
+                              {1, 5, 17, 63, 64, 65, 200, 701, 1000});
+}
+
 // Dk and Dv that are not tile multiples: K, Q and S are zero-padded, columns past Dv masked. In
 // bf16 the first shape's fused rows (300 elements) are not 16-byte multiples, which takes the
 // tensor-core kernel's element-load path; the second (528) takes its cp.async path with partial
 // Dk (48) and Dv (80) tiles.
 TEST(CudaGatedDeltaNetTest, UnalignedHeadDimsMatchCpu) {
   UP_CUDA_TEST_CONTEXT(ctx);
-  for (DeltaRuleKernel kernel : {DeltaRuleKernel::kChunked, DeltaRuleKernel::kRecurrent,
-                                 DeltaRuleKernel::kChunkedTensorCore}) {
+  for (DeltaRuleKernel kernel :
+       {DeltaRuleKernel::kChunked, DeltaRuleKernel::kRecurrent, DeltaRuleKernel::kChunkedTensorCore,
+        DeltaRuleKernel::kChunkedTensorCoreSplit}) {
     for (DType dtype : {DType::kF32, DType::kBF16}) {
       for (const DeltaShape& s : {DeltaShape{1, 2, 100, 50}, DeltaShape{3, 3, 48, 80}}) {
         const std::string what =
@@ -525,8 +538,9 @@ TEST(CudaGatedDeltaNetTest, PackedBatchWithSlotsMatchesCpuPerSequence) {
   const std::vector<int32_t> cu = CuSeqlens(lens);
   const int max_len = *std::max_element(lens.begin(), lens.end());
   const DeltaShape s{2, 4, 128, 128};
-  for (DeltaRuleKernel kernel : {DeltaRuleKernel::kChunked, DeltaRuleKernel::kRecurrent,
-                                 DeltaRuleKernel::kChunkedTensorCore}) {
+  for (DeltaRuleKernel kernel :
+       {DeltaRuleKernel::kChunked, DeltaRuleKernel::kRecurrent, DeltaRuleKernel::kChunkedTensorCore,
+        DeltaRuleKernel::kChunkedTensorCoreSplit}) {
     for (DType dtype : {DType::kF32, DType::kBF16}) {
       const std::string what = std::string(Name(dtype)) + " " + KernelName(kernel) + " packed";
       SCOPED_TRACE(what);
@@ -563,8 +577,9 @@ TEST(CudaGatedDeltaNetTest, BoundedSegmentsLeavePaddingRowsAlone) {
   const int batch = static_cast<int>(caps.size());
   const std::vector<int32_t> cu = CuSeqlens(caps);
   const DeltaShape s{2, 4, 128, 128};
-  for (DeltaRuleKernel kernel : {DeltaRuleKernel::kChunked, DeltaRuleKernel::kRecurrent,
-                                 DeltaRuleKernel::kChunkedTensorCore}) {
+  for (DeltaRuleKernel kernel :
+       {DeltaRuleKernel::kChunked, DeltaRuleKernel::kRecurrent, DeltaRuleKernel::kChunkedTensorCore,
+        DeltaRuleKernel::kChunkedTensorCoreSplit}) {
     for (DType dtype : {DType::kF32, DType::kBF16}) {
       const std::string what = std::string(Name(dtype)) + " " + KernelName(kernel) + " bounded";
       SCOPED_TRACE(what);
@@ -607,17 +622,22 @@ TEST(CudaGatedDeltaNetTest, TensorCoreKernelMatchesChunkedKernelOnOddPackedBatch
   std::mt19937 rng(31);
   const DeltaTokens x = RandomTokens(rng, s, cu.back(), DType::kBF16);
   const std::vector<float> init = ut::RandomBf16Values(rng, n_slots * s.state_size(), -0.5f, 0.5f);
-  DeviceBuffer ref_state = DeviceBuffer::FromHost(init), state = DeviceBuffer::FromHost(init);
+  DeviceBuffer ref_state = DeviceBuffer::FromHost(init);
   const std::vector<float> ref = GpuDeltaRule(ctx, DType::kBF16, s, x, ref_state, cu, slots,
                                               batch, max_len, DeltaRuleKernel::kChunked);
-  const std::vector<float> got = GpuDeltaRule(ctx, DType::kBF16, s, x, state, cu, slots, batch,
-                                              max_len, DeltaRuleKernel::kChunkedTensorCore);
-  const std::vector<float> got_state = state.ToHost<float>(init.size());
-  ExpectDeltaClose(got, ref, got_state, ref_state.ToHost<float>(init.size()), DType::kBF16, true,
-                   "bf16 tensor-core vs chunked, packed " + s.ToString());
-  const int64_t spare = 4 * s.state_size();
-  EXPECT_TRUE(std::equal(got_state.begin() + spare, got_state.begin() + spare + s.state_size(),
-                         init.begin() + spare));
+  for (DeltaRuleKernel kernel :
+       {DeltaRuleKernel::kChunkedTensorCore, DeltaRuleKernel::kChunkedTensorCoreSplit}) {
+    DeviceBuffer state = DeviceBuffer::FromHost(init);
+    const std::vector<float> got =
+        GpuDeltaRule(ctx, DType::kBF16, s, x, state, cu, slots, batch, max_len, kernel);
+    const std::vector<float> got_state = state.ToHost<float>(init.size());
+    ExpectDeltaClose(got, ref, got_state, ref_state.ToHost<float>(init.size()), DType::kBF16,
+                     true, std::string("bf16 ") + KernelName(kernel) + " vs chunked, packed " +
+                               s.ToString());
+    const int64_t spare = 4 * s.state_size();
+    EXPECT_TRUE(std::equal(got_state.begin() + spare, got_state.begin() + spare + s.state_size(),
+                           init.begin() + spare));
+  }
 }
 
 // The serving pattern with Qwen3-Next head counts: one packed prefill (auto: the tensor-core kernel
@@ -632,7 +652,8 @@ TEST(CudaGatedDeltaNetTest, PrefillThenDecodesMatchCpuOnWholeSequences) {
   constexpr int kDecodes = 4;
   const int batch = static_cast<int>(prefill.size());
   const int max_prefill = *std::max_element(prefill.begin(), prefill.end());
-  for (DeltaRuleKernel kernel : {DeltaRuleKernel::kAuto, DeltaRuleKernel::kChunkedTensorCore}) {
+  for (DeltaRuleKernel kernel : {DeltaRuleKernel::kAuto, DeltaRuleKernel::kChunkedTensorCore,
+                                 DeltaRuleKernel::kChunkedTensorCoreSplit}) {
     for (DType dtype : {DType::kF32, DType::kBF16}) {
       const std::string prefix = std::string(Name(dtype)) + " " + KernelName(kernel) + " prefill";
       SCOPED_TRACE(prefix);
@@ -701,6 +722,7 @@ TEST(CudaGatedDeltaNetTest, DISABLED_ThroughputQwen3NextShape) {
       beta.CopyFromHost(block.beta.data(), block.beta.size() * 4, r0 * s.hv * 4);
     }
     DeviceBuffer out(T * row * 2), state(s.state_size() * 4);
+    DeviceBuffer scratch(cuda::GatedDeltaRuleScratchBytes(T, s.hv, s.dv));
     LinearAttentionBatch seqs;
     seqs.batch = 1;
     seqs.max_seqlen = static_cast<int>(T);
@@ -713,12 +735,12 @@ TEST(CudaGatedDeltaNetTest, DISABLED_ThroughputQwen3NextShape) {
           View(fused.data(), DType::kBF16, Device::kCuda, 2 * s.hk * s.dk, {T, s.hv, s.dv}, W),
           View(g.data(), DType::kF32, Device::kCuda, 0, {T, s.hv}, s.hv),
           View(beta.data(), DType::kF32, Device::kCuda, 0, {T, s.hv}, s.hv), state.as<float>(),
-          seqs, kernel);
+          seqs, kernel, scratch.data(), scratch.size());
     };
     const double flops = 6.0 * static_cast<double>(T) * s.hv * s.dk * s.dv;
     std::vector<std::vector<float>> states, last_rows;
-    for (DeltaRuleKernel kernel :
-         {DeltaRuleKernel::kChunked, DeltaRuleKernel::kChunkedTensorCore}) {
+    for (DeltaRuleKernel kernel : {DeltaRuleKernel::kChunked, DeltaRuleKernel::kChunkedTensorCore,
+                                   DeltaRuleKernel::kChunkedTensorCoreSplit}) {
       state.Fill(0);
       const double ms = ut::MeanCudaMs(ctx, 3, [&] { run(kernel); });
       std::printf("GatedDeltaRule bf16 T %lld Hk 16 Hv 32 Dk 128 Dv 128 %-11s: %8.3f ms, "
@@ -735,6 +757,8 @@ TEST(CudaGatedDeltaNetTest, DISABLED_ThroughputQwen3NextShape) {
     }
     ExpectDeltaClose(last_rows[1], last_rows[0], states[1], states[0], DType::kBF16, true,
                      "throughput T=" + std::to_string(T) + " tensor-core vs chunked");
+    ExpectDeltaClose(last_rows[2], last_rows[0], states[2], states[0], DType::kBF16, true,
+                     "throughput T=" + std::to_string(T) + " tc-split vs chunked");
   }
 }
 
