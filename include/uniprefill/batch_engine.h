@@ -125,8 +125,9 @@ class BatchEngine {
  public:
   // Sizes the KV pool from `options` for `engine`'s model and starts the engine thread. The engine
   // must outlive the BatchEngine and must not run Generate meanwhile.
-  // Under --tensor-parallel (CPU) only rank 0 starts a BatchEngine: its scheduler and sampler
-  // decide every step and broadcast it (engine/rank_plan.h); the other ranks call Follow.
+  // Under --tensor-parallel (CPU or GPU) only rank 0 starts a BatchEngine: its scheduler and
+  // sampler (on the device for a GPU model) decide every step and broadcast it
+  // (engine/rank_plan.h: the decode inputs are the tokens it chose); the other ranks call Follow.
   static Result<std::unique_ptr<BatchEngine>> Start(Engine& engine, const ServingOptions& options);
   // Ranks other than 0 of a tensor-parallel job: sizes the same KV pool as rank 0 and runs each
   // step rank 0 broadcasts, on this rank's shard, until rank 0 stops (OK). Unavailable when rank

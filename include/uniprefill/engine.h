@@ -188,6 +188,7 @@ class Engine {
 
  private:
   friend class BatchEngine;  // runs the same model, tokenizer and settings in batches
+  friend struct EngineLoader;  // engine/engine_impl.h: Load on a given tensor-parallel transport
   struct Impl;
   explicit Engine(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;

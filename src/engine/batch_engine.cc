@@ -185,19 +185,15 @@ Result<std::unique_ptr<BatchEngine>> BatchEngine::Start(Engine& engine,
   Engine::Impl& core = *engine.impl_;
   const bool on_device = core.model->device() == Device::kCuda;
   dist::Communicator* comm = core.comm.get();
-  if (comm != nullptr && comm->world_size() > 1) {
-    if (on_device) {
-      return Unimplemented("serving under --tensor-parallel runs the CPU backend only so far (GPU "
-                           "followers would also need rank 0's on-device sampling); use "
-                           "--device cpu, or `run` on the GPU");
-    }
-    if (comm->rank() != 0) {
-      return InvalidArgument("rank " + std::to_string(comm->rank()) + " of a tensor-parallel "
-                             "job runs rank 0's steps (BatchEngine::Follow), not a scheduler");
-    }
+  if (comm != nullptr && comm->rank() != 0) {
+    return InvalidArgument("rank " + std::to_string(comm->rank()) + " of a tensor-parallel "
+                           "job runs rank 0's steps (BatchEngine::Follow), not a scheduler");
   }
   auto impl = std::make_unique<Impl>(engine, options);
-  if (comm != nullptr && comm->world_size() > 1) {
+  if (comm != nullptr) {
+    // Every step's plan goes to the other ranks (none in a world of one, which still runs this
+    // path: encoding, the broadcast, the heartbeat). Rank 0 alone samples, on the device or the
+    // host; the tokens it chose reach the followers as the next step's decode inputs.
     impl->followers = comm;
     // A quarter of the collective timeout (at most 1 s): several heartbeats fit in one timeout.
     impl->heartbeat = std::chrono::duration<double>(std::min(1.0, core.comm_timeout_s / 4));
@@ -210,17 +206,8 @@ Result<std::unique_ptr<BatchEngine>> BatchEngine::Start(Engine& engine,
   const KvPoolSize& size = kv.size;
   impl->capacity.emplace(spec, size);
   if (on_device) {
-    UP_RETURN_IF_ERROR(core.model->FixCachePool(size.num_blocks, size.block_tokens));
-    if (options.chunked_prefill) {  // whole prompts keep their power-of-two graphs
-      const auto start = std::chrono::steady_clock::now();
-      UP_RETURN_IF_ERROR(core.model->PrepareServing(options.max_batched_tokens, core.context_size));
-      if (options.prefill_only_tokens > options.max_batched_tokens) {  // its steps' own graphs
-        UP_RETURN_IF_ERROR(
-            core.model->PrepareServing(options.prefill_only_tokens, core.context_size));
-      }
-      impl->prepare_s =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    }
+    UP_ASSIGN_OR_RETURN(impl->prepare_s,
+                        PrepareDeviceServing(*core.model, kv, options, core.context_size));
   } else {
     impl->arena = std::make_unique<KvArena>(impl->layout, size);
   }

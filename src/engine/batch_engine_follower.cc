@@ -9,6 +9,13 @@
 // freed first. The follower therefore holds the same requests and counts as rank 0's manager, in
 // a pool of the same size (SizeServingKv), and never runs out where rank 0 did not. Block ids may
 // differ: they only address this rank's own arena.
+//
+// On the GPU (issue 21) a follower's caches are its device model's own (Model::NewCache on the
+// pool PrepareDeviceServing fixed to the same block count as rank 0's), the manager then only
+// mirrors the counts, as rank 0's scheduler does for its device caches. Rank 0 samples (on the
+// device or the host); a follower asks for no logits and no sampling (the vocabulary is whole on
+// every GPU rank, so the head needs no collective) and learns the chosen tokens from the next
+// plan's decode inputs, so its KV and DeltaNet state advance exactly as rank 0's.
 #include <memory>
 #include <unordered_map>
 #include <vector>
@@ -44,7 +51,9 @@ class Follower {
         context_size_(context_size),
         layout_(kv.layout),
         kv_(kv.spec, kv.size),
-        arena_(kv.layout, kv.size) {}
+        on_device_(model.device() == Device::kCuda) {
+    if (!on_device_) arena_ = std::make_unique<KvArena>(kv.layout, kv.size);
+  }
 
   // Runs one step of rank 0's; an error means this rank can no longer follow.
   Status Run(RankPlan& plan) {
@@ -54,8 +63,11 @@ class Follower {
     }
     const int64_t vocab = model_.config().vocab_size;
     int logit_rows = 0;
-    for (const RankPlanRequest& r : plan.requests) logit_rows += r.last_chunk ? 1 : 0;
-    // Rank 0 samples these rows; here they only make the head's all-gather run on every rank.
+    // Rank 0 samples these rows; here (on the CPU) they only make the head's all-gather of a
+    // vocabulary-split model run on every rank. A device model needs none.
+    for (const RankPlanRequest& r : plan.requests) {
+      logit_rows += r.last_chunk && !on_device_ ? 1 : 0;
+    }
     logits_.resize(static_cast<size_t>(logit_rows * vocab));
     float* next_logits = logits_.data();
     std::vector<SequenceStep> steps;
@@ -65,7 +77,7 @@ class Follower {
       SequenceStep s;
       s.cache = f->cache.get();
       s.tokens = f->tokens;
-      if (r.last_chunk) {
+      if (r.last_chunk && !on_device_) {
         s.logits = next_logits;
         next_logits += vocab;
       }
@@ -110,8 +122,12 @@ class Follower {
           kv_.Allocate(r.id, std::vector<int>(kv_.n_segments(), r.reserve_tokens)));
       FollowedRequest& f = requests_[r.id];
       f = FollowedRequest{};
-      f.cache =
-          std::make_unique<PagedSequenceCache>(layout_, context_size_, &kv_, r.id, &arena_);
+      if (on_device_) {  // on the pool sized like rank 0's, as rank 0's device caches
+        f.cache = model_.NewCache(context_size_, uniprefill_.active_drop_layers());
+      } else {
+        f.cache = std::make_unique<PagedSequenceCache>(layout_, context_size_, &kv_, r.id,
+                                                       arena_.get());
+      }
     } else if (!r.is_prefill) {
       UP_RETURN_IF_ERROR(kv_.AppendDecode(r.id));
     }
@@ -135,7 +151,8 @@ class Follower {
   int context_size_;
   CacheLayout layout_;
   KvBlockManager kv_;
-  KvArena arena_;
+  bool on_device_;
+  std::unique_ptr<KvArena> arena_;  // host models' K/V; a device model keeps its own
   std::unordered_map<int64_t, FollowedRequest> requests_;
   std::vector<float> logits_;  // f32 [rows sampled on rank 0, vocab], discarded
 };
@@ -149,11 +166,10 @@ Status BatchEngine::Follow(Engine& engine, const ServingOptions& options) {
     return InvalidArgument("BatchEngine::Follow is for ranks other than 0 of a tensor-parallel "
                            "job; rank 0 (or a single process) serves with BatchEngine::Start");
   }
-  if (core.model->device() == Device::kCuda) {
-    return Unimplemented("serving under --tensor-parallel runs the CPU backend only so far; use "
-                         "--device cpu");
-  }
   UP_ASSIGN_OR_RETURN(ServingKv kv, SizeServingKv(*core.model, core.uniprefill, options));
+  // The same device pool and kernel preparation as rank 0's BatchEngine::Start.
+  UP_RETURN_IF_ERROR(
+      PrepareDeviceServing(*core.model, kv, options, core.context_size).status());
   Follower follower(*core.model, *core.ctx, core.uniprefill, core.context_size, kv);
   const std::string me = "rank " + std::to_string(comm->rank()) + ": ";
   for (;;) {

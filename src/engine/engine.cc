@@ -37,41 +37,52 @@ Engine::~Engine() = default;
 
 Result<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options,
                                              const ProgressCallback& progress) {
-  auto impl = std::make_unique<Impl>();
-  UP_ASSIGN_OR_RETURN(const CpuIsa requested_isa, ParseCpuIsa(options.cpu_isa));
-  UP_ASSIGN_OR_RETURN(const CpuIsa cpu_isa, ResolveCpuIsa(requested_isa, DetectCpuFeatures()));
   if (options.tensor_parallel < 1) {
     return InvalidArgument("--tensor-parallel must be at least 1 (got " +
                            std::to_string(options.tensor_parallel) + ")");
   }
+  std::unique_ptr<dist::Communicator> comm;
+  int cuda_device = 0;
   if (options.tensor_parallel > 1) {
-    impl->comm_timeout_s = options.tensor_parallel_timeout_s;
-    UP_ASSIGN_OR_RETURN(impl->comm,
-                        dist::MakeMpiCommunicator(dist::CommOptions{impl->comm_timeout_s}));
-    if (impl->comm->world_size() != options.tensor_parallel) {
+    UP_ASSIGN_OR_RETURN(
+        comm, dist::MakeMpiCommunicator(dist::CommOptions{options.tensor_parallel_timeout_s}));
+    if (comm->world_size() != options.tensor_parallel) {
       return InvalidArgument(
           "--tensor-parallel " + std::to_string(options.tensor_parallel) + " needs " +
           std::to_string(options.tensor_parallel) + " processes: run it as `mpirun -np " +
           std::to_string(options.tensor_parallel) + " uniprefill ...` (this one is rank " +
-          std::to_string(impl->comm->rank()) + " of " +
-          std::to_string(impl->comm->world_size()) + ")");
+          std::to_string(comm->rank()) + " of " + std::to_string(comm->world_size()) + ")");
     }
-  }
-  if (options.device == "cuda") {
     // Under --tensor-parallel each process drives the GPU of its rank on its host (Open MPI's
-    // local rank), and its device collectives go through NCCL.
-    int device = 0;
-    if (impl->comm) {
-      const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-      device = local != nullptr ? std::atoi(local) : impl->comm->rank();
+    // local rank).
+    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    cuda_device = local != nullptr ? std::atoi(local) : comm->rank();
+  }
+  return EngineLoader::Load(options, std::move(comm), cuda_device, progress);
+}
+
+Result<std::unique_ptr<Engine>> EngineLoader::Load(const EngineOptions& options,
+                                                   std::unique_ptr<dist::Communicator> comm,
+                                                   int cuda_device,
+                                                   const ProgressCallback& progress) {
+  auto impl = std::make_unique<Engine::Impl>();
+  UP_ASSIGN_OR_RETURN(const CpuIsa requested_isa, ParseCpuIsa(options.cpu_isa));
+  UP_ASSIGN_OR_RETURN(const CpuIsa cpu_isa, ResolveCpuIsa(requested_isa, DetectCpuFeatures()));
+  impl->comm = std::move(comm);
+  impl->comm_timeout_s = options.tensor_parallel_timeout_s;
+  if (options.device == "cuda") {
+    // A tensor-parallel GPU rank's device collectives go through NCCL, unless the communicator
+    // has its own (tests: ranks as threads sharing one GPU).
+    if (impl->comm && !impl->comm->device_collectives()) {
 #ifdef UNIPREFILL_WITH_NCCL
-      UP_ASSIGN_OR_RETURN(impl->comm, dist::MakeNcclCommunicator(std::move(impl->comm), device));
+      UP_ASSIGN_OR_RETURN(impl->comm,
+                          dist::MakeNcclCommunicator(std::move(impl->comm), cuda_device));
 #else
       return Unimplemented("--tensor-parallel on the GPU needs NCCL, and this uniprefill was "
                            "built without nccl.h; rebuild with the CUDA toolkit's NCCL");
 #endif
     }
-    UP_ASSIGN_OR_RETURN(impl->ctx, DeviceContext::Cuda(device, options.threads));
+    UP_ASSIGN_OR_RETURN(impl->ctx, DeviceContext::Cuda(cuda_device, options.threads));
   } else if (options.device == "cpu" || options.device.empty()) {
     impl->ctx = DeviceContext::Cpu(options.threads, cpu_isa);
   } else {

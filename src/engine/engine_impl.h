@@ -30,6 +30,20 @@ struct Engine::Impl {
   int context_size = 0;
 };
 
+// Engine::Load's body on a given tensor-parallel communicator (null: none), so tests can run
+// ranks as threads (dist::MakeThreadCommunicators; on one GPU, wrapped by
+// dist::MakeStagedDeviceCommunicator) or a world of one through NCCL
+// (dist::MakeLocalCommunicator) with the product's engine, serving loop and followers.
+// Engine::Load starts the MPI world for --tensor-parallel N and calls this. On the GPU a
+// communicator without device collectives is wrapped in NCCL's on `cuda_device`, which the
+// context also uses. The model is this rank's shard whenever `comm` is set (world 1 included).
+struct EngineLoader {
+  static Result<std::unique_ptr<Engine>> Load(const EngineOptions& options,
+                                              std::unique_ptr<dist::Communicator> comm,
+                                              int cuda_device,
+                                              const ProgressCallback& progress = nullptr);
+};
+
 namespace engine_internal {
 
 

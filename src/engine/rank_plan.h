@@ -4,7 +4,8 @@
 // their shards and their own KV caches.
 //
 // What a plan carries is exactly what a follower cannot work out alone: which requests run, their
-// input token ids (a decode's is the token rank 0 sampled last step), the chunk / segment fields
+// input token ids (a decode's is the token rank 0 sampled last step, on the GPU or from host
+// logits: followers never sample), the chunk / segment fields
 // of the scheduler's ScheduledRequest, each request's selection parameters, the dense KV
 // reservation of a prefill that starts, and the requests whose caches to drop (finished,
 // aborted, preempted). Block ids are not sent: a follower's KvBlockManager makes the same

@@ -22,4 +22,11 @@ struct ServingKv {
 Result<ServingKv> SizeServingKv(const Model& model, const UniPrefillConfig& uniprefill,
                                 const ServingOptions& options);
 
+// A device model's serving setup, the same on rank 0 and on every tensor-parallel follower: its
+// pool fixed to exactly kv's blocks (Model::FixCachePool) and, with chunked prefill, its kernels
+// prepared for the step budgets and the context (Model::PrepareServing). Returns the seconds the
+// preparation took. Host models need none of it (0).
+Result<double> PrepareDeviceServing(Model& model, const ServingKv& kv,
+                                    const ServingOptions& options, int context_size);
+
 }  // namespace uniprefill

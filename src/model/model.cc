@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 
+#include "dist/communicator.h"
 #include "io/gguf.h"
 #include "io/hf_config.h"
 #include "model/gemma3.h"
@@ -90,8 +91,11 @@ Result<std::unique_ptr<Model>> Load(DeviceContext& ctx, const LoadOptions& optio
     return MakeModel(std::move(d), ctx, options);
   }
   LoadOptions host_options = options;
-  // Tensor parallel: f32 copies are made per shard (MakeModel), not for the whole model.
-  if (options.communicator != nullptr) host_options.f32_prefill_weights = false;
+  // Tensor parallel: f32 copies are made per shard (MakeModel), not for the whole model (a world
+  // of one keeps the whole model as its shard, so it makes them here as without a communicator).
+  if (options.communicator != nullptr && options.communicator->world_size() > 1) {
+    host_options.f32_prefill_weights = false;
+  }
   // The CPU model's progress is the loading itself (layers read).
   UP_ASSIGN_OR_RETURN(ModelDefinition d, load_definition(ctx, host_options));
   LoadOptions make_options = options;

@@ -147,8 +147,10 @@ struct LoadOptions {
   // the GPU twice over (a chunk of a few hundred rows deep in a long prompt). 0: never split.
   int gpu_prefix_split_min_keys = 2048;
   // Tensor parallel: this process's rank of the world (not owned; it must outlive the model).
-  // More than one rank: the model is this rank's shard (dist/shard_definition.h), every forward
-  // is a collective (all ranks run the same steps in the same order). CPU only for now.
+  // The model is this rank's shard (dist/shard_definition.h) and every forward is a collective
+  // (all ranks run the same steps in the same order). A world of one runs the same path (the
+  // whole model as its one shard, all-reduces over one rank): how one device tests it. On the
+  // GPU the communicator needs device collectives (NCCL, or the staged one for tests).
   dist::Communicator* communicator = nullptr;
   ProgressFn progress;
 };

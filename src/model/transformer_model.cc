@@ -60,7 +60,9 @@ Status TransformerModel::Walk(std::span<const SequenceStep> steps,
                               const UniPrefillConfig& uniprefill, const std::vector<int>& drops,
                               const ProgressFn& progress, ForwardStats* stats, PhaseClock& clock) {
   const ModelConfig& c = def_->config;
-  const bool tensor_parallel = comm_ != nullptr && comm_->world_size() > 1;
+  // A communicator means tensor parallel at any world size: a world of one runs the same steps
+  // (its all-reduces sum one rank), so it tests the N-rank path on one device.
+  const bool tensor_parallel = comm_ != nullptr;
   UP_RETURN_IF_ERROR(clock.Run(WalkPhase::kEmbed, [&] { return backend_->Embed(); }));
   if (tensor_parallel && def_->vocab_sharded()) UP_RETURN_IF_ERROR(backend_->ReduceOut(*comm_));
   size_t next_drop = 0;
@@ -131,7 +133,7 @@ std::vector<SegmentCost> TransformerModel::SegmentCosts(const std::vector<int>& 
 Result<std::unique_ptr<Model>> MakeModel(ModelDefinition definition, DeviceContext& ctx,
                                          const LoadOptions& options) {
   dist::Communicator* comm = options.communicator;
-  if (comm != nullptr && comm->world_size() > 1) {
+  if (comm != nullptr) {  // world 1 too: the whole model as its one shard, the same path
     const bool gpu = ctx.device() == Device::kCuda;
     if (gpu && !comm->device_collectives()) {
       return Unimplemented("tensor parallelism on the GPU needs device collectives (NCCL); " +
@@ -151,7 +153,7 @@ Result<std::unique_ptr<Model>> MakeModel(ModelDefinition definition, DeviceConte
   } else {
     UP_ASSIGN_OR_RETURN(backend, MakeCpuBackend(*def));
   }
-  if (comm != nullptr && comm->world_size() > 1) {
+  if (comm != nullptr) {
     UP_RETURN_IF_ERROR(backend->SetTensorParallel(comm));
   }
   return std::unique_ptr<Model>(

@@ -60,8 +60,8 @@ class TransformerModel final : public Model {
 
 // The model of `definition` on ctx's device (the CPU, or a CUDA context's GPU: weights uploaded as
 // bf16; LoadOptions::progress counts layers uploaded, gpu_delta_rule picks the DeltaNet kernel).
-// With LoadOptions::communicator of more than one rank, the definition is cut to this rank's
-// shard first (CPU only for now).
+// With LoadOptions::communicator, the definition is cut to this rank's shard first (a world of
+// one: the whole model, through the same path) and the walk all-reduces over it (CPU or GPU).
 Result<std::unique_ptr<Model>> MakeModel(ModelDefinition definition, DeviceContext& ctx,
                                          const LoadOptions& options = {});
 

@@ -209,7 +209,7 @@ Status CudaBackend::SyncedDrop(const AttentionLayer& L, std::vector<Req>& reqs,
     }
   }
   std::pair<int32_t*, int32_t*> counts{}, kept{};
-  if (any && drop.comm != nullptr && drop.comm->world_size() > 1) {
+  if (any && drop.comm != nullptr) {
     // Tensor parallel: each rank scored with its heads; every rank selects from the same sums.
     UP_RETURN_IF_ERROR(drop.comm->AllReduceDevice(importance_.data(), space, DType::kF32, stream));
   }
@@ -361,7 +361,7 @@ Status CudaBackend::BoundedDrop(const AttentionLayer& L, std::vector<Req>& reqs,
                             Heads(Bf16(qkv_, b * width + q_cols), reqs[r].rows(), Hkv, D, width),
                             obs_coord, d_index_ + b, a.scale);
   }
-  if (drop.comm != nullptr && drop.comm->world_size() > 1) {  // as SyncedDrop
+  if (drop.comm != nullptr) {  // as SyncedDrop
     UP_RETURN_IF_ERROR(drop.comm->AllReduceDevice(importance_.data(), T, DType::kF32, stream));
   }
   UP_RETURN_IF_ERROR(Mark(&ev_score.second));

@@ -1,8 +1,10 @@
 // Tensor parallelism on the CUDA backend (issue 21): the rank's shard runs the one layer walk like
 // the whole model; the walk's ReduceOut sums the row-parallel blocks' partial outputs (o_proj,
 // FFN down) over the ranks on the device, and the drops sum their block scores
-// (cuda_backend_drops.cc) so that every rank keeps the same rows. The vocabulary stays whole on
-// every rank (dist::ShardDefinition with split_vocabulary false), so the logits need no gather.
+// (cuda_backend_drops.cc) so that every rank keeps the same rows. MoE layers hold whole experts
+// and route over the replicated router (ops/cuda/cuda_moe.h's shards). The vocabulary stays whole
+// on every rank (dist::ShardDefinition with split_vocabulary false), so the logits need no gather
+// and a serving follower needs none of them. A communicator of one rank runs this same path.
 #include "core/cuda/cuda_context.h"
 #include "backend/cuda/cuda_backend_impl.h"
 

@@ -166,14 +166,19 @@ Status UploadDelta(DeviceContext& ctx, const GatedDeltaNetWeights& d, DeltaLayer
 }
 
 Status UploadMoe(DeviceContext& ctx, const MoeWeights& m, MoeLayer* L, int64_t* bytes) {
-  // The device kernels (ops/cuda/cuda_moe.h) index one [E, ...] expert tensor by the routed
-  // expert; an expert-parallel shard (dist/shard_layers.h) holds only some of them.
-  if (m.first_expert != 0 || static_cast<int64_t>(m.expert_gate_up.size()) != m.n_experts) {
-    return Unimplemented("the CUDA backend runs MoE layers only with all " +
-                         std::to_string(m.n_experts) + " experts on the device, but this "
-                         "tensor-parallel shard holds " + std::to_string(m.expert_gate_up.size()) +
-                         " (expert parallel); run tensor-parallel MoE models on the CPU backend");
+  // An expert-parallel shard (dist/shard_layers.h) holds experts [first_expert, first_expert +
+  // E_local) and the whole router: the device MoE routes over all E and runs the held ones.
+  const int64_t local = static_cast<int64_t>(m.expert_gate_up.size());
+  if (local < 1 || static_cast<int64_t>(m.expert_down.size()) != local || m.first_expert < 0 ||
+      m.first_expert + local > m.n_experts || m.router.out_features != m.n_experts) {
+    return InvalidArgument("MoE layer: experts [" + std::to_string(m.first_expert) + ", " +
+                           std::to_string(m.first_expert + local) + ") (" +
+                           std::to_string(m.expert_down.size()) + " down projections) of a " +
+                           "router of " + std::to_string(m.router.out_features) + " rows and " +
+                           std::to_string(m.n_experts) + " experts do not fit together");
   }
+  L->first_expert = m.first_expert;
+  L->local_experts = local;
   L->top_k = m.top_k;
   L->norm_topk = m.norm_topk_prob;
   L->n_experts = m.n_experts;

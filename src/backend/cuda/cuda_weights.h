@@ -48,16 +48,21 @@ struct DeltaLayer {
   DeviceBuffer conv_w, a_log, dt_bias, norm;  // f32 [conv_dim, K], [Hv], [Hv], [Dv]
 };
 
+// The router holds all n_experts rows; the expert tensors the local_experts from first_expert on
+// (all of them unless an expert-parallel shard, dist/shard_layers.h).
 struct MoeLayer {
   DeviceLinear router, experts_gate_up, experts_down, shared_gate_up, shared_down, shared_gate;
   int top_k = 0;
   bool norm_topk = true;
-  int64_t n_experts = 0, inter = 0;
+  int first_expert = 0;
+  int64_t n_experts = 0, local_experts = 0, inter = 0;
   ops::cuda::MoeDeviceWeights View() const {
     ops::cuda::MoeDeviceWeights w;
     w.router = router.view();
-    w.expert_gate_up = experts_gate_up.w.View(DType::kBF16, {n_experts, 2 * inter, router.in});
-    w.expert_down = experts_down.w.View(DType::kBF16, {n_experts, router.in, inter});
+    w.expert_gate_up =
+        experts_gate_up.w.View(DType::kBF16, {local_experts, 2 * inter, router.in});
+    w.expert_down = experts_down.w.View(DType::kBF16, {local_experts, router.in, inter});
+    w.first_expert = first_expert;
     w.shared_gate_up = shared_gate_up.view();
     w.shared_down = shared_down.view();
     w.shared_gate = shared_gate.view();
@@ -85,7 +90,8 @@ Status UploadAttention(DeviceContext& ctx, const AttentionWeights& a, AttentionL
 // GEMM output is [q | k | v | z | b | a].
 Status UploadDelta(DeviceContext& ctx, const GatedDeltaNetWeights& d, DeltaLayer* L,
                    int64_t* bytes);
-// MoE: every expert's gate_up (and down) stacked into one [E, 2I, H] ([E, H, I]) buffer.
+// MoE: every held expert's gate_up (and down) stacked into one [E_local, 2I, H] ([E_local, H, I])
+// buffer, the router whole; a shard (MoeWeights::first_expert) keeps its first expert's index.
 Status UploadMoe(DeviceContext& ctx, const MoeWeights& m, MoeLayer* L, int64_t* bytes);
 
 }  // namespace uniprefill::cuda_backend

@@ -130,7 +130,7 @@ Result<std::vector<int32_t>> SelectRows(DeviceContext& ctx, const AttentionWeigh
   std::vector<float> importance(kv.n, 0.0f);
   ops::AttentionImportance(ctx, importance.data(), q_obs, kv.k, batch.indices() + s.end - n_obs,
                            kv.index, w.scale);
-  if (drop.comm != nullptr && drop.comm->world_size() > 1) {
+  if (drop.comm != nullptr) {
     UP_RETURN_IF_ERROR(drop.comm->AllReduce(importance.data(), kv.n, dist::ReduceOp::kSum));
   }
   const auto t1 = Clock::now();

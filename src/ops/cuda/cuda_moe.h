@@ -20,6 +20,13 @@
 //   7. the shared expert (the same GEMM kernel, one group) and its gate sigmoid(x . shared_gate);
 //   8. combine, one block per row: out = sum over the k choices in ascending expert index of
 //      weight * expert_out, then + sigmoid(gate) * shared_out, in f32, rounded to bf16 once.
+// Tensor parallel (expert parallel, dist/shard_layers.h; the CPU twin is model/blocks/moe.h): the
+// weights may hold a shard, experts [first_expert, first_expert + E_local) of the router's E with
+// a column slice of the shared expert. Routing still runs over all E router rows (the router is
+// replicated), so every rank picks the same top-k and weights as one process; choices of another
+// rank's experts get no slot (steps 3-6 skip them) and add nothing in the combine, and the shared
+// expert's slice adds its partial sum. The output is this rank's partial sum, which the layer
+// walk's all-reduce completes; a whole model is the shard first_expert 0, E_local = E.
 // Determinism (MoeGemm::kOurs): every row's result depends only on that row (not on the batch or
 // on the slot order the atomics chose), and two runs give identical bits.
 #pragma once
@@ -33,14 +40,18 @@
 namespace uniprefill::ops::cuda {
 
 struct MoeDeviceWeights {
-  TensorView router;          // bf16 [E, H]
-  TensorView expert_gate_up;  // bf16 [E, 2I, H]: per expert gate rows then up rows (contiguous)
-  TensorView expert_down;     // bf16 [E, H, I] (contiguous)
-  TensorView shared_gate_up;  // bf16 [2Is, H]
+  TensorView router;          // bf16 [E, H]: all of the model's experts, also in a shard
+  TensorView expert_gate_up;  // bf16 [E_local, 2I, H]: per expert gate rows then up rows
+  TensorView expert_down;     // bf16 [E_local, H, I] (contiguous)
+  TensorView shared_gate_up;  // bf16 [2Is, H] (a shard: its Is columns' gate rows, then up rows)
   TensorView shared_down;     // bf16 [H, Is]
   TensorView shared_gate;     // bf16 [1, H]
   int top_k = 0;
   bool norm_topk_prob = true;
+  // The routed expert expert_gate_up[0] is: 0 unless this is an expert-parallel shard.
+  int first_expert = 0;
+  int64_t n_experts() const { return router.dim(0); }            // E, what routing ranks
+  int64_t local_experts() const { return expert_gate_up.dim(0); }  // E_local, what runs here
 };
 
 // Which kernels run the expert GEMMs (steps 4 and 6), the shared expert's (7) and the router's (1).
@@ -63,7 +74,7 @@ size_t MoeScratchBytes(int64_t max_rows, const MoeDeviceWeights& w);
 // out bf16 [T, H] = MoE(x bf16 [T, H]) (rows of out/x may be strided; out must not alias x).
 // scratch: device memory of at least MoeScratchBytes(T, w) bytes, 256-byte aligned.
 // Requirements: H, I, Is multiples of 8; x's row stride a multiple of 8 and x 16-byte aligned;
-// 1 <= top_k <= min(E, 32). T == 0 is a no-op.
+// 1 <= top_k <= min(E, 32); 0 <= first_expert, first_expert + E_local <= E. T == 0 is a no-op.
 void MoeForward(DeviceContext& ctx, TensorView out, TensorView x, const MoeDeviceWeights& w,
                 void* scratch, size_t scratch_bytes, MoeGemm gemm = MoeGemm::kOurs);
 

@@ -228,9 +228,11 @@ __device__ __forceinline__ float WarpSum(float v) {
 constexpr int kRouteWarps = 4;
 
 // One warp per row: softmax over E (f32), top-k (ties: lower index), choices in ascending expert
-// index with their (renormalised) weights; counts[e] += 1 per choice.
+// index with their (renormalised) weights; counts[e - first] += 1 per choice of a local expert
+// (e in [first, first + n_local)): a shard's routing is the whole model's.
 __global__ void RouteKernel(const float* __restrict__ logits, int64_t t_rows, int n_experts,
-                            int top_k, bool norm, int32_t* __restrict__ choice_expert,
+                            int first, int n_local, int top_k, bool norm,
+                            int32_t* __restrict__ choice_expert,
                             float* __restrict__ choice_weight, int32_t* __restrict__ counts) {
   extern __shared__ float route_smem[];  // [kRouteWarps][E]
   __shared__ int sel_idx[kRouteWarps][kMaxTopK];
@@ -298,7 +300,8 @@ __global__ void RouteKernel(const float* __restrict__ logits, int64_t t_rows, in
     for (int j = 0; j < top_k; ++j) {
       choice_expert[t * top_k + j] = idx[j];
       choice_weight[t * top_k + j] = norm ? pv[j] / top_sum : pv[j];
-      atomicAdd(&counts[idx[j]], 1);
+      const int local = idx[j] - first;
+      if (local >= 0 && local < n_local) atomicAdd(&counts[local], 1);
     }
   }
 }
@@ -338,15 +341,19 @@ __global__ void __launch_bounds__(kScanThreads)
   }
 }
 
-// Every (row, choice) gets a slot in its expert's range: slot_row[slot] = row,
-// choice_slot[row * k + j] = slot.
+// Every (row, choice) of a local expert gets a slot in its expert's range: slot_row[slot] = row,
+// choice_slot[row * k + j] = slot; a choice of another rank's expert gets slot -1 (no GEMM row).
 __global__ void ScatterKernel(const int32_t* __restrict__ choice_expert, int64_t n_choices,
-                              int top_k, const int32_t* __restrict__ offsets,
-                              int32_t* __restrict__ fill, int32_t* __restrict__ slot_row,
-                              int32_t* __restrict__ choice_slot) {
+                              int top_k, int first, int n_local,
+                              const int32_t* __restrict__ offsets, int32_t* __restrict__ fill,
+                              int32_t* __restrict__ slot_row, int32_t* __restrict__ choice_slot) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n_choices) return;
-  const int e = choice_expert[i];
+  const int e = choice_expert[i] - first;
+  if (e < 0 || e >= n_local) {
+    choice_slot[i] = -1;
+    return;
+  }
   const int slot = offsets[e] + atomicAdd(&fill[e], 1);
   slot_row[slot] = static_cast<int32_t>(i / top_k);
   choice_slot[i] = slot;
@@ -354,7 +361,8 @@ __global__ void ScatterKernel(const int32_t* __restrict__ choice_expert, int64_t
 
 constexpr int kCombineThreads = 256;
 
-// One block per row: out[t] = sum_j w_j y[slot_j] (ascending expert) + sigmoid(x . gate) * ys[t].
+// One block per row: out[t] = sum_j w_j y[slot_j] (ascending expert; choices without a slot,
+// another rank's experts, add nothing) + sigmoid(x . gate) * ys[t].
 // kVec: 8 columns per thread and 16-byte loads and stores (y, ys and out rows 16-byte aligned,
 // hidden a multiple of 8); each column's sum runs in the same order either way. Measured on the
 // H200 at 128K rows x 2048 (top 10): scalar 2-byte loads took 3.7 ms, about half of HBM's pace.
@@ -391,6 +399,7 @@ __global__ void CombineKernel(bf16* __restrict__ out, int64_t ld_out, const bf16
       float acc[8] = {};
 #pragma unroll 4
       for (int j = 0; j < top_k; ++j) {
+        if (slots[j] < 0) continue;
         const uint4 raw = *reinterpret_cast<const uint4*>(y + int64_t{slots[j]} * hidden + d);
         const __nv_bfloat162* v = reinterpret_cast<const __nv_bfloat162*>(&raw);
 #pragma unroll
@@ -415,6 +424,7 @@ __global__ void CombineKernel(bf16* __restrict__ out, int64_t ld_out, const bf16
     for (int d = threadIdx.x; d < hidden; d += kCombineThreads) {
       float acc = 0.0f;
       for (int j = 0; j < top_k; ++j) {
+        if (slots[j] < 0) continue;
         acc += weights[j] * __bfloat162float(y[static_cast<int64_t>(slots[j]) * hidden + d]);
       }
       acc += s * __bfloat162float(ysr[d]);
@@ -425,15 +435,18 @@ __global__ void CombineKernel(bf16* __restrict__ out, int64_t ld_out, const bf16
 
 // ---- scratch layout ----
 
+// e: the experts held here (E_local: the GEMMs' groups); e_all: the router's (E: routing).
 struct Dims {
-  int64_t t = 0, h = 0, e = 0, inter = 0, shared_inter = 0;
+  int64_t t = 0, h = 0, e = 0, e_all = 0, first = 0, inter = 0, shared_inter = 0;
   int k = 0;
 };
 
 Dims DimsOf(int64_t rows, const MoeDeviceWeights& w) {
   Dims d;
   d.t = rows;
-  d.e = w.router.dim(0);
+  d.e = w.local_experts();
+  d.e_all = w.n_experts();
+  d.first = w.first_expert;
   d.h = w.router.dim(1);
   d.inter = w.expert_gate_up.dim(1) / 2;
   d.shared_inter = w.shared_gate_up.dim(0) / 2;
@@ -456,7 +469,7 @@ Layout LayoutOf(const Dims& d) {
     return here;
   };
   const size_t p = static_cast<size_t>(d.t) * d.k;
-  l.logits = take(4 * d.t * d.e);
+  l.logits = take(4 * d.t * d.e_all);
   l.choice_expert = take(4 * p);
   l.choice_weight = take(4 * p);
   l.counts = take(4 * d.e);
@@ -583,7 +596,8 @@ static void LibraryExperts(DeviceContext& ctx, TensorView x, const MoeDeviceWeig
   std::vector<int32_t> off(E + 1);
   UP_CUDA_CHECK(cudaMemcpyAsync(off.data(), offsets, 4 * (E + 1), cudaMemcpyDeviceToHost, stream));
   UP_CUDA_CHECK(cudaStreamSynchronize(stream));
-  TensorView xg = Rows2D(y, P, H, H);
+  // Only the slots of this device's experts hold rows (all P unless an expert-parallel shard).
+  TensorView xg = Rows2D(y, off[E], H, H);
   ops::cuda::GatherRows(ctx, xg, x, slot_row);
   std::vector<GroupedGemmGroup> groups(E);
   auto check = [](const Status& st) {
@@ -616,13 +630,15 @@ static void LibraryExperts(DeviceContext& ctx, TensorView x, const MoeDeviceWeig
 void MoeForward(DeviceContext& ctx, TensorView out, TensorView x, const MoeDeviceWeights& w,
                 void* scratch, size_t scratch_bytes, MoeGemm gemm) {
   const Dims d = DimsOf(x.dim(0), w);
-  const int64_t T = d.t, H = d.h, E = d.e, I = d.inter, Is = d.shared_inter;
+  // E: the router's experts (routing); E_local: those held here (grouping and GEMMs).
+  const int64_t T = d.t, H = d.h, E = d.e_all, E_local = d.e, I = d.inter, Is = d.shared_inter;
   const int k = d.k;
   assert(x.dtype == DType::kBF16 && out.dtype == DType::kBF16 && x.dim(1) == H);
   assert(out.dim(0) == T && out.dim(1) == H && out.data != x.data);
   assert(x.stride[1] == 1 && out.stride[1] == 1);
-  assert(w.expert_gate_up.dim(0) == E && w.expert_gate_up.dim(2) == H);
-  assert(w.expert_down.dim(0) == E && w.expert_down.dim(1) == H && w.expert_down.dim(2) == I);
+  assert(d.first >= 0 && d.first + E_local <= E && w.expert_gate_up.dim(2) == H);
+  assert(w.expert_down.dim(0) == E_local && w.expert_down.dim(1) == H &&
+         w.expert_down.dim(2) == I);
   assert(w.shared_down.dim(0) == H && w.shared_down.dim(1) == Is && w.shared_gate.dim(1) == H);
   assert(k >= 1 && k <= E && k <= kMaxTopK);
   assert(H % 8 == 0 && I % 8 == 0 && Is % 8 == 0);
@@ -665,19 +681,20 @@ void MoeForward(DeviceContext& ctx, TensorView out, TensorView x, const MoeDevic
     LaunchGroupedGemm<float>(a, (T + kBM - 1) / kBM, stream, wgmma);
   }
   // 2. Routing and counts; 3. offsets and slots.
-  UP_CUDA_CHECK(cudaMemsetAsync(counts, 0, 4 * E, stream));
+  const int first = static_cast<int>(d.first), n_local = static_cast<int>(E_local);
+  if (E_local > 0) UP_CUDA_CHECK(cudaMemsetAsync(counts, 0, 4 * E_local, stream));
   {
     const int64_t blocks = (T + kRouteWarps - 1) / kRouteWarps;
     const size_t smem = sizeof(float) * kRouteWarps * E;
     RouteKernel<<<static_cast<unsigned>(blocks), kRouteWarps * 32, smem, stream>>>(
-        logits, T, static_cast<int>(E), k, w.norm_topk_prob, choice_expert, choice_weight, counts);
+        logits, T, static_cast<int>(E), first, n_local, k, w.norm_topk_prob, choice_expert,
+        choice_weight, counts);
     UP_CUDA_CHECK_LAUNCH();
   }
-  ScanKernel<<<1, kScanThreads, 0, stream>>>(counts, static_cast<int>(E), offsets, tile_offsets,
-                                             fill);
+  ScanKernel<<<1, kScanThreads, 0, stream>>>(counts, n_local, offsets, tile_offsets, fill);
   UP_CUDA_CHECK_LAUNCH();
   ScatterKernel<<<static_cast<unsigned>((P + 255) / 256), 256, 0, stream>>>(
-      choice_expert, P, k, offsets, fill, slot_row, choice_slot);
+      choice_expert, P, k, first, n_local, offsets, fill, slot_row, choice_slot);
   UP_CUDA_CHECK_LAUNCH();
 
   if (gemm == MoeGemm::kLibrary) {

@@ -1,9 +1,12 @@
 // Tensor parallelism on the GPU (issue 21): the device collectives of the staged transport (N
-// ranks as threads on one GPU) and of NCCL at world size 1, and the sharded CUDA model: two ranks
-// on one GPU, each with its shard of the tiny Llama and Gemma 3 checkpoints (heads and FFN
-// columns; the vocabulary whole), against the unsharded model on the same GPU: the ranks agree
-// bit for bit, the kept counts at every drop and the greedy tokens equal TP 1's, the logits are
-// within a bound (bf16 partial sums of o_proj and FFN down add in another order).
+// ranks as threads on one GPU) and of NCCL at world size 1, and the sharded CUDA model: N ranks
+// on one GPU, each with its shard of a tiny checkpoint (heads and FFN columns; Qwen3-Next's Gated
+// DeltaNet by key-head groups and its MoE by whole experts with the router replicated; the
+// vocabulary whole), against the unsharded model on the same GPU: the ranks agree bit for bit,
+// the kept counts at every drop and the greedy tokens equal TP 1's, the logits are within a bound
+// (bf16 partial sums of o_proj, FFN / MoE down and DeltaNet out_proj add in another order). And
+// the sharded path at world size 1 through NCCL (the whole model as its one shard, every
+// all-reduce run over one rank) equals the run without a communicator bit for bit.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -23,6 +26,7 @@
 #include "dist/thread_communicator.h"
 #include "model/model.h"
 #include "testing/compare.h"
+#include "testing/cuda_model_fixtures.h"
 #include "testing/cuda_test_util.h"
 #include "testing/tp_run.h"
 #ifdef UNIPREFILL_WITH_NCCL
@@ -118,39 +122,55 @@ testing::RunResult RunRank(const std::string& path, dist::Communicator* comm,
 // bf16 partial sums in another order: measured on the H200, Llama 8.4e-3 and Gemma 3 1.45e-2
 // (bench/results/gpu/issue21_gpu_tp/); the bound leaves 1.7x.
 constexpr double kTpLogitsBound = 2.5e-2;
+// Qwen3-Next (all experts routed, so no router near-tie flips): not measured yet; its DeltaNet
+// makes some prompts ill-conditioned under bf16 rounding (cuda_model_fixtures.h's
+// kQwenLogitsBound note), so the bound is twice the others'. The printed error is the measurement.
+constexpr double kTpQwenLogitsBound = 5e-2;
 
-void ExpectTwoRanksEqualOne(const std::string& family) {
-  const std::string path = std::string(UP_SOURCE_DIR) + "/tests/goldens/hf_tiny/" + family;
+// `world` ranks as threads on one GPU (the staged transport), each loading its shard of the
+// model at `path`, against the unsharded model on the same GPU.
+void ExpectRanksEqualOne(const std::string& path, const std::string& label, int world,
+                         double bound) {
   const std::vector<int32_t> prompt = testing::RandomPrompt(700, 500);
   constexpr int kSteps = 6;
   const testing::RunResult one = RunRank(path, nullptr, prompt, kSteps);
   ASSERT_TRUE(one.error.empty()) << one.error;
-  auto hosts = dist::MakeThreadCommunicators(2, dist::CommOptions{});
+  auto hosts = dist::MakeThreadCommunicators(world, dist::CommOptions{});
   std::vector<std::unique_ptr<dist::Communicator>> comms;
   for (auto& h : hosts) comms.push_back(dist::MakeStagedDeviceCommunicator(std::move(h)));
-  std::vector<testing::RunResult> ranks(2);
+  std::vector<testing::RunResult> ranks(world);
   std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r) {
+  for (int r = 0; r < world; ++r) {
     threads.emplace_back([&, r] { ranks[r] = RunRank(path, comms[r].get(), prompt, kSteps); });
   }
   for (std::thread& t : threads) t.join();
-  for (int r = 0; r < 2; ++r) ASSERT_TRUE(ranks[r].error.empty()) << ranks[r].error;
-  EXPECT_EQ(ranks[0].prompt_logits, ranks[1].prompt_logits) << "the ranks disagree";
-  EXPECT_EQ(ranks[0].greedy, ranks[1].greedy);
-  ASSERT_EQ(ranks[0].kept.size(), one.kept.size());
+  for (int r = 0; r < world; ++r) ASSERT_TRUE(ranks[r].error.empty()) << ranks[r].error;
   ASSERT_FALSE(one.kept.empty());
-  for (size_t i = 0; i < one.kept.size(); ++i) {
-    EXPECT_EQ(ranks[0].kept[i].kept, one.kept[i].kept) << "drop " << i;
-    EXPECT_EQ(ranks[1].kept[i].kept, one.kept[i].kept) << "drop " << i;
+  for (int r = 0; r < world; ++r) {
+    EXPECT_EQ(ranks[r].prompt_logits, ranks[0].prompt_logits) << "rank " << r << " disagrees";
+    EXPECT_EQ(ranks[r].greedy, ranks[0].greedy) << "rank " << r;
+    ASSERT_EQ(ranks[r].kept.size(), one.kept.size());
+    for (size_t i = 0; i < one.kept.size(); ++i) {
+      EXPECT_EQ(ranks[r].kept[i].kept, one.kept[i].kept) << "rank " << r << " drop " << i;
+      EXPECT_EQ(ranks[r].kept[i].alive, one.kept[i].alive) << "rank " << r << " drop " << i;
+    }
   }
   EXPECT_LT(one.kept[0].kept, one.kept[0].alive) << "the first drop should drop rows";
   const double err = testing::RelativeL2Error(ranks[0].prompt_logits, one.prompt_logits);
-  EXPECT_LT(err, kTpLogitsBound);
+  EXPECT_LT(err, bound);
   EXPECT_EQ(ranks[0].greedy, one.greedy);
-  std::printf("GPU TP 2 (staged, one GPU) vs TP 1, %s: prompt logits error %.2e, kept",
-              family.c_str(), err);
+  std::printf("GPU TP %d (staged, one GPU) vs TP 1, %s: prompt logits error %.2e, kept", world,
+              label.c_str(), err);
   for (const KeptTokens& k : one.kept) std::printf(" %d/%d", k.kept, k.alive);
   std::printf(", greedy %s\n", ranks[0].greedy == one.greedy ? "equal" : "differ");
+}
+
+std::string TinyPath(const std::string& family) {
+  return std::string(UP_SOURCE_DIR) + "/tests/goldens/hf_tiny/" + family;
+}
+
+void ExpectTwoRanksEqualOne(const std::string& family) {
+  ExpectRanksEqualOne(TinyPath(family), family, 2, kTpLogitsBound);
 }
 
 TEST(CudaTensorParallelTest, TinyLlamaTwoRanksOnOneGpuEqualOne) {
@@ -163,6 +183,98 @@ TEST(CudaTensorParallelTest, TinyGemma3TwoRanksOnOneGpuEqualOne) {
   UP_CUDA_TEST_CONTEXT(ctx);
   (void)ctx;
   ExpectTwoRanksEqualOne("gemma3");
+}
+
+// Four ranks: one query head each, the two KV heads replicated over their GQA groups.
+TEST(CudaTensorParallelTest, TinyLlamaFourRanksOnOneGpuEqualOne) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  (void)ctx;
+  ExpectRanksEqualOne(TinyPath("llama"), "llama", 4, kTpLogitsBound);
+}
+
+// Qwen3-Next's shards on the GPU: Gated DeltaNet by key-head groups (one key head and its two
+// value heads per rank: in_proj rows, conv channels, the rank's own recurrent state, out_proj
+// columns) and the MoE by whole experts (two of four per rank, the router whole, the shared
+// expert's columns), with gated attention by heads. Every expert routed (cuda_model_fixtures.h's
+// QwenAllExpertsDir: the checkpoint's weights, top-k = E), so every row's MoE output is the sum
+// of both ranks' experts and no router near-tie can flip a choice; the tiny checkpoint's two key
+// heads allow at most two ranks (N = 4 of the DeltaNet and MoE cuts: shard_layers_test.cc on the
+// CPU, moe_cuda_test.cc's shards on the GPU).
+TEST(CudaTensorParallelTest, TinyQwen3NextTwoRanksOnOneGpuEqualOne) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  (void)ctx;
+  ExpectRanksEqualOne(cuda_model_test::QwenAllExpertsDir(), "qwen3_next (all experts)", 2,
+                      kTpQwenLogitsBound);
+}
+
+// The checkpoint's own top-2 of 4 routing across two ranks: each rank skips the choices of the
+// other's experts. A router near-tie flipped by the bf16 partial sums changes a row by O(1), so
+// only what does not depend on that is checked: the ranks agree bit for bit (logits, tokens, kept
+// counts). Printed, not checked: the logits error, kept counts and tokens against TP 1.
+TEST(CudaTensorParallelTest, TinyQwen3NextTopTwoRoutingTwoRanksAgree) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  (void)ctx;
+  const std::string path = TinyPath("qwen3_next");
+  const std::vector<int32_t> prompt = testing::RandomPrompt(700, 500);
+  const testing::RunResult one = RunRank(path, nullptr, prompt, 4);
+  ASSERT_TRUE(one.error.empty()) << one.error;
+  auto hosts = dist::MakeThreadCommunicators(2, dist::CommOptions{});
+  std::vector<std::unique_ptr<dist::Communicator>> comms;
+  for (auto& h : hosts) comms.push_back(dist::MakeStagedDeviceCommunicator(std::move(h)));
+  std::vector<testing::RunResult> ranks(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] { ranks[r] = RunRank(path, comms[r].get(), prompt, 4); });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(ranks[r].error.empty()) << ranks[r].error;
+  EXPECT_EQ(ranks[0].prompt_logits, ranks[1].prompt_logits) << "the ranks disagree";
+  EXPECT_EQ(ranks[0].decode_logits, ranks[1].decode_logits);
+  EXPECT_EQ(ranks[0].greedy, ranks[1].greedy);
+  ASSERT_EQ(ranks[0].kept.size(), ranks[1].kept.size());
+  ASSERT_EQ(ranks[0].kept.size(), one.kept.size());
+  std::printf("GPU TP 2 vs TP 1, qwen3_next top-2 routing: prompt logits error %.2e, kept",
+              testing::RelativeL2Error(ranks[0].prompt_logits, one.prompt_logits));
+  for (size_t i = 0; i < one.kept.size(); ++i) {
+    EXPECT_EQ(ranks[0].kept[i].kept, ranks[1].kept[i].kept) << "drop " << i;
+    std::printf(" %d (TP 1 %d)", ranks[0].kept[i].kept, one.kept[i].kept);
+  }
+  std::printf(", greedy %s\n", ranks[0].greedy == one.greedy ? "equal" : "differ");
+}
+
+// The sharded path at world size 1 through NCCL (PlanShards and ShardDefinition of one rank,
+// SetTensorParallel, every ReduceOut and drop-score all-reduce through ncclAllReduce of one
+// rank) gives the run without a communicator bit for bit: logits, kept counts and tokens.
+TEST(CudaTensorParallelTest, NcclWorldOfOneEqualsNoCommunicatorBitForBit) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  (void)ctx;
+#ifndef UNIPREFILL_WITH_NCCL
+  GTEST_SKIP() << "built without nccl.h";
+#else
+  const std::vector<int32_t> prompt = testing::RandomPrompt(700, 500);
+  for (const std::string family : {"llama", "gemma3", "qwen3_next"}) {
+    auto comm = dist::MakeNcclCommunicator(dist::MakeLocalCommunicator(), 0);
+    if (!comm.ok() && comm.status().code() == ErrorCode::kUnimplemented) {
+      GTEST_SKIP() << comm.status().message();
+    }
+    ASSERT_TRUE(comm.ok()) << comm.status().message();
+    const testing::RunResult one = RunRank(TinyPath(family), nullptr, prompt, 6);
+    const testing::RunResult nccl = RunRank(TinyPath(family), comm->get(), prompt, 6);
+    ASSERT_TRUE(one.error.empty()) << one.error;
+    ASSERT_TRUE(nccl.error.empty()) << nccl.error;
+    EXPECT_EQ(nccl.prompt_logits, one.prompt_logits) << family;
+    EXPECT_EQ(nccl.decode_logits, one.decode_logits) << family;
+    EXPECT_EQ(nccl.greedy, one.greedy) << family;
+    ASSERT_EQ(nccl.kept.size(), one.kept.size()) << family;
+    for (size_t i = 0; i < one.kept.size(); ++i) {
+      EXPECT_EQ(nccl.kept[i].kept, one.kept[i].kept) << family << " drop " << i;
+    }
+    std::printf("GPU TP 1 through NCCL vs no communicator, %s: %s\n", family.c_str(),
+                nccl.prompt_logits == one.prompt_logits && nccl.greedy == one.greedy
+                    ? "bit-identical"
+                    : "DIFFERENT");
+  }
+#endif
 }
 
 // A transport without device collectives is refused with a clear error, not run wrong.

@@ -2,8 +2,9 @@
 // the same bf16-representable inputs and weights: several sizes (odd row counts 1, 7, 300, 2000;
 // E = 4 / top 2 as the tiny Qwen3-Next checkpoint, E = 64 / top 8, E = 128 / top 10), with and
 // without renormalisation, strided x and out rows, exact routing ties, and batch independence
-// (bit-identical rows whether run together or alone). Outputs are poisoned with 0xFF (bf16 NaN)
-// first, so an unwritten element fails.
+// (bit-identical rows whether run together or alone), and expert-parallel shards (N = 2, 4: each
+// shard against the CPU shard of dist::ShardMoe, the shards' sum against the whole layer).
+// Outputs are poisoned with 0xFF (bf16 NaN) first, so an unwritten element fails.
 // Error bound: the GPU rounds the expert and shared activations (gate/up GEMM output, SiLU * up,
 // down GEMM output) to bf16 where the CPU keeps f32, and the output to bf16: each a relative
 // error up to 2^-9 (RMS ~1.1e-3); normalised error < 1e-2 (measured values are printed).
@@ -21,6 +22,7 @@
 #include "core/buffer.h"
 #include "core/cuda/cuda_context.h"
 #include "core/cuda/device_buffer.h"
+#include "dist/shard_layers.h"
 #include "model/blocks/moe.h"
 #include "ops/cuda/cuda_dense_ops.h"
 #include "ops/cuda/cuda_moe.h"
@@ -88,19 +90,24 @@ struct MoeFixture {
     for (Weight* w : {&router, &gate_up, &down, &shared_gate_up, &shared_down, &shared_gate}) {
       w->Upload();
     }
-    cpu = MoeWeights();
-    cpu.router = CpuLinear(router.host.data(), s.e, s.h);
+    cpu = MakeCpu();
+  }
+  // The CPU weights over the host values (a fresh set: dist::ShardMoe cuts its argument).
+  MoeWeights MakeCpu() const {
+    MoeWeights w;
+    w.router = CpuLinear(router.host.data(), s.e, s.h);
     for (int64_t e = 0; e < s.e; ++e) {
-      cpu.expert_gate_up.push_back(
+      w.expert_gate_up.push_back(
           CpuLinear(gate_up.host.data() + e * 2 * s.inter * s.h, 2 * s.inter, s.h));
-      cpu.expert_down.push_back(CpuLinear(down.host.data() + e * s.h * s.inter, s.h, s.inter));
+      w.expert_down.push_back(CpuLinear(down.host.data() + e * s.h * s.inter, s.h, s.inter));
     }
-    cpu.shared_gate_up = CpuLinear(shared_gate_up.host.data(), 2 * s.shared_inter, s.h);
-    cpu.shared_down = CpuLinear(shared_down.host.data(), s.h, s.shared_inter);
-    cpu.shared_expert_gate = CpuLinear(shared_gate.host.data(), 1, s.h);
-    cpu.n_experts = static_cast<int>(s.e);
-    cpu.top_k = static_cast<int>(s.k);
-    cpu.norm_topk_prob = s.norm;
+    w.shared_gate_up = CpuLinear(shared_gate_up.host.data(), 2 * s.shared_inter, s.h);
+    w.shared_down = CpuLinear(shared_down.host.data(), s.h, s.shared_inter);
+    w.shared_expert_gate = CpuLinear(shared_gate.host.data(), 1, s.h);
+    w.n_experts = static_cast<int>(s.e);
+    w.top_k = static_cast<int>(s.k);
+    w.norm_topk_prob = s.norm;
+    return w;
   }
   ops::cuda::MoeDeviceWeights Device() const {
     auto v = [](const Weight& w, std::initializer_list<int64_t> shape) {
@@ -128,15 +135,14 @@ TensorView Strided(void* data, DType dtype, int64_t rows, int64_t cols, int64_t 
 
 // Runs the GPU MoE on x (host f32 [T, stride_x], bf16-representable, valid columns [0, H)) and
 // returns out as f32 [T, H] (out rows stride_out apart on the device, padding checked untouched).
-std::vector<float> RunGpu(DeviceContext& ctx, const MoeFixture& f, const std::vector<float>& x,
-                          int64_t T, int64_t stride_x, int64_t stride_out,
-                          ops::cuda::MoeGemm gemm = ops::cuda::MoeGemm::kOurs) {
-  const int64_t H = f.s.h;
+std::vector<float> RunGpuOn(DeviceContext& ctx, const ops::cuda::MoeDeviceWeights& w,
+                            const std::vector<float>& x, int64_t T, int64_t stride_x,
+                            int64_t stride_out, ops::cuda::MoeGemm gemm) {
+  const int64_t H = w.router.dim(1);
   DeviceBuffer dx(std::max<size_t>(2, x.size() * 2));
   if (!x.empty()) dx.CopyFromHost(ut::ToBf16(x).data(), x.size() * 2);
   DeviceBuffer dout(std::max<size_t>(2, T * stride_out * 2));
   dout.Fill(0xFF);
-  const ops::cuda::MoeDeviceWeights w = f.Device();
   const size_t scratch_bytes = ops::cuda::MoeScratchBytes(T, w);
   DeviceBuffer scratch(std::max<size_t>(256, scratch_bytes));
   scratch.Fill(0xFF);  // the op must not rely on zeroed scratch
@@ -154,17 +160,28 @@ std::vector<float> RunGpu(DeviceContext& ctx, const MoeFixture& f, const std::ve
   return out;
 }
 
-// The CPU MoeForward on the valid columns of x.
-std::vector<float> RunCpu(const MoeFixture& f, const std::vector<float>& x, int64_t T,
-                          int64_t stride_x) {
-  const int64_t H = f.s.h;
+std::vector<float> RunGpu(DeviceContext& ctx, const MoeFixture& f, const std::vector<float>& x,
+                          int64_t T, int64_t stride_x, int64_t stride_out,
+                          ops::cuda::MoeGemm gemm = ops::cuda::MoeGemm::kOurs) {
+  return RunGpuOn(ctx, f.Device(), x, T, stride_x, stride_out, gemm);
+}
+
+// The CPU MoeForward of `w` on the valid columns of x.
+std::vector<float> RunCpuOn(const MoeWeights& w, const std::vector<float>& x, int64_t T,
+                            int64_t stride_x) {
+  const int64_t H = w.router.in_features;
   std::vector<float> xc(T * H), out(T * H);
   for (int64_t t = 0; t < T; ++t) {
     std::copy(x.begin() + t * stride_x, x.begin() + t * stride_x + H, xc.begin() + t * H);
   }
-  MoeForward(Cpu(), f.cpu, TensorView::Contiguous(xc.data(), DType::kF32, {T, H}),
+  MoeForward(Cpu(), w, TensorView::Contiguous(xc.data(), DType::kF32, {T, H}),
              TensorView::Contiguous(out.data(), DType::kF32, {T, H}));
   return out;
+}
+
+std::vector<float> RunCpu(const MoeFixture& f, const std::vector<float>& x, int64_t T,
+                          int64_t stride_x) {
+  return RunCpuOn(f.cpu, x, T, stride_x);
 }
 
 void CheckCase(DeviceContext& ctx, const MoeSpec& spec, const std::vector<int64_t>& rows,
@@ -327,6 +344,128 @@ TEST(CudaMoeTest, RowsAreBitIdenticalInAnyBatch) {
   const std::vector<float> xs(x.begin() + b * s.h, x.begin() + (b + n) * s.h);
   const std::vector<float> slice = RunGpu(ctx, f, xs, n, s.h, s.h);
   EXPECT_TRUE(std::equal(slice.begin(), slice.end(), whole.begin() + b * s.h));
+}
+
+// Rank r of `world`'s expert-parallel shard of f on the device, as dist::ShardMoe cuts it on the
+// host: experts [E r / world, E (r + 1) / world) as views into the whole expert tensors, the
+// router whole, the shared expert's columns [Is r / world, Is (r + 1) / world) (its gate and up
+// rows, its down columns) copied.
+struct DeviceShard {
+  Weight shared_gate_up, shared_down;
+  ops::cuda::MoeDeviceWeights w;
+
+  DeviceShard(const MoeFixture& f, int r, int world) {
+    const MoeSpec& s = f.s;
+    const int64_t per = s.e / world, first = per * r;
+    const int64_t is = s.shared_inter / world, c0 = is * r;
+    for (int half = 0; half < 2; ++half) {  // gate rows, then up rows
+      const float* src = f.shared_gate_up.host.data() + (half * s.shared_inter + c0) * s.h;
+      shared_gate_up.host.insert(shared_gate_up.host.end(), src, src + is * s.h);
+    }
+    for (int64_t d = 0; d < s.h; ++d) {
+      const float* src = f.shared_down.host.data() + d * s.shared_inter + c0;
+      shared_down.host.insert(shared_down.host.end(), src, src + is);
+    }
+    shared_gate_up.Upload();
+    shared_down.Upload();
+    w = f.Device();
+    const size_t gu_bytes = 2 * (2 * s.inter * s.h), down_bytes = 2 * (s.h * s.inter);
+    w.expert_gate_up = TensorView::Contiguous(
+        static_cast<char*>(f.gate_up.dev.data()) + first * gu_bytes, DType::kBF16,
+        {per, 2 * s.inter, s.h}, Device::kCuda);
+    w.expert_down = TensorView::Contiguous(
+        static_cast<char*>(f.down.dev.data()) + first * down_bytes, DType::kBF16,
+        {per, s.h, s.inter}, Device::kCuda);
+    w.shared_gate_up = TensorView::Contiguous(shared_gate_up.dev.data(), DType::kBF16,
+                                              {2 * is, s.h}, Device::kCuda);
+    w.shared_down =
+        TensorView::Contiguous(shared_down.dev.data(), DType::kBF16, {s.h, is}, Device::kCuda);
+    w.first_expert = static_cast<int>(first);
+  }
+};
+
+// Expert parallel (issue 21): every shard routes over all E router rows exactly as the whole
+// layer, runs only its experts' choices and its shared-expert columns, and its output is the CPU
+// shard's (dist::ShardMoe + the CPU MoeForward: the semantics the layer walk's all-reduce sums);
+// the N shards' outputs summed are the whole layer's. One row (most shards get no routed row),
+// odd counts and a batch of 2000, with and without renormalisation, both GEMM paths.
+void CheckShards(DeviceContext& ctx, const MoeSpec& spec, uint32_t seed,
+                 ops::cuda::MoeGemm gemm) {
+  std::mt19937 rng(seed);
+  MoeFixture f(spec, rng);
+  f.Finish();
+  for (int world : {2, 4}) {
+    for (int64_t T : {1, 7, 300, 2000}) {
+      const std::vector<float> x = ut::RandomBf16Values(rng, T * spec.h);
+      const std::vector<float> whole = RunCpu(f, x, T, spec.h);
+      std::vector<float> sum(T * spec.h, 0.0f);
+      double worst_shard = 0;
+      for (int r = 0; r < world; ++r) {
+        const DeviceShard shard(f, r, world);
+        MoeWeights cpu = f.MakeCpu();
+        std::vector<Buffer> storage;
+        dist::ShardPlan plan;
+        plan.rank = r;
+        plan.world = world;
+        plan.experts = *dist::EvenShare(spec.e, r, world, "experts");
+        plan.shared_ffn = *dist::EvenShare(spec.shared_inter, r, world, "shared");
+        ASSERT_TRUE(dist::ShardMoe(cpu, plan, &storage).ok());
+        ASSERT_EQ(cpu.first_expert, shard.w.first_expert);
+        const std::vector<float> got = RunGpuOn(ctx, shard.w, x, T, spec.h, spec.h, gemm);
+        const std::vector<float> want = RunCpuOn(cpu, x, T, spec.h);
+        const double err = ut::RelativeL2Error(got, want);
+        worst_shard = std::max(worst_shard, err);
+        EXPECT_LT(err, kMoeBound) << "world " << world << " rank " << r << " T=" << T;
+        for (size_t i = 0; i < sum.size(); ++i) sum[i] += got[i];
+      }
+      const double err = ut::RelativeL2Error(sum, whole);
+      std::printf("MoE shards E=%lld top%lld world %d T=%lld: worst shard vs CPU shard %.2e, "
+                  "sum vs whole layer %.2e\n",
+                  static_cast<long long>(spec.e), static_cast<long long>(spec.k), world,
+                  static_cast<long long>(T), worst_shard, err);
+      EXPECT_LT(err, kMoeBound) << "world " << world << " T=" << T;
+    }
+  }
+}
+
+TEST(CudaMoeTest, ExpertParallelShardsMatchCpuShardsAndSumToTheLayer) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  MoeSpec tiny;  // the tiny checkpoint's E 4, top 2: at world 4 one expert per shard
+  CheckShards(ctx, tiny, 31, ops::cuda::MoeGemm::kOurs);
+  MoeSpec s;
+  s.e = 64, s.k = 8, s.h = 256, s.inter = 128, s.shared_inter = 96, s.norm = false;
+  CheckShards(ctx, s, 32, ops::cuda::MoeGemm::kOurs);
+}
+
+TEST(CudaMoeTest, ExpertParallelShardsOnLibraryGemmsMatchCpuShards) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  MoeSpec s;
+  s.e = 64, s.k = 8, s.h = 256, s.inter = 128, s.shared_inter = 96;
+  CheckShards(ctx, s, 33, ops::cuda::MoeGemm::kLibrary);
+}
+
+// A shard's rows are bit-identical whatever else is in the batch (as the whole layer's), and a
+// shard holding every expert (world 1: first expert 0) is the unsharded layer bit for bit.
+TEST(CudaMoeTest, ShardRowsAreBitIdenticalInAnyBatchAndWorldOneIsTheLayer) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  std::mt19937 rng(34);
+  MoeSpec s;
+  s.e = 64, s.k = 8, s.h = 256, s.inter = 128, s.shared_inter = 128;
+  MoeFixture f(s, rng);
+  f.Finish();
+  const int64_t T = 300;
+  const std::vector<float> x = ut::RandomBf16Values(rng, T * s.h);
+  const DeviceShard one(f, 0, 1);
+  EXPECT_EQ(RunGpuOn(ctx, one.w, x, T, s.h, s.h, ops::cuda::MoeGemm::kOurs),
+            RunGpu(ctx, f, x, T, s.h, s.h));
+  const DeviceShard shard(f, 2, 4);
+  using ops::cuda::MoeGemm;
+  const std::vector<float> whole = RunGpuOn(ctx, shard.w, x, T, s.h, s.h, MoeGemm::kOurs);
+  for (int64_t t : {0, 17, 299}) {
+    const std::vector<float> xr(x.begin() + t * s.h, x.begin() + (t + 1) * s.h);
+    const std::vector<float> row = RunGpuOn(ctx, shard.w, xr, 1, s.h, s.h, MoeGemm::kOurs);
+    EXPECT_TRUE(std::equal(row.begin(), row.end(), whole.begin() + t * s.h)) << "row " << t;
+  }
 }
 
 TEST(CudaMoeTest, ZeroRowsIsANoOp) {
