@@ -136,9 +136,11 @@ void AddRunCommand(CLI::App& app, RunOptions& o) {
                 "Decode with f32 activations in every matmul (exact; default quantises the one "
                 "activation row to int16 for ~2x faster integer kernels)");
   run->add_option("--prefill-gemm", o.prefill_gemm,
-                  "CPU prefill GEMMs: sgemm (OpenBLAS on f32 weight copies) or int16 (on the "
-                  "stored quantised weights, no copies: less memory)")
-      ->check(CLI::IsMember({"sgemm", "int16"}))
+                  "CPU prefill GEMMs: sgemm (OpenBLAS on f32 weight copies), int16 (on the "
+                  "stored quantised weights, no copies: less memory) or int8 (as int16, with "
+                  "int8 activations and VNNI kernels where the CPU has them; also batched "
+                  "decode steps)")
+      ->check(CLI::IsMember({"sgemm", "int16", "int8"}))
       ->capture_default_str();
   run->add_flag("-q,--quiet", o.quiet, "No progress bars");
   run->add_option("--json", o.json_out, "Also write the result and timings as JSON to this file");

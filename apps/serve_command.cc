@@ -281,9 +281,11 @@ void AddServeCommand(CLI::App& app, ServeOptions& o) {
   cmd->add_flag("--f32-decode", o.f32_decode,
                 "Decode with f32 activations in every matmul (exact, slower)");
   cmd->add_option("--prefill-gemm", o.prefill_gemm,
-                  "CPU prefill GEMMs: sgemm (OpenBLAS on f32 weight copies) or int16 (on the "
-                  "stored quantised weights, no copies: less memory)")
-      ->check(CLI::IsMember({"sgemm", "int16"}))
+                  "CPU prefill GEMMs: sgemm (OpenBLAS on f32 weight copies), int16 (on the "
+                  "stored quantised weights, no copies: less memory) or int8 (as int16, with "
+                  "int8 activations and VNNI kernels where the CPU has them; also batched "
+                  "decode steps)")
+      ->check(CLI::IsMember({"sgemm", "int16", "int8"}))
       ->capture_default_str();
   cmd->add_flag("-q,--quiet", o.quiet, "No progress bar and no per-request log lines");
   cmd->add_option("--log-format", o.log_format,

@@ -136,7 +136,10 @@ void BM_LinearGemmQuant(benchmark::State& state) {
   lw.parts.push_back(TensorView::Contiguous(w.data(), type, {out, in}));
   lw.in_features = in;
   lw.out_features = out;
-  if (state.range(4) != 0) {
+  // mode: 1 sgemm on the f32 copy, 0 int16 rows, 2 int8 rows (VNNI; else the int16 rows).
+  const int64_t mode = state.range(4);
+  lw.int8_rows_activations = mode == 2;
+  if (mode == 1) {
     lw.f32 = Buffer(sizeof(float) * in * out);
     if (!Dequantize(type, w.data(), lw.f32.as<float>(), in * out).ok()) {
       state.SkipWithError("dequantise failed");
@@ -149,17 +152,30 @@ void BM_LinearGemmQuant(benchmark::State& state) {
            TensorView::Contiguous(x.data(), DType::kF32, {t, in}), lw);
     benchmark::DoNotOptimize(y.data());
   }
-  state.SetLabel(std::string(DTypeName(type)) + (state.range(4) != 0 ? " sgemm" : " int16"));
+  const char* path = mode == 1 ? " sgemm" : mode == 2 ? " int8" : " int16";
+  state.SetLabel(std::string(DTypeName(type)) + path);
   state.counters["GFLOP/s"] = benchmark::Counter(2.0 * t * in * out,
                                                  benchmark::Counter::kIsIterationInvariantRate);
 }
 void GemmQuantArgs(benchmark::internal::Benchmark* b) {
-  for (DType ty : {DType::kQ4_K, DType::kQ5_0, DType::kQ6_K, DType::kQ8_0}) {
-    for (int64_t f32 : {1, 0}) b->Args({static_cast<int64_t>(ty), 512, 640, 2048, f32});
+  // Gemma 3 270M's shapes per type: Q4_K attn_output 1024 -> 640, Q6_K ffn_down 2048 -> 640,
+  // Q5_0 gate / up and Q8_0 640 -> 2048.
+  const int64_t shapes[][3] = {{static_cast<int64_t>(DType::kQ4_K), 1024, 640},
+                               {static_cast<int64_t>(DType::kQ5_0), 640, 2048},
+                               {static_cast<int64_t>(DType::kQ6_K), 2048, 640},
+                               {static_cast<int64_t>(DType::kQ8_0), 640, 2048}};
+  for (const auto& s : shapes) {
+    for (int64_t mode : {1, 0, 2}) b->Args({s[0], 512, s[1], s[2], mode});
   }
+  // A 16-request decode step (int16 / int8 rows; sgemm is not what decode runs): the layers, and
+  // a 32768-row slice of the Q8_0 output head.
+  for (const auto& s : shapes) {
+    for (int64_t mode : {0, 2}) b->Args({s[0], 16, s[1], s[2], mode});
+  }
+  for (int64_t mode : {0, 2}) b->Args({static_cast<int64_t>(DType::kQ8_0), 16, 640, 32768, mode});
 }
 BENCHMARK(BM_LinearGemmQuant)->Apply(GemmQuantArgs)
-    ->ArgNames({"type", "T", "in", "out", "f32"})->Unit(benchmark::kMillisecond);
+    ->ArgNames({"type", "T", "in", "out", "mode"})->Unit(benchmark::kMillisecond);
 
 // args: tq, tk, window, threads (0: every core), CPU ISA level. Gemma 3 270M: Hq 4, Hkv 1,
 // D 256; queries are the last tq keys.

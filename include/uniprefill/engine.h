@@ -46,7 +46,9 @@ struct EngineOptions {
   bool f32_decode = false;
   // CPU prefill GEMMs: "sgemm" (OpenBLAS on f32 copies of the weights made at load, ~4 bytes per
   // weight) or "int16" (on the stored quantised weights with int16 activations, no copies where
-  // every part of a weight has an int16 kernel). docs/performance.md has the trade.
+  // every part of a weight has an int16 kernel) or "int8" (as int16, but every product of several
+  // rows, batched decode steps included, on int8 activations with the VNNI kernels where the CPU
+  // has them). docs/performance.md has the trade.
   std::string prefill_gemm = "sgemm";
   // With device "cuda": the prefill attention kernel, "auto" (cuDNN's fused attention where its
   // masks express the layer when libcudnn 9 loads, else ours), "ours" (the engine's flash

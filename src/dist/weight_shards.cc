@@ -17,6 +17,7 @@ Status CheckSliceable(const ops::LinearWeight& w, const char* what) {
 ops::LinearWeight EmptyLike(const ops::LinearWeight& w) {
   ops::LinearWeight out;
   out.int16_decode_activations = w.int16_decode_activations;
+  out.int8_rows_activations = w.int8_rows_activations;
   return out;
 }
 

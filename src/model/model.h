@@ -133,6 +133,10 @@ struct LoadOptions {
   // the context's ISA level, so its prefill GEMMs run on the stored weights (int16 activations;
   // ops/cpu/cpu_linear_int16_rows.h). Ignored with f32_decode (no int16 activations then).
   bool int16_prefill_gemm = false;
+  // Products of several rows (batched decode steps; with int16_prefill_gemm every prefill chunk)
+  // quantise the activations to int8 instead of int16 where the CPU has VNNI
+  // (ops::LinearWeight::int8_rows_activations). Ignored with f32_decode.
+  bool int8_rows_activations = false;
   DeltaRuleChoice gpu_delta_rule = DeltaRuleChoice::kAuto;  // GPU only
   GpuAttention gpu_attention = GpuAttention::kAuto;         // GPU only
   GpuMoeGemm gpu_moe_gemm = GpuMoeGemm::kOurs;               // GPU only

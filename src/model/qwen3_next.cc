@@ -36,6 +36,7 @@ Status LoadQwen3NextWeights(DeviceContext& ctx, const WeightSource& src, const Q
                                                         int16_gemm));
     d.host_copy_bytes += w.f32.size();
     w.int16_decode_activations = !options.f32_decode;
+    w.int8_rows_activations = options.int8_rows_activations && !options.f32_decode;
     return w;
   };
   const int64_t H = c.hidden, V = c.vocab_size, D = c.head_dim;
@@ -48,6 +49,7 @@ Status LoadQwen3NextWeights(DeviceContext& ctx, const WeightSource& src, const Q
   const std::string head_name = tied ? "model.embed_tokens.weight" : "lm_head.weight";
   UP_ASSIGN_OR_RETURN(d.head, LoadLinear(ctx, src, {head_name}, {{V, H}}, false));
   d.head.int16_decode_activations = !options.f32_decode;
+  d.head.int8_rows_activations = options.int8_rows_activations && !options.f32_decode;
   const bool f32 = options.f32_prefill_weights;
   const std::vector<float> inv_freq = ops::RopeInvFreq(c.rope_theta_global, x.rot_dims);
   d.layers.resize(c.n_layers);

@@ -29,6 +29,10 @@ struct LinearWeight {
   // each activation row to int16 (error ~1e-5 of its max; see ops/cpu/cpu_quant_dot_i16.h) for
   // 2-3x faster integer kernels on the stored weights. false: f32 throughout (--f32-decode).
   bool int16_decode_activations = true;
+  // With int16_decode_activations, on the CPU: products of several rows quantise them to int8
+  // instead (one scale per 256 values; vpdpbusd kernels, VNNI CPUs only: ops/cpu/
+  // cpu_quant_dot_i8.h), ~128x the int16 rounding. --prefill-gemm int8.
+  bool int8_rows_activations = false;
   // A random weight (benchmarks' random-weight models, model/model_presets.h) has no parts but
   // random_parts, stacked along `out` like parts: in part p, row-major element i of its
   // [rows, in] block is RandomBf16Bits(seed, i, scale) (core/random_bf16.h). The CUDA model fills

@@ -4,6 +4,7 @@
 
 #include "ops/cpu/cpu_quant_dot.h"
 #include "ops/cpu/cpu_quant_dot_i16.h"
+#include "ops/cpu/cpu_quant_dot_i8.h"
 
 namespace uniprefill::ops::cpu {
 namespace {
@@ -23,22 +24,25 @@ std::string DescribeCpuKernelPaths(CpuIsa isa) {
   // Linear's decode matvec per weight type: f32 activations (1..7 rows), int16-quantised
   // activations (1 row), and batched rows (2..64; both int16 unless --f32-decode).
   char line[160];
-  std::snprintf(line, sizeof(line), "  %-6s %-22s %-24s %s\n", "weight", "decode f32 activations",
-                "decode int16 activations", "batched int16 rows");
+  std::snprintf(line, sizeof(line), "  %-6s %-22s %-24s %-18s %s\n", "weight",
+                "decode f32 activations", "decode int16 activations", "batched int16 rows",
+                "batched int8 rows");
   std::string out = line;
   for (DType t : kWeightTypes) {
     const std::string_view i16 = FusedQuantDotI16Level(t, isa);
-    const std::string_view multi = FusedQuantDotI16RowsLevel(t, isa);
-    const std::string rows = !multi.empty() ? std::string(multi) : "(f32 activations)";
-    std::snprintf(line, sizeof(line), "  %-6s %-22s %-24s %s\n", DTypeName(t),
+    const std::string rows = Cell(FusedQuantDotI16RowsLevel(t, isa), "(f32 activations)");
+    const std::string rows8 = Cell(FusedQuantDotI8RowsLevel(t, isa), "(as int16 rows)");
+    std::snprintf(line, sizeof(line), "  %-6s %-22s %-24s %-18s %s\n", DTypeName(t),
                   Cell(FusedQuantDotLevel(t, isa), "dequantise + f32").c_str(),
-                  Cell(i16, "(f32 activations)").c_str(), rows.c_str());
+                  Cell(i16, "(f32 activations)").c_str(), rows.c_str(), rows8.c_str());
     out += line;
   }
   out += "  2..64 rows (any count without an f32 copy): batched rows where a part has a\n"
          "    multi-row int16 kernel (the others f32 activations), else the paths below\n";
   out += "  prefill GEMM (> 64 rows): OpenBLAS sgemm on f32 weight copies (its own dispatch);\n"
-         "    with --prefill-gemm int16 no copies, the batched rows instead\n";
+         "    with --prefill-gemm int16 no copies, the batched rows instead; with\n"
+         "    --prefill-gemm int8 the batched int8 rows (every row count >= 2) where a part has\n"
+         "    an int8 kernel and the rows are a multiple of 64 long, else the int16 rows\n";
   out += isa >= CpuIsa::kAvx512 ? "  attention tiles: avx512 (scores of <= 4 rows: avx2)\n"
                                 : "  attention tiles: avx2\n";
   out += "  softmax, norms, activations, rope: avx2\n";

@@ -3,7 +3,9 @@
 //   T >= 2 without an f32 copy (--prefill-gemm int16 skips the copies), when int16 activations
 //   are allowed and CanRunLinearInt16Rows (a part has a multi-row int16 kernel at the context's
 //   ISA level: Q8_0, Q5_0, Q4_K, Q6_K on AVX-512): LinearInt16Rows (cpu_linear_int16_rows.h),
-//   the stored quantised weights read once per chunk of rows.
+//   the stored quantised weights read once per chunk of rows; with
+//   LinearWeight::int8_rows_activations (--prefill-gemm int8) and CanRunLinearInt8Rows (VNNI)
+//   LinearInt8Rows instead (cpu_linear_int8_rows.h), the same on int8 activations.
 // - T >= kGemmMinRows and an f32 copy of W exists: one cblas_sgemm (OpenBLAS threads itself).
 // - otherwise (one decode row; AVX2; weights without int16 multi-row kernels): a fused
 //   dequantise-and-dot matvec over the stored parts (the variant of DeviceContext::cpu_isa()),
@@ -17,6 +19,7 @@
 
 #include "io/dequant.h"
 #include "ops/cpu/cpu_linear_int16_rows.h"
+#include "ops/cpu/cpu_linear_int8_rows.h"
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cpu/cpu_quant_dot.h"
 #include "ops/cpu/cpu_quant_dot_i16.h"
@@ -92,10 +95,15 @@ void Linear(DeviceContext& ctx, TensorView out, TensorView x, const LinearWeight
   const int64_t T = x.dim(0);
   assert(x.dim(1) == w.in_features && out.dim(1) == w.out_features && out.dim(0) == T);
   const bool has_f32 = w.f32.size() > 0;
-  if (T >= 2 && w.int16_decode_activations && (T <= kQuantBatchMaxRows || !has_f32) &&
-      CanRunLinearInt16Rows(w, ctx.cpu_isa())) {
-    LinearInt16Rows(ctx, out, x, w);
-    return;
+  if (T >= 2 && w.int16_decode_activations && (T <= kQuantBatchMaxRows || !has_f32)) {
+    if (w.int8_rows_activations && CanRunLinearInt8Rows(w, ctx.cpu_isa())) {
+      LinearInt8Rows(ctx, out, x, w);
+      return;
+    }
+    if (CanRunLinearInt16Rows(w, ctx.cpu_isa())) {
+      LinearInt16Rows(ctx, out, x, w);
+      return;
+    }
   }
   if (T >= kGemmMinRows && has_f32) {
     // out [T, out] = x [T, in] * f32[out, in]^T

@@ -4,7 +4,8 @@
 // for the parts with a multi-row int16 kernel; the other parts (Q4_1, and every type on AVX2) run
 // the f32-activation fused kernels (cpu_quant_dot.h) on the same rows. Threads split the output
 // columns; within a thread, a tile of weight rows is multiplied into every group of activation
-// rows while it is in cache, so the weights stream from memory once per chunk of rows.
+// rows while it is in cache, so the weights stream from memory once per chunk of rows (the body,
+// shared with the int8 rows: cpu_linear_quant_rows.h).
 // Non-goals: weights without an int16 multi-row kernel in any part (CanRunLinearInt16Rows says
 // false and Linear keeps its other paths: sgemm on the f32 copy, or the 7-row fused matvec).
 #pragma once

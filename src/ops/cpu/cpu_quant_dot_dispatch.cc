@@ -1,5 +1,6 @@
-// FusedQuantDot / FusedQuantDotI16: the context's ISA level -> the kernel. A level without a
-// kernel of its own for a type falls back to the level below, down to the AVX2 baseline.
+// FusedQuantDot / FusedQuantDotI16 / ...Rows: the context's ISA level -> the kernel. A level
+// without a kernel of its own for a type falls back to the level below, down to the AVX2 baseline
+// (the int8 rows: down to the VNNI level only).
 // Compiled with the baseline flags: it only compares levels and calls the tables' lookups.
 #include "ops/cpu/cpu_quant_dot_isa.h"
 
@@ -41,6 +42,14 @@ Choice<QuantDotI16RowsFn> ChooseI16Rows(DType type, CpuIsa isa) {
   return {};
 }
 
+// int8 activations need vpdpbusd: VNNI levels only, no fall back below them.
+Choice<QuantDotI8RowsFn> ChooseI8Rows(DType type, CpuIsa isa) {
+  if (isa >= CpuIsa::kAvx512Vnni) {
+    if (QuantDotI8RowsFn fn = avx512_vnni::FusedQuantDotI8Rows(type)) return {fn, "avx512-vnni"};
+  }
+  return {};
+}
+
 }  // namespace
 
 QuantDotFn FusedQuantDot(DType type, CpuIsa isa) { return ChooseF32(type, isa).fn; }
@@ -56,6 +65,13 @@ QuantDotI16RowsFn FusedQuantDotI16Rows(DType type, CpuIsa isa) {
 }
 std::string_view FusedQuantDotI16RowsLevel(DType type, CpuIsa isa) {
   return ChooseI16Rows(type, isa).level;
+}
+
+QuantDotI8RowsFn FusedQuantDotI8Rows(DType type, CpuIsa isa) {
+  return ChooseI8Rows(type, isa).fn;
+}
+std::string_view FusedQuantDotI8RowsLevel(DType type, CpuIsa isa) {
+  return ChooseI8Rows(type, isa).level;
 }
 
 }  // namespace uniprefill::ops::cpu
