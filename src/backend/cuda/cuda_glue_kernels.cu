@@ -1,6 +1,8 @@
 #include <cuda_bf16.h>
 
 #include <cassert>
+#include <climits>
+#include <cstdint>
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_context.h"
@@ -23,6 +25,29 @@ __global__ void WriteSlotMetaKernel(int32_t* meta, int bt, const int32_t* slots,
   const int64_t block = s / bt, row = s % bt;
   meta[block * 2 * bt + row] = pos[r];
   meta[block * 2 * bt + bt + row] = index[r];
+}
+
+// One block row per token row (blockIdx.x), 8 elements per thread with 16-byte loads and stores
+// (D a multiple of 8, rows and heads 16-byte aligned): the flat form with 64-bit index divisions
+// took 3.6 ms at 128K x 4096 on the H200, about a third of HBM's pace.
+__global__ void SigmoidGateMulVecKernel(bf16* x, const bf16* gate, int H, int D, int64_t gate_row,
+                                        int64_t gate_head) {
+  const int64_t t = blockIdx.x;
+  const int units_per_head = D / 8;
+  for (int u = threadIdx.x; u < H * units_per_head; u += blockDim.x) {
+    const int h = u / units_per_head, d = (u - h * units_per_head) * 8;
+    bf16* xp = x + (t * H + h) * D + d;
+    const uint4 graw = *reinterpret_cast<const uint4*>(gate + t * gate_row + h * gate_head + d);
+    uint4 xraw = *reinterpret_cast<const uint4*>(xp);
+    const __nv_bfloat162* g2 = reinterpret_cast<const __nv_bfloat162*>(&graw);
+    __nv_bfloat162* x2 = reinterpret_cast<__nv_bfloat162*>(&xraw);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float2 g = __bfloat1622float2(g2[e]), v = __bfloat1622float2(x2[e]);
+      x2[e] = __floats2bfloat162_rn(v.x / (1.0f + __expf(-g.x)), v.y / (1.0f + __expf(-g.y)));
+    }
+    *reinterpret_cast<uint4*>(xp) = xraw;
+  }
 }
 
 __global__ void SigmoidGateMulKernel(bf16* x, const bf16* gate, int64_t T, int64_t H, int64_t D,
@@ -85,6 +110,16 @@ void SigmoidGateMul(DeviceContext& ctx, TensorView x, TensorView gate) {
   assert(x.ndim == 3 && gate.ndim == 3 && x.is_contiguous() && gate.stride[2] == 1);
   const int64_t T = x.dim(0), H = x.dim(1), D = x.dim(2);
   if (T == 0) return;
+  const bool vec = D % 8 == 0 && gate.stride[0] % 8 == 0 && gate.stride[1] % 8 == 0 &&
+                   reinterpret_cast<uintptr_t>(x.data) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(gate.data) % 16 == 0 && H * D <= INT32_MAX;
+  if (vec) {
+    SigmoidGateMulVecKernel<<<static_cast<unsigned>(T), kThreads, 0, ctx.cuda().stream()>>>(
+        x.as<bf16>(), gate.as<const bf16>(), static_cast<int>(H), static_cast<int>(D),
+        gate.stride[0], gate.stride[1]);
+    UP_CUDA_CHECK_LAUNCH();
+    return;
+  }
   SigmoidGateMulKernel<<<Blocks(T * H * D), kThreads, 0, ctx.cuda().stream()>>>(
       x.as<bf16>(), gate.as<const bf16>(), T, H, D, gate.stride[0], gate.stride[1]);
   UP_CUDA_CHECK_LAUNCH();

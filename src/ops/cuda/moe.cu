@@ -363,6 +363,10 @@ constexpr int kCombineThreads = 256;
 
 // One block per row: out[t] = sum_j w_j y[slot_j] (ascending expert; choices without a slot,
 // another rank's experts, add nothing) + sigmoid(x . gate) * ys[t].
+// kVec: 8 columns per thread and 16-byte loads and stores (y, ys and out rows 16-byte aligned,
+// hidden a multiple of 8); each column's sum runs in the same order either way. Measured on the
+// H200 at 128K rows x 2048 (top 10): scalar 2-byte loads took 3.7 ms, about half of HBM's pace.
+template <bool kVec>
 __global__ void CombineKernel(bf16* __restrict__ out, int64_t ld_out, const bf16* __restrict__ x,
                               int64_t ld_x, const bf16* __restrict__ shared_gate,
                               const bf16* __restrict__ y, const bf16* __restrict__ ys, int hidden,
@@ -390,14 +394,42 @@ __global__ void CombineKernel(bf16* __restrict__ out, int64_t ld_out, const bf16
   const float s = 1.0f / (1.0f + expf(-g));
   const bf16* ysr = ys + t * hidden;
   bf16* o = out + t * ld_out;
-  for (int d = threadIdx.x; d < hidden; d += kCombineThreads) {
-    float acc = 0.0f;
-    for (int j = 0; j < top_k; ++j) {
-      if (slots[j] < 0) continue;
-      acc += weights[j] * __bfloat162float(y[static_cast<int64_t>(slots[j]) * hidden + d]);
+  if constexpr (kVec) {
+    for (int d = 8 * threadIdx.x; d < hidden; d += 8 * kCombineThreads) {
+      float acc[8] = {};
+#pragma unroll 4
+      for (int j = 0; j < top_k; ++j) {
+        if (slots[j] < 0) continue;
+        const uint4 raw = *reinterpret_cast<const uint4*>(y + int64_t{slots[j]} * hidden + d);
+        const __nv_bfloat162* v = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float2 f = __bfloat1622float2(v[e]);
+          acc[2 * e] += weights[j] * f.x;
+          acc[2 * e + 1] += weights[j] * f.y;
+        }
+      }
+      const uint4 raw = *reinterpret_cast<const uint4*>(ysr + d);
+      const __nv_bfloat162* v = reinterpret_cast<const __nv_bfloat162*>(&raw);
+      uint4 packed;
+      __nv_bfloat162* p = reinterpret_cast<__nv_bfloat162*>(&packed);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float2 f = __bfloat1622float2(v[e]);
+        p[e] = __floats2bfloat162_rn(acc[2 * e] + s * f.x, acc[2 * e + 1] + s * f.y);
+      }
+      *reinterpret_cast<uint4*>(o + d) = packed;
     }
-    acc += s * __bfloat162float(ysr[d]);
-    o[d] = __float2bfloat16_rn(acc);
+  } else {
+    for (int d = threadIdx.x; d < hidden; d += kCombineThreads) {
+      float acc = 0.0f;
+      for (int j = 0; j < top_k; ++j) {
+        if (slots[j] < 0) continue;
+        acc += weights[j] * __bfloat162float(y[static_cast<int64_t>(slots[j]) * hidden + d]);
+      }
+      acc += s * __bfloat162float(ysr[d]);
+      o[d] = __float2bfloat16_rn(acc);
+    }
   }
 }
 
@@ -675,7 +707,10 @@ void MoeForward(DeviceContext& ctx, TensorView out, TensorView x, const MoeDevic
 
   // 8. Combine.
   assert(T <= INT32_MAX);
-  CombineKernel<<<static_cast<unsigned>(T), kCombineThreads, 0, stream>>>(
+  // y and shared_y rows are H (a multiple of 8) apart in 256-byte aligned scratch.
+  const bool vec = out.stride[0] % 8 == 0 && reinterpret_cast<uintptr_t>(out.data) % 16 == 0;
+  (vec ? CombineKernel<true> : CombineKernel<false>)<<<static_cast<unsigned>(T), kCombineThreads,
+                                                       0, stream>>>(
       static_cast<bf16*>(out.data), out.stride[0], static_cast<const bf16*>(x.data), x.stride[0],
       static_cast<const bf16*>(w.shared_gate.data), y, shared_y, static_cast<int>(H), k,
       choice_slot, choice_weight);

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <string>
@@ -222,6 +223,28 @@ TEST(CudaMoeTest, E128Top10WithoutRenormalisationMatchesCpu) {
   MoeSpec s;
   s.e = 128, s.k = 10, s.h = 512, s.inter = 136, s.shared_inter = 264, s.norm = false;
   CheckCase(ctx, s, {7, 300}, 13, 8);
+}
+
+// The combine reads and writes 16 bytes per thread when out rows are 16-byte aligned and scalar
+// elements otherwise (an odd row stride); each column sums in the same order, so the two agree bit
+// for bit, and both match the CPU op.
+TEST(CudaMoeTest, VectorAndScalarCombineAreBitIdentical) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  MoeSpec s;
+  s.e = 32, s.k = 6, s.h = 192, s.inter = 72, s.shared_inter = 40;
+  std::mt19937 rng(21);
+  MoeFixture f(s, rng);
+  f.Finish();
+  for (int64_t T : {1, 33, 517}) {
+    const std::vector<float> x = ut::RandomBf16Values(rng, T * s.h);
+    const std::vector<float> vec = RunGpu(ctx, f, x, T, s.h, s.h);
+    const std::vector<float> scalar = RunGpu(ctx, f, x, T, s.h, s.h + 1);
+    ASSERT_EQ(vec.size(), scalar.size());
+    for (size_t i = 0; i < vec.size(); ++i) {
+      ASSERT_EQ(std::memcmp(&vec[i], &scalar[i], 4), 0) << "T=" << T << " element " << i;
+    }
+    EXPECT_LT(ut::RelativeL2Error(vec, RunCpu(f, x, T, s.h)), kMoeBound) << "T=" << T;
+  }
 }
 
 // The libraries' GEMMs (MoeGemm::kLibrary: one host sync, x gathered into expert order, cuBLAS's
