@@ -102,6 +102,30 @@ inline double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& 
   return m;
 }
 
+// Whether `tp`'s greedy tokens are `one`'s up to bf16 noise: equal until the first step where they
+// differ, and there `one`'s logits of the two tokens closer than `tie` x rms(one's logits) (a
+// near-tie: both continuations are then valid and the runs part). Empty when so; else what
+// differs. *parted_at gets the step where they parted (or the number of steps).
+inline std::string GreedyWithinNearTies(const RunResult& one, const RunResult& tp, double tie,
+                                        size_t* parted_at = nullptr) {
+  if (parted_at) *parted_at = one.greedy.size();
+  if (tp.greedy.size() != one.greedy.size()) return "a different number of greedy tokens";
+  for (size_t i = 0; i < one.greedy.size(); ++i) {
+    if (tp.greedy[i] == one.greedy[i]) continue;
+    const std::vector<float>& logits = i == 0 ? one.prompt_logits : one.decode_logits[i - 1];
+    double sq = 0;
+    for (float x : logits) sq += double(x) * x;
+    const double rms = std::sqrt(sq / std::max<size_t>(1, logits.size()));
+    const double gap = double(logits[one.greedy[i]]) - logits[tp.greedy[i]];
+    if (parted_at) *parted_at = i;
+    if (gap < tie * rms) return "";
+    return "greedy step " + std::to_string(i) + ": token " + std::to_string(tp.greedy[i]) +
+           " instead of " + std::to_string(one.greedy[i]) + ", a logit gap of " +
+           std::to_string(gap) + " (tie tolerance " + std::to_string(tie * rms) + ")";
+  }
+  return "";
+}
+
 // How far `tp`'s logits are from `one`'s: the prompt's max |difference| over max(1, max |one|),
 // and the worst such ratio over the decode steps.
 struct LogitDiff {

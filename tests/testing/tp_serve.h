@@ -9,7 +9,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -33,6 +35,7 @@ struct ServedRequest {
 // What a request got: its tokens, how it ended and what its drops kept.
 struct Served {
   std::vector<int32_t> tokens;
+  std::vector<SampledToken> sampled;  // with their logprobs, when the request asked for them
   std::string finish_reason, error;
   std::vector<KeptTokensInfo> kept;
   bool operator==(const Served& o) const {
@@ -106,6 +109,17 @@ inline std::vector<ServedRequest> TpServeRequests() {
   return reqs;
 }
 
+// TpServeRequests' prompts, every one greedy with its top 5 logprobs (chosen from host logits):
+// what a bf16 GPU run under TP is compared by, where token-for-token equality is not owed.
+inline std::vector<ServedRequest> TpServeGreedyLogprobRequests() {
+  std::vector<ServedRequest> reqs = TpServeRequests();
+  for (ServedRequest& r : reqs) {
+    r.params.temperature = 0.0f;
+    r.params.logprobs = 5;
+  }
+  return reqs;
+}
+
 // Submits every request to `batch` at once and waits for all of them (at most `wait_s`).
 inline std::vector<Served> ServeAll(BatchEngine& batch, const std::vector<ServedRequest>& reqs,
                                     std::string* error, int wait_s = 300) {
@@ -116,7 +130,10 @@ inline std::vector<Served> ServeAll(BatchEngine& batch, const std::vector<Served
   for (size_t i = 0; i < reqs.size(); ++i) {
     auto id = batch.Submit(reqs[i].prompt, reqs[i].params, [&, i](const RequestUpdate& u) {
       std::lock_guard<std::mutex> lock(mu);
-      for (const SampledToken& t : u.tokens) served[i].tokens.push_back(t.id);
+      for (const SampledToken& t : u.tokens) {
+        served[i].tokens.push_back(t.id);
+        served[i].sampled.push_back(t);
+      }
       if (u.finished) {
         served[i].finish_reason = u.finish_reason;
         served[i].error = u.error;
@@ -205,6 +222,55 @@ inline void ExpectSameServed(const ServeRun& got, const ServeRun& want, const st
       EXPECT_EQ(g.kept[k].alive, w.kept[k].alive) << what << ", request " << i;
     }
   }
+}
+
+// got's requests ended as want's up to bf16 noise (requests of TpServeGreedyLogprobRequests):
+// the same errors, finish reasons, lengths and kept counts at every drop (exact: the selection
+// runs on all-reduced f32 scores); tokens equal with logprobs within `tol` nats until the first
+// token where they part, which must be a near-tie of want's: got's token among want's top
+// logprobs there, within `tol` of want's choice. Returns the largest logprob difference seen
+// before the runs part, and counts in *parted the requests that parted.
+inline double ExpectServedWithinNoise(const ServeRun& got, const ServeRun& want,
+                                      const std::string& what, double tol, int* parted) {
+  double worst = 0;
+  *parted = 0;
+  EXPECT_TRUE(got.error.empty()) << what << ": " << got.error;
+  EXPECT_EQ(got.served.size(), want.served.size());
+  if (!got.error.empty() || got.served.size() != want.served.size()) return worst;
+  for (size_t i = 0; i < want.served.size(); ++i) {
+    const Served& g = got.served[i];
+    const Served& w = want.served[i];
+    const std::string req = what + ", request " + std::to_string(i);
+    EXPECT_EQ(g.error, w.error) << req;
+    EXPECT_EQ(g.finish_reason, w.finish_reason) << req;
+    EXPECT_EQ(g.sampled.size(), w.sampled.size()) << req;
+    EXPECT_EQ(g.kept.size(), w.kept.size()) << req;
+    for (size_t k = 0; k < w.kept.size() && k < g.kept.size(); ++k) {
+      EXPECT_EQ(g.kept[k].kept, w.kept[k].kept) << req << ", drop " << k;
+      EXPECT_EQ(g.kept[k].alive, w.kept[k].alive) << req << ", drop " << k;
+    }
+    for (size_t t = 0; t < w.sampled.size() && t < g.sampled.size(); ++t) {
+      const SampledToken& gt = g.sampled[t];
+      const SampledToken& wt = w.sampled[t];
+      if (gt.id == wt.id) {
+        worst = std::max(worst, static_cast<double>(std::fabs(gt.logprob - wt.logprob)));
+        EXPECT_LE(std::fabs(gt.logprob - wt.logprob), tol) << req << ", token " << t;
+        continue;
+      }
+      ++*parted;
+      const auto alt = std::find_if(wt.top.begin(), wt.top.end(),
+                                    [&](const TokenLogprob& x) { return x.id == gt.id; });
+      EXPECT_TRUE(alt != wt.top.end())
+          << req << ", token " << t << ": " << gt.id << " is not among the reference's top "
+          << wt.top.size() << " (it chose " << wt.id << ")";
+      if (alt != wt.top.end()) {
+        EXPECT_LE(wt.logprob - alt->logprob, tol)
+            << req << ", token " << t << ": parted without a near-tie";
+      }
+      break;  // the runs continue from different tokens
+    }
+  }
+  return worst;
 }
 
 }  // namespace uniprefill::testing

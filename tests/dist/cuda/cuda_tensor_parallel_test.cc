@@ -119,13 +119,15 @@ testing::RunResult RunRank(const std::string& path, dist::Communicator* comm,
   return testing::RunModelOn(**ctx, path, lo, prompt, steps);
 }
 
-// bf16 partial sums in another order: measured on the H200, Llama 8.4e-3 and Gemma 3 1.45e-2
-// (bench/results/gpu/issue21_gpu_tp/); the bound leaves 1.7x.
+// bf16 partial sums in another order: measured on the H200, Llama 8.4e-3 (4 ranks 7.7e-3) and
+// Gemma 3 1.45e-2 (bench/results/gpu/issue21_gpu_tp/); the bound leaves 1.7x.
 constexpr double kTpLogitsBound = 2.5e-2;
-// Qwen3-Next (all experts routed, so no router near-tie flips): not measured yet; its DeltaNet
-// makes some prompts ill-conditioned under bf16 rounding (cuda_model_fixtures.h's
-// kQwenLogitsBound note), so the bound is twice the others'. The printed error is the measurement.
-constexpr double kTpQwenLogitsBound = 5e-2;
+// Qwen3-Next (all experts routed, so no router near-tie flips): 5.32e-2 measured (H200, session
+// 7 call 1). Its DeltaNet makes some prompts ill-conditioned under bf16 rounding: the same GPU's
+// logits differ from the CPU's by up to 1.34e-1 on these tiny checkpoints, which is why the
+// backend's stated bound for the family is kQwenLogitsBound (cuda_model_fixtures.h); a TP run
+// reorders bf16 sums just as another kernel does, so it is held to that bound.
+constexpr double kTpQwenLogitsBound = cuda_model_test::kQwenLogitsBound;
 
 // `world` ranks as threads on one GPU (the staged transport), each loading its shard of the
 // model at `path`, against the unsharded model on the same GPU.
@@ -158,11 +160,19 @@ void ExpectRanksEqualOne(const std::string& path, const std::string& label, int 
   EXPECT_LT(one.kept[0].kept, one.kept[0].alive) << "the first drop should drop rows";
   const double err = testing::RelativeL2Error(ranks[0].prompt_logits, one.prompt_logits);
   EXPECT_LT(err, bound);
-  EXPECT_EQ(ranks[0].greedy, one.greedy);
+  // Greedy tokens equal TP 1's up to a near-tie of TP 1's logits (twice the bound's rms error,
+  // the rule of the family tests): the bf16 sums in another order may part the runs there.
+  size_t parted = 0;
+  EXPECT_EQ(testing::GreedyWithinNearTies(one, ranks[0], 2 * bound, &parted), "");
   std::printf("GPU TP %d (staged, one GPU) vs TP 1, %s: prompt logits error %.2e, kept", world,
               label.c_str(), err);
   for (const KeptTokens& k : one.kept) std::printf(" %d/%d", k.kept, k.alive);
-  std::printf(", greedy %s\n", ranks[0].greedy == one.greedy ? "equal" : "differ");
+  if (parted == one.greedy.size()) {
+    std::printf(", greedy equal\n");
+  } else {
+    std::printf(", greedy equal for %zu of %zu steps, then a near-tie\n", parted,
+                one.greedy.size());
+  }
 }
 
 std::string TinyPath(const std::string& family) {

@@ -8,8 +8,10 @@
 // engine builds for `--tensor-parallel` (EngineLoader wraps a host communicator in it), whose
 // rank 0 runs the same plan broadcast to nobody. The tiny Llama and Qwen3-Next checkpoints (top-2
 // routing at world 1; every expert routed at world 2, as cuda_tensor_parallel_test.cc), UniPrefill
-// fixed-ratio 0.5, a 64-token step budget (chunked prompts beside decodes): every request gets
-// the plain GPU server's tokens, finish reason and kept counts. The CPU twin:
+// fixed-ratio 0.5, a 64-token step budget (chunked prompts beside decodes): at world 1 every
+// request gets the plain GPU server's tokens, finish reason and kept counts; at 2 ranks the same
+// kept counts and finish reasons, and tokens and logprobs up to bf16 noise (greedy requests,
+// parting only at near-ties). The CPU twin (f32, token for token at any world size):
 // tests/engine/tp_serving_test.cc.
 #include <gtest/gtest.h>
 
@@ -30,7 +32,11 @@ namespace {
 void ExpectServesAsPlainServer(const std::string& dir, const std::string& label,
                                std::vector<int> drops, int world) {
   const EngineOptions o = testing::TinyServingOptions(dir, "cuda", std::move(drops));
-  const std::vector<testing::ServedRequest> reqs = testing::TpServeRequests();
+  // World 1 is the plain server's arithmetic, token for token whatever the sampling; N ranks
+  // add bf16 partial sums in another order (1 of 6 requests kept every token on the H200,
+  // session 7 call 1), so they are compared greedily, by logprobs, up to near-ties.
+  const std::vector<testing::ServedRequest> reqs =
+      world == 1 ? testing::TpServeRequests() : testing::TpServeGreedyLogprobRequests();
   const ServingOptions steps = testing::SmallServingSteps();
   const testing::ServeRun plain = testing::ServeOnRanks(o, steps, reqs, {});
   ASSERT_TRUE(plain.error.empty()) << plain.error;
@@ -53,7 +59,20 @@ void ExpectServesAsPlainServer(const std::string& dir, const std::string& label,
   if (world == 1 && tp.error.find("cannot load libnccl") != std::string::npos) {
     GTEST_SKIP() << tp.error;
   }
-  testing::ExpectSameServed(tp, plain, label);
+  if (world > 1) {
+    // Logprobs move by about the logits' error (<= 2.5e-2 of their scale for Llama, 0.15 for
+    // Qwen3-Next: cuda_tensor_parallel_test.cc); a rank with a wrong shard or stale state moves
+    // them by whole nats.
+    constexpr double kLogprobTolerance = 0.5;
+    int parted = 0;
+    const double worst =
+        testing::ExpectServedWithinNoise(tp, plain, label, kLogprobTolerance, &parted);
+    std::printf("%s: %d of %zu requests parted at a near-tie, largest logprob difference "
+                "before that %.3g nats\n",
+                label.c_str(), parted, reqs.size(), worst);
+  } else {
+    testing::ExpectSameServed(tp, plain, label);
+  }
   int same = 0;
   for (size_t i = 0; i < reqs.size() && i < tp.served.size(); ++i) {
     same += tp.served[i] == plain.served[i];
