@@ -53,6 +53,17 @@ class Communicator {
     return Unimplemented(Describe() + " has no device collectives (the GPU needs NCCL)");
   }
   virtual bool device_collectives() const { return false; }
+
+  // Device work (CUDA builds): waits until `event` (a recorded cudaEvent_t) has completed, for
+  // at most CommOptions::timeout_s. A device collective waits for its peers inside a kernel, so
+  // a rank that died or hangs would stall the others' stream syncs forever; past the timeout the
+  // transport aborts its device collectives (their data is then undefined, every later one
+  // fails) and returns Unavailable. Unimplemented where the transport does not bound it (the
+  // caller then syncs plainly: the staged transport's collectives wait on the host, bounded).
+  virtual Status WaitForDevice(void* event) {
+    (void)event;
+    return Unimplemented(Describe() + " does not bound device waits");
+  }
 };
 
 // World size 1: AllReduce and Broadcast leave data as it is, AllGather copies send to recv.

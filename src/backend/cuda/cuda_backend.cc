@@ -286,8 +286,10 @@ Result<bool> CudaBackend::Begin(DeviceContext& ctx, std::span<const SequenceStep
       (bounded_ ? 4 * T + 3 * B + B * (2 * max_last_n + 4) : 0) +
       (chunked_ ? 3 * T_max + 2 * chunk_candidates + 4 * B + 64 : 0);
   const size_t sampling = 6 * B + 16;  // SampleOnDevice: filters, uniforms, ids, logprobs
-  UP_RETURN_IF_ERROR(staging_.Reserve(c.n_layers * per_layer + drops_.size() * per_drop +
-                                      4 * T_max + 8 * B + drops_.size() * B + sampling + 64));
+  UP_RETURN_IF_ERROR(staging_.Reserve(
+      c.n_layers * per_layer + drops_.size() * per_drop + 4 * T_max + 8 * B +
+          drops_.size() * B + sampling + 64,
+      [this](cudaEvent_t e) { return WaitEvent(e); }));
   UP_RETURN_IF_ERROR(EnsureWork(T_max, B));
   cudaStream_t stream = ctx_.cuda().stream();
   events_.clear();
@@ -474,7 +476,7 @@ Status CudaBackend::Finish() {
                     stats_ != nullptr;
   if (trace_) UP_RETURN_IF_ERROR(trace_->Launched(stream, sync));
   if (sync) {
-    UP_CUDA_CHECK(cudaStreamSynchronize(stream));
+    UP_RETURN_IF_ERROR(WaitStream(stream));
     retired_.clear();
     if (trace_) UP_RETURN_IF_ERROR(trace_->Synced());
   } else {
@@ -521,6 +523,7 @@ Status CudaBackend::Finish() {
 CudaBackend::~CudaBackend() {
   Abandon();
   for (auto& [batch, exec] : graph_execs_) cudaGraphExecDestroy(exec);
+  if (wait_event_ != nullptr) cudaEventDestroy(wait_event_);
 }
 
 bool CudaBackend::GraphEligible() const {

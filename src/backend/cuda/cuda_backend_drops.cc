@@ -230,7 +230,7 @@ Status CudaBackend::SyncedDrop(const AttentionLayer& L, std::vector<Req>& reqs,
                                   cudaMemcpyDeviceToHost, stream));
     UP_CUDA_CHECK(cudaMemcpyAsync(kept.second, kept_rows_.data(), space * 4,
                                   cudaMemcpyDeviceToHost, stream));
-    UP_CUDA_CHECK(cudaStreamSynchronize(stream));
+    UP_RETURN_IF_ERROR(WaitStream(stream));
     if (drop.stats) ++drop.stats->drop_host_syncs;
     UP_RETURN_IF_ERROR(mark(ev_select, false));
     UP_RETURN_IF_ERROR(mark(ev_compact, true));

@@ -90,6 +90,11 @@ class CudaBackend final : public LayerBackend {
   // The communicator needs device collectives (NCCL, or staged for tests).
   Status SetTensorParallel(dist::Communicator* comm) override;
   Status ReduceOut(dist::Communicator& comm) override;
+  // The host waits of a step: plain syncs, or under tensor parallelism the communicator's
+  // bounded wait (dist::Communicator::WaitForDevice), so that a rank that died or hangs ends a
+  // step in Unavailable within the timeout instead of stalling this rank forever.
+  Status WaitStream(cudaStream_t stream);
+  Status WaitEvent(cudaEvent_t event);
   // LoadOptions::gpu_prefix_split_min_keys (0: never split a chunk's prefix).
   void set_prefix_split_min_keys(int keys) { prefix_split_min_keys_ = keys; }
   // What the environment asks for (cuda_diagnostics.h), set once by MakeCudaBackend.
@@ -131,8 +136,7 @@ class CudaBackend final : public LayerBackend {
   void Abandon() override;
   // A stream sync (not while a graph is being captured: the capture must not be broken).
   Status Synchronize() override {
-    if (!capturing_) UP_CUDA_CHECK(cudaStreamSynchronize(ctx_.cuda().stream()));
-    return OkStatus();
+    return capturing_ ? OkStatus() : WaitStream(ctx_.cuda().stream());
   }
 
  private:
@@ -294,6 +298,7 @@ class CudaBackend final : public LayerBackend {
   int slowdown_rows_ = 0;  // the budget it was measured at (0: not yet)
   bool slowdown_fixed_ = false;  // UNIPREFILL_CUDA_ATTENTION_SLOWDOWN: never measured
   dist::Communicator* comm_ = nullptr;  // tensor parallel (not owned)
+  cudaEvent_t wait_event_ = nullptr;    // WaitStream's marker (tensor parallel only)
   DeviceBuffer split_scratch_;  // split-KV's partial outputs (ops::cuda::RunSplitPrefix)
   int cur_ = 0;  // live residual buffer
   PinnedStaging staging_;

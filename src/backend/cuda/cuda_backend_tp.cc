@@ -23,6 +23,27 @@ Status CudaBackend::SetTensorParallel(dist::Communicator* comm) {
   return OkStatus();
 }
 
+Status CudaBackend::WaitEvent(cudaEvent_t event) {
+  if (comm_ != nullptr) {
+    Status st = comm_->WaitForDevice(event);
+    if (st.code() != ErrorCode::kUnimplemented) return st;
+  }
+  UP_CUDA_CHECK(cudaEventSynchronize(event));
+  return OkStatus();
+}
+
+Status CudaBackend::WaitStream(cudaStream_t stream) {
+  if (comm_ == nullptr) {
+    UP_CUDA_CHECK(cudaStreamSynchronize(stream));
+    return OkStatus();
+  }
+  if (wait_event_ == nullptr) {
+    UP_CUDA_CHECK(cudaEventCreateWithFlags(&wait_event_, cudaEventDisableTiming));
+  }
+  UP_CUDA_CHECK(cudaEventRecord(wait_event_, stream));
+  return WaitEvent(wait_event_);
+}
+
 Status CudaBackend::ReduceOut(dist::Communicator& comm) {
   if (!has_out_ || rows_ == 0) return OkStatus();
   // bf16 [rows, hidden]: this rank's partial sums, summed in place (NCCL sums bf16 in bf16).

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -30,11 +31,18 @@ class PinnedStaging {
       if (h.host) cudaFreeHost(h.host);
     }
   }
-  // At a forward's start: the other half, at least `ints` long, once its last forward has run.
-  Status Reserve(size_t ints) {
+  // At a forward's start: the other half, at least `ints` long, once its last forward has run
+  // (waited for by `wait` when given: the backend's bounded wait under tensor parallelism).
+  Status Reserve(size_t ints, const std::function<Status(cudaEvent_t)>& wait = {}) {
     cur_ ^= 1;
     Half& h = halves_[cur_];
-    if (h.in_flight) UP_CUDA_CHECK(cudaEventSynchronize(h.done));
+    if (h.in_flight) {
+      if (wait) {
+        UP_RETURN_IF_ERROR(wait(h.done));
+      } else {
+        UP_CUDA_CHECK(cudaEventSynchronize(h.done));
+      }
+    }
     h.in_flight = false;
     used_ = 0;
     if (ints <= h.cap) return OkStatus();

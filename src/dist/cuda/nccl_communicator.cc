@@ -1,8 +1,9 @@
 // MakeNcclCommunicator (nccl_communicator.h): NCCL's entry points are read from libnccl.so.2 at
 // run time; the communicator is made non-blocking so that its setup can be abandoned after the
 // timeout instead of hanging on a rank that never arrives. A collective enqueued on a stream
-// whose peer died shows at the next stream sync (not bounded here yet: serving under TP, below
-// in docs/scaling.md, is where that timeout belongs).
+// whose peer died never completes: WaitForDevice (what the CUDA backend's syncs call under
+// tensor parallelism) polls the work's event and NCCL's async error, and past the timeout aborts
+// the communicator, which ends its pending kernels, and reports Unavailable.
 #include "dist/cuda/nccl_communicator.h"
 
 #include "dist/cuda/host_delegating_communicator.h"
@@ -58,8 +59,13 @@ Result<NcclApi> LoadNccl() {
 
 class NcclCommunicator final : public HostDelegatingCommunicator {
  public:
-  NcclCommunicator(std::unique_ptr<Communicator> host, NcclApi api, ncclComm_t comm, int version)
-      : HostDelegatingCommunicator(std::move(host)), api_(api), comm_(comm), version_(version) {}
+  NcclCommunicator(std::unique_ptr<Communicator> host, NcclApi api, ncclComm_t comm, int version,
+                   double timeout_s)
+      : HostDelegatingCommunicator(std::move(host)),
+        api_(api),
+        comm_(comm),
+        version_(version),
+        timeout_s_(timeout_s) {}
   ~NcclCommunicator() override {
     if (comm_ != nullptr) api_.destroy(comm_);
   }
@@ -69,6 +75,7 @@ class NcclCommunicator final : public HostDelegatingCommunicator {
   }
 
   Status AllReduceDevice(void* data, int64_t count, DType dtype, void* stream) override {
+    if (comm_ == nullptr) return Unavailable(failure_);
     if (count < 0) return InvalidArgument("AllReduceDevice: negative count");
     if (dtype != DType::kBF16 && dtype != DType::kF32) {
       return InvalidArgument("AllReduceDevice: bf16 or f32 only");
@@ -86,10 +93,58 @@ class NcclCommunicator final : public HostDelegatingCommunicator {
     return OkStatus();
   }
 
+  Status WaitForDevice(void* event) override {
+    if (comm_ == nullptr) return Unavailable(failure_);
+    const auto ev = static_cast<cudaEvent_t>(event);
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s_);
+    // Yield first (a decode step's sync is due within microseconds), then sleep in short naps:
+    // the poll adds at most ~0.1 ms to a sync.
+    for (int polls = 0;; ++polls) {
+      const cudaError_t q = cudaEventQuery(ev);
+      if (q == cudaSuccess) return OkStatus();
+      if (q != cudaErrorNotReady) {
+        return Internal(std::string("CUDA, waiting for the GPU: ") + cudaGetErrorString(q));
+      }
+      ncclResult_t async = ncclSuccess;
+      api_.get_async_error(comm_, &async);
+      if (async != ncclSuccess && async != ncclInProgress) {
+        return Abort(std::string("NCCL reported ") + api_.error_string(async));
+      }
+      if (std::chrono::steady_clock::now() > deadline) {
+        return Abort("the GPU's work did not finish within " + Seconds(timeout_s_) +
+                     ": a device collective is waiting for a rank that died or hangs");
+      }
+      if (polls < 256) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
+    }
+  }
+
  private:
+  static std::string Seconds(double s) {
+    std::string t = std::to_string(s);
+    t.erase(t.find_last_not_of('0') + 1);
+    if (!t.empty() && t.back() == '.') t.pop_back();
+    return t + " s";
+  }
+
+  // Ends this rank's part in every pending device collective (their kernels return, the data is
+  // undefined); every later device call fails with the same message.
+  Status Abort(const std::string& why) {
+    failure_ = Describe() + ": " + why;
+    api_.abort(comm_);
+    comm_ = nullptr;
+    return Unavailable(failure_);
+  }
+
   NcclApi api_;
   ncclComm_t comm_;
   int version_;
+  double timeout_s_;
+  std::string failure_;  // set by Abort
 };
 
 }  // namespace
@@ -135,7 +190,7 @@ Result<std::unique_ptr<Communicator>> MakeNcclCommunicator(std::unique_ptr<Commu
   int version = 0;
   api.get_version(&version);
   return std::unique_ptr<Communicator>(
-      std::make_unique<NcclCommunicator>(std::move(host), api, comm, version));
+      std::make_unique<NcclCommunicator>(std::move(host), api, comm, version, options.timeout_s));
 }
 
 }  // namespace uniprefill::dist
