@@ -213,8 +213,13 @@ Result<std::unique_ptr<BatchEngine>> BatchEngine::Start(Engine& engine,
   }
   // UniPrefill prefills run segment-wise in chunks where the model can (the CPU backend today).
   const bool segment_chunks = options.chunked_prefill && core.model->supports_segment_chunks();
-  SchedulerConfig sc{options.max_batched_tokens, options.chunked_prefill, segment_chunks, 0.0,
-                     options.prefill_only_tokens};
+  // By name: a positional list put prefill_only_tokens into prefix_key_cost once that field
+  // was added before it, and no server spent the prefill-only budget.
+  SchedulerConfig sc;
+  sc.max_batched_tokens = options.max_batched_tokens;
+  sc.chunked_prefill = options.chunked_prefill;
+  sc.segment_chunks = segment_chunks;
+  sc.prefill_only_tokens = options.prefill_only_tokens;
   if (options.budget_counts_attention) {
     const std::vector<SegmentCost> whole = core.model->SegmentCosts({});
     if (!whole.empty()) {

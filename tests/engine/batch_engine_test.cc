@@ -294,6 +294,28 @@ TEST_F(BatchEngineTest, OneRequestEqualsEngineGenerate) {
   EXPECT_EQ(m.running, 0);
 }
 
+// --prefill-only-tokens reaches the scheduler: a dense prompt of 257 to 512 tokens alone (no
+// decodes beside it) runs in chunks of the 256-row prefill-only budget, not the 64-row step
+// budget, so its prefill takes 2 steps and each of its 2 more tokens one. (The engine once passed
+// the value into another field and every server ran the step budget.)
+TEST_F(BatchEngineTest, APromptWithNoDecodesBesideItSpendsThePrefillOnlyBudget) {
+  ServingOptions o;
+  o.max_batched_tokens = 64;
+  o.prefill_only_tokens = 256;
+  o.budget_counts_attention = false;  // rows only: exact chunk counts
+  auto batch = Start(o);
+  SamplingParams p = Greedy(3);
+  p.uniprefill = false;
+  std::vector<int32_t> prompt = Prompt(2000, 5);
+  ASSERT_GT(prompt.size(), 256u);
+  prompt.resize(std::min<size_t>(prompt.size(), 400));
+  Collector c;
+  ASSERT_TRUE(batch->Submit(prompt, p, c.Callback()).ok());
+  ASSERT_TRUE(c.Wait());
+  EXPECT_EQ(c.Tokens().size(), 3u);
+  EXPECT_EQ(batch->Metrics().steps, 2 + 2);
+}
+
 TEST_F(BatchEngineTest, ConcurrentRequestsGiveTheirAloneTokensAndShareSteps) {
   // Reference: each request alone through the batch engine.
   const int n = 8;
