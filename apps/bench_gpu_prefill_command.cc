@@ -225,6 +225,7 @@ struct Timings {
   std::vector<KeptTokens> kept;               // request 0's records of the last run
   int drop_host_syncs = 0;                    // of the last run
   int split_prefix_attentions = 0;            // of the last run (ForwardStats)
+  int prefix_reads_in_place = 0;              // of the last run (ForwardStats)
   std::vector<double> step_ms;                // every forward of the last run (chunked: many)
   ForwardStats phases;                        // --phases: one more run, the walk timed per step
 };
@@ -248,6 +249,9 @@ Result<std::vector<double>> RunPrefill(Model& model, DeviceContext& ctx, int64_t
   for (int64_t r = 0; r < batch; ++r) {
     for (int32_t& id : ids[r]) id = token(rng);
     caches.push_back(model.NewCache(static_cast<int>(n), up.active_drop_layers()));
+    // As serve does: chunks read their cached prefix in place.
+    caches.back()->ExpectPrefill(static_cast<int>(n),
+                                 !(up.enabled && !up.active_drop_layers().empty()));
   }
   UP_CUDA_CHECK(cudaDeviceSynchronize());  // cache set-up done before the clock starts
   std::vector<double> step_ms;
@@ -315,6 +319,7 @@ Result<Timings> TimeMode(Model& model, DeviceContext& ctx, int64_t n, int64_t ba
     t.kept = kept[0];
     t.drop_host_syncs = stats.drop_host_syncs;
     t.split_prefix_attentions = stats.split_prefix_attentions;
+    t.prefix_reads_in_place = stats.prefix_reads_in_place;
     t.step_ms = steps;
   }
   if (phases) {
@@ -420,6 +425,7 @@ nlohmann::json ReportRow(const Mode& mode, int64_t n, int64_t b, double flops, c
   row["chunk_tokens"] = chunk;
   row["forwards"] = t.step_ms.size();
   row["split_prefix_attentions"] = t.split_prefix_attentions;
+  row["prefix_reads_in_place"] = t.prefix_reads_in_place;
   row["forward_ms_last_run"] = t.step_ms;
   if (chunk > 0) row["chunked_over_whole"] = ms / whole_ms;
   if (t.phases.time_phases) {

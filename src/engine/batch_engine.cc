@@ -548,6 +548,8 @@ void BatchEngine::Impl::RunStep() {
                                                          sr.id, arena.get());
         } else {  // a device model: its own cache on the pool sized like the manager's
           l.cache = c.model->NewCache(c.context_size, c.uniprefill.active_drop_layers());
+          // Chunks then read their cached prefix in place (CudaSequenceCache).
+          l.cache->ExpectPrefill(static_cast<int>(l.prefill.size()), !sr.uniprefill);
         }
         l.kept.clear();
       }

@@ -124,6 +124,7 @@ class Follower {
       f = FollowedRequest{};
       if (on_device_) {  // on the pool sized like rank 0's, as rank 0's device caches
         f.cache = model_.NewCache(context_size_, uniprefill_.active_drop_layers());
+        f.cache->ExpectPrefill(r.reserve_tokens, !r.allow_drop);
       } else {
         f.cache = std::make_unique<PagedSequenceCache>(layout_, context_size_, &kv_, r.id,
                                                        arena_.get());

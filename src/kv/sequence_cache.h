@@ -125,6 +125,11 @@ class SequenceCache {
   // Ends a forward: every segment s grew by added[s] tokens and the sequence by `tokens` positions.
   virtual void Commit(int tokens, const std::vector<int>& added) = 0;
   virtual size_t bytes() const = 0;
+  // A hint before a fresh cache's prefill of `tokens` (which may come in chunks): segment 0
+  // holds them all, and so does every segment when the request drops nothing (every_segment). A
+  // device cache lays each layer's entries out in one piece for it (CudaSequenceCache); host
+  // caches ignore it.
+  virtual void ExpectPrefill(int tokens, bool every_segment) { (void)tokens, (void)every_segment; }
 
   // The request's rows between segments while its prefill runs segment-wise in chunks (held with
   // its KV, so a preempted or finished request frees both at once).

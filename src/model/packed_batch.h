@@ -101,6 +101,9 @@ struct ForwardStats {
   // Device models: attentions of a chunk over its cached prefix run by split-KV (per layer and
   // request; LoadOptions::gpu_prefix_split_min_keys).
   int split_prefix_attentions = 0;
+  // Device models: attentions of a chunk over its cached prefix that read the prefix in place
+  // (its pages one run of pool blocks), not from a copy (per layer and request).
+  int prefix_reads_in_place = 0;
   // Benchmarks only: with time_phases the walk waits for the backend after every step and adds
   // its wall time to phase_s[WalkPhase] (the waits cost some speed: compare like with like).
   bool time_phases = false;

@@ -111,6 +111,8 @@ Status CudaBackend::ScoreOverCache(int layer, const Req& req, int candidates,
     return Internal("UniPrefill scoring: the cache holds fewer entries than candidate rows");
   }
   const int bt = pool_->block_tokens(), kvd = pool_->kv_dim();
+  const TensorView pool = pool_->kv();  // K rows: block * stride[0] + row * stride[2] (planar)
+  const int64_t block_rows = pool.stride[0] / kvd, row_rows = pool.stride[2] / kvd;
   const std::vector<int32_t>& blocks = req.cache->blocks(layer);
   std::vector<int32_t> k_rows(count), c_rows(count);
   for (int i = 0; i < count; ++i) {
@@ -118,7 +120,7 @@ Status CudaBackend::ScoreOverCache(int layer, const Req& req, int candidates,
     if (block < 0) {
       return Internal("UniPrefill scoring: a page of a full-attention layer was released");
     }
-    k_rows[i] = 2 * bt * block + row;       // the K half of kv [blocks, 2, bt, kv_dim]
+    k_rows[i] = static_cast<int32_t>(block * block_rows + row * row_rows);  // the K plane
     c_rows[i] = 2 * bt * block + bt + row;  // the alive index of meta [blocks, 2, bt]
   }
   UP_ASSIGN_OR_RETURN(const int32_t* d_k_rows, staging_.Put(k_rows, stream));
@@ -126,11 +128,12 @@ Status CudaBackend::ScoreOverCache(int layer, const Req& req, int candidates,
   UP_RETURN_IF_ERROR(Grow(cache_keys_, static_cast<size_t>(count) * kvd * 2));
   UP_RETURN_IF_ERROR(Grow(cache_coords_, static_cast<size_t>(count) * 4));
   UP_RETURN_IF_ERROR(Grow(cache_importance_, static_cast<size_t>(count) * 4));
-  const int64_t pool_rows = int64_t{2} * bt * pool_->num_blocks();
+  const int64_t k_rows_total = int64_t{bt} * pool_->num_blocks();
+  const int64_t meta_rows = int64_t{2} * bt * pool_->num_blocks();
   oc::GatherRows(ctx_, cache_keys_.View(DType::kBF16, {count, kvd}),
-                 Rows(pool_->kv().data, DType::kBF16, pool_rows, kvd, kvd), d_k_rows);
+                 Rows(pool.data, DType::kBF16, k_rows_total, kvd, kvd), d_k_rows);
   oc::GatherRows(ctx_, Rows(cache_coords_.data(), DType::kI32, count, 1, 1),
-                 Rows(pool_->meta(), DType::kI32, pool_rows, 1, 1), d_c_rows);
+                 Rows(pool_->meta(), DType::kI32, meta_rows, 1, 1), d_c_rows);
   UP_CUDA_CHECK(
       cudaMemsetAsync(cache_importance_.data(), 0, static_cast<size_t>(count) * 4, stream));
   oc::AttentionImportance(ctx_, cache_importance_.as<float>(), q_obs,

@@ -101,6 +101,7 @@ class CudaBackend final : public LayerBackend {
   void set_diagnostics(CudaDiagnostics d) {
     trace_ = std::move(d.trace);
     sync_every_forward_ = d.sync_every_forward;
+    prefix_copy_ = d.prefix_copy;
     if (d.attention_slowdown > 0) {  // FLOPs at that rate, no copy cost: never measured
       prefix_cost_ = PrefixAttentionCost{d.attention_slowdown, 0.0};
       slowdown_fixed_ = true;
@@ -111,7 +112,8 @@ class CudaBackend final : public LayerBackend {
   size_t resident_weight_bytes() const override { return weight_bytes_; }
   std::unique_ptr<SequenceCache> NewCache(const CacheLayout& layout,
                                           int max_tokens) const override {
-    return std::make_unique<CudaSequenceCache>(layout, max_tokens, pool_.get());
+    return std::make_unique<CudaSequenceCache>(layout, max_tokens, pool_.get(),
+                                               /*runs=*/!prefix_copy_);
   }
   Status FixCachePool(const CacheLayout& layout, int num_blocks, int block_tokens) override {
     pool_ = std::make_unique<CudaKvPool>(ctx_, layout, block_tokens);
@@ -299,6 +301,7 @@ class CudaBackend final : public LayerBackend {
   bool slowdown_fixed_ = false;  // UNIPREFILL_CUDA_ATTENTION_SLOWDOWN: never measured
   dist::Communicator* comm_ = nullptr;  // tensor parallel (not owned)
   cudaEvent_t wait_event_ = nullptr;    // WaitStream's marker (tensor parallel only)
+  bool prefix_copy_ = false;  // UNIPREFILL_CUDA_PREFIX_COPY: caches take no runs, copy priced
   DeviceBuffer split_scratch_;  // split-KV's partial outputs (ops::cuda::RunSplitPrefix)
   int cur_ = 0;  // live residual buffer
   PinnedStaging staging_;

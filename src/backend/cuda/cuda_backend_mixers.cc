@@ -164,49 +164,74 @@ Result<bool> CudaBackend::CudnnPrefixPrefill(int li, int hkv, const std::vector<
   const int n = static_cast<int>(which.size());
   const int64_t kv_dim = pool_->kv().dim(3), d = q.dim(2);
   if (kv_dim % 8 != 0) return false;  // the gather copies 16 bytes at a time
-  // Copy each request's entries of this layer out of the pool into contiguous rows, then run
-  // cuDNN's fused kernel on them: on the H200 that is twice the rate of the same attention read
-  // through page tables (RunPaged: 32K prompt in 2K chunks, attention 1.36 s paged vs 0.68 s for
-  // the whole prompt; docs/serving.md), and the copy moves 2 x the prefix's K/V once per chunk.
+  // A request whose pages of this layer are one run of blocks (CudaSequenceCache::
+  // contiguous_pages: told its prefill's length, the cache lays them out so) has its keys and
+  // values in one piece of the pool's K and V planes: cuDNN reads them in place. The others are
+  // copied out of the pool into contiguous rows first (GatherCacheRows); cuDNN's paged SDPA
+  // (RunPaged) ran at half the rate on the H200 (32K prompt in 2K chunks, attention 1.36 s paged
+  // vs 0.68 s whole; docs/serving.md), and the copy moves 2 x the prefix's K/V once per chunk.
+  const TensorView pool = pool_->kv();
+  const int bt = pool_->block_tokens();
   int max_blocks = 1, max_kv = 0;
-  std::vector<int32_t> q_len(n), kv_len(n), q_begin(n), kv_begin(n + 1, 0);
+  std::vector<int32_t> q_len(n), kv_len(n), q_begin(n), kv_row(n, 0), gather_begin{0};
+  std::vector<const uint16_t*> k_base(n, nullptr), v_base(n, nullptr);
+  std::vector<char> in_place(n, 0);
+  std::vector<int32_t> table;
   for (int i = 0; i < n; ++i) {
-    const int r = which[i];
-    max_blocks = std::max<int>(max_blocks, reqs_[r].cache->blocks(li).size());
-    q_len[i] = kq.len[r];
-    kv_len[i] = reqs_[r].cache->count(li);
-    q_begin[i] = kq.begin[r];
-    kv_begin[i + 1] = kv_begin[i] + kv_len[i];
+    const Req& r = reqs_[which[i]];
+    q_len[i] = kq.len[which[i]];
+    kv_len[i] = r.cache->count(li);
+    q_begin[i] = kq.begin[which[i]];
+    const std::vector<int32_t>& bl = r.cache->blocks(li);
+    if (r.cache->contiguous_pages(li) * bt >= kv_len[i] && kv_len[i] > 0) {
+      const uint16_t* planes = static_cast<const uint16_t*>(pool.data);
+      k_base[i] = planes + int64_t{bl[0]} * pool.stride[0];
+      v_base[i] = k_base[i] + pool.stride[1];
+      in_place[i] = 1;
+      continue;
+    }
+    max_blocks = std::max<int>(max_blocks, static_cast<int>(bl.size()));
+  }
+  std::vector<int> gathered;
+  for (int i = 0; i < n; ++i) {
+    if (in_place[i]) continue;
+    kv_row[i] = gather_begin.back();
+    gather_begin.push_back(gather_begin.back() + kv_len[i]);
     max_kv = std::max(max_kv, kv_len[i]);
-  }
-  std::vector<int32_t> table(static_cast<size_t>(n) * max_blocks, 0);
-  for (int i = 0; i < n; ++i) {
     const std::vector<int32_t>& bl = reqs_[which[i]].cache->blocks(li);
-    std::copy(bl.begin(), bl.end(), table.begin() + static_cast<size_t>(i) * max_blocks);
+    table.resize(table.size() + max_blocks, 0);
+    std::copy(bl.begin(), bl.end(), table.end() - max_blocks);
+    gathered.push_back(i);
   }
-  const int64_t keys = kv_begin[n];
-  UP_RETURN_IF_ERROR(Grow(prefix_kv_, static_cast<size_t>(2 * keys * kv_dim * 2)));
-  uint16_t* k_data = Bf16(prefix_kv_);
-  uint16_t* v_data = Bf16(prefix_kv_, keys * kv_dim);
-  UP_ASSIGN_OR_RETURN(const int32_t* d_table, staging_.Put(table, stream));
-  UP_ASSIGN_OR_RETURN(const int32_t* d_kv_begin, staging_.Put(kv_begin, stream));
-  GatherCacheRows(ctx_, Rows(k_data, DType::kBF16, keys, kv_dim, kv_dim),
-                  Rows(v_data, DType::kBF16, keys, kv_dim, kv_dim), pool_->kv(), d_table,
-                  max_blocks, d_kv_begin, n, max_kv);
-  // Heads of the copied rows: [keys, Hkv, D] with rows kv_dim apart (kv_dim >= Hkv * D).
-  const TensorView k = Heads(k_data, keys, hkv, d, kv_dim);
-  const TensorView v = Heads(v_data, keys, hkv, d, kv_dim);
+  if (!gathered.empty()) {
+    const int64_t keys = gather_begin.back();
+    UP_RETURN_IF_ERROR(Grow(prefix_kv_, static_cast<size_t>(2 * keys * kv_dim * 2)));
+    uint16_t* k_data = Bf16(prefix_kv_);
+    uint16_t* v_data = Bf16(prefix_kv_, keys * kv_dim);
+    UP_ASSIGN_OR_RETURN(const int32_t* d_table, staging_.Put(table, stream));
+    UP_ASSIGN_OR_RETURN(const int32_t* d_begin, staging_.Put(gather_begin, stream));
+    GatherCacheRows(ctx_, Rows(k_data, DType::kBF16, keys, kv_dim, kv_dim),
+                    Rows(v_data, DType::kBF16, keys, kv_dim, kv_dim), pool, d_table, max_blocks,
+                    d_begin, static_cast<int>(gathered.size()), max_kv);
+    for (int i : gathered) k_base[i] = k_data, v_base[i] = v_data;
+  }
   // One call per request: graphs are keyed by batch size, query-row bucket and key-row bucket,
   // and a server's mix of chunks would otherwise meet every batch size too; each graph's first
   // build autotunes and stalls its step. A server keys them by its budget and context instead
   // (PrepareServing): one graph per attention shape, built before the first request.
+  const int64_t gathered_keys = gather_begin.back();
   for (int i = 0; i < n; ++i) {
+    // Heads of the request's rows: [rows, Hkv, D], rows kv_dim apart (kv_dim >= Hkv * D).
+    const int64_t rows = in_place[i] ? kv_len[i] : gathered_keys;
+    const TensorView k = Heads(const_cast<uint16_t*>(k_base[i]), rows, hkv, d, kv_dim);
+    const TensorView v = Heads(const_cast<uint16_t*>(v_base[i]), rows, hkv, d, kv_dim);
+    if (in_place[i] && stats_ != nullptr) ++stats_->prefix_reads_in_place;
     // A short chunk deep in a long prompt: split-KV (cuda_backend_split_kv.cc).
     const int prefix = kv_len[i] - q_len[i];
     const int pieces = PrefixPieces(q_len[i], static_cast<int>(q.dim(1)), prefix);
     if (pieces > 0) {
       UP_ASSIGN_OR_RETURN(const bool split, SplitPrefixAttention(q, attn, q_begin[i], q_len[i], k,
-                                                                 v, kv_begin[i], prefix, pieces,
+                                                                 v, kv_row[i], prefix, pieces,
                                                                  params));
       if (split) {
         if (stats_ != nullptr) ++stats_->split_prefix_attentions;
@@ -219,7 +244,7 @@ Result<bool> CudaBackend::CudnnPrefixPrefill(int li, int hkv, const std::vector<
     UP_ASSIGN_OR_RETURN(pb.q_len, staging_.Put(std::vector<int32_t>{q_len[i]}, stream));
     UP_ASSIGN_OR_RETURN(pb.kv_len, staging_.Put(std::vector<int32_t>{kv_len[i]}, stream));
     const std::vector<int32_t> q_rows = {q_begin[i], q_begin[i] + q_len[i]};
-    const std::vector<int32_t> kv_rows = {kv_begin[i], kv_begin[i + 1]};
+    const std::vector<int32_t> kv_rows = {kv_row[i], kv_row[i] + kv_len[i]};
     UP_ASSIGN_OR_RETURN(pb.q_offsets,
                         staging_.Put(ops::cuda::RaggedOffsets(q_rows, q.stride[0]), stream));
     UP_ASSIGN_OR_RETURN(pb.o_offsets,
@@ -317,7 +342,10 @@ Status CudaBackend::AttentionMixer(int li, const AttentionLayer& L, std::vector<
       // From the fewest rows it may have on: a bounded segment's true count is >= n_min.
       first_stored = r.cache->count(li) + r.n_min - a.window + 1;
     }
-    UP_RETURN_IF_ERROR(r.cache->AppendSlots(li, r.rows(), first_stored, &slots));
+    // A segment-wise chunk's segment rows size the run of blocks the layer takes (in place
+    // prefix reads, CudnnPrefixPrefill); dense prefills told the cache their length.
+    UP_RETURN_IF_ERROR(r.cache->AppendSlots(li, r.rows(), first_stored, &slots,
+                                            r.chunk != nullptr ? r.chunk->segment_rows : 0));
     r.appended[li] = r.rows();
   }
   UP_ASSIGN_OR_RETURN(const int32_t* d_slots, staging_.Put(slots, stream));

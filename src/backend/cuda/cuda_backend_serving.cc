@@ -211,12 +211,16 @@ Status CudaBackend::WarmPrefixGraph(const AttentionLayer& L, const TensorView& q
       // Clamped: a disturbed measurement must not starve or flood the steps.
       const double gemm_ms_per_flop = gemm_ms / gemm_flops;
       prefix_cost_.slowdown = std::clamp((attn_ms / attn_flops) / gemm_ms_per_flop, 0.5, 4.0);
-      prefix_cost_.copy_flops_per_key = (copy_ms / K) / gemm_ms_per_flop;
+      // A chunk reads its prefix in place (CudnnPrefixPrefill: a prefill told to its cache
+      // takes one run of blocks per layer), so the copy is not priced: it is what a fragmented
+      // pool falls back to, measured and noted here.
+      const double copy_flops_per_key = (copy_ms / K) / gemm_ms_per_flop;
+      prefix_cost_.copy_flops_per_key = prefix_copy_ ? copy_flops_per_key : 0;
       slowdown_rows_ = static_cast<int>(R);
       if (trace_) {
         trace_->Note("{\"attention_slowdown\": " + std::to_string(prefix_cost_.slowdown) +
-                     ", \"copy_flops_per_key\": " +
-                     std::to_string(prefix_cost_.copy_flops_per_key) + ", \"rows\": " +
+                     ", \"fallback_copy_flops_per_key\": " +
+                     std::to_string(copy_flops_per_key) + ", \"rows\": " +
                      std::to_string(R) + ", \"keys\": " + std::to_string(K) +
                      ", \"attention_ms\": " + std::to_string(attn_ms) + ", \"gemm_ms\": " +
                      std::to_string(gemm_ms) + ", \"copy_ms\": " + std::to_string(copy_ms) +

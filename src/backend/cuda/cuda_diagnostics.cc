@@ -25,6 +25,13 @@ Result<CudaDiagnostics> DiagnosticsFromEnvironment() {
     }
     d.attention_slowdown = x;
   }
+  if (const char* v = std::getenv("UNIPREFILL_CUDA_PREFIX_COPY"); v && *v) {
+    const std::string s = v;
+    if (s != "0" && s != "1") {
+      return InvalidArgument("UNIPREFILL_CUDA_PREFIX_COPY must be 0 or 1 (got '" + s + "')");
+    }
+    d.prefix_copy = s == "1";
+  }
   return d;
 }
 

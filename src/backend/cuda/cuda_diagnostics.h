@@ -5,7 +5,10 @@
 //                                             forwards that return nothing skipped it;
 //   UNIPREFILL_CUDA_ATTENTION_SLOWDOWN=x      PrefixAttentionCosts fixed at x and no copy cost
 //                                             instead of measured by PrepareServing (1: chunks
-//                                             priced by FLOPs alone, as before it measured).
+//                                             priced by FLOPs alone, as before it measured);
+//   UNIPREFILL_CUDA_PREFIX_COPY=1             chunks copy their cached prefix out of the pool
+//                                             (priced) instead of reading it in place, as before
+//                                             caches laid each layer out in one run.
 #pragma once
 
 #include <memory>
@@ -19,6 +22,7 @@ struct CudaDiagnostics {
   std::unique_ptr<StepTrace> trace;  // null: no trace
   bool sync_every_forward = false;
   double attention_slowdown = 0;  // 0: measured
+  bool prefix_copy = false;
 };
 
 // InvalidArgument naming the variable when a value cannot be used.

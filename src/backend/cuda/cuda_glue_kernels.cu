@@ -76,7 +76,9 @@ __global__ void DeltaNetGatesKernel(float* g, float* beta, const bf16* b, int64_
 // One CUDA block copies kGatherRows rows of one sequence, 16 bytes per thread and step.
 constexpr int kGatherRows = 8;
 
+// Pool strides in 16-byte units: block (blk), K to V (v_off), row within a block (row_vecs).
 __global__ void GatherCacheRowsKernel(int4* k, int4* v, const int4* kv, int bt, int64_t vecs,
+                                      int64_t blk, int64_t v_off, int64_t row_vecs,
                                       const int32_t* table, int max_blocks,
                                       const int32_t* row_begin) {
   const int b = blockIdx.y;
@@ -85,8 +87,8 @@ __global__ void GatherCacheRowsKernel(int4* k, int4* v, const int4* kv, int bt, 
     const int64_t a = static_cast<int64_t>(blockIdx.x) * kGatherRows + i;
     if (a >= len) return;
     const int64_t block = table[static_cast<int64_t>(b) * max_blocks + a / bt], row = a % bt;
-    const int4* src_k = kv + (block * 2 * bt + row) * vecs;
-    const int4* src_v = src_k + bt * vecs;
+    const int4* src_k = kv + block * blk + row * row_vecs;
+    const int4* src_v = src_k + v_off;
     int4* dst_k = k + (begin + a) * vecs;
     int4* dst_v = v + (begin + a) * vecs;
     for (int64_t c = threadIdx.x; c < vecs; c += blockDim.x) {
@@ -141,12 +143,15 @@ void GatherCacheRows(DeviceContext& ctx, TensorView k, TensorView v, TensorView 
                      int max_len) {
   if (batch <= 0 || max_len <= 0) return;
   const int64_t kv_dim = kv.dim(3);
-  assert(kv_dim % 8 == 0 && k.stride[0] == kv_dim && v.stride[0] == kv_dim);
+  assert(kv_dim % 8 == 0 && k.stride[0] == kv_dim && v.stride[0] == kv_dim &&
+         kv.stride[0] % 8 == 0 && kv.stride[1] % 8 == 0 && kv.stride[2] % 8 == 0 &&
+         kv.stride[3] == 1);
   const dim3 grid(static_cast<unsigned>((max_len + kGatherRows - 1) / kGatherRows),
                   static_cast<unsigned>(batch));
   GatherCacheRowsKernel<<<grid, 128, 0, ctx.cuda().stream()>>>(
       static_cast<int4*>(k.data), static_cast<int4*>(v.data), static_cast<const int4*>(kv.data),
-      static_cast<int>(kv.dim(2)), kv_dim / 8, table, max_blocks, row_begin);
+      static_cast<int>(kv.dim(2)), kv_dim / 8, kv.stride[0] / 8, kv.stride[1] / 8,
+      kv.stride[2] / 8, table, max_blocks, row_begin);
   UP_CUDA_CHECK_LAUNCH();
 }
 

@@ -27,7 +27,8 @@ void DeltaNetGates(DeviceContext& ctx, float* g, float* beta, TensorView b, Tens
 
 // Copies sequences' cache entries out of the KV pool into contiguous rows: sequence b's entries
 // 0 .. row_begin[b + 1] - row_begin[b] - 1 (entry a in block table[b * max_blocks + a /
-// block_tokens], row a % block_tokens of kv bf16 [num_blocks, 2 (K, V), block_tokens, kv_dim])
+// block_tokens], row a % block_tokens of kv bf16 [num_blocks, 2 (K, V), block_tokens, kv_dim],
+// any strides that are multiples of 8 with a contiguous last dim: CudaKvPool's planes)
 // become rows row_begin[b] .. of k and v, bf16 [Tk, kv_dim] each (contiguous). kv_dim must be a
 // multiple of 8 (16-byte copies). max_len: the longest sequence's entries.
 void GatherCacheRows(DeviceContext& ctx, TensorView k, TensorView v, TensorView kv,

@@ -46,16 +46,19 @@ Status CudaKvPool::GrowBlocks(int num_blocks) {
   UP_ASSIGN_OR_RETURN(DeviceBuffer meta, DeviceBuffer::Allocate(std::max<size_t>(meta_bytes, 16)));
   cudaStream_t stream = ctx_.cuda().stream();
   if (num_blocks_ > 0) {
-    UP_CUDA_CHECK(cudaMemcpyAsync(kv->data(), kv_.data(),
-                                  static_cast<size_t>(num_blocks_) * block_bytes(),
+    // Each plane (K, then V) keeps its blocks at the start of the new plane.
+    const size_t plane = static_cast<size_t>(num_blocks_) * block_bytes() / 2;
+    UP_CUDA_CHECK(cudaMemcpyAsync(kv->data(), kv_.data(), plane, cudaMemcpyDeviceToDevice,
+                                  stream));
+    UP_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(kv->data()) + kv_bytes / 2,
+                                  static_cast<const char*>(kv_.data()) + plane, plane,
                                   cudaMemcpyDeviceToDevice, stream));
     UP_CUDA_CHECK(cudaMemcpyAsync(meta.data(), meta_.data(),
                                   static_cast<size_t>(num_blocks_) * 2 * block_tokens_ * 4,
                                   cudaMemcpyDeviceToDevice, stream));
     UP_CUDA_CHECK(cudaStreamSynchronize(stream));
   }
-  // New blocks go on top of the LIFO free list, lowest id on top (O(new blocks)).
-  for (int b = num_blocks - 1; b >= num_blocks_; --b) free_blocks_.push_back(b);
+  free_.Grow(num_blocks);
   kv_ = std::move(*kv);
   meta_ = std::move(meta);
   num_blocks_ = num_blocks;
@@ -63,10 +66,10 @@ Status CudaKvPool::GrowBlocks(int num_blocks) {
 }
 
 Status CudaKvPool::FixCapacity(int num_blocks) {
-  if (static_cast<int>(free_blocks_.size()) != num_blocks_) {
+  if (free_.free_count() != num_blocks_) {
     return Internal("the GPU KV pool is in use; size it before the first request");
   }
-  free_blocks_.clear();
+  free_ = BlockExtents();
   num_blocks_ = 0;
   kv_ = DeviceBuffer();
   meta_ = DeviceBuffer();
@@ -76,27 +79,33 @@ Status CudaKvPool::FixCapacity(int num_blocks) {
 }
 
 Status CudaKvPool::ReserveFreeBlocks(int n) {
-  const int missing = n - static_cast<int>(free_blocks_.size());
+  const int missing = n - free_.free_count();
   if (fixed_ || missing <= 0) return OkStatus();
   return GrowBlocks(std::max({64, num_blocks_ * 2, num_blocks_ + missing}));
 }
 
 Result<int> CudaKvPool::AllocateBlock() {
-  if (free_blocks_.empty()) {
+  if (free_.free_count() == 0) {
     if (fixed_) {
       return ResourceExhausted("the GPU KV cache is full (" + std::to_string(num_blocks_) +
                                " blocks); raise --kv-cache-memory or lower --max-num-seqs");
     }
     UP_RETURN_IF_ERROR(GrowBlocks(std::max(64, num_blocks_ * 2)));
   }
-  const int b = free_blocks_.back();
-  free_blocks_.pop_back();
-  return b;
+  return free_.TakeOne();
+}
+
+int CudaKvPool::AllocateRun(int count) {
+  if (!fixed_ && free_.longest_run() < count) {
+    // Doubling leaves the new blocks in one extent (with any free tail) long enough for it.
+    if (!GrowBlocks(std::max({64, num_blocks_ * 2, num_blocks_ + count})).ok()) return -1;
+  }
+  return free_.TakeRun(count);
 }
 
 void CudaKvPool::FreeBlock(int block) {
-  assert(block >= 0 && block < num_blocks_);
-  free_blocks_.push_back(block);
+  [[maybe_unused]] const Status st = free_.Free(block);
+  assert(st.ok());
 }
 
 Status CudaKvPool::GrowSlots(int slots) {
@@ -139,8 +148,11 @@ Result<int> CudaKvPool::AllocateSlot() {
 void CudaKvPool::FreeSlot(int slot) { free_slots_.push_back(slot); }
 
 TensorView CudaKvPool::kv() const {
-  return TensorView::Contiguous(kv_.data(), DType::kBF16, {num_blocks_, 2, block_tokens_, kv_dim_},
-                                Device::kCuda);
+  TensorView v = TensorView::Contiguous(kv_.data(), DType::kBF16,
+                                        {num_blocks_, 2, block_tokens_, kv_dim_}, Device::kCuda);
+  v.stride[0] = int64_t{block_tokens_} * kv_dim_;  // the K plane, then the V plane
+  v.stride[1] = int64_t{num_blocks_} * block_tokens_ * kv_dim_;
+  return v;
 }
 
 TensorView CudaKvPool::coords(bool positions) const {
@@ -150,8 +162,9 @@ TensorView CudaKvPool::coords(bool positions) const {
   return v;
 }
 
-CudaSequenceCache::CudaSequenceCache(CacheLayout layout, int max_tokens, CudaKvPool* pool)
-    : layout_(std::move(layout)), max_tokens_(max_tokens), pool_(pool) {
+CudaSequenceCache::CudaSequenceCache(CacheLayout layout, int max_tokens, CudaKvPool* pool,
+                                     bool runs)
+    : layout_(std::move(layout)), max_tokens_(max_tokens), pool_(pool), runs_(runs) {
   segment_len_.assign(layout_.n_segments, 0);
   layers_.resize(layout_.layers.size());
 }
@@ -161,8 +174,25 @@ CudaSequenceCache::~CudaSequenceCache() {
     for (int32_t b : l.blocks) {
       if (b >= 0) pool_->FreeBlock(b);
     }
+    ReturnRun(l);
   }
   if (slot_ >= 0) pool_->FreeSlot(slot_);
+}
+
+void CudaSequenceCache::ExpectPrefill(int tokens, bool every_segment) {
+  expected_.assign(layout_.n_segments, 0);
+  for (int s = 0; s < layout_.n_segments; ++s) {
+    if (s == 0 || every_segment) expected_[s] = tokens;
+  }
+}
+
+void CudaSequenceCache::ReturnRun(LayerBlocks& l) {
+  for (; l.run_next < l.run_end; ++l.run_next) pool_->FreeBlock(l.run_next);
+}
+
+Result<int> CudaSequenceCache::NextBlock(LayerBlocks& l) {
+  if (l.run_next < l.run_end) return l.run_next++;
+  return pool_->AllocateBlock();
 }
 
 Result<KvAppendSlot> CudaSequenceCache::AppendKv(int, int, const int32_t*, const int32_t*) {
@@ -186,9 +216,26 @@ size_t CudaSequenceCache::bytes() const {
 }
 
 Status CudaSequenceCache::AppendSlots(int layer, int n, int first_stored,
-                                      std::vector<int32_t>* slots) {
+                                      std::vector<int32_t>* slots, int expected) {
   LayerBlocks& l = layers_[layer];
   const int bt = pool_->block_tokens();
+  // A full-attention layer's first append takes the run of blocks its prefill will fill. Not on
+  // an append of no rows: a segment-wise chunk passes every layer outside its segment with 0
+  // rows, and a run claimed there again at each step leaked (H200, session 7: a 130K UniPrefill
+  // prompt filled a 48 GiB pool in a few steps).
+  if (runs_ && n > 0 && l.count == 0 && l.blocks.empty() && first_stored <= 0 &&
+      layout_.layers[layer].kind == CacheLayerKind::kFullAttention) {
+    const int segment = layout_.segment_of_layer[layer];
+    if (segment < static_cast<int>(expected_.size())) {
+      expected = std::max(expected, expected_[segment]);
+    }
+    const int pages = (std::max(n, expected) + bt - 1) / bt;
+    ReturnRun(l);  // what a layer emptied by DropTail still held of an earlier run
+    if (pages >= kMinRunPages) {
+      const int first = pool_->AllocateRun(pages);
+      if (first >= 0) l.run_next = first, l.run_end = first + pages;
+    }
+  }
   for (int i = 0; i < n; ++i) {
     const int a = l.count + i;
     const int page = a / bt;
@@ -199,9 +246,10 @@ Status CudaSequenceCache::AppendSlots(int layer, int n, int first_stored,
     }
     while (static_cast<int>(l.blocks.size()) <= page) l.blocks.push_back(-1);
     if (l.blocks[page] < 0) {
-      UP_ASSIGN_OR_RETURN(int b, pool_->AllocateBlock());
+      UP_ASSIGN_OR_RETURN(int b, NextBlock(l));
       l.blocks[page] = b;
       ++held_blocks_;
+      if (page == l.contiguous && (page == 0 || b == l.blocks[page - 1] + 1)) ++l.contiguous;
     }
     slots->push_back(l.blocks[page] * bt + a % bt);
   }
@@ -221,6 +269,7 @@ void CudaSequenceCache::ReleaseBehindWindow(int layer, int window) {
       pool_->FreeBlock(l.blocks[p]);
       l.blocks[p] = -1;
       --held_blocks_;
+      l.contiguous = 0;
     }
   }
 }
@@ -231,12 +280,19 @@ void CudaSequenceCache::DropTail(int layer, int n) {
   l.count -= std::min(n, l.count);
   const size_t pages = static_cast<size_t>((l.count + bt - 1) / bt);
   while (l.blocks.size() > pages) {
-    if (l.blocks.back() >= 0) {
-      pool_->FreeBlock(l.blocks.back());
+    const int32_t b = l.blocks.back();
+    if (b >= 0) {
+      // The run's last block handed out goes back to the run (the next page gets it again).
+      if (b == l.run_next - 1) {
+        --l.run_next;
+      } else {
+        pool_->FreeBlock(b);
+      }
       --held_blocks_;
     }
     l.blocks.pop_back();
   }
+  l.contiguous = std::min<int>(l.contiguous, static_cast<int>(l.blocks.size()));
 }
 
 Result<int> CudaSequenceCache::StateSlot() {

@@ -36,6 +36,13 @@ StepTrace::~StepTrace() {
 }
 
 Status StepTrace::Begin(cudaStream_t stream, int64_t rows, int requests) {
+  // A forward that failed before its launch ended (its end event never recorded) is dropped:
+  // its times do not exist. (H200, session 7: writing it aborted a server whose forward failed.)
+  if (!open_.empty() && open_.back().launched == Clock::time_point{}) {
+    cudaEventDestroy(open_.back().start);
+    cudaEventDestroy(open_.back().end);
+    open_.pop_back();
+  }
   Forward f;
   f.begin = Clock::now();
   f.rows = rows;

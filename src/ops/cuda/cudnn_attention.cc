@@ -82,13 +82,14 @@ struct GraphKey {
   int64_t q_stride = 0, k_stride = 0, v_stride = 0, o_stride = 0;
   int64_t window = 0;  // 0: causal only
   int64_t num_blocks = 0, block_tokens = 0, max_blocks = 0;
+  int64_t block_stride = 0;  // paged: elements from one block's K rows to the next block's
   int64_t max_kv_rows = 0;
   bool causal = true, stats = false;
   uint32_t scale_bits = 0;
   auto tie() const {
     return std::tie(kind, batch, max_rows, hq, hkv, d, q_stride, k_stride, v_stride, o_stride,
-                    window, num_blocks, block_tokens, max_blocks, max_kv_rows, causal, stats,
-                    scale_bits);
+                    window, num_blocks, block_tokens, max_blocks, block_stride, max_kv_rows,
+                    causal, stats, scale_bits);
   }
   bool operator<(const GraphKey& o) const { return tie() < o.tie(); }
 };
@@ -221,9 +222,10 @@ void DefinePrefix(fe::graph::Graph& g, const GraphKey& key, float scale) {
   }
 }
 
-// Queries over paged caches: K and V containers are views of the KV pool (K | V interleaved per
-// block), one block table for both; causal aligned bottom-right (query row i of a sequence with
-// n queries over L entries sees entries j <= L - n + i).
+// Queries over paged caches: K and V containers are views of the KV pool (block_stride apart per
+// block: K | V interleaved per block, or CudaKvPool's planes), one block table for both; causal
+// aligned bottom-right (query row i of a sequence with n queries over L entries sees entries
+// j <= L - n + i).
 void DefinePaged(fe::graph::Graph& g, const GraphKey& key, float scale) {
   const int64_t b = key.batch, bt = key.block_tokens, kvd = key.k_stride, d = key.d;
   auto q = RaggedRows(g, "Q", kQ, key, key.hq, key.q_stride, IntColumn(g, "q_off", kQOff, b + 1));
@@ -232,7 +234,7 @@ void DefinePaged(fe::graph::Graph& g, const GraphKey& key, float scale) {
                         .set_name(name)
                         .set_uid(uid)
                         .set_dim({key.num_blocks, key.hkv, bt, d})
-                        .set_stride({2 * bt * kvd, d, kvd, 1})
+                        .set_stride({key.block_stride, d, kvd, 1})
                         .set_data_type(fe::DataType_t::BFLOAT16));
   };
   auto k = container("K_pool", kK);
@@ -336,11 +338,12 @@ class CudnnAttentionImpl final : public CudnnAttention {
     key.num_blocks = kv.dim(0);
     key.block_tokens = kv.dim(2);
     key.max_blocks = batch.max_blocks;
+    key.block_stride = kv.stride[0];
     key.scale_bits = FloatBits(params.scale);
     uint16_t* pool = static_cast<uint16_t*>(kv.data);
     Pack pack = {{kQ, q.data},
                  {kK, pool},
-                 {kV, pool + kv.dim(2) * kv.dim(3)},  // V: the second half of every block
+                 {kV, pool + kv.stride[1]},  // V: the same block's V rows
                  {kO, out.data},
                  {kSeqLen, const_cast<int32_t*>(batch.q_len)},
                  {kSeqLenKv, const_cast<int32_t*>(batch.kv_len)},

@@ -1,7 +1,8 @@
 // GatherCacheRows (backend/cuda/cuda_glue_kernels.h): sequences' cache entries copied out of a
-// KV pool laid out like CudaKvPool::kv() into contiguous K and V rows, checked bit for bit against
-// the same copy on the host, with blocks handed out in shuffled order, lengths of 1, inside a
-// block, on a block edge and long, and an empty sequence.
+// KV pool into contiguous K and V rows, checked bit for bit against the same copy on the host,
+// with blocks handed out in shuffled order, lengths of 1, inside a block, on a block edge and
+// long, and an empty sequence; pools laid out like CudaKvPool::kv() (a K plane, then a V plane)
+// and with K | V interleaved per block (strides are the kernel's only knowledge of the layout).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -20,10 +21,12 @@
 namespace uniprefill::cuda_backend {
 namespace {
 
-TEST(GatherCacheRowsTest, CopiesEveryEntryOfEverySequence) {
-  UP_CUDA_TEST_CONTEXT(ctx);
+void CheckGather(DeviceContext& ctx, bool planar) {
   constexpr int kBlock = 16, kPoolBlocks = 64, kMaxBlocks = 24;
   constexpr int64_t kKvDim = 136;  // 17 x 8 elements: not a multiple of the 128 threads
+  // Elements from one block's K rows to the next block's, and from K rows to V rows.
+  const int64_t blk_stride = (planar ? 1 : 2) * kBlock * kKvDim;
+  const int64_t v_off = planar ? int64_t{kPoolBlocks} * kBlock * kKvDim : kBlock * kKvDim;
   const std::vector<int32_t> lengths = {1, 37, 0, 48, 300};
   const int n = static_cast<int>(lengths.size());
   std::mt19937 rng(7);
@@ -43,11 +46,10 @@ TEST(GatherCacheRowsTest, CopiesEveryEntryOfEverySequence) {
   std::vector<uint16_t> want_k(rows * kKvDim), want_v(rows * kKvDim);
   for (int b = 0; b < n; ++b) {
     for (int a = 0; a < lengths[b]; ++a) {
-      const int64_t src =
-          (int64_t{table[b * kMaxBlocks + a / kBlock]} * 2 * kBlock + a % kBlock) * kKvDim;
+      const int64_t block = table[b * kMaxBlocks + a / kBlock];
+      const int64_t src = (block * blk_stride) + (a % kBlock) * kKvDim;
       std::copy_n(pool.begin() + src, kKvDim, want_k.begin() + (begin[b] + a) * kKvDim);
-      std::copy_n(pool.begin() + src + kBlock * kKvDim, kKvDim,
-                  want_v.begin() + (begin[b] + a) * kKvDim);
+      std::copy_n(pool.begin() + src + v_off, kKvDim, want_v.begin() + (begin[b] + a) * kKvDim);
     }
   }
   const DeviceBuffer pool_dev = DeviceBuffer::FromHost(pool);
@@ -57,16 +59,24 @@ TEST(GatherCacheRowsTest, CopiesEveryEntryOfEverySequence) {
   k.Fill(0xFF);
   v.Fill(0xFF);
   UP_CUDA_CHECK(cudaDeviceSynchronize());  // the copies ran on the legacy stream
-  const TensorView kv = TensorView::Contiguous(pool_dev.data(), DType::kBF16,
-                                               {kPoolBlocks, 2, kBlock, kKvDim}, Device::kCuda);
+  TensorView kv = TensorView::Contiguous(pool_dev.data(), DType::kBF16,
+                                         {kPoolBlocks, 2, kBlock, kKvDim}, Device::kCuda);
+  kv.stride[0] = blk_stride;
+  kv.stride[1] = v_off;
   GatherCacheRows(ctx,
                   TensorView::Contiguous(k.data(), DType::kBF16, {rows, kKvDim}, Device::kCuda),
                   TensorView::Contiguous(v.data(), DType::kBF16, {rows, kKvDim}, Device::kCuda), kv,
                   table_dev.as<int32_t>(), kMaxBlocks, begin_dev.as<int32_t>(), n,
                   *std::max_element(lengths.begin(), lengths.end()));
   UP_CUDA_CHECK(cudaStreamSynchronize(ctx.cuda().stream()));
-  EXPECT_EQ(k.ToHost<uint16_t>(rows * kKvDim), want_k);
-  EXPECT_EQ(v.ToHost<uint16_t>(rows * kKvDim), want_v);
+  EXPECT_EQ(k.ToHost<uint16_t>(rows * kKvDim), want_k) << (planar ? "planar" : "interleaved");
+  EXPECT_EQ(v.ToHost<uint16_t>(rows * kKvDim), want_v) << (planar ? "planar" : "interleaved");
+}
+
+TEST(GatherCacheRowsTest, CopiesEveryEntryOfEverySequence) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  CheckGather(ctx, /*planar=*/true);
+  CheckGather(ctx, /*planar=*/false);
 }
 
 }  // namespace

@@ -284,8 +284,9 @@ TEST_F(CudnnAttentionTest, AutotuneTimesPlansAndKeepsTheFastest) {
   EXPECT_EQ(chosen, 1);
 }
 
-// Queries over a cached prefix, read from a pool laid out like CudaKvPool::kv(): bf16 [blocks, 2,
-// 16, kv_dim] with kv_dim wider than Hkv D (NaN columns), blocks handed out in shuffled order.
+// Queries over a cached prefix, read from a paged pool: bf16 [blocks, 2, 16, kv_dim] with K | V
+// interleaved per block (RunPaged reads the view's strides; CudaKvPool's planes are the other
+// layout) and kv_dim wider than Hkv D (NaN columns), blocks handed out in shuffled order.
 struct PagedSeq {
   int prefix = 0, queries = 0;
 };

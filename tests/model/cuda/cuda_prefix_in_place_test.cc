@@ -1,0 +1,108 @@
+// A dense prefill in chunks reads each chunk's cached prefix in place (issue 18): told the
+// prefill's length (SequenceCache::ExpectPrefill, as serve and bench gpu-prefill do), the CUDA
+// cache lays every full-attention layer out in one run of pool blocks, and cuDNN's prefix
+// attention reads those rows where they are instead of a copy (GatherCacheRows). The same data,
+// offsets and graphs: the logits of the chunked prefill and of the decodes after it equal the
+// copying run's bit for bit, with split-KV on (the default) and off. The tiny Gemma 3 GGUF (head
+// dim 128, one full-attention layer of six) with cuDNN attention.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_kv_cache.h"
+#include "model/model.h"
+#include "ops/cuda/cudnn_attention.h"
+#include "testing/cuda_test_util.h"
+#include "testing/tiny_gemma3.h"
+
+namespace uniprefill {
+namespace {
+
+struct ChunkedRun {
+  std::vector<std::vector<float>> logits;  // the prefill's, then each decode's
+  int in_place = 0, split = 0;             // ForwardStats over the run
+  int contiguous_pages = 0, pages = 0;     // of the full-attention layer after the prefill
+};
+
+ChunkedRun RunChunked(Model& m, DeviceContext& ctx, const std::vector<int32_t>& prompt, int chunk,
+                      bool in_place) {
+  ChunkedRun run;
+  auto cache = m.NewCache(static_cast<int>(prompt.size()) + 8, {});
+  if (in_place) cache->ExpectPrefill(static_cast<int>(prompt.size()), true);
+  const UniPrefillConfig dense;
+  ForwardStats stats;
+  std::vector<float> logits(m.config().vocab_size);
+  for (size_t at = 0; at < prompt.size(); at += chunk) {
+    const size_t n = std::min(prompt.size() - at, static_cast<size_t>(chunk));
+    const bool last = at + n == prompt.size();
+    SequenceStep s{cache.get(), std::span<const int32_t>(prompt.data() + at, n),
+                   last ? logits.data() : nullptr, nullptr};
+    EXPECT_TRUE(m.ForwardBatch(ctx, std::span<const SequenceStep>(&s, 1), dense, nullptr, &stats)
+                    .ok());
+  }
+  run.logits.push_back(logits);
+  for (int step = 0; step < 4; ++step) {
+    const int32_t next[1] = {static_cast<int32_t>(
+        std::max_element(logits.begin(), logits.end()) - logits.begin())};
+    SequenceStep d{cache.get(), next, logits.data(), nullptr};
+    EXPECT_TRUE(m.ForwardBatch(ctx, std::span<const SequenceStep>(&d, 1), dense).ok());
+    run.logits.push_back(logits);
+  }
+  run.in_place = stats.prefix_reads_in_place;
+  run.split = stats.split_prefix_attentions;
+  const auto* device_cache = dynamic_cast<const CudaSequenceCache*>(cache.get());
+  EXPECT_NE(device_cache, nullptr);
+  for (int layer = 0; device_cache && layer < m.config().n_layers; ++layer) {
+    if (m.config().layer_kinds[layer] != LayerKind::kFullAttention) continue;
+    run.contiguous_pages = device_cache->contiguous_pages(layer);
+    run.pages = static_cast<int>(device_cache->blocks(layer).size());
+  }
+  return run;
+}
+
+TEST(CudaPrefixInPlaceTest, ChunksReadingTheirPrefixInPlaceEqualCopyingItBitForBit) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  if (!ops::cuda::CudnnAttention::Create(ctx).ok()) GTEST_SKIP() << "no cuDNN on this machine";
+  const std::string path =
+      testing::WriteTempFile("cuda_prefix_in_place_gemma3.gguf", testing::BuildTinyGemma3());
+  const std::vector<int32_t> prompt = [] {
+    std::vector<int32_t> p(1000);
+    for (size_t i = 0; i < p.size(); ++i) p[i] = static_cast<int32_t>(3 + (i * 37 + 11) % 250);
+    return p;
+  }();
+  for (int split_min_keys : {2048, 64}) {
+    LoadOptions lo;
+    lo.gpu_attention = GpuAttention::kCudnn;
+    lo.gpu_prefix_split_min_keys = split_min_keys;
+    auto m = LoadModel(path, ctx, lo);
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    const ChunkedRun copied = RunChunked(**m, ctx, prompt, 97, /*in_place=*/false);
+    const ChunkedRun read = RunChunked(**m, ctx, prompt, 97, /*in_place=*/true);
+    std::printf("split-KV from %d keys: in place %d attentions (copying run %d), split %d / %d, "
+                "full layer %d of %d pages contiguous (copying run %d)\n",
+                split_min_keys, read.in_place, copied.in_place, read.split, copied.split,
+                read.contiguous_pages, read.pages, copied.contiguous_pages);
+    EXPECT_EQ(copied.in_place, 0);
+    EXPECT_EQ(read.in_place, 10);  // chunks 2..11 of the one full-attention layer
+    EXPECT_EQ(read.split, copied.split);
+    if (split_min_keys == 64) {
+      EXPECT_GT(read.split, 0) << "split-KV should have run";
+    }
+    EXPECT_EQ(read.contiguous_pages, read.pages);
+    ASSERT_EQ(read.logits.size(), copied.logits.size());
+    for (size_t i = 0; i < read.logits.size(); ++i) {
+      EXPECT_EQ(0, std::memcmp(read.logits[i].data(), copied.logits[i].data(),
+                               read.logits[i].size() * 4))
+          << "logits " << i << " (0: the prefill's)";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace uniprefill
