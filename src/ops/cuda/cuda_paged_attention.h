@@ -8,8 +8,9 @@
 // whose strides say where things are: stride[0] = elements between blocks, stride[1] = elements
 // from a block's K rows to its V rows, stride[2] = elements between token rows (>= Hkv * D),
 // stride[3] =
-// 1. A layer's own pool is contiguous; a layer slice of a multi-layer pool, or a CPU-arena-like
-// layout (V at block_tokens * max_kv_dim, rows of kv_dim) are strided views of the same shape. Each
+// 1. K | V interleaved per block, CudaKvPool's two planes (every block's K rows, then every
+// block's V rows), a layer slice of a multi-layer pool, or a CPU-arena-like layout (V at
+// block_tokens * max_kv_dim, rows of kv_dim) are strided views of the same shape. Each
 // token slot also has an int32 key position: a view int32 [num_blocks, block_tokens] (stride[0]
 // may exceed block_tokens, e.g. the pos half of the arena's [num_blocks, 2, block_tokens] meta).
 // A global slot index is block * block_tokens + offset.

@@ -20,9 +20,9 @@
 // uncompacted cache), causal aligned bottom-right, keys and values read in place from the CUDA
 // backend's KV pool (cuda_kv_cache.h: bf16 [num_blocks, 2 (K, V), block_tokens, kv_dim], entry a of
 // a sequence in block block_table[b][a / block_tokens], row a % block_tokens): the K container is
-// [num_blocks, Hkv, block_tokens, D] with strides (2 block_tokens kv_dim, D, kv_dim, 1) and V the
-// same from block_tokens kv_dim elements on. cuDNN (>= 9.7 for paged K/V with ragged Q) reads a
-// container through its strides, so the pool's interleaved K | V blocks and 16-token pages need no
+// [num_blocks, Hkv, block_tokens, D] with strides (kv.stride[0], D, kv_dim, 1) and V the same from
+// kv.stride[1] elements on. cuDNN (>= 9.7 for paged K/V with ragged Q) reads a container through
+// its strides, so the pool's blocks (K | V interleaved, or planes) and 16-token pages need no
 // copy: measured on the H200's cuDNN 9.14 for D 64 / 128 / 256 and GQA against the CPU op
 // (cudnn_attention_test.cc). The backend does not use it: on the H200, cuDNN's plans for paged K/V
 // ran a 32K prompt's chunked attention at half the rate of its plans for contiguous rows (the
