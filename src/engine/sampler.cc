@@ -1,5 +1,7 @@
 #include "engine/sampler.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -126,8 +128,42 @@ Status ValidateSamplerConfig(const SamplerConfig& c) {
   return OkStatus();
 }
 
+// std::max_element's answer (the first index of the largest logit), 8 lanes at a time: greedy
+// decoding scans the whole vocabulary per request and step (16 x 262144 logits a step of 16
+// Gemma 3 requests, on one thread). With a NaN anywhere the scalar search decides (its answer
+// depends on where the NaN is).
 int32_t ArgMax(std::span<const float> logits) {
-  return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  const float* x = logits.data();
+  const int64_t n = std::ssize(logits);
+  const auto scalar = [&] {
+    return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  };
+  __m256 best8 = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  __m256 nan8 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    nan8 = _mm256_or_ps(nan8, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    best8 = _mm256_max_ps(v, best8);
+  }
+  if (_mm256_movemask_ps(nan8) != 0) return scalar();
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, best8);
+  float best = *std::max_element(lanes, lanes + 8);
+  for (; i < n; ++i) {
+    if (std::isnan(x[i])) return scalar();
+    best = std::max(best, x[i]);
+  }
+  // The first element equal to the maximum (-0 and +0 compare equal, as they do for "<").
+  const __m256 b = _mm256_set1_ps(best);
+  for (i = 0; i + 8 <= n; i += 8) {
+    const int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), b, _CMP_EQ_OQ));
+    if (hit != 0) return static_cast<int32_t>(i + __builtin_ctz(static_cast<unsigned>(hit)));
+  }
+  for (; i < n; ++i) {
+    if (x[i] == best) return static_cast<int32_t>(i);
+  }
+  return scalar();  // n == 0
 }
 
 bool Sampler::PenaltiesActive() const {

@@ -65,6 +65,12 @@ void AttentionPaged(DeviceContext& ctx, TensorView out, TensorView q,
   cpu::AttentionPaged(ctx, out, q, runs, q_pos, k_pos, params);
 }
 
+void AttentionPagedBatch(DeviceContext& ctx, const std::vector<PagedAttentionSeq>& seqs,
+                         const AttentionParams& params) {
+  assert(ctx.device() == Device::kCpu);
+  cpu::AttentionPagedBatch(ctx, seqs, params);
+}
+
 void AttentionImportance(DeviceContext& ctx, float* importance, TensorView q, TensorView k,
                          const int32_t* q_pos, const int32_t* k_pos, float scale) {
   assert(ctx.device() == Device::kCpu);

@@ -102,6 +102,20 @@ void AttentionPaged(DeviceContext& ctx, TensorView out, TensorView q,
                     const std::vector<KvRun>& runs, const int32_t* q_pos, const int32_t* k_pos,
                     const AttentionParams& params);
 
+// One request of AttentionPagedBatch: the arguments of an AttentionPaged call.
+struct PagedAttentionSeq {
+  TensorView out, q;
+  const std::vector<KvRun>* runs = nullptr;
+  const int32_t* q_pos = nullptr;
+  const int32_t* k_pos = nullptr;
+};
+// AttentionPaged for every request of a step (same params), results equal bit for bit to one
+// call per request; the work items of the requests too small to occupy the threads alone (decode
+// requests of short contexts: one item each) share one pass of the thread pool, so a step of
+// many of them keeps every thread busy instead of running them one after another on one thread.
+void AttentionPagedBatch(DeviceContext& ctx, const std::vector<PagedAttentionSeq>& seqs,
+                         const AttentionParams& params);
+
 // UniPrefill scoring (docs/design.md section 1, steps 2-3): for each query j of q and each query
 // head h, the fp32 softmax over the keys visible to j (k_pos[i] <= q_pos[j]) of
 // scale * q[j,h] . k[i,kv(h)]; importance[i] += the sum of those probabilities over j and h. q f32

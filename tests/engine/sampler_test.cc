@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -54,6 +55,32 @@ TEST(SamplerTest, GreedyPicksTheLargestLogitLowestIdOnTies) {
   std::vector<float> logits = {0.1f, 3.0f, -1.0f, 3.0f};
   EXPECT_EQ(s.Sample(logits), 1);
   EXPECT_EQ(ArgMax(logits), 1);
+}
+
+// The vectorised ArgMax against std::max_element: every length's vector body and tail, the
+// maximum anywhere, ties, -0 / +0, infinities, and NaNs (the scalar search's answer).
+TEST(SamplerTest, ArgMaxIsTheFirstLargestElementAsMaxElementFindsIt) {
+  std::mt19937 rng(2222);
+  std::uniform_real_distribution<float> u(-4.0f, 4.0f);
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (int n = 1; n <= 40; ++n) {
+    for (int trial = 0; trial < 30; ++trial) {
+      std::vector<float> x(n);
+      for (float& v : x) v = u(rng);
+      const int a = static_cast<int>(rng() % n), b = static_cast<int>(rng() % n);
+      switch (trial % 6) {
+        case 1: x[a] = x[b] = 9.0f; break;                     // a tie
+        case 2: x.assign(n, -inf); break;                      // nothing above -inf
+        case 3: x.assign(n, 0.0f), x[a] = -0.0f; break;        // -0 == +0
+        case 4: x[a] = nan; break;                             // NaN: the scalar answer
+        case 5: x[a] = inf, x[b] = inf; break;
+        default: break;
+      }
+      const auto want = static_cast<int32_t>(std::max_element(x.begin(), x.end()) - x.begin());
+      EXPECT_EQ(ArgMax(x), want) << "n " << n << " trial " << trial;
+    }
+  }
 }
 
 TEST(SamplerTest, GreedyIsTheArgMaxAfterPenalties) {

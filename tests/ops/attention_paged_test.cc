@@ -35,8 +35,18 @@ struct Outputs {
   std::vector<float> paged, gathered, reference;
 };
 
-Outputs RunCase(DeviceContext& ctx, const Case& c, std::mt19937& rng) {
-  // The runs: lengths summing to tk, each its own K and V buffer of rows with a padded stride.
+// One problem's inputs: runs of random lengths summing to tk, each its own K and V buffer of
+// rows with a padded stride, the gathered copy, positions, queries.
+struct Inputs {
+  std::vector<std::vector<float>> k_buf, v_buf;
+  std::vector<KvRun> runs;
+  std::vector<float> k_all, v_all;  // the gathered copy: f32 [tk, Hkv, D]
+  std::vector<int32_t> k_pos, q_pos;
+  std::vector<float> q;
+};
+
+Inputs MakeInputs(const Case& c, std::mt19937& rng) {
+  Inputs in;
   std::vector<int64_t> lengths;
   std::uniform_int_distribution<int> len(0, std::max(c.max_run, 1));
   for (int64_t left = c.tk; left > 0;) {
@@ -45,35 +55,49 @@ Outputs RunCase(DeviceContext& ctx, const Case& c, std::mt19937& rng) {
     left -= n;
   }
   const int64_t row = c.hkv * c.d;
-  std::vector<std::vector<float>> k_buf, v_buf;
-  std::vector<KvRun> runs;
-  std::vector<float> k_all, v_all;  // the gathered copy: f32 [tk, Hkv, D]
   for (int64_t n : lengths) {
     // K and V rows padded differently: each run reads both with their own strides.
     const int64_t ks = row + static_cast<int64_t>(rng() % 5),
                   vs = row + static_cast<int64_t>(rng() % 7);
-    k_buf.push_back(RandomFloats(rng, std::max<int64_t>(n * ks, 1), -2, 2));
-    v_buf.push_back(RandomFloats(rng, std::max<int64_t>(n * vs, 1), -2, 2));
-    TensorView k = TensorView::Contiguous(k_buf.back().data(), DType::kF32, {n, c.hkv, c.d});
-    TensorView v = TensorView::Contiguous(v_buf.back().data(), DType::kF32, {n, c.hkv, c.d});
+    in.k_buf.push_back(RandomFloats(rng, std::max<int64_t>(n * ks, 1), -2, 2));
+    in.v_buf.push_back(RandomFloats(rng, std::max<int64_t>(n * vs, 1), -2, 2));
+    const std::vector<float>& kb = in.k_buf.back();
+    const std::vector<float>& vb = in.v_buf.back();
+    TensorView k = TensorView::Contiguous(in.k_buf.back().data(), DType::kF32, {n, c.hkv, c.d});
+    TensorView v = TensorView::Contiguous(in.v_buf.back().data(), DType::kF32, {n, c.hkv, c.d});
     k.stride[0] = ks;
     v.stride[0] = vs;
-    runs.push_back({k, v});
+    in.runs.push_back({k, v});
     for (int64_t j = 0; j < n; ++j) {
-      k_all.insert(k_all.end(), k_buf.back().begin() + j * ks, k_buf.back().begin() + j * ks + row);
-      v_all.insert(v_all.end(), v_buf.back().begin() + j * vs, v_buf.back().begin() + j * vs + row);
+      in.k_all.insert(in.k_all.end(), kb.begin() + j * ks, kb.begin() + j * ks + row);
+      in.v_all.insert(in.v_all.end(), vb.begin() + j * vs, vb.begin() + j * vs + row);
     }
   }
-  std::vector<int32_t> k_pos(c.tk), q_pos(c.tq);
-  for (int64_t j = 0; j < c.tk; ++j) k_pos[j] = static_cast<int32_t>(j);
-  for (int64_t i = 0; i < c.tq; ++i) q_pos[i] = static_cast<int32_t>(c.tk - c.tq + i);
-  std::vector<float> q = RandomFloats(rng, c.tq * c.hq * c.d, -2, 2);
-  const TensorView qv = TensorView::Contiguous(q.data(), DType::kF32, {c.tq, c.hq, c.d});
-  const TensorView kv = TensorView::Contiguous(k_all.data(), DType::kF32, {c.tk, c.hkv, c.d});
-  const TensorView vv = TensorView::Contiguous(v_all.data(), DType::kF32, {c.tk, c.hkv, c.d});
+  if (in.runs.empty()) {  // no key: one empty run carries the head count
+    in.runs.push_back({TensorView::Contiguous(nullptr, DType::kF32, {0, c.hkv, c.d}),
+                       TensorView::Contiguous(nullptr, DType::kF32, {0, c.hkv, c.d})});
+  }
+  in.k_pos.resize(c.tk);
+  in.q_pos.resize(c.tq);
+  for (int64_t j = 0; j < c.tk; ++j) in.k_pos[j] = static_cast<int32_t>(j);
+  for (int64_t i = 0; i < c.tq; ++i) in.q_pos[i] = static_cast<int32_t>(c.tk - c.tq + i);
+  in.q = RandomFloats(rng, c.tq * c.hq * c.d, -2, 2);
+  return in;
+}
+
+AttentionParams Params(const Case& c) {
   AttentionParams params;
   params.scale = 1.0f / std::sqrt(static_cast<float>(c.d));
   params.window = c.window;
+  return params;
+}
+
+Outputs RunCase(DeviceContext& ctx, const Case& c, std::mt19937& rng) {
+  Inputs in = MakeInputs(c, rng);
+  const TensorView qv = TensorView::Contiguous(in.q.data(), DType::kF32, {c.tq, c.hq, c.d});
+  const TensorView kv = TensorView::Contiguous(in.k_all.data(), DType::kF32, {c.tk, c.hkv, c.d});
+  const TensorView vv = TensorView::Contiguous(in.v_all.data(), DType::kF32, {c.tk, c.hkv, c.d});
+  const AttentionParams params = Params(c);
   Outputs r;
   for (std::vector<float>* o : {&r.paged, &r.gathered, &r.reference}) {
     o->assign(c.tq * c.hq * c.d, 7.0f);
@@ -81,9 +105,9 @@ Outputs RunCase(DeviceContext& ctx, const Case& c, std::mt19937& rng) {
   auto view = [&](std::vector<float>& o) {
     return TensorView::Contiguous(o.data(), DType::kF32, {c.tq, c.hq, c.d});
   };
-  AttentionPaged(ctx, view(r.paged), qv, runs, q_pos.data(), k_pos.data(), params);
-  Attention(ctx, view(r.gathered), qv, kv, vv, q_pos.data(), k_pos.data(), params);
-  reference::Attention(view(r.reference), qv, kv, vv, q_pos.data(), k_pos.data(), params);
+  AttentionPaged(ctx, view(r.paged), qv, in.runs, in.q_pos.data(), in.k_pos.data(), params);
+  Attention(ctx, view(r.gathered), qv, kv, vv, in.q_pos.data(), in.k_pos.data(), params);
+  reference::Attention(view(r.reference), qv, kv, vv, in.q_pos.data(), in.k_pos.data(), params);
   return r;
 }
 
@@ -124,6 +148,41 @@ TEST_P(AttentionPagedTest, EmptyRunsAndNoKeysGiveZeros) {
                  TensorView::Contiguous(qd.data(), DType::kF32, {2, 4, 8}), runs, q_pos, nullptr,
                  AttentionParams{});
   for (float x : out) EXPECT_EQ(x, 0.0f);
+}
+
+// A step's requests in one AttentionPagedBatch call equal one AttentionPaged call each, bit for
+// bit: decode requests (one work item each), a long one (key splits), a prefill chunk, a request
+// with no key; same head shape and window for all, as in one layer of a step.
+TEST_P(AttentionPagedTest, BatchOfRequestsEqualsOneCallPerRequest) {
+  for (int window : {0, 100}) {
+    const Case cases[] = {
+        {1, 300, 4, 1, 64, window, 0},   {1, 17, 4, 1, 64, window, 5},
+        {1, 3000, 4, 1, 64, window, 0},  {40, 200, 4, 1, 64, window, 30},
+        {1, 0, 4, 1, 64, window, 0},     {1, 520, 4, 1, 64, window, 16},
+    };
+    std::vector<Inputs> inputs;
+    for (const Case& c : cases) inputs.push_back(MakeInputs(c, rng_));
+    std::vector<std::vector<float>> batched, single;
+    std::vector<PagedAttentionSeq> seqs;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const Case& c = cases[i];
+      batched.emplace_back(c.tq * c.hq * c.d, 7.0f);
+      single.emplace_back(c.tq * c.hq * c.d, 7.0f);
+      const TensorView qv =
+          TensorView::Contiguous(inputs[i].q.data(), DType::kF32, {c.tq, c.hq, c.d});
+      const auto view = [&](std::vector<float>& o) {
+        return TensorView::Contiguous(o.data(), DType::kF32, {c.tq, c.hq, c.d});
+      };
+      AttentionPaged(*ctx_, view(single[i]), qv, inputs[i].runs, inputs[i].q_pos.data(),
+                     inputs[i].k_pos.data(), Params(c));
+      seqs.push_back({view(batched[i]), qv, &inputs[i].runs, inputs[i].q_pos.data(),
+                      inputs[i].k_pos.data()});
+    }
+    AttentionPagedBatch(*ctx_, seqs, Params(cases[0]));
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      EXPECT_EQ(batched[i], single[i]) << "request " << i << " window " << window;
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(ThreadsAndIsa, AttentionPagedTest,

@@ -110,6 +110,29 @@ TEST(QuantizeRowI16Groups, ScalesEachGroupByItsOwnMaximum) {
   }
 }
 
+// The vectorised quantisation equals the scalar definition bit for bit: every length's vector
+// body and tail, values on rounding ties (x * inv = k + 0.5) and at the clamp.
+TEST(QuantizeRowI16, EqualsTheScalarDefinitionBitForBit) {
+  std::mt19937 rng(2221);
+  for (int64_t n = 1; n <= 70; ++n) {
+    std::vector<float> x = RandomFloats(rng, n, -2.0f, 2.0f);
+    x[0] = 2.0f;  // amax 2: inv = 32767 / 2, so x = (2k + 1) / 32767 lands on ties
+    for (int64_t i = 1; i < n; i += 3) x[i] = static_cast<float>(2 * i + 1) / 32767.0f;
+    std::vector<int16_t> xq(n);
+    float scale = 0.0f;
+    QuantizeRowI16(x.data(), n, xq.data(), &scale);
+    float amax = 0.0f;
+    for (float v : x) amax = std::max(amax, std::fabs(v));
+    EXPECT_EQ(scale, amax / 32767.0f);
+    const float inv = 32767.0f / amax;
+    for (int64_t i = 0; i < n; ++i) {
+      const auto want =
+          static_cast<int16_t>(std::lrintf(std::clamp(x[i] * inv, -32767.0f, 32767.0f)));
+      EXPECT_EQ(xq[i], want) << "n " << n << " i " << i;
+    }
+  }
+}
+
 class IsaLevelTest : public ::testing::TestWithParam<CpuIsa> {
  protected:
   void SetUp() override {

@@ -203,7 +203,18 @@ class CpuBackend final : public LayerBackend {
     }
     if (!last.empty()) {
       const int64_t R = static_cast<int64_t>(last.size()), H = c_.hidden, V = c_.vocab_size;
-      Buffer h(sizeof(float) * R * H), logits(sizeof(float) * R * V);
+      // f32 [R, V], kept across steps up to kKeptLogitsBytes (16 rows of Gemma 3's vocabulary):
+      // a fresh mapping per step cost a page fault per 4 KB and the kernel's zeroing on every
+      // batched decode step; larger steps (rare) take a buffer of their own.
+      const size_t bytes = sizeof(float) * R * V;
+      Buffer transient;
+      if (bytes > kKeptLogitsBytes) {
+        transient = Buffer(bytes);
+      } else if (logits_.size() < bytes) {
+        logits_ = Buffer(bytes);
+      }
+      Buffer& logits = bytes > kKeptLogitsBytes ? transient : logits_;
+      Buffer h(sizeof(float) * R * H);
       TensorView hv = h.View(DType::kF32, {R, H});  // f32 [R, hidden]
       ops::GatherRows(*ctx_, hv, batch_.x(), last.data());
       ops::RmsNorm(*ctx_, hv, hv, def_.output_norm.data(), c_.rms_eps);
@@ -290,6 +301,8 @@ class CpuBackend final : public LayerBackend {
   dist::Communicator* comm_ = nullptr;  // tensor parallel (not owned)
   Buffer out_;     // f32 [rows, hidden]: the last block's output, not yet added to x
   bool has_out_ = false;
+  static constexpr size_t kKeptLogitsBytes = size_t{16} << 20;
+  Buffer logits_;  // f32 [rows, vocab]: the head's output, reused by the next steps
 };
 
 Status CheckMaterialised(const ops::LinearWeight& w, const std::string& what) {

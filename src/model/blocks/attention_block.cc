@@ -263,15 +263,19 @@ Status AttentionForward(DeviceContext& ctx, const AttentionWeights& w, int layer
   ops::AttentionParams ap;
   ap.scale = w.scale;
   ap.window = w.window;
+  // Every request in one call: a decode request is one work item, so the step's requests share
+  // the threads instead of running one after another on one of them.
+  std::vector<KvRuns> kvs(batch.n_seqs());
+  std::vector<ops::PagedAttentionSeq> seqs;
   for (int r = 0; r < batch.n_seqs(); ++r) {
     const PackedBatch::Seq& s = batch.seq(r);
     if (s.rows() == 0) continue;
-    KvRuns kv;
     ViewKvRuns(s.cache->Layer(layer), Hkv, D,
-               window_mode == WindowMode::kPosition && w.window > 0, &kv);
-    ops::AttentionPaged(ctx, attn.Slice0(s.begin, s.rows()), q.Slice0(s.begin, s.rows()), kv.runs,
-                        q_mask.data() + s.begin, kv.mask, ap);
+               window_mode == WindowMode::kPosition && w.window > 0, &kvs[r]);
+    seqs.push_back({attn.Slice0(s.begin, s.rows()), q.Slice0(s.begin, s.rows()), &kvs[r].runs,
+                    q_mask.data() + s.begin, kvs[r].mask});
   }
+  ops::AttentionPagedBatch(ctx, seqs, ap);
   if (w.gated_output) {
     float* a = attn_buf.as<float>();
     const float* g = gate_buf.as<float>();

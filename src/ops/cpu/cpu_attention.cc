@@ -20,6 +20,7 @@
 #include <cassert>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "ops/cpu/cpu_gemm_tile.h"
@@ -335,7 +336,66 @@ void RunSplit(DeviceContext& ctx, const Problem& p) {
   }
 }
 
+// Problems too small to keep the threads busy on their own (decode requests of short contexts:
+// one item each) run together in RunSmallBatch; the others as one AttentionPaged call each.
+bool Small(DeviceContext& ctx, const Problem& p) {
+  return p.splits == 1 && p.hkv * p.tiles < 2 * ctx.threads();
+}
+
+// The small problems' items, (problem, kv head, tile) in problem order, on one pass of the pool:
+// the same RunItem / StoreTile as RunUnsplit, so the results are the same bit for bit. A worker
+// rebuilds its workspace only when a problem's tile shape differs from the last one.
+void RunSmallBatch(DeviceContext& ctx, const std::vector<Problem>& problems) {
+  struct Item {
+    int64_t problem, kh, tile;
+  };
+  std::vector<Item> items;
+  for (int64_t i = 0; i < static_cast<int64_t>(problems.size()); ++i) {
+    const Problem& p = problems[i];
+    if (!Small(ctx, p)) continue;
+    for (int64_t idx = 0; idx < p.hkv * p.tiles; ++idx) {
+      items.push_back({i, idx % p.hkv, Zigzag(idx / p.hkv, p.tiles)});
+    }
+  }
+  ctx.pool().ParallelFor(static_cast<int64_t>(items.size()), 1,
+                         [&](int64_t begin, int64_t end, int) {
+                           std::optional<Workspace> ws;  // for the last problem's shape
+                           const Problem* shape = nullptr;
+                           for (int64_t i = begin; i < end; ++i) {
+                             const Problem& p = problems[items[i].problem];
+                             if (shape == nullptr || shape->group != p.group || shape->d != p.d ||
+                                 shape->queries_per_tile != p.queries_per_tile) {
+                               ws.emplace(p);
+                               shape = &p;
+                             }
+                             int64_t lo, hi;
+                             TileRange(p, items[i].tile, &lo, &hi);
+                             RunItem(p, *ws, items[i].kh, items[i].tile, lo, hi);
+                             StoreTile(p, ws->o.data(), ws->l.data(), items[i].kh, items[i].tile);
+                           }
+                         });
+}
+
 }  // namespace
+
+void AttentionPagedBatch(DeviceContext& ctx, const std::vector<PagedAttentionSeq>& seqs,
+                         const AttentionParams& params) {
+  std::vector<Problem> problems;
+  problems.reserve(seqs.size());
+  for (const PagedAttentionSeq& s : seqs) {
+    assert(s.runs != nullptr && !s.runs->empty());
+    problems.push_back(MakeProblem(ctx, s.out, s.q, *s.runs, s.q_pos, s.k_pos, params));
+  }
+  RunSmallBatch(ctx, problems);
+  for (const Problem& p : problems) {
+    if (Small(ctx, p)) continue;
+    if (p.splits > 1) {
+      RunSplit(ctx, p);
+    } else {
+      RunUnsplit(ctx, p);
+    }
+  }
+}
 
 void AttentionPaged(DeviceContext& ctx, TensorView out, TensorView q,
                     const std::vector<KvRun>& runs, const int32_t* q_pos, const int32_t* k_pos,

@@ -15,6 +15,9 @@ struct Int16Format {
   static constexpr int kRows = kQuantDotI16Rows;
   static constexpr int64_t kLengthMultiple = 32;
   static Kernel Lookup(DType type, CpuIsa isa) { return FusedQuantDotI16Rows(type, isa); }
+  static QuantDotI16LanesFn Lanes(DType type, CpuIsa isa) {
+    return FusedQuantDotI16Lanes(type, isa);
+  }
   static void Quantize(const float* x, int64_t n, int16_t* xq, float* scale, float* bsum) {
     QuantizeRowI16Groups(x, n, xq, scale, bsum);
   }

@@ -16,6 +16,7 @@ struct Int8Format {
   static constexpr int kRows = kQuantDotI8Rows;
   static constexpr int64_t kLengthMultiple = 64;  // the kernels' unit
   static Kernel Lookup(DType type, CpuIsa isa) { return FusedQuantDotI8Rows(type, isa); }
+  static QuantDotI16LanesFn Lanes(DType, CpuIsa) { return nullptr; }  // int16 activations only
   static void Quantize(const float* x, int64_t n, uint8_t* xu, float* scale, float* bsum) {
     QuantizeRowI8Blocks(x, n, xu, scale, bsum);
   }

@@ -7,18 +7,24 @@
 // another level's flags).
 // A Format has: Elem (the quantised activation type), Rows (its rows struct, with the fields of
 // I16Rows), Kernel (its multi-row kernel type), Scales(in) (floats of scale per row), kRows (rows
-// per kernel call), kLengthMultiple (rows' length must be a multiple of it), Lookup(type, isa) and
-// Quantize(x, n, xq, scale, bsum).
+// per kernel call), kLengthMultiple (rows' length must be a multiple of it), Lookup(type, isa),
+// Lanes(type, isa) (a lanes kernel, cpu_quant_lanes_i16.h, or nullptr; only the int16 format has
+// them) and Quantize(x, n, xq, scale, bsum).
+// Parts with a lanes kernel take groups of more than kRows rows (up to kI16Lanes) in one call on
+// the rows transposed once per call (TransposeRowsI16); every other part and group the kRows-row
+// kernels.
 #pragma once
 
 #include <algorithm>
 #include <cassert>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "core/device_context.h"
 #include "core/tensor.h"
 #include "ops/cpu/cpu_quant_dot.h"
+#include "ops/cpu/cpu_quant_lanes_i16.h"
 #include "ops/cpu/cpu_rows_tiling.h"
 #include "ops/ops.h"
 
@@ -32,6 +38,7 @@ struct Part {
   int64_t row_bytes;
   typename Format::Kernel multi;  // nullptr: `f32` on the f32 activation rows
   QuantDotFn f32;
+  QuantDotI16LanesFn lanes;  // groups of more than Format::kRows rows, or nullptr
 };
 
 template <class Format>
@@ -41,7 +48,7 @@ std::vector<Part<Format>> PlanParts(const LinearWeight& w, CpuIsa isa) {
   for (const TensorView& p : w.parts) {
     plan.push_back({col, p.dim(0), static_cast<const uint8_t*>(p.data),
                     DTypeBytes(p.dtype, p.stride[0]), Format::Lookup(p.dtype, isa),
-                    FusedQuantDot(p.dtype, isa)});
+                    FusedQuantDot(p.dtype, isa), Format::Lanes(p.dtype, isa)});
     col += p.dim(0);
   }
   return plan;
@@ -109,6 +116,22 @@ bool CanRun(const LinearWeight& w, CpuIsa isa) {
          std::all_of(w.parts.begin(), w.parts.end(), runnable);
 }
 
+// The rows of q in groups of kI16Lanes, transposed for the lanes kernels (one buffer per group).
+template <class Format>
+std::vector<I16LanesBuffer> TransposeGroups(DeviceContext& ctx, const QuantisedRows<Format>& q,
+                                            int64_t T) {
+  std::vector<I16LanesBuffer> lanes((T + kI16Lanes - 1) / kI16Lanes);
+  ctx.pool().ParallelFor(static_cast<int64_t>(lanes.size()), 1,
+                         [&](int64_t begin, int64_t end, int) {
+                           for (int64_t g = begin; g < end; ++g) {
+                             const int nx = static_cast<int>(
+                                 std::min<int64_t>(kI16Lanes, T - g * kI16Lanes));
+                             TransposeRowsI16(q.At(g * kI16Lanes), nx, q.in, &lanes[g]);
+                           }
+                         });
+  return lanes;
+}
+
 // out f32 [T, out] = x f32 [T, in] @ W^T; requires CanRun<Format>(w, ctx.cpu_isa()).
 template <class Format>
 void Run(DeviceContext& ctx, TensorView out, TensorView x, const LinearWeight& w) {
@@ -116,16 +139,35 @@ void Run(DeviceContext& ctx, TensorView out, TensorView x, const LinearWeight& w
   assert(CanRun<Format>(w, ctx.cpu_isa()));
   const std::vector<Part<Format>> plan = PlanParts<Format>(w, ctx.cpu_isa());
   const QuantisedRows<Format> q = Quantise<Format>(ctx, x);
-  ForEachRowsTile(ctx, T, w.out_features, Format::kRows,
-                  [&](int64_t o0, int64_t o1, int64_t t0, int nx) {
-                    for (const Part<Format>& p : plan) {
-                      const int64_t lo = std::max(o0, p.row_begin);
-                      const int64_t hi = std::min(o1, p.row_begin + p.rows);
-                      for (int64_t o = lo; o < hi; ++o) {
-                        MultiplyRow(p, o, x, q, t0, nx, out.as<float>() + t0 * os + o, os);
-                      }
-                    }
-                  });
+  // Lanes pay off once a group needs two passes of the kRows-row kernels.
+  const bool use_lanes = T > Format::kRows &&
+                         std::any_of(plan.begin(), plan.end(),
+                                     [](const Part<Format>& p) { return p.lanes != nullptr; });
+  std::vector<I16LanesBuffer> lanes;
+  if constexpr (std::is_same_v<typename Format::Rows, I16Rows>) {
+    if (use_lanes) lanes = TransposeGroups(ctx, q, T);
+  }
+  const int group = use_lanes ? kI16Lanes : Format::kRows;
+  float* o_base = out.as<float>();
+  ForEachRowsTile(ctx, T, w.out_features, group, [&](int64_t o0, int64_t o1, int64_t t0, int nx) {
+    for (const Part<Format>& p : plan) {
+      const int64_t lo = std::max(o0, p.row_begin);
+      const int64_t hi = std::min(o1, p.row_begin + p.rows);
+      if (lo >= hi) continue;
+      if (p.lanes != nullptr && nx > Format::kRows) {
+        static_assert(kRowsChunk % kI16Lanes == 0, "t0 starts a group of lanes");
+        p.lanes(p.data + (lo - p.row_begin) * p.row_bytes, p.row_bytes, static_cast<int>(hi - lo),
+                lanes[t0 / kI16Lanes].View(), nx, q.in, o_base + t0 * os + lo, os);
+        continue;
+      }
+      for (int64_t o = lo; o < hi; ++o) {
+        for (int r = 0; r < nx; r += Format::kRows) {
+          MultiplyRow(p, o, x, q, t0 + r, std::min(Format::kRows, nx - r),
+                      o_base + (t0 + r) * os + o, os);
+        }
+      }
+    }
+  });
 }
 
 }  // namespace uniprefill::ops::cpu::quant_rows

@@ -34,6 +34,8 @@ void Attention(DeviceContext& ctx, TensorView out, TensorView q, TensorView k, T
 void AttentionPaged(DeviceContext& ctx, TensorView out, TensorView q,
                     const std::vector<KvRun>& runs, const int32_t* q_pos, const int32_t* k_pos,
                     const AttentionParams& params);
+void AttentionPagedBatch(DeviceContext& ctx, const std::vector<PagedAttentionSeq>& seqs,
+                         const AttentionParams& params);
 
 void AttentionImportance(DeviceContext& ctx, float* importance, TensorView q, TensorView k,
                          const int32_t* q_pos, const int32_t* k_pos, float scale);

@@ -50,6 +50,16 @@ Choice<QuantDotI8RowsFn> ChooseI8Rows(DType type, CpuIsa isa) {
   return {};
 }
 
+// The lanes kernels need vpdpwssd's broadcast operand: VNNI levels only.
+Choice<QuantDotI16LanesFn> ChooseI16Lanes(DType type, CpuIsa isa) {
+  if (isa >= CpuIsa::kAvx512Vnni) {
+    if (QuantDotI16LanesFn fn = avx512_vnni::FusedQuantDotI16Lanes(type)) {
+      return {fn, "avx512-vnni"};
+    }
+  }
+  return {};
+}
+
 }  // namespace
 
 QuantDotFn FusedQuantDot(DType type, CpuIsa isa) { return ChooseF32(type, isa).fn; }
@@ -72,6 +82,13 @@ QuantDotI8RowsFn FusedQuantDotI8Rows(DType type, CpuIsa isa) {
 }
 std::string_view FusedQuantDotI8RowsLevel(DType type, CpuIsa isa) {
   return ChooseI8Rows(type, isa).level;
+}
+
+QuantDotI16LanesFn FusedQuantDotI16Lanes(DType type, CpuIsa isa) {
+  return ChooseI16Lanes(type, isa).fn;
+}
+std::string_view FusedQuantDotI16LanesLevel(DType type, CpuIsa isa) {
+  return ChooseI16Lanes(type, isa).level;
 }
 
 }  // namespace uniprefill::ops::cpu

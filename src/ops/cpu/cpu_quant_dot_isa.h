@@ -9,6 +9,7 @@
 #include "ops/cpu/cpu_quant_dot.h"
 #include "ops/cpu/cpu_quant_dot_i16.h"
 #include "ops/cpu/cpu_quant_dot_i8.h"
+#include "ops/cpu/cpu_quant_lanes_i16.h"
 
 namespace uniprefill::ops::cpu {
 
@@ -27,6 +28,7 @@ namespace avx512_vnni {
 QuantDotI16Fn FusedQuantDotI16(DType type);  // cpu_quant_dot_i16_avx512_vnni.cc
 QuantDotI16RowsFn FusedQuantDotI16Rows(DType type);  // cpu_quant_dot_i16_avx512_vnni.cc
 QuantDotI8RowsFn FusedQuantDotI8Rows(DType type);    // cpu_quant_rows_i8_avx512_vnni.cc
+QuantDotI16LanesFn FusedQuantDotI16Lanes(DType type);  // cpu_quant_dot_i16_avx512_vnni.cc
 }  // namespace avx512_vnni
 
 }  // namespace uniprefill::ops::cpu

@@ -1,0 +1,29 @@
+// TransposeRowsI16 (cpu_quant_lanes_i16.h): baseline flags; once per call and 16 rows, a pass
+// over the rows' int16 values (n * 16 * 2 bytes), small next to the kernels' work.
+#include "ops/cpu/cpu_quant_lanes_i16.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cstring>
+
+namespace uniprefill::ops::cpu {
+
+void TransposeRowsI16(const I16Rows& x, int nx, int64_t n, I16LanesBuffer* lanes) {
+  assert(nx >= 1 && nx <= kI16Lanes && n % 32 == 0);
+  const int64_t pairs = n / 2, groups = (n + kI16ScaleGroup - 1) / kI16ScaleGroup;
+  lanes->xq.assign(pairs * kI16Lanes, 0);
+  lanes->scale.assign(groups * kI16Lanes, 0.0f);
+  for (int r = 0; r < nx; ++r) {
+    const int16_t* row = x.xq + r * x.xq_stride;
+    for (int64_t k = 0; k < pairs; ++k) {
+      int32_t pair;  // row[2k] in the low word, row[2k + 1] in the high one (little endian)
+      std::memcpy(&pair, row + 2 * k, sizeof(pair));
+      lanes->xq[k * kI16Lanes + r] = pair;
+    }
+    for (int64_t g = 0; g < groups; ++g) {
+      lanes->scale[g * kI16Lanes + r] = x.scale[r * x.scale_stride + g];
+    }
+  }
+}
+
+}  // namespace uniprefill::ops::cpu

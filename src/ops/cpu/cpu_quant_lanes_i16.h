@@ -1,0 +1,58 @@
+// Batched-rows kernels with the activation rows in the vector lanes ("lanes" kernels): 16 int16
+// activation rows transposed so that one zmm holds the same pair of activations of every row,
+// multiplied by one weight pair broadcast from memory (vpdpwssd {1to16}).
+//
+// Why: the multi-row kernels of cpu_quant_dot_i16.h keep one weight block in a register and pay,
+// per activation row and 32-weight block, a multiply-add, an int -> float conversion and an FMA
+// with the block scale (3 vector ops for 32 multiply-adds). A 16-request decode step spends a
+// third of its time in the Q8_0 output head that way (docs/performance.md). With the rows in the
+// lanes the block's 16 multiply-adds accumulate in int32 for all 16 rows at once and the
+// conversion and the block-scale FMA are paid once per 16 rows: ~19 ops per 512 multiply-adds
+// instead of ~48.
+// What is not here: K-quants (their sub-block scales and Q4_K's mins), int8 activations.
+// Same arithmetic as the multi-row kernels (the block sums are exact in int32, only the f32
+// summation order differs), on the same quantised rows (QuantizeRowI16Groups).
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "core/cpu_isa.h"
+#include "core/dtype.h"
+#include "ops/cpu/cpu_quant_dot_i16.h"
+
+namespace uniprefill::ops::cpu {
+
+// Activation rows per lanes call: one zmm of int32 pairs.
+inline constexpr int kI16Lanes = 16;
+
+// Up to kI16Lanes int16 rows (I16Rows) transposed. Lanes past the call's rows are zero.
+struct I16Lanes {
+  const int32_t* xq;   // [n / 2, kI16Lanes]: lane r = row r's (xq[2k], xq[2k + 1]), low word first
+  const float* scale;  // f32 [groups, kI16Lanes]: row r's scale of group g (kI16ScaleGroup)
+};
+
+// The storage behind an I16Lanes.
+struct I16LanesBuffer {
+  std::vector<int32_t> xq;
+  std::vector<float> scale;
+  I16Lanes View() const { return {xq.data(), scale.data()}; }
+};
+
+// Rows 0 .. nx (nx <= kI16Lanes) of x (n a multiple of 32) into lanes; the rest stay zero.
+void TransposeRowsI16(const I16Rows& x, int nx, int64_t n, I16LanesBuffer* lanes);
+
+// out[r * os + o] = sum_i dequant(w row o)[i] * scale[r][i / kI16ScaleGroup] * xq[r][i] for
+// o < nw weight rows (row o at w + o * row_bytes) and r < nlanes: nw weight rows of n elements
+// (a multiple of 32) against the lanes of x.
+using QuantDotI16LanesFn = void (*)(const void* w, int64_t row_bytes, int nw, const I16Lanes& x,
+                                    int nlanes, int64_t n, float* out, int64_t os);
+
+// The lanes kernel for `type` at `isa`, or nullptr: VNNI levels have Q8_0 and Q5_0 (the
+// broadcast multiply-add is vpdpwssd's; AVX-512 without VNNI has no broadcast vpmaddwd).
+// Defined in cpu_quant_dot_dispatch.cc.
+QuantDotI16LanesFn FusedQuantDotI16Lanes(DType type, CpuIsa isa);
+std::string_view FusedQuantDotI16LanesLevel(DType type, CpuIsa isa);
+
+}  // namespace uniprefill::ops::cpu

@@ -1,0 +1,101 @@
+// The VNNI lanes kernels (QuantDotI16LanesFn, cpu_quant_lanes_i16.h). Included only by
+// cpu_quant_dot_i16_avx512_vnni.cc after cpu_quant_rows_i16_avx512_kernels.h (its block decoders
+// DecodeQ8_0 / DecodeQ5_0), so the code is compiled with the VNNI flags alone.
+//
+// Loop: kLanesW weight rows at a time; per scale group (kI16ScaleGroup weights, <= 8 blocks) their
+// blocks are decoded once to int16 pairs on the stack (L1), then per 32-weight block the 16
+// activation pairs of the 16 rows (16 zmm, loaded once per pass) and each weight row runs 16
+// vpdpwssd with its pairs broadcast from the stack: an exact int32 block sum per row (<= 32 * 128
+// * 32767 = 1.3e8, no overflow), then one conversion, one multiply (block scale times the rows'
+// group scales) and one FMA per weight row and 16 rows.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "ops/cpu/cpu_quant_lanes_i16.h"
+
+#if !defined(__AVX512VNNI__)
+#error "the lanes kernels need vpdpwssd's broadcast operand (-mavx512vnni)"
+#endif
+
+namespace uniprefill::ops::cpu {
+namespace {
+
+// Weight rows per pass: 8 independent vpdpwssd chains (4 left the multiply-adds waiting on
+// their latency); their int32 block sums and f32 totals (2 zmm each) sit next to half a block's
+// 8 activation-pair registers within the 32 zmm.
+constexpr int kLanesW = 8;
+
+template <int kBlockBytes, __m512i (*Decode)(const uint8_t*)>
+void LanesBlocks32(const void* w, int64_t row_bytes, int nw, const I16Lanes& x, int nlanes,
+                   int64_t n, float* out, int64_t os) {
+  constexpr int kGroupBlocks = static_cast<int>(kI16ScaleGroup / 32);
+  const uint8_t* base = static_cast<const uint8_t*>(w);
+  for (int o0 = 0; o0 < nw; o0 += kLanesW) {
+    // Rows past nw repeat the last one (results dropped): the loops keep a fixed width.
+    const uint8_t* rows[kLanesW];
+    for (int j = 0; j < kLanesW; ++j) rows[j] = base + std::min(o0 + j, nw - 1) * row_bytes;
+    __m512 total[kLanesW];
+    for (int j = 0; j < kLanesW; ++j) total[j] = _mm512_setzero_ps();
+    for (int64_t g0 = 0; g0 < n; g0 += kI16ScaleGroup) {
+      const int nb = static_cast<int>(std::min(kI16ScaleGroup, n - g0) / 32);
+      // int16 pairs [kLanesW, group] and f32 block scales [kLanesW, blocks] of this group.
+      alignas(64) int32_t wq[kLanesW][kI16ScaleGroup / 2];
+      alignas(64) float d[kLanesW][kGroupBlocks];
+      for (int j = 0; j < kLanesW; ++j) {
+        const uint8_t* b = rows[j] + (g0 / 32) * kBlockBytes;
+        for (int k = 0; k < nb; ++k, b += kBlockBytes) {
+          _mm512_store_si512(&wq[j][16 * k], Decode(b));
+          d[j][k] = Half(b);
+        }
+      }
+      const __m512 s = _mm512_loadu_ps(x.scale + (g0 / kI16ScaleGroup) * kI16Lanes);
+      for (int k = 0; k < nb; ++k) {
+        // The next pass's rows (past nw: the caller's next tile, the same thread's next rows):
+        // the block decode above would otherwise wait on memory with nothing to overlap it.
+        for (int j = 0; j < kLanesW; ++j) {
+          const uint8_t* next = base + (o0 + kLanesW + j) * row_bytes + (g0 / 32 + k) * kBlockBytes;
+          _mm_prefetch(reinterpret_cast<const char*>(next), _MM_HINT_T0);
+        }
+        const int32_t* xb = x.xq + (g0 / 2 + 16 * k) * kI16Lanes;
+        __m512i sum[kLanesW];
+        for (int j = 0; j < kLanesW; ++j) sum[j] = _mm512_setzero_si512();
+        for (int h = 0; h < 16; h += 8) {  // half a block's pairs at a time: 8 registers
+          __m512i xp[8];
+          for (int p = 0; p < 8; ++p) xp[p] = _mm512_loadu_si512(xb + (h + p) * kI16Lanes);
+          for (int p = 0; p < 8; ++p) {
+            for (int j = 0; j < kLanesW; ++j) {
+              sum[j] =
+                  _mm512_dpwssd_epi32(sum[j], xp[p], _mm512_set1_epi32(wq[j][16 * k + h + p]));
+            }
+          }
+        }
+        for (int j = 0; j < kLanesW; ++j) {
+          const __m512 ds = _mm512_mul_ps(_mm512_set1_ps(d[j][k]), s);
+          total[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[j]), ds, total[j]);
+        }
+      }
+    }
+    for (int j = 0; j < kLanesW && o0 + j < nw; ++j) {
+      alignas(64) float lane[kI16Lanes];
+      _mm512_store_ps(lane, total[j]);
+      for (int r = 0; r < nlanes; ++r) out[r * os + o0 + j] = lane[r];
+    }
+  }
+}
+
+// This file's lanes kernel for `type`, or nullptr.
+QuantDotI16LanesFn LookupI16LanesKernel(DType type) {
+  switch (type) {
+    case DType::kQ8_0:
+      return &LanesBlocks32<34, DecodeQ8_0>;
+    case DType::kQ5_0:
+      return &LanesBlocks32<22, DecodeQ5_0>;
+    default:
+      return nullptr;
+  }
+}
+
+}  // namespace
+}  // namespace uniprefill::ops::cpu
