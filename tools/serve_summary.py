@@ -16,10 +16,16 @@ import sys
 def runs(root):
     for f in sorted(glob.glob(os.path.join(root, 'serve_*.json'))):
         name = os.path.basename(f)[len('serve_'):-len('.json')]
+        if os.path.getsize(f) == 0:  # its server died before the workload finished
+            print(f"{name:24s} (empty: no result)")
+            continue
         for m in json.load(open(f))['modes']:
             classes = m.get('classes') or {'all': m['summary']}
             for c, v in classes.items():
                 ttft, itl = v['ttft_s'], v['itl_s']
+                if ttft.get('p50') is None or itl.get('p50') is None:  # every request failed
+                    print(f"{name:24s} {m['mode']:10s} {c:5s} no request finished")
+                    continue
                 print(f"{name:24s} {m['mode']:10s} {c:5s} TTFT p50 {ttft['p50']:7.3f} s  "
                       f"ITL p50 {itl['p50'] * 1e3:5.1f} p99 {itl['p99'] * 1e3:6.1f} ms")
 

@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <span>
 #include <string>
 #include <thread>
@@ -34,14 +35,21 @@ void CUDART_CB BlockUntilReleased(void* flag) {
   while (!released->load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }
 
+#ifdef UNIPREFILL_WITH_NCCL
+// NCCL at world size 1 with a 0.5 s timeout (Unimplemented where libnccl.so.2 is missing).
+Result<std::unique_ptr<dist::Communicator>> NcclWithHalfASecondTimeout() {
+  dist::CommOptions options;
+  options.timeout_s = 0.5;
+  return dist::MakeNcclCommunicator(dist::MakeLocalCommunicator(), 0, options);
+}
+#endif
+
 TEST(NcclBoundedWaitTest, AStuckStreamEndsInUnavailableAfterTheTimeout) {
   UP_CUDA_TEST_CONTEXT(ctx);
 #ifndef UNIPREFILL_WITH_NCCL
   GTEST_SKIP() << "built without nccl.h";
 #else
-  dist::CommOptions options;
-  options.timeout_s = 0.5;
-  auto comm = dist::MakeNcclCommunicator(dist::MakeLocalCommunicator(), 0, options);
+  auto comm = NcclWithHalfASecondTimeout();
   if (!comm.ok() && comm.status().code() == ErrorCode::kUnimplemented) {
     GTEST_SKIP() << comm.status().message();
   }
@@ -97,9 +105,7 @@ TEST(NcclBoundedWaitTest, ATensorParallelStepBehindAStuckStreamFailsWithinTheTim
 #ifndef UNIPREFILL_WITH_NCCL
   GTEST_SKIP() << "built without nccl.h";
 #else
-  dist::CommOptions options;
-  options.timeout_s = 0.5;
-  auto comm = dist::MakeNcclCommunicator(dist::MakeLocalCommunicator(), 0, options);
+  auto comm = NcclWithHalfASecondTimeout();
   if (!comm.ok() && comm.status().code() == ErrorCode::kUnimplemented) {
     GTEST_SKIP() << comm.status().message();
   }
