@@ -7,14 +7,19 @@
 #include "dist/shard_layers.h"
 #include "dist/weight_shards.h"
 #include "io/dequant.h"
+#include "ops/cpu/cpu_linear_int16_rows.h"
 
 namespace uniprefill::dist {
 namespace {
 
 // As LoadLinear (model/weight_source.cc): one f32 part already is the GEMM operand (a copy would
 // double the rank's bytes for nothing).
-Status MakeF32Copy(ops::LinearWeight& w) {
+Status MakeF32Copy(ops::LinearWeight& w, const ShardCopies& copies) {
   if (w.parts.size() == 1 && w.parts[0].dtype == DType::kF32) return OkStatus();
+  if (copies.unless_int16_gemm &&
+      ops::cpu::CanRunLinearInt16Rows(w, *copies.unless_int16_gemm)) {
+    return OkStatus();
+  }
   w.f32 = Buffer(sizeof(float) * static_cast<size_t>(w.out_features * w.in_features));
   int64_t row = 0;
   for (const TensorView& p : w.parts) {
@@ -25,31 +30,10 @@ Status MakeF32Copy(ops::LinearWeight& w) {
   return OkStatus();
 }
 
-// The layer's linear weights that get f32 prefill copies (every one the rank holds).
-std::vector<ops::LinearWeight*> LinearWeights(LayerDefinition& L) {
-  std::vector<ops::LinearWeight*> ws;
-  if (L.attention) ws = {&L.attention->q, &L.attention->k, &L.attention->v, &L.attention->o};
-  if (L.delta) ws = {&L.delta->in_proj_qkvz, &L.delta->in_proj_ba, &L.delta->out_proj};
-  if (L.ffn) {
-    ws.push_back(&L.ffn->gate_up);
-    ws.push_back(&L.ffn->down);
-  }
-  if (L.moe) {
-    MoeWeights& m = *L.moe;
-    for (ops::LinearWeight* w : {&m.router, &m.shared_gate_up, &m.shared_down,
-                                 &m.shared_expert_gate}) {
-      ws.push_back(w);
-    }
-    for (ops::LinearWeight& w : m.expert_gate_up) ws.push_back(&w);
-    for (ops::LinearWeight& w : m.expert_down) ws.push_back(&w);
-  }
-  return ws;
-}
-
 }  // namespace
 
 Result<ModelDefinition> ShardDefinition(ModelDefinition full, const ShardPlan& plan,
-                                        bool make_f32_copies, bool split_vocabulary) {
+                                        const ShardCopies& copies, bool split_vocabulary) {
   ModelDefinition d = std::move(full);
   if (plan.world == 1) return d;
   ModelConfig& c = d.config;
@@ -64,9 +48,9 @@ Result<ModelDefinition> ShardDefinition(ModelDefinition full, const ShardPlan& p
           ShardGatedMlp(L.ffn->gate_up, L.ffn->down, plan.ffn, storage.get()));
     }
     if (L.moe) UP_RETURN_IF_ERROR(ShardMoe(*L.moe, plan, storage.get()));
-    if (make_f32_copies) {
-      for (ops::LinearWeight* w : LinearWeights(L)) {
-        UP_RETURN_IF_ERROR(MakeF32Copy(*w));
+    if (copies.f32_prefill) {
+      for (ops::LinearWeight* w : L.LinearWeights()) {
+        UP_RETURN_IF_ERROR(MakeF32Copy(*w, copies));
         d.host_copy_bytes += w->f32.size();
       }
     }

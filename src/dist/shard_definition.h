@@ -12,17 +12,28 @@
 // Not yet: random-weight presets (their weights are seeds, not stored rows).
 #pragma once
 
+#include <optional>
+
+#include "core/device_context.h"
 #include "core/status.h"
 #include "dist/shard_plan.h"
 #include "model/model_definition.h"
 
 namespace uniprefill::dist {
 
-// `make_f32_copies`: dequantise the rank's linear weights to f32 for many-row GEMMs, as
-// LoadOptions::f32_prefill_weights does for a whole model (load the full definition without them).
+// Which of a rank's linear weights get f32 prefill copies, as LoadLinear decides for a whole model
+// (LoadOptions::f32_prefill_weights and int16_prefill_gemm; load the full definition without
+// copies).
+struct ShardCopies {
+  bool f32_prefill = false;
+  // Set: no copy for a weight whose parts all have multi-row int16 kernels at this ISA level (its
+  // prefill GEMMs run on the stored blocks, ops/cpu/cpu_linear_int16_rows.h).
+  std::optional<CpuIsa> unless_int16_gemm;
+};
+
 // `split_vocabulary` false keeps the embedding and head whole on every rank (the CUDA backend:
 // every rank computes all logits, no gather).
 Result<ModelDefinition> ShardDefinition(ModelDefinition full, const ShardPlan& plan,
-                                        bool make_f32_copies, bool split_vocabulary = true);
+                                        const ShardCopies& copies, bool split_vocabulary = true);
 
 }  // namespace uniprefill::dist

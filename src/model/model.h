@@ -42,6 +42,9 @@ class Model {
   virtual const ModelConfig& config() const = 0;
   // Bytes of weights held in memory beyond the mapped file (dequantised copies; device weights).
   virtual size_t resident_weight_bytes() const = 0;
+  // Bytes of weights the host holds or maps for this model (ModelDefinition::HostWeightBytes: a
+  // tensor-parallel rank counts its shard).
+  virtual size_t host_weight_bytes() const = 0;
   // Where the forward runs (kCuda: a device model; its caches hold device memory).
   virtual Device device() const { return Device::kCpu; }
 

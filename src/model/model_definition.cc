@@ -1,6 +1,7 @@
 #include "model/model_definition.h"
 
 #include <cmath>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -183,6 +184,47 @@ Status ModelDefinition::Check() const {
   }
   UP_RETURN_IF_ERROR(CheckHyperParameters(c));
   return CheckEdgeWeights(*this);
+}
+
+std::vector<ops::LinearWeight*> LayerDefinition::LinearWeights() {
+  std::vector<ops::LinearWeight*> ws;
+  if (attention) ws = {&attention->q, &attention->k, &attention->v, &attention->o};
+  if (delta) ws = {&delta->in_proj_qkvz, &delta->in_proj_ba, &delta->out_proj};
+  if (ffn) {
+    ws.push_back(&ffn->gate_up);
+    ws.push_back(&ffn->down);
+  }
+  if (moe) {
+    for (ops::LinearWeight* w : {&moe->router, &moe->shared_gate_up, &moe->shared_down,
+                                 &moe->shared_expert_gate}) {
+      ws.push_back(w);
+    }
+    for (ops::LinearWeight& w : moe->expert_gate_up) ws.push_back(&w);
+    for (ops::LinearWeight& w : moe->expert_down) ws.push_back(&w);
+  }
+  return ws;
+}
+
+std::vector<const ops::LinearWeight*> LayerDefinition::LinearWeights() const {
+  std::vector<const ops::LinearWeight*> ws;
+  for (ops::LinearWeight* w : const_cast<LayerDefinition*>(this)->LinearWeights()) ws.push_back(w);
+  return ws;
+}
+
+size_t ModelDefinition::HostWeightBytes() const {
+  std::set<const void*> seen;  // a tied head shares the embedding's parts
+  size_t bytes = host_copy_bytes;
+  auto add = [&](const ops::LinearWeight& w) {
+    for (const TensorView& p : w.parts) {
+      if (seen.insert(p.data).second) bytes += static_cast<size_t>(DTypeBytes(p.dtype, p.numel()));
+    }
+  };
+  add(token_embedding);
+  add(head);
+  for (const LayerDefinition& L : layers) {
+    for (const ops::LinearWeight* w : L.LinearWeights()) add(*w);
+  }
+  return bytes;
 }
 
 }  // namespace uniprefill

@@ -37,6 +37,10 @@ struct LayerDefinition {
   std::optional<GatedDeltaNetWeights> delta;
   std::optional<GatedFfnWeights> ffn;  // exactly one of ffn / moe
   std::optional<MoeWeights> moe;
+
+  // Every linear weight of the layer (mixer, FFN or MoE: router, shared expert, routed experts).
+  std::vector<ops::LinearWeight*> LinearWeights();
+  std::vector<const ops::LinearWeight*> LinearWeights() const;
 };
 
 struct ModelDefinition {
@@ -54,6 +58,10 @@ struct ModelDefinition {
 
   // Every weight of every layer: shapes, one mixer and one FFN per layer, lengths of the norms.
   Status Check() const;
+  // Bytes of linear weights this model (a tensor-parallel rank: its shard) reads on the host: the
+  // stored blocks its weights point at (pages of the mapped file, or copies), each once, plus the
+  // f32 copies. Random-weight presets' seeds count nothing.
+  size_t HostWeightBytes() const;
 };
 
 }  // namespace uniprefill

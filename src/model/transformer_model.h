@@ -29,6 +29,7 @@ class TransformerModel final : public Model {
   size_t resident_weight_bytes() const override {
     return def_->host_copy_bytes + backend_->resident_weight_bytes();
   }
+  size_t host_weight_bytes() const override { return def_->HostWeightBytes(); }
   Device device() const override { return backend_->device(); }
   std::unique_ptr<SequenceCache> NewCache(int max_tokens,
                                           const std::vector<int>& drop_layers) const override {

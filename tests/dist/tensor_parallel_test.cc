@@ -76,10 +76,14 @@ void ExpectTp2EqualsTp1(const std::string& path, int prompt_tokens, int vocab_li
                                                      ranks[1].resident_bytes)) /
                         static_cast<double>(one.resident_bytes);
   EXPECT_LE(memory, 0.6) << "resident weight bytes per rank / TP 1's";
+  const double host = static_cast<double>(std::max(ranks[0].host_weight_bytes,
+                                                   ranks[1].host_weight_bytes)) /
+                      static_cast<double>(one.host_weight_bytes);
+  EXPECT_LE(host, 0.6) << "host weight bytes (stored + copies) per rank / TP 1's";
   std::printf("TP 2 vs 1, %s: prompt logits max diff %.2e relative (scale %.2f), decode %.2e, "
-              "%d greedy tokens equal, rank bytes %.2f of TP 1, kept",
+              "%d greedy tokens equal, rank copies %.2f and host weights %.2f of TP 1, kept",
               path.substr(path.rfind('/') + 1).c_str(), diff.prompt, diff.prompt_scale,
-              diff.decode, kSteps, memory);
+              diff.decode, kSteps, memory, host);
   for (const KeptTokens& k : one.kept) std::printf(" %d/%d", k.kept, k.alive);
   std::printf("\n");
 }
@@ -102,6 +106,49 @@ TEST(TensorParallelTest, Gemma3_270mOneKvHeadReplicatedTp2EqualsTp1) {
   const std::string path = Source("models/gemma-3-270m-q4_k_m.gguf");
   UP_REQUIRE_ASSET(path, "the default model");
   ExpectTp2EqualsTp1(path, 600, 20000);
+}
+
+// --prefill-gemm int16 (no f32 copies where the int16 kernels run) must stay so per shard: a rank
+// holds about half the stored weights and makes no copy one process would not make.
+TEST(TensorParallelTest, Gemma3_270mInt16GemmRanksHoldHalfTheWeights) {
+  const std::string path = Source("models/gemma-3-270m-q4_k_m.gguf");
+  UP_REQUIRE_ASSET(path, "the default model");
+  struct Bytes {
+    size_t copies = 0, host = 0;
+    std::string error;
+  };
+  auto load = [&](dist::Communicator* comm) {
+    auto ctx = DeviceContext::Cpu(1);
+    LoadOptions lo;
+    lo.int16_prefill_gemm = true;
+    lo.communicator = comm;
+    Bytes b;
+    auto m = LoadModel(path, *ctx, lo);
+    if (!m.ok()) {
+      b.error = m.status().message();
+      return b;
+    }
+    b.copies = (*m)->resident_weight_bytes();
+    b.host = (*m)->host_weight_bytes();
+    return b;
+  };
+  const Bytes one = load(nullptr);
+  ASSERT_TRUE(one.error.empty()) << one.error;
+  auto comms = dist::MakeThreadCommunicators(2, dist::CommOptions{});
+  std::vector<Bytes> ranks(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) threads.emplace_back([&, r] { ranks[r] = load(comms[r].get()); });
+  for (std::thread& t : threads) t.join();
+  for (const Bytes& b : ranks) {
+    ASSERT_TRUE(b.error.empty()) << b.error;
+    EXPECT_LE(static_cast<double>(b.host), 0.6 * static_cast<double>(one.host));
+    // Copies only of what one process copies too (weights without int16 kernels at this ISA).
+    EXPECT_LE(static_cast<double>(b.copies), 0.6 * static_cast<double>(one.copies));
+  }
+  std::printf("int16 GEMM, Gemma 3 270M: host weight bytes TP 1 %.1f MiB, per rank %.1f / %.1f "
+              "MiB; f32 copies TP 1 %.1f MiB, per rank %.1f MiB\n",
+              one.host / 1048576.0, ranks[0].host / 1048576.0, ranks[1].host / 1048576.0,
+              one.copies / 1048576.0, ranks[0].copies / 1048576.0);
 }
 
 TEST(TensorParallelTest, TinyQwen3NextTp2EqualsTp1) {

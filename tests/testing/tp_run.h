@@ -23,6 +23,7 @@ struct RunResult {
   std::vector<int32_t> greedy;            // tokens chosen after the prompt
   std::vector<std::vector<float>> decode_logits;
   size_t resident_bytes = 0;              // Model::resident_weight_bytes
+  size_t host_weight_bytes = 0;           // Model::host_weight_bytes
   std::string error;
 };
 
@@ -50,6 +51,7 @@ inline RunResult RunModelOn(DeviceContext& ctx, const std::string& path, const L
   }
   Model& m = **loaded;
   r.resident_bytes = m.resident_weight_bytes();
+  r.host_weight_bytes = m.host_weight_bytes();
   // Drops at every full-attention layer, keeping half the blocks by score: random tokens spread
   // attention too evenly for top-p to drop anything, and the ratio still ranks the all-reduced
   // block scores.
