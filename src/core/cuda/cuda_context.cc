@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "core/cuda/cublas_library.h"
 #include "core/cuda/cuda_check.h"
 
 namespace uniprefill {
@@ -37,6 +38,7 @@ Result<std::unique_ptr<CudaContext>> CudaContext::Create(int device_index) {
   // A blocking stream: it orders with the legacy default stream, which DeviceBuffer's synchronous
   // copies and fills use, so a host copy after an op sees its result without an explicit sync.
   UP_CUDA_CHECK(cudaStreamCreate(&ctx->stream_));
+  UP_RETURN_IF_ERROR(cuda::LoadCublasLibraries());
   UP_CUBLAS_CHECK(cublasLtCreate(&ctx->blas_lt_));
   UP_CUBLAS_CHECK(cublasCreate(&ctx->blas_));
   UP_CUBLAS_CHECK(cublasSetStream(ctx->blas_, ctx->stream_));
