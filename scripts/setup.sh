@@ -70,7 +70,16 @@ if [ "$WITH_LLAMA" = 1 ]; then
   # llama-cpp-python builds llama.cpp from source: the independent reference and benchmark peer.
   "$VENV/bin/python" -c "import llama_cpp" 2>/dev/null || {
     echo "setup: building llama-cpp-python (llama.cpp from source; a few minutes, once)"
-    CMAKE_ARGS="-DGGML_NATIVE=ON" pip_install "llama-cpp-python==0.3.36"
+    llama_args="-DGGML_NATIVE=ON"
+    # Its AMX buffer type (compiled in by -march=native where the CPU has AMX) segfaults in the
+    # first evaluation (seen on a KVM Xeon with amx_int8, 2026-12-02): build for the CPU's
+    # AVX-512 features without AMX there (every AMX CPU has these).
+    if grep -qw amx_int8 /proc/cpuinfo 2>/dev/null; then
+      llama_args="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
+      llama_args+=" -DGGML_BMI2=ON -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON"
+      llama_args+=" -DGGML_AVX512_BF16=ON -DGGML_AVX_VNNI=ON"
+    fi
+    CMAKE_ARGS="$llama_args" pip_install "llama-cpp-python==0.3.36"
   }
   # The `tokenizers` package: the reference that tools/make_bpe_goldens.py checks against.
   "$VENV/bin/python" -c "import tokenizers" 2>/dev/null || pip_install "tokenizers==0.23.3"

@@ -515,7 +515,21 @@ Result<bool> GgufFile::GetBool(std::string_view key) const {
   return std::get<bool>(v->data);
 }
 
+void GgufFile::ReleaseArrays() {
+  for (auto& [key, value] : metadata_) {
+    if (auto* a = std::get_if<Array>(&value.data)) std::vector<Value>().swap(a->elements);
+  }
+  arrays_released_ = true;
+}
+
+Status GgufFile::CheckArraysKept(std::string_view key) const {
+  if (!arrays_released_) return OkStatus();
+  return Internal("GGUF " + path_ + ": metadata array '" + std::string(key) +
+                            "' was released after the model was loaded; read it before");
+}
+
 Result<std::vector<std::string>> GgufFile::GetStringArray(std::string_view key) const {
+  UP_RETURN_IF_ERROR(CheckArraysKept(key));
   UP_GGUF_LOOKUP(v, key);
   if (v->type != ValueType::kArray ||
       std::get<Array>(v->data).element_type != ValueType::kString) {
@@ -529,6 +543,7 @@ Result<std::vector<std::string>> GgufFile::GetStringArray(std::string_view key) 
 }
 
 Result<std::vector<float>> GgufFile::GetFloatArray(std::string_view key) const {
+  UP_RETURN_IF_ERROR(CheckArraysKept(key));
   UP_GGUF_LOOKUP(v, key);
   if (v->type != ValueType::kArray) return TypeMismatch(path_, key, *v, "array of numbers");
   const Array& a = std::get<Array>(v->data);
@@ -543,6 +558,7 @@ Result<std::vector<float>> GgufFile::GetFloatArray(std::string_view key) const {
 }
 
 Result<std::vector<int64_t>> GgufFile::GetIntArray(std::string_view key) const {
+  UP_RETURN_IF_ERROR(CheckArraysKept(key));
   UP_GGUF_LOOKUP(v, key);
   if (v->type != ValueType::kArray) return TypeMismatch(path_, key, *v, "array of integers");
   const Array& a = std::get<Array>(v->data);

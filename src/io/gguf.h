@@ -86,12 +86,19 @@ class GgufFile {
   Result<std::vector<float>> GetFloatArray(std::string_view key) const;
   Result<std::vector<int64_t>> GetIntArray(std::string_view key) const;
 
+  // Frees every metadata array's elements (vocabularies: a 262K-token one holds ~38 MiB as
+  // Values) once what reads them (tokenizer, model config) has: a model keeps its file for the
+  // weights' mapping until exit. Afterwards the array getters fail (Internal: a reader came too
+  // late) and an array Value holds no elements.
+  void ReleaseArrays();
+
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   const TensorInfo* FindTensor(std::string_view name) const;
 
  private:
   GgufFile() = default;
   Status Parse();
+  Status CheckArraysKept(std::string_view key) const;
 
   std::string path_;
   const uint8_t* base_ = nullptr;
@@ -101,6 +108,7 @@ class GgufFile {
   uint32_t version_ = 0;
   uint32_t alignment_ = 32;
   std::vector<std::pair<std::string, Value>> metadata_;
+  bool arrays_released_ = false;
   std::unordered_map<std::string, size_t> metadata_index_;
   std::vector<TensorInfo> tensors_;
   std::unordered_map<std::string, size_t> tensor_index_;

@@ -250,6 +250,9 @@ Result<ModelDefinition> LoadGemma3(std::unique_ptr<gguf::GgufFile> file, DeviceC
   UP_ASSIGN_OR_RETURN(ModelConfig cfg, Gemma3ConfigFromGguf(*file));
   ModelDefinition d;
   d.config = std::move(cfg);
+  // The config is read; the model keeps the file for its weights only (the tokenizer was built
+  // from the vocabulary before the file came here).
+  file->ReleaseArrays();
   std::shared_ptr<gguf::GgufFile> owner(std::move(file));
   UP_RETURN_IF_ERROR(LoadGemma3Weights(ctx, *GgufWeightSource(*owner), Gemma3TensorNames::Gguf(),
                                        /*norm_offset=*/0.0f, options, d));

@@ -169,6 +169,9 @@ Result<ModelDefinition> LoadLlama(std::unique_ptr<gguf::GgufFile> file, DeviceCo
   }
   ModelDefinition d;
   d.config = c;
+  // The config is read; the model keeps the file for its weights only (the tokenizer was built
+  // from the vocabulary before the file came here).
+  file->ReleaseArrays();
   std::shared_ptr<gguf::GgufFile> owner(std::move(file));
   UP_RETURN_IF_ERROR(LoadLlamaWeights(ctx, *GgufWeightSource(*owner), GgufNames(), inv,
                                       ops::RopeStyle::kAdjacent, options, d));

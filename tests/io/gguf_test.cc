@@ -102,6 +102,21 @@ TEST(Gguf, ReadsArraysIncludingNestedAndEmpty) {
   EXPECT_EQ(std::get<bool>(a2.elements[0].data), false);
 }
 
+TEST(Gguf, ReleasedArraysAreEmptyAndTheirGettersSayTheyCameTooLate) {
+  auto f = Parse(EveryValueType().Build());
+  ASSERT_TRUE(f.ok()) << f.status().message();
+  GgufFile& g = *f.value();
+  g.ReleaseArrays();
+  EXPECT_TRUE(std::get<Array>(g.Find("arr.str")->data).elements.empty());
+  EXPECT_EQ(std::get<Array>(g.Find("arr.nested")->data).element_type, ValueType::kArray);
+  const auto strings = g.GetStringArray("arr.str");
+  ASSERT_FALSE(strings.ok());
+  EXPECT_NE(strings.status().message().find("released"), std::string::npos);
+  EXPECT_FALSE(g.GetFloatArray("arr.f32").ok());
+  EXPECT_FALSE(g.GetIntArray("arr.i32").ok());
+  EXPECT_EQ(g.GetString("string").value(), "héllo");  // scalars stay
+}
+
 TEST(Gguf, GettersConvertBetweenIntegerTypesWhenTheValueFits) {
   auto f = Parse(EveryValueType().Build());
   ASSERT_TRUE(f.ok());
