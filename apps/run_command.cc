@@ -142,6 +142,12 @@ void AddRunCommand(CLI::App& app, RunOptions& o) {
                   "decode steps)")
       ->check(CLI::IsMember({"sgemm", "int16", "int8"}))
       ->capture_default_str();
+  run->add_option("--prefill-chunk", o.prefill_chunk,
+                  "CPU: prefill a dense prompt (no UniPrefill drop) in chunks of at most this "
+                  "many tokens, so memory follows the chunk, not the prompt (0: whole prompt; "
+                  "2048 at 16K: ~38% less peak memory, ~25% slower prefill)")
+      ->check(CLI::Range(0, 1 << 24))
+      ->capture_default_str();
   run->add_flag("-q,--quiet", o.quiet, "No progress bars");
   run->add_option("--json", o.json_out, "Also write the result and timings as JSON to this file");
   AddUniPrefillFlags(*run, o.uniprefill);
@@ -286,6 +292,7 @@ int RunCommand(const RunOptions& o) {
   eo.context_size = o.ctx_size;
   eo.f32_decode = o.f32_decode;
   eo.prefill_gemm = o.prefill_gemm;
+  eo.dense_prefill_chunk = o.prefill_chunk;
   std::unique_ptr<Engine> loaded = LoadEngineWithProgress(eo, o.uniprefill, o.quiet);
   if (!loaded) return 1;
   Engine& engine = *loaded;

@@ -166,6 +166,11 @@ Result<std::unique_ptr<Engine>> EngineLoader::Load(const EngineOptions& options,
   UP_ASSIGN_OR_RETURN(impl->uniprefill, ApplyUniPrefillOptions(DefaultUniPrefillConfig(cfg),
                                                                options.uniprefill, cfg));
   impl->context_size = options.context_size > 0 ? options.context_size : cfg.context_length;
+  if (options.dense_prefill_chunk < 0) {
+    return InvalidArgument("dense prefill chunk " + std::to_string(options.dense_prefill_chunk) +
+                           " is negative (0: the whole prompt in one forward)");
+  }
+  if (impl->model->device() == Device::kCpu) impl->dense_prefill_chunk = options.dense_prefill_chunk;
   if (impl->context_size > cfg.context_length) {
     return InvalidArgument("context size " + std::to_string(impl->context_size) +
                            " exceeds the model's trained context of " +
@@ -242,10 +247,27 @@ Result<GenerationResult> Engine::Generate(std::span<const int32_t> prompt,
   result.stats.prompt_tokens = static_cast<int>(prompt.size());
   const auto t0 = Clock::now();
   std::vector<KeptTokens> kept;
-  SequenceStep step{cache.get(), prompt, logits.data(), &kept, params.uniprefill};
   ForwardStats fstats;
-  UP_RETURN_IF_ERROR(model.ForwardBatch(*impl_->ctx, std::span<const SequenceStep>(&step, 1), up,
-                                        prefill_progress, &fstats));
+  // A dense prompt in chunks (EngineOptions::dense_prefill_chunk); the last chunk's logits are the
+  // prompt's. Progress counts layers over every chunk.
+  const int64_t n = static_cast<int64_t>(prompt.size());
+  const int64_t chunk =
+      up.active_drop_layers().empty() && impl_->dense_prefill_chunk > 0 ? impl_->dense_prefill_chunk
+                                                                        : n;
+  const int64_t n_chunks = (n + chunk - 1) / chunk;
+  for (int64_t c = 0; c < n_chunks; ++c) {
+    const int64_t begin = c * chunk, end = std::min(n, begin + chunk);
+    SequenceStep step{cache.get(), prompt.subspan(begin, end - begin),
+                      end == n ? logits.data() : nullptr, &kept, params.uniprefill};
+    std::function<void(int64_t, int64_t)> progress;
+    if (prefill_progress) {
+      progress = [&, c](int64_t done, int64_t total) {
+        prefill_progress(c * total + done, n_chunks * total);
+      };
+    }
+    UP_RETURN_IF_ERROR(model.ForwardBatch(*impl_->ctx, std::span<const SequenceStep>(&step, 1),
+                                          up, progress, &fstats));
+  }
   result.stats.uniprefill_scoring_s = fstats.scoring_s;
   result.stats.uniprefill_selection_s = fstats.selection_s;
   result.stats.uniprefill_compaction_s = fstats.compaction_s;

@@ -28,6 +28,7 @@ struct Engine::Impl {
   std::unique_ptr<Model> model;
   UniPrefillConfig uniprefill;
   int context_size = 0;
+  int dense_prefill_chunk = 0;  // EngineOptions::dense_prefill_chunk (CPU models; 0: whole)
 };
 
 // Engine::Load's body on a given tensor-parallel communicator (null: none), so tests can run
