@@ -170,7 +170,9 @@ Result<std::unique_ptr<Engine>> EngineLoader::Load(const EngineOptions& options,
     return InvalidArgument("dense prefill chunk " + std::to_string(options.dense_prefill_chunk) +
                            " is negative (0: the whole prompt in one forward)");
   }
-  if (impl->model->device() == Device::kCpu) impl->dense_prefill_chunk = options.dense_prefill_chunk;
+  if (impl->model->device() == Device::kCpu) {
+    impl->dense_prefill_chunk = options.dense_prefill_chunk;
+  }
   if (impl->context_size > cfg.context_length) {
     return InvalidArgument("context size " + std::to_string(impl->context_size) +
                            " exceeds the model's trained context of " +

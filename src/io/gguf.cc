@@ -300,10 +300,11 @@ Status GgufFile::Parse() {
   }
   UP_RETURN_IF_ERROR(r.Read(&version_, "version"));
   if (version_ != 2 && version_ != 3) {
-    std::string hint = version_ == 1 ? " (GGUF v1 is obsolete; re-convert the model)"
-                       : (version_ != 0 && (version_ & 0xFFFF) == 0) ? " (looks byte-swapped: big-endian GGUF files "
-                                                    "are not supported)"
-                                                  : "";
+    const bool byte_swapped = version_ != 0 && (version_ & 0xFFFF) == 0;
+    std::string hint =
+        version_ == 1  ? " (GGUF v1 is obsolete; re-convert the model)"
+        : byte_swapped ? " (looks byte-swapped: big-endian GGUF files are not supported)"
+                       : "";
     return Unimplemented("GGUF " + path_ + ": unsupported version " + std::to_string(version_) +
                          ", expected 2 or 3" + hint);
   }
@@ -525,7 +526,7 @@ void GgufFile::ReleaseArrays() {
 Status GgufFile::CheckArraysKept(std::string_view key) const {
   if (!arrays_released_) return OkStatus();
   return Internal("GGUF " + path_ + ": metadata array '" + std::string(key) +
-                            "' was released after the model was loaded; read it before");
+                  "' was released after the model was loaded; read it before");
 }
 
 Result<std::vector<std::string>> GgufFile::GetStringArray(std::string_view key) const {
