@@ -47,8 +47,10 @@ Status Ensure(DeviceBuffer& b, size_t bytes, cudaStream_t stream) {
 
 Status CudaBackend::Load(const ProgressFn& progress, GpuAttention attention) {
   if (attention != GpuAttention::kOurs) {
+    ops::cuda::CudnnOptions cudnn_options;
+    cudnn_options.implementation = cudnn_sdpa_;
     Result<std::unique_ptr<ops::cuda::CudnnAttention>> cudnn =
-        ops::cuda::CudnnAttention::Create(ctx_);
+        ops::cuda::CudnnAttention::Create(ctx_, cudnn_options);
     if (cudnn.ok()) {
       cudnn_ = std::move(*cudnn);
     } else if (attention == GpuAttention::kCudnn) {

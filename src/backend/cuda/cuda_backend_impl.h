@@ -102,6 +102,7 @@ class CudaBackend final : public LayerBackend {
     trace_ = std::move(d.trace);
     sync_every_forward_ = d.sync_every_forward;
     prefix_copy_ = d.prefix_copy;
+    cudnn_sdpa_ = d.cudnn_sdpa;
     if (d.attention_slowdown > 0) {  // FLOPs at that rate, no copy cost: never measured
       prefix_cost_ = PrefixAttentionCost{d.attention_slowdown, 0.0};
       slowdown_fixed_ = true;
@@ -302,6 +303,9 @@ class CudaBackend final : public LayerBackend {
   dist::Communicator* comm_ = nullptr;  // tensor parallel (not owned)
   cudaEvent_t wait_event_ = nullptr;    // WaitStream's marker (tensor parallel only)
   bool prefix_copy_ = false;  // UNIPREFILL_CUDA_PREFIX_COPY: caches take no runs, copy priced
+  // UNIPREFILL_CUDNN_SDPA: the SDPA implementations cuDNN's graphs may be built with.
+  ops::cuda::CudnnSdpaImplementation cudnn_sdpa_ =
+      ops::cuda::CudnnSdpaImplementation::kComposite;
   DeviceBuffer split_scratch_;  // split-KV's partial outputs (ops::cuda::RunSplitPrefix)
   int cur_ = 0;  // live residual buffer
   PinnedStaging staging_;

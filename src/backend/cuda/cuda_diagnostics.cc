@@ -32,6 +32,21 @@ Result<CudaDiagnostics> DiagnosticsFromEnvironment() {
     }
     d.prefix_copy = s == "1";
   }
+  if (const char* v = std::getenv("UNIPREFILL_CUDNN_SDPA"); v && *v) {
+    using Impl = ops::cuda::CudnnSdpaImplementation;
+    const std::string s = v;
+    bool known = false;
+    for (Impl impl : {Impl::kAuto, Impl::kComposite, Impl::kUnified}) {
+      if (s == ops::cuda::CudnnSdpaImplementationName(impl)) {
+        d.cudnn_sdpa = impl;
+        known = true;
+      }
+    }
+    if (!known) {
+      return InvalidArgument("UNIPREFILL_CUDNN_SDPA must be auto, composite or unified (got '" +
+                             s + "')");
+    }
+  }
   return d;
 }
 

@@ -9,12 +9,16 @@
 //   UNIPREFILL_CUDA_PREFIX_COPY=1             chunks copy their cached prefix out of the pool
 //                                             (priced) instead of reading it in place, as before
 //                                             caches laid each layer out in one run.
+//   UNIPREFILL_CUDNN_SDPA=unified|auto        cuDNN's graphs built with its UNIFIED SDPA engine
+//                                             (cuDNN >= 9.21), or with both and the faster kept,
+//                                             instead of COMPOSITE alone (cudnn_attention.h).
 #pragma once
 
 #include <memory>
 
 #include "backend/cuda/step_trace.h"
 #include "core/status.h"
+#include "ops/cuda/cudnn_attention.h"
 
 namespace uniprefill::cuda_backend {
 
@@ -23,6 +27,7 @@ struct CudaDiagnostics {
   bool sync_every_forward = false;
   double attention_slowdown = 0;  // 0: measured
   bool prefix_copy = false;
+  ops::cuda::CudnnSdpaImplementation cudnn_sdpa = ops::cuda::CudnnSdpaImplementation::kComposite;
 };
 
 // InvalidArgument naming the variable when a value cannot be used.

@@ -43,6 +43,18 @@ void* cudnn_dlhandle = nullptr;
 
 namespace uniprefill::ops::cuda {
 
+const char* CudnnSdpaImplementationName(CudnnSdpaImplementation impl) {
+  switch (impl) {
+    case CudnnSdpaImplementation::kAuto:
+      return "auto";
+    case CudnnSdpaImplementation::kComposite:
+      return "composite";
+    case CudnnSdpaImplementation::kUnified:
+      return "unified";
+  }
+  return "?";
+}
+
 std::vector<int32_t> RaggedOffsets(const std::vector<int32_t>& row_begin, int64_t row_stride) {
   std::vector<int32_t> out(row_begin.size());
   for (size_t b = 0; b < row_begin.size(); ++b) {
@@ -167,7 +179,8 @@ void RaggedOutput(fe::graph::Graph& g, const TensorPtr& o, const GraphKey& key) 
 
 // Self-attention of packed prompts: causal from the top left of each sequence (query row i sees
 // key rows j <= i), with a window the band's left bound W (j > i - W; our AttentionParams rule).
-void DefineSelf(fe::graph::Graph& g, const GraphKey& key, float scale) {
+void DefineSelf(fe::graph::Graph& g, const GraphKey& key, float scale,
+                fe::AttentionImplementation_t impl) {
   const int64_t b = key.batch;
   auto q = RaggedRows(g, "Q", kQ, key, key.hq, key.q_stride, IntColumn(g, "q_off", kQOff, b + 1));
   auto k = RaggedRows(g, "K", kK, key, key.hkv, key.k_stride, IntColumn(g, "k_off", kKOff, b + 1));
@@ -175,6 +188,7 @@ void DefineSelf(fe::graph::Graph& g, const GraphKey& key, float scale) {
   auto seq_len = IntColumn(g, "seq_len", kSeqLen, b);
   auto options = fe::graph::SDPA_attributes()
                      .set_name("prefill")
+                     .set_implementation(impl)
                      .set_generate_stats(false)
                      .set_attn_scale(scale)
                      .set_padding_mask(true)
@@ -192,7 +206,8 @@ void DefineSelf(fe::graph::Graph& g, const GraphKey& key, float scale) {
 // and bucket, causal aligned bottom-right (query row i of a sequence with n queries over L keys
 // sees keys j <= L - n + i), or unmasked (a piece of a split prefix); with key.stats the
 // log-sum-exp f32 [batch, hq, max_rows, 1] too.
-void DefinePrefix(fe::graph::Graph& g, const GraphKey& key, float scale) {
+void DefinePrefix(fe::graph::Graph& g, const GraphKey& key, float scale,
+                  fe::AttentionImplementation_t impl) {
   const int64_t b = key.batch, kv = key.max_kv_rows;
   auto q = RaggedRows(g, "Q", kQ, key, key.hq, key.q_stride, IntColumn(g, "q_off", kQOff, b + 1));
   auto k = RaggedRows(g, "K", kK, key, key.hkv, key.k_stride, IntColumn(g, "k_off", kKOff, b + 1),
@@ -201,6 +216,7 @@ void DefinePrefix(fe::graph::Graph& g, const GraphKey& key, float scale) {
                       kv);
   auto options = fe::graph::SDPA_attributes()
                      .set_name(key.causal ? "prefix_rows" : "prefix_piece")
+                     .set_implementation(impl)
                      .set_generate_stats(key.stats)
                      .set_attn_scale(scale)
                      .set_padding_mask(true)
@@ -226,7 +242,8 @@ void DefinePrefix(fe::graph::Graph& g, const GraphKey& key, float scale) {
 // block: K | V interleaved per block, or CudaKvPool's planes), one block table for both; causal
 // aligned bottom-right (query row i of a sequence with n queries over L entries sees entries
 // j <= L - n + i).
-void DefinePaged(fe::graph::Graph& g, const GraphKey& key, float scale) {
+void DefinePaged(fe::graph::Graph& g, const GraphKey& key, float scale,
+                 fe::AttentionImplementation_t impl) {
   const int64_t b = key.batch, bt = key.block_tokens, kvd = key.k_stride, d = key.d;
   auto q = RaggedRows(g, "Q", kQ, key, key.hq, key.q_stride, IntColumn(g, "q_off", kQOff, b + 1));
   auto container = [&](const char* name, int64_t uid) {
@@ -247,6 +264,7 @@ void DefinePaged(fe::graph::Graph& g, const GraphKey& key, float scale) {
                             .set_data_type(fe::DataType_t::INT32));
   auto options = fe::graph::SDPA_attributes()
                      .set_name("prefix")
+                     .set_implementation(impl)
                      .set_generate_stats(false)
                      .set_attn_scale(scale)
                      .set_padding_mask(true)
@@ -423,30 +441,77 @@ class CudnnAttentionImpl final : public CudnnAttention {
     return OkStatus();
   }
 
+  // Builds the graph with each implementation options_ allows (UNIFIED first), keeps the one
+  // whose chosen plan is fastest (without autotune: the first that builds) and reports every
+  // implementation's plans in timings_; the first failure when none builds.
   Status BuildOrReport(DeviceContext& ctx, const GraphKey& key, float scale, Pack& pack,
                        BuiltGraph* built) {
-    try {  // the frontend's loader throws when the machine's cuDNN lacks a symbol
-      return Build(ctx, key, scale, pack, built);
-    } catch (const std::exception& e) {
-      return Unimplemented(std::string("cuDNN attention: ") + e.what());
+    using Impl = CudnnSdpaImplementation;
+    std::vector<Impl> candidates;
+    if (options_.implementation != Impl::kComposite) candidates.push_back(Impl::kUnified);
+    if (options_.implementation != Impl::kUnified) candidates.push_back(Impl::kComposite);
+    struct Outcome {
+      BuiltGraph graph;
+      std::vector<CudnnPlanTiming> plans;
+      double ms = 0;  // the chosen plan's (0 without autotune)
+    };
+    std::vector<Outcome> outcomes;
+    Status first_error;
+    for (Impl impl : candidates) {
+      Outcome o;
+      Status st;
+      try {  // the frontend's loader throws when the machine's cuDNN lacks a symbol
+        st = Build(ctx, key, scale, pack, impl, &o.graph);
+      } catch (const std::exception& e) {
+        st = Unimplemented(std::string("cuDNN attention: ") + e.what());
+      }
+      if (!st.ok()) {
+        if (first_error.ok()) first_error = st;
+        continue;
+      }
+      for (CudnnPlanTiming t : timings_) {
+        if (t.chosen) o.ms = t.ms;
+        t.name = std::string(CudnnSdpaImplementationName(impl)) + " " + t.name;
+        o.plans.push_back(std::move(t));
+      }
+      outcomes.push_back(std::move(o));
+      if (!options_.autotune) break;
     }
+    if (outcomes.empty()) return first_error;
+    const auto best =
+        std::min_element(outcomes.begin(), outcomes.end(),
+                         [](const Outcome& x, const Outcome& y) { return x.ms < y.ms; });
+    timings_.clear();
+    for (Outcome& o : outcomes) {
+      for (CudnnPlanTiming& t : o.plans) {
+        t.chosen = t.chosen && &o == &*best;
+        timings_.push_back(std::move(t));
+      }
+    }
+    *built = std::move(best->graph);
+    return OkStatus();
   }
 
   Status Build(DeviceContext& ctx, const GraphKey& key, float scale, Pack& pack,
-               BuiltGraph* built) {
+               CudnnSdpaImplementation implementation, BuiltGraph* built) {
+    const fe::AttentionImplementation_t impl =
+        implementation == CudnnSdpaImplementation::kUnified
+            ? fe::AttentionImplementation_t::UNIFIED
+            : fe::AttentionImplementation_t::COMPOSITE;
+    timings_.clear();
     auto graph = std::make_shared<fe::graph::Graph>();
     graph->set_io_data_type(fe::DataType_t::BFLOAT16)
         .set_intermediate_data_type(fe::DataType_t::FLOAT)
         .set_compute_data_type(fe::DataType_t::FLOAT);
     switch (key.kind) {
       case Kind::kSelf:
-        DefineSelf(*graph, key, scale);
+        DefineSelf(*graph, key, scale, impl);
         break;
       case Kind::kPaged:
-        DefinePaged(*graph, key, scale);
+        DefinePaged(*graph, key, scale, impl);
         break;
       case Kind::kPrefix:
-        DefinePrefix(*graph, key, scale);
+        DefinePrefix(*graph, key, scale, impl);
         break;
     }
     UP_RETURN_IF_ERROR(FromFe(graph->validate(), "validate"));

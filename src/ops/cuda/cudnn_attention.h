@@ -45,7 +45,9 @@
 // FALLBACK when asked; with sweep_knobs also every one-knob variant of each engine's config) is
 // built (BuildPlanPolicy ALL) and timed on the first call's own tensors (one warm-up, best of two),
 // and the fastest is kept for the bucket; PlanTimings() reports them. Without autotune the
-// heuristics' first plan runs.
+// heuristics' first plan runs. CudnnOptions::implementation picks the frontend's SDPA
+// implementation: COMPOSITE (every cuDNN 9), UNIFIED (cuDNN >= 9.21 for our masks; the H200's 9.14
+// has none), or both with the timings deciding.
 #pragma once
 
 #include <cstdint>
@@ -120,7 +122,20 @@ struct CudnnPrefixBatch {
 // offsets[b] = row_begin[b] * row_stride, b <= batch (host).
 std::vector<int32_t> RaggedOffsets(const std::vector<int32_t>& row_begin, int64_t row_stride);
 
+// The frontend's two SDPA implementations: COMPOSITE (the graph of matmuls and a softmax that
+// cuDNN fuses; every cuDNN 9) and UNIFIED (one SDPA operation; cuDNN >= 9.21 for our masks).
+enum class CudnnSdpaImplementation { kAuto, kComposite, kUnified };
+
+// "auto", "composite", "unified" (the names UNIPREFILL_CUDNN_SDPA takes).
+const char* CudnnSdpaImplementationName(CudnnSdpaImplementation impl);
+
 struct CudnnOptions {
+  // kComposite (the default) or kUnified alone: a bucket cuDNN rejects goes to FlashAttention.
+  // kAuto builds each bucket's graph with both (UNIFIED first) and keeps the fastest plan among
+  // them (without autotune: the first that builds). COMPOSITE is the default because on the H200
+  // cuDNN 9.28's UNIFIED engine ran at its rates (causal 32K d 128: 652 vs 654 TFLOP/s, 581 vs
+  // 584 sustained; docs/gpu_performance.md) while kAuto doubles every bucket's build and autotune.
+  CudnnSdpaImplementation implementation = CudnnSdpaImplementation::kComposite;
   bool autotune = true;         // time every heuristic plan once per bucket, keep the fastest
   bool fallback_plans = false;  // also the FALLBACK heuristic's plans (slow builds; for reports)
   // Also every one-knob variant of each heuristic engine's config (reports only: slow builds,
@@ -128,7 +143,8 @@ struct CudnnOptions {
   bool sweep_knobs = false;
 };
 
-// One plan of the latest bucket built: cuDNN's name for it (engine and knobs) and its time.
+// One plan of the latest bucket built: cuDNN's name for it (engine and knobs) after its
+// implementation's ("composite eng2_k24=7"), and its time.
 struct CudnnPlanTiming {
   std::string name;
   double ms = 0;        // best of the timed runs; < 0: the plan failed to run

@@ -264,9 +264,13 @@ TEST_F(CudnnAttentionTest, WithoutAutotuneTheHeuristicPlanMatchesToo) {
   EXPECT_TRUE(cudnn.PlanTimings().empty());
 }
 
+// kAuto: the plans of every implementation this cuDNN builds (COMPOSITE alone on 9.14; UNIFIED
+// too on >= 9.21), one of them chosen, the fastest.
 TEST_F(CudnnAttentionTest, AutotuneTimesPlansAndKeepsTheFastest) {
   UP_CUDA_TEST_CONTEXT(ctx);
-  UP_CUDNN_OR_SKIP(cudnn, ctx);
+  CudnnOptions options;
+  options.implementation = CudnnSdpaImplementation::kAuto;
+  UP_CUDNN_OR_SKIP(cudnn, ctx, options);
   CheckSelf(ctx, *cpu_, cudnn, SelfCase{128, 8, 2, 0, {1000}, {1000}}, ++seed_);
   const std::vector<CudnnPlanTiming> plans = cudnn.PlanTimings();
   ASSERT_FALSE(plans.empty());
@@ -405,11 +409,11 @@ void CheckPaged(DeviceContext& ctx, DeviceContext& cpu, CudnnAttention& cudnn, i
   auto run_prefix = [&](std::vector<float>* result) -> Status {
     out.Fill(0xFF);
     UP_CUDA_CHECK(cudaDeviceSynchronize());
-    const Status st = cudnn.RunPrefix(ctx, Rows(out, 0, tq, hq, d, qd),
-                                      Rows(q_dev, 0, tq, hq, d, q_width),
-                                      Rows(k_dev, 0, tk, hkv, d, kvd),
-                                      Rows(v_dev, 0, tk, hkv, d, kvd), xb, params);
-    if (!st.ok()) return st;
+    const Status ran = cudnn.RunPrefix(ctx, Rows(out, 0, tq, hq, d, qd),
+                                       Rows(q_dev, 0, tq, hq, d, q_width),
+                                       Rows(k_dev, 0, tk, hkv, d, kvd),
+                                       Rows(v_dev, 0, tk, hkv, d, kvd), xb, params);
+    if (!ran.ok()) return ran;
     UP_CUDA_CHECK(cudaStreamSynchronize(ctx.cuda().stream()));
     const std::vector<uint16_t> bits = out.ToHost<uint16_t>(tq * qd);
     result->resize(tq * qd);
@@ -444,6 +448,60 @@ TEST_F(CudnnAttentionTest, PagedPrefixQueriesMatchCpu) {
   // Prefixes inside a block, on a block edge and long; query runs of 1 (a decode step) to 65.
   const std::vector<PagedSeq> seqs = {{37, 20}, {16, 1}, {300, 65}, {3, 16}};
   for (auto [d, hq, hkv] : kShapes) CheckPaged(ctx, *cpu_, cudnn, d, hq, hkv, seqs, ++seed_);
+}
+
+// One small causal sequence through cudnn: Unimplemented when its cuDNN has no such graph.
+Status Probe(DeviceContext& ctx, CudnnAttention& cudnn) {
+  const int64_t n = 64, qd = 8 * 128, kvd = 2 * 128;
+  DeviceBuffer buf(n * (qd + 2 * kvd) * 2 + n * qd * 2);
+  const DeviceBuffer seq_dev = DeviceBuffer::FromHost(std::vector<int32_t>{64});
+  const DeviceBuffer off = DeviceBuffer::FromHost(std::vector<int32_t>{0, 0});
+  CudnnVarlen cb;
+  cb.seq_len = seq_dev.as<int32_t>();
+  cb.q_offsets = cb.k_offsets = cb.v_offsets = cb.o_offsets = off.as<int32_t>();
+  cb.batch = 1;
+  cb.max_rows = n;
+  AttentionParams params;
+  params.scale = 0.1f;
+  const Status st = cudnn.Run(ctx, Rows(buf, 0, n, 8, 128, qd), Rows(buf, 0, n, 8, 128, qd),
+                              Rows(buf, 0, n, 2, 128, kvd), Rows(buf, 0, n, 2, 128, kvd), cb,
+                              params);
+  UP_CUDA_CHECK(cudaStreamSynchronize(ctx.cuda().stream()));
+  return st;
+}
+
+// Each SDPA implementation forced alone: the same results for every mask kind, and plans named
+// after it. A cuDNN without UNIFIED for our masks (the H200's 9.14: bands need 9.21) says so at
+// the first run, and that implementation is skipped with its reason (paged prefixes: the default
+// picks per bucket; the backend does not use RunPaged).
+TEST_F(CudnnAttentionTest, EachSdpaImplementationMatchesCpuAndOurs) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  int ran = 0;
+  for (CudnnSdpaImplementation impl :
+       {CudnnSdpaImplementation::kComposite, CudnnSdpaImplementation::kUnified}) {
+    const std::string name = CudnnSdpaImplementationName(impl);
+    CudnnOptions options;
+    options.implementation = impl;
+    UP_CUDNN_OR_SKIP(cudnn, ctx, options);
+    const Status probe = Probe(ctx, cudnn);
+    if (impl == CudnnSdpaImplementation::kUnified && probe.code() == ErrorCode::kUnimplemented) {
+      std::printf("%s: not on this cuDNN (%s)\n", name.c_str(), probe.message().c_str());
+      continue;
+    }
+    ASSERT_TRUE(probe.ok()) << name << ": " << probe.message();
+    ++ran;
+    for (auto [d, hq, hkv] : kShapes) {
+      for (int window : {0, 7, 250}) {
+        CheckSelf(ctx, *cpu_, cudnn,
+                  SelfCase{d, hq, hkv, window, {37, 300, 160, 1, 513}, {37, 300, 129, 1, 511}},
+                  ++seed_);
+      }
+    }
+    for (const CudnnPlanTiming& p : cudnn.PlanTimings()) {
+      EXPECT_EQ(p.name.rfind(name + " ", 0), 0u) << p.name;
+    }
+  }
+  EXPECT_GE(ran, 1);
 }
 
 // ---- Throughput (DISABLED_: run with --gtest_also_run_disabled_tests) ----
@@ -528,6 +586,28 @@ TEST(CudnnAttentionThroughputTest, DISABLED_CausalAndWindowsVsOurs) {
                          Shape{32768, 64, 32, 8, 0}, Shape{32768, 256, 16, 8, 0},
                          Shape{32768, 128, 32, 8, 512}, Shape{32768, 128, 32, 8, 4096}}) {
     Throughput(ctx, cudnn, s);
+  }
+}
+
+// Each SDPA implementation forced alone on the shapes issue 17 measures (an implementation this
+// cuDNN lacks fails its first shape and is skipped).
+TEST(CudnnAttentionThroughputTest, DISABLED_EachSdpaImplementation) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  for (CudnnSdpaImplementation impl :
+       {CudnnSdpaImplementation::kComposite, CudnnSdpaImplementation::kUnified}) {
+    CudnnOptions options;
+    options.implementation = impl;
+    UP_CUDNN_OR_SKIP(cudnn, ctx, options);
+    const Status probe = Probe(ctx, cudnn);
+    std::printf("== %s%s%s\n", CudnnSdpaImplementationName(impl), probe.ok() ? "" : ": ",
+                probe.message().c_str());
+    if (!probe.ok()) continue;
+    for (const Shape& s : {Shape{32768, 128, 32, 8, 0}, Shape{32768, 64, 32, 8, 0},
+                           Shape{32768, 256, 16, 8, 0}, Shape{32768, 128, 32, 8, 4096},
+                           Shape{131072, 128, 32, 8, 0}}) {
+      Throughput(ctx, cudnn, s);
+      if (::testing::Test::HasFatalFailure()) break;
+    }
   }
 }
 
