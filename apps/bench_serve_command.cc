@@ -371,7 +371,7 @@ int BenchServeCommand(const BenchServeOptions& o) {
                               mode.name.c_str(), r.error.c_str());
     }
     ProgressBar bar(mode.name, "requests", /*enabled=*/true);
-    ModeRun mr{mode, {}, {}};
+    ModeRun mr{mode, {}, {}, {}};
     mr.run = loadgen::RunLoad(client, load, mode, requests,
                              [&](int done, int total) { bar.Update(done, total); });
     bar.Finish();

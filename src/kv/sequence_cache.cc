@@ -97,6 +97,33 @@ Result<KvAppendSlot> ContiguousSequenceCache::AppendKv(int layer, int n, const i
   return slot;
 }
 
+void ContiguousSequenceCache::TrimWindow(int layer) {
+  const CacheLayerSpec& spec = layout_.layers[layer];
+  LayerStore& l = kv_[layer];
+  if (spec.kind != CacheLayerKind::kSlidingAttention) return;
+  const int keep = std::min(l.count, spec.window - 1);
+  const int cap = std::min(max_tokens_, keep + kWindowHeadroom);
+  if (l.count == keep && l.capacity <= cap) return;
+  const int drop = l.count - keep;
+  const size_t row = static_cast<size_t>(spec.kv_dim) * sizeof(float);
+  if (l.capacity > cap) {  // a prompt-sized buffer: copy the window into a small one
+    Buffer k(row * cap), v(row * cap);
+    std::memcpy(k.data(), l.k.as<char>() + row * drop, row * keep);
+    std::memcpy(v.data(), l.v.as<char>() + row * drop, row * keep);
+    l.k = std::move(k);
+    l.v = std::move(v);
+    l.capacity = cap;
+  } else {
+    std::memmove(l.k.data(), l.k.as<char>() + row * drop, row * keep);
+    std::memmove(l.v.data(), l.v.as<char>() + row * drop, row * keep);
+  }
+  l.pos.erase(l.pos.begin(), l.pos.begin() + drop);
+  l.index.erase(l.index.begin(), l.index.begin() + drop);
+  l.pos.shrink_to_fit();
+  l.index.shrink_to_fit();
+  l.count = keep;
+}
+
 KvLayerView ContiguousSequenceCache::Layer(int layer) const {
   const LayerStore& l = kv_[layer];
   KvLayerView view;

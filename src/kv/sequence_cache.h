@@ -121,6 +121,11 @@ class SequenceCache {
                                         const int32_t* index) = 0;
   virtual KvLayerView Layer(int layer) const = 0;
   virtual LinearAttentionState* Linear(int layer) = 0;
+  // After a forward's attention of sliding-window layer `layer`: its entries older than the W - 1
+  // newest will never be read again (the next query's window holds W - 1 of them), so a cache may
+  // free them now rather than at the next append. A whole-prompt prefill otherwise holds every
+  // sliding layer's keys of the prompt at once until the first decode step.
+  virtual void TrimWindow(int layer) { (void)layer; }
 
   // Ends a forward: every segment s grew by added[s] tokens and the sequence by `tokens` positions.
   virtual void Commit(int tokens, const std::vector<int>& added) = 0;
@@ -153,6 +158,9 @@ class ContiguousSequenceCache final : public SequenceCache {
                                 const int32_t* index) override;
   KvLayerView Layer(int layer) const override;
   LinearAttentionState* Linear(int layer) override { return linear_[layer].get(); }
+  // Keeps the W - 1 newest entries in a buffer sized for them and the next chunk's headroom
+  // (kWindowHeadroom), returning a prefill's prompt-sized buffer to the allocator.
+  void TrimWindow(int layer) override;
   void Commit(int tokens, const std::vector<int>& added) override;
   size_t bytes() const override;
 
@@ -164,6 +172,9 @@ class ContiguousSequenceCache final : public SequenceCache {
     int count = 0;
   };
   Status Reserve(int layer, int needed);
+  // Entries a trimmed sliding layer has room for beyond its W - 1: decode steps append this many
+  // before the next trim moves the window (one memmove of W - 1 rows per kWindowHeadroom steps).
+  static constexpr int kWindowHeadroom = 64;
 
   CacheLayout layout_;
   int max_tokens_;

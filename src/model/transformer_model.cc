@@ -142,7 +142,8 @@ Result<std::unique_ptr<Model>> MakeModel(ModelDefinition definition, DeviceConte
     UP_ASSIGN_OR_RETURN(dist::ShardPlan plan,
                         dist::PlanShards(definition.config, comm->rank(), comm->world_size()));
     // The GPU keeps the vocabulary whole on every rank (no logits gather on the device yet).
-    dist::ShardCopies copies{.f32_prefill = options.f32_prefill_weights};
+    dist::ShardCopies copies;
+    copies.f32_prefill = options.f32_prefill_weights;
     if (options.int16_prefill_gemm && !options.f32_decode) copies.unless_int16_gemm = ctx.cpu_isa();
     UP_ASSIGN_OR_RETURN(definition,
                         dist::ShardDefinition(std::move(definition), plan, copies, !gpu));

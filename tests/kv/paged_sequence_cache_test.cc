@@ -605,7 +605,9 @@ TEST(PagedSequenceCacheModelTest, PackedPrefillAndDecodeThroughTheScheduler) {
   const std::vector<int> drops = c.active_drop_layers();
   const CacheLayout layout = m->CacheLayoutFor(drops);
   const int block_tokens = 4, num_blocks = 1024;
-  Scheduler sched(SchedulerConfig{4096}, ManagerFor(layout, num_blocks, block_tokens));
+  SchedulerConfig config;
+  config.max_batched_tokens = 4096;
+  Scheduler sched(config, ManagerFor(layout, num_blocks, block_tokens));
   KvArena arena(layout, num_blocks, block_tokens, 4);
 
   struct Req {

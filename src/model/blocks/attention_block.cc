@@ -276,6 +276,11 @@ Status AttentionForward(DeviceContext& ctx, const AttentionWeights& w, int layer
                     q_mask.data() + s.begin, kvs[r].mask});
   }
   ops::AttentionPagedBatch(ctx, seqs, ap);
+  if (w.window > 0) {  // sliding layer: what falls out of the window is never read again
+    for (int r = 0; r < batch.n_seqs(); ++r) {
+      if (batch.seq(r).rows() > 0) batch.seq(r).cache->TrimWindow(layer);
+    }
+  }
   if (w.gated_output) {
     float* a = attn_buf.as<float>();
     const float* g = gate_buf.as<float>();
