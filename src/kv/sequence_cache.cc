@@ -103,20 +103,19 @@ void ContiguousSequenceCache::TrimWindow(int layer) {
   if (spec.kind != CacheLayerKind::kSlidingAttention) return;
   const int keep = std::min(l.count, spec.window - 1);
   const int cap = std::min(max_tokens_, keep + kWindowHeadroom);
-  if (l.count == keep && l.capacity <= cap) return;
+  // A buffer of the window's size is left to AppendKv, which moves the window once per
+  // kWindowHeadroom appends; trimming it here would move W - 1 rows at every decode step.
+  if (l.capacity <= cap) return;
+  // A prompt-sized buffer (a prefill, or a chunk, longer than the headroom): copy the window into
+  // a small one and free it.
   const int drop = l.count - keep;
   const size_t row = static_cast<size_t>(spec.kv_dim) * sizeof(float);
-  if (l.capacity > cap) {  // a prompt-sized buffer: copy the window into a small one
-    Buffer k(row * cap), v(row * cap);
-    std::memcpy(k.data(), l.k.as<char>() + row * drop, row * keep);
-    std::memcpy(v.data(), l.v.as<char>() + row * drop, row * keep);
-    l.k = std::move(k);
-    l.v = std::move(v);
-    l.capacity = cap;
-  } else {
-    std::memmove(l.k.data(), l.k.as<char>() + row * drop, row * keep);
-    std::memmove(l.v.data(), l.v.as<char>() + row * drop, row * keep);
-  }
+  Buffer k(row * cap), v(row * cap);
+  std::memcpy(k.data(), l.k.as<char>() + row * drop, row * keep);
+  std::memcpy(v.data(), l.v.as<char>() + row * drop, row * keep);
+  l.k = std::move(k);
+  l.v = std::move(v);
+  l.capacity = cap;
   l.pos.erase(l.pos.begin(), l.pos.begin() + drop);
   l.index.erase(l.index.begin(), l.index.begin() + drop);
   l.pos.shrink_to_fit();

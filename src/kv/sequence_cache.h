@@ -158,8 +158,9 @@ class ContiguousSequenceCache final : public SequenceCache {
                                 const int32_t* index) override;
   KvLayerView Layer(int layer) const override;
   LinearAttentionState* Linear(int layer) override { return linear_[layer].get(); }
-  // Keeps the W - 1 newest entries in a buffer sized for them and the next chunk's headroom
-  // (kWindowHeadroom), returning a prefill's prompt-sized buffer to the allocator.
+  // A layer whose buffer outgrew W - 1 + kWindowHeadroom rows (a prefill) keeps its W - 1 newest
+  // entries in a buffer of that size and returns the prompt-sized one to the allocator; a
+  // window-sized buffer is left to AppendKv's trimming.
   void TrimWindow(int layer) override;
   void Commit(int tokens, const std::vector<int>& added) override;
   size_t bytes() const override;

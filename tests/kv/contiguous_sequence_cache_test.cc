@@ -1,7 +1,8 @@
-// ContiguousSequenceCache::TrimWindow: after a forward's attention a sliding layer keeps exactly
-// its W - 1 newest entries (keys, values, positions, alive indices) in a buffer sized for them
-// plus kWindowHeadroom, so a long prompt's prefill does not hold every sliding layer's keys until
-// the first decode step; full-attention layers are left alone, and appends continue after a trim.
+// ContiguousSequenceCache::TrimWindow: after a forward's attention a sliding layer whose buffer
+// outgrew W - 1 + kWindowHeadroom rows (a prefill) keeps exactly its W - 1 newest entries (keys,
+// values, positions, alive indices) in a buffer of that size, so a long prompt's prefill does not
+// hold every sliding layer's keys until the first decode step; window-sized buffers (decode) and
+// full-attention layers are left alone, and appends continue after a trim.
 // Model-level equality (the same logits as a cache that trims only when it appends) is covered
 // bit for bit by PagedSequenceCacheModelTest, whose reference is this cache.
 #include <gtest/gtest.h>
@@ -78,28 +79,33 @@ TEST(ContiguousSequenceCacheTest, TrimWindowKeepsTheNewestWMinusOneAndFreesThePr
   // Layer 1's prompt-sized buffer is gone: it holds W - 1 + headroom rows at most.
   EXPECT_LE(cache.bytes(), before - (prompt - (kWindow - 1 + 64)) * row_pair);
 
-  // Decode steps keep appending past the headroom; the window stays the newest W - 1 + the new.
-  for (int step = 0; step < 100; ++step) {
+  // Decode steps append past the headroom: the window-sized buffer is AppendKv's to trim (once
+  // per 64 appends), so TrimWindow leaves it, and the newest W entries are always there.
+  const size_t trimmed = cache.bytes();
+  for (int step = 0; step < 200; ++step) {
     Append(cache, 1, prompt + step, 1);
-    std::vector<int> held = Held(cache, 1);
-    ASSERT_GE(held.size(), static_cast<size_t>(kWindow));
-    EXPECT_EQ(held.back(), prompt + step);
-    EXPECT_EQ(std::vector<int>(held.end() - kWindow, held.end()), Range(prompt + step + 1 - kWindow,
-                                                                       kWindow));
     cache.TrimWindow(1);
-    EXPECT_EQ(Held(cache, 1), Range(prompt + step + 2 - kWindow, kWindow - 1));
+    const std::vector<int> held = Held(cache, 1);
+    ASSERT_GE(held.size(), static_cast<size_t>(kWindow));
+    ASSERT_LE(held.size(), static_cast<size_t>(kWindow - 1 + 64));
+    EXPECT_EQ(std::vector<int>(held.end() - kWindow, held.end()),
+              Range(prompt + step + 1 - kWindow, kWindow));
   }
+  EXPECT_EQ(cache.bytes(), trimmed);
 }
 
-TEST(ContiguousSequenceCacheTest, TrimWindowOnAShortLayerKeepsEverything) {
+TEST(ContiguousSequenceCacheTest, TrimWindowLeavesWindowSizedBuffersAndShrinksLongChunks) {
   ContiguousSequenceCache cache = MakeCache();
   Append(cache, 1, 0, 5);  // fewer than W - 1
   cache.TrimWindow(1);
   EXPECT_EQ(Held(cache, 1), Range(0, 5));
-  Append(cache, 1, 5, 10);  // a chunk: the next trim keeps W - 1 of the 15
-  EXPECT_EQ(Held(cache, 1), Range(0, 15));
+  Append(cache, 1, 5, 10);  // a short chunk: within W - 1 + headroom, left as it is
   cache.TrimWindow(1);
-  EXPECT_EQ(Held(cache, 1), Range(15 - (kWindow - 1), kWindow - 1));
+  EXPECT_EQ(Held(cache, 1), Range(0, 15));
+  Append(cache, 1, 15, 200);  // a long chunk: AppendKv kept W - 1 older, the trim keeps W - 1
+  EXPECT_EQ(Held(cache, 1), Range(15 - (kWindow - 1), kWindow - 1 + 200));
+  cache.TrimWindow(1);
+  EXPECT_EQ(Held(cache, 1), Range(215 - (kWindow - 1), kWindow - 1));
 }
 
 }  // namespace
