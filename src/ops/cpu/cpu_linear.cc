@@ -55,8 +55,8 @@ std::vector<PartPlan> PlanParts(const LinearWeight& w, CpuIsa isa) {
 // How far ahead of the weight row being read MatVec prefetches. A decode step streams every
 // weight from memory once; the hardware prefetchers alone kept the Gemma 3 270M head (Q8_0
 // [262144, 640], 178 MB) at 12-14 GB/s on the 2-core Xeon of 2026-12-03, whose two cores read
-// ~18 GB/s; prefetching 3 KB ahead ran it at 17-19 GB/s (13.6-14.4 -> 9.1-10.6 ms per token,
-// 2 KB: 10.3-12.6, 1.5 KB and less: no gain).
+// ~18 GB/s; prefetching the row 3 KB ahead here: 12.7-13.7 -> 10.0-11.3 ms per token (the same
+// distance inside the Q8_0 kernel gave 9.1-10.6; 2 KB 10.3-12.6; 1.5 KB and less nothing).
 constexpr int64_t kMatVecPrefetchBytes = 3072;
 
 // Asks for the cache lines of the `bytes` from p (addresses past the weight are harmless: a
@@ -86,7 +86,7 @@ void MatVec(DeviceContext& ctx, TensorView out, TensorView x, const LinearWeight
     std::vector<float> scratch;  // one dequantised row for types without a fused kernel
     for (const PartPlan& p : plan) {
       const int64_t lo = std::max(begin, p.row_begin), hi = std::min(end, p.row_begin + p.rows);
-      // The row kMatVecPrefetchBytes ahead (rounded to whole rows) is asked for as this one is read.
+      // The row kMatVecPrefetchBytes ahead (whole rows) is asked for as this one is read.
       const int64_t ahead = (kMatVecPrefetchBytes + p.row_bytes - 1) / p.row_bytes * p.row_bytes;
       for (int64_t o = lo; o < hi; ++o) {
         const uint8_t* row = p.data + (o - p.row_begin) * p.row_bytes;
