@@ -9,11 +9,12 @@
 // D 64, 128 or 256, rows strided (the fused QKV GEMM's column slices). Each sequence may end in
 // padding rows (the sync-free drop's capacities): seq_len holds its true length; padding rows are
 // no keys, and their outputs are nobody's (the tests check real rows only). The caller
-// (CudaBackend::AttentionMixer) vouches for "coordinates = row indices": causal layers in any segment (order alone matters), windows by alive index in any
-// segment (a fresh prompt's alive indices are 0..n-1, renumbered from 0 after each drop), windows
-// by position only in segment 0 (after a drop the kept tokens keep their gapped positions). Not
-// covered (FlashAttention runs them): a drop layer's kept queries, windows by position after a
-// drop, and requests whose cache holds tokens.
+// (CudaBackend::AttentionMixer) vouches for "coordinates = row indices": causal layers in any
+// segment (order alone matters), windows by alive index in any segment (a fresh prompt's alive
+// indices are 0..n-1, renumbered from 0 after each drop), windows by position only in segment 0
+// (after a drop the kept tokens keep their gapped positions). Not covered (FlashAttention runs
+// them): a drop layer's kept queries, windows by position after a drop, and requests whose cache
+// holds tokens.
 //
 // RunPaged covers queries over a cached prefix: sequence b's q_len[b] new query rows are its last
 // ones among kv_len[b] cache entries (coordinates kv_len - q_len .. kv_len - 1, alive indices of an
