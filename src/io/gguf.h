@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -94,6 +95,10 @@ class GgufFile {
 
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   const TensorInfo* FindTensor(std::string_view name) const;
+  // The whole file as mapped (read-only, file-backed pages); empty when it was read into memory.
+  std::span<const uint8_t> mapping() const {
+    return mapped_ ? std::span<const uint8_t>(base_, size_) : std::span<const uint8_t>();
+  }
 
  private:
   GgufFile() = default;

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -66,6 +67,10 @@ class SafetensorsFile {
   const TensorEntry* Find(std::string_view name) const;
   // The optional "__metadata__" object (string -> string), e.g. {"format": "pt"}.
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // The whole file as mapped (read-only, file-backed pages); empty when it was read into memory.
+  std::span<const uint8_t> mapping() const {
+    return mapped_ ? std::span<const uint8_t>(base_, size_) : std::span<const uint8_t>();
+  }
 
  private:
   SafetensorsFile() = default;

@@ -256,6 +256,7 @@ Result<ModelDefinition> LoadGemma3(std::unique_ptr<gguf::GgufFile> file, DeviceC
   std::shared_ptr<gguf::GgufFile> owner(std::move(file));
   UP_RETURN_IF_ERROR(LoadGemma3Weights(ctx, *GgufWeightSource(*owner), Gemma3TensorNames::Gguf(),
                                        /*norm_offset=*/0.0f, options, d));
+  d.mapped_files.push_back(owner->mapping());
   d.owners.push_back(std::move(owner));
   return d;
 }

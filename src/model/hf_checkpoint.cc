@@ -81,12 +81,19 @@ Result<ModelDefinition> LoadHfDefinition(const std::string& dir, DeviceContext& 
                       safetensors::Checkpoint::Open(dir));
   std::shared_ptr<safetensors::Checkpoint> owner(std::move(ck));
   auto src = SafetensorsWeightSource(*owner);
-  if (type == "llama") return LoadLlama(root, owner, *src, ctx, options);
-  if (type == "qwen3_next") return LoadQwen3Next(root, owner, *src, ctx, options);
+  // The loaded definition, told which files it maps (DropMappedPages).
+  const auto with_mappings = [&](Result<ModelDefinition> d) -> Result<ModelDefinition> {
+    if (d.ok()) {
+      for (const auto& f : owner->files()) d->mapped_files.push_back(f->mapping());
+    }
+    return d;
+  };
+  if (type == "llama") return with_mappings(LoadLlama(root, owner, *src, ctx, options));
+  if (type == "qwen3_next") return with_mappings(LoadQwen3Next(root, owner, *src, ctx, options));
   if (type == "gemma3_text" || type == "gemma3") {
     UP_ASSIGN_OR_RETURN(HfConfig text, root.TextConfig());
     UP_ASSIGN_OR_RETURN(ModelConfig cfg, Gemma3ConfigFromHf(text));
-    return LoadGemma3(cfg, owner, *src, ctx, options);
+    return with_mappings(LoadGemma3(cfg, owner, *src, ctx, options));
   }
   return Unimplemented("checkpoint " + dir + " has model_type '" + type +
                        "', which this engine does not support (supported: llama, gemma3_text, "

@@ -175,6 +175,7 @@ Result<ModelDefinition> LoadLlama(std::unique_ptr<gguf::GgufFile> file, DeviceCo
   std::shared_ptr<gguf::GgufFile> owner(std::move(file));
   UP_RETURN_IF_ERROR(LoadLlamaWeights(ctx, *GgufWeightSource(*owner), GgufNames(), inv,
                                       ops::RopeStyle::kAdjacent, options, d));
+  d.mapped_files.push_back(owner->mapping());
   d.owners.push_back(std::move(owner));
   return d;
 }

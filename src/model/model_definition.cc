@@ -1,5 +1,8 @@
 #include "model/model_definition.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <set>
 #include <string>
@@ -225,6 +228,17 @@ size_t ModelDefinition::HostWeightBytes() const {
     for (const ops::LinearWeight* w : L.LinearWeights()) add(*w);
   }
   return bytes;
+}
+
+void DropMappedPages(const ModelDefinition& d) {
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  for (std::span<const uint8_t> f : d.mapped_files) {
+    if (f.empty()) continue;
+    // mmap returned a page-aligned start; the last page may be partial (madvise rounds up).
+    const uintptr_t begin = reinterpret_cast<uintptr_t>(f.data()) & ~(page - 1);
+    // A hint: failure (an old kernel) only leaves the pages resident.
+    (void)::madvise(reinterpret_cast<void*>(begin), f.size(), MADV_DONTNEED);
+  }
 }
 
 }  // namespace uniprefill

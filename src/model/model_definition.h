@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <memory>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "core/status.h"
@@ -54,6 +55,8 @@ struct ModelDefinition {
   int64_t vocab_begin = 0, vocab_end = 0;
   bool vocab_sharded() const { return vocab_end > vocab_begin; }
   std::vector<std::shared_ptr<void>> owners;  // mapped files / host buffers the weights point into
+  // The memory-mapped model files among the owners (read-only, file-backed): DropMappedPages.
+  std::vector<std::span<const uint8_t>> mapped_files;
   size_t host_copy_bytes = 0;  // dequantised f32 copies (LoadOptions::f32_prefill_weights)
 
   // Every weight of every layer: shapes, one mixer and one FFN per layer, lengths of the norms.
@@ -63,5 +66,13 @@ struct ModelDefinition {
   // f32 copies. Random-weight presets' seeds count nothing.
   size_t HostWeightBytes() const;
 };
+
+// Gives the resident pages of every mapped model file back to the kernel (madvise
+// MADV_DONTNEED; the mappings are read-only, so nothing is lost): a page still in use is read again
+// from the page cache on its next touch. For a model that no longer reads most of its file once
+// loaded: a tensor-parallel rank (it copied the row-parallel slices out, and other ranks' rows were
+// touched on the way) and a GPU model (its weights were uploaded). Otherwise every page the loader
+// touched stays in the process's resident set for the model's life.
+void DropMappedPages(const ModelDefinition& d);
 
 }  // namespace uniprefill
