@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <random>
 #include <string>
@@ -24,6 +25,7 @@
 #include "core/cuda/device_buffer.h"
 #include "dist/cuda/staged_device_communicator.h"
 #include "dist/thread_communicator.h"
+#include "io/hf_config.h"
 #include "model/model.h"
 #include "testing/compare.h"
 #include "testing/cuda_model_fixtures.h"
@@ -129,6 +131,37 @@ constexpr double kTpLogitsBound = 2.5e-2;
 // reorders bf16 sums just as another kernel does, so it is held to that bound.
 constexpr double kTpQwenLogitsBound = cuda_model_test::kQwenLogitsBound;
 
+// Device weight bytes per rank (Model::resident_weight_bytes: what CudaBackend uploaded) against
+// TP 1's, printed. The GPU keeps the vocabulary whole on every rank (embedding, and the head when
+// untied: bf16 [vocab, hidden] each), so the check is on the rest: a rank's layers at most 1/N of
+// TP 1's plus what stays whole in them (norms, KV heads replicated when fewer than ranks), 5% of
+// TP 1's layers. The 8B-shaped figure is DeviceBytesPerRankOfACheckpoint's.
+void ExpectDeviceWeightsShard(const std::string& path, const testing::RunResult& one,
+                              const std::vector<testing::RunResult>& ranks) {
+  auto hf = HfConfig::Load(path + "/config.json");
+  ASSERT_TRUE(hf.ok()) << hf.status().message();
+  auto text = hf->TextConfig();
+  ASSERT_TRUE(text.ok()) << text.status().message();
+  const auto V = text->GetInt("vocab_size"), H = text->GetInt("hidden_size");
+  ASSERT_TRUE(V.ok() && H.ok());
+  // Gemma 3 ties its head unless the checkpoint stores one (its configs often omit the key).
+  const auto type = hf->GetStringOr("model_type", "");
+  const bool gemma = type.ok() && type->rfind("gemma", 0) == 0;
+  const auto tied_or = text->GetBoolOr("tie_word_embeddings", gemma);
+  const bool tied = tied_or.ok() && *tied_or;
+  const double vocab = static_cast<double>(*V) * static_cast<double>(*H) * 2 * (tied ? 1 : 2);
+  const double world = static_cast<double>(ranks.size());
+  double worst = 0;
+  for (const testing::RunResult& r : ranks) worst = std::max(worst, double(r.resident_bytes));
+  const double layers_one = static_cast<double>(one.resident_bytes) - vocab;
+  std::printf("GPU TP %zu device weight bytes per rank: %.1f of %.1f MiB (%.2fx; the layers "
+              "%.2fx, the vocabulary %.1f MiB whole on every rank)\n",
+              ranks.size(), worst / 1048576.0, one.resident_bytes / 1048576.0,
+              worst / static_cast<double>(one.resident_bytes), (worst - vocab) / layers_one,
+              vocab / 1048576.0);
+  EXPECT_LT(worst - vocab, layers_one * (1.0 / world + 0.05)) << "a rank's layers did not shard";
+}
+
 // `world` ranks as threads on one GPU (the staged transport), each loading its shard of the
 // model at `path`, against the unsharded model on the same GPU.
 void ExpectRanksEqualOne(const std::string& path, const std::string& label, int world,
@@ -158,6 +191,7 @@ void ExpectRanksEqualOne(const std::string& path, const std::string& label, int 
     }
   }
   EXPECT_LT(one.kept[0].kept, one.kept[0].alive) << "the first drop should drop rows";
+  ExpectDeviceWeightsShard(path, one, ranks);
   const double err = testing::RelativeL2Error(ranks[0].prompt_logits, one.prompt_logits);
   EXPECT_LT(err, bound);
   // Greedy tokens equal TP 1's up to a near-tie of TP 1's logits (twice the bound's rms error,
@@ -250,6 +284,32 @@ TEST(CudaTensorParallelTest, TinyQwen3NextTopTwoRoutingTwoRanksAgree) {
     std::printf(" %d (TP 1 %d)", ranks[0].kept[i].kept, one.kept[i].kept);
   }
   std::printf(", greedy %s\n", ranks[0].greedy == one.greedy ? "equal" : "differ");
+}
+
+// Device weight bytes per rank of a real-sized checkpoint, for the record (issue 21's "device
+// bytes with TP 2"): UP_TP_CHECKPOINT names a Hugging Face directory (e.g. the Llama-3.1-8B shapes
+// from tools/make_synthetic_checkpoint.py with --layers 2 --vocab 32000); two ranks as threads on
+// one GPU load their shards beside TP 1 and ExpectDeviceWeightsShard prints and checks them.
+TEST(CudaTensorParallelTest, DISABLED_DeviceBytesPerRankOfACheckpoint) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  (void)ctx;
+  const char* path = std::getenv("UP_TP_CHECKPOINT");
+  if (path == nullptr) GTEST_SKIP() << "set UP_TP_CHECKPOINT to a checkpoint directory";
+  const std::vector<int32_t> prompt = testing::RandomPrompt(256, 500);
+  const testing::RunResult one = RunRank(path, nullptr, prompt, 1);
+  ASSERT_TRUE(one.error.empty()) << one.error;
+  auto hosts = dist::MakeThreadCommunicators(2, dist::CommOptions{});
+  std::vector<std::unique_ptr<dist::Communicator>> comms;
+  for (auto& h : hosts) comms.push_back(dist::MakeStagedDeviceCommunicator(std::move(h)));
+  std::vector<testing::RunResult> ranks(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] { ranks[r] = RunRank(path, comms[r].get(), prompt, 1); });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(ranks[r].error.empty()) << ranks[r].error;
+  EXPECT_EQ(ranks[0].greedy, ranks[1].greedy);
+  ExpectDeviceWeightsShard(path, one, ranks);
 }
 
 // The sharded path at world size 1 through NCCL (PlanShards and ShardDefinition of one rank,
