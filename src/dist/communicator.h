@@ -53,6 +53,13 @@ class Communicator {
     return Unimplemented(Describe() + " has no device collectives (the GPU needs NCCL)");
   }
   virtual bool device_collectives() const { return false; }
+  // Device memory (CUDA builds): recv [world_size * bytes] on every rank gets every rank's
+  // `send` [bytes], in rank order, enqueued on `stream` as AllReduceDevice. Unimplemented where
+  // device_collectives() is false.
+  virtual Status AllGatherDevice(const void* send, void* recv, int64_t bytes, void* stream) {
+    (void)send, (void)recv, (void)bytes, (void)stream;
+    return Unimplemented(Describe() + " has no device collectives (the GPU needs NCCL)");
+  }
 
   // Device work (CUDA builds): waits until `event` (a recorded cudaEvent_t) has completed, for
   // at most CommOptions::timeout_s. A device collective waits for its peers inside a kernel, so

@@ -141,14 +141,14 @@ Result<std::unique_ptr<Model>> MakeModel(ModelDefinition definition, DeviceConte
     }
     UP_ASSIGN_OR_RETURN(dist::ShardPlan plan,
                         dist::PlanShards(definition.config, comm->rank(), comm->world_size()));
-    // The GPU keeps the vocabulary whole on every rank (no logits gather on the device yet).
     dist::ShardCopies copies;
     // A GPU rank uploads bf16 weights of its own: f32 host copies would only cost host memory
     // (they did: 2x the rank's layers in f32, found by CudaTensorParallelTest's device bytes).
     copies.f32_prefill = options.f32_prefill_weights && !gpu;
     if (options.int16_prefill_gemm && !options.f32_decode) copies.unless_int16_gemm = ctx.cpu_isa();
     UP_ASSIGN_OR_RETURN(definition,
-                        dist::ShardDefinition(std::move(definition), plan, copies, !gpu));
+                        dist::ShardDefinition(std::move(definition), plan, copies,
+                                              /*split_vocabulary=*/true));
   }
   UP_RETURN_IF_ERROR(definition.Check());
   auto def = std::make_unique<const ModelDefinition>(std::move(definition));

@@ -59,7 +59,10 @@ Status CudaBackend::Load(const ProgressFn& progress, GpuAttention attention) {
   }
   const ModelDefinition& e = def_;
   embedding_scale_ = cfg_.embedding_scale;
-  const int64_t H = cfg_.hidden, V = cfg_.vocab_size;
+  const int64_t H = cfg_.hidden;
+  vocab_first_ = e.vocab_begin;
+  vocab_rows_ = e.vocab_sharded() ? e.vocab_end - e.vocab_begin : cfg_.vocab_size;
+  const int64_t V = vocab_rows_;
   if (e.token_embedding.is_random()) {
     UP_ASSIGN_OR_RETURN(DeviceLinear emb, Upload(ctx_, {&e.token_embedding}));
     embedding_ = std::move(emb.w);
@@ -136,6 +139,10 @@ Status CudaBackend::EnsureWork(int64_t T, int batch) {
   UP_RETURN_IF_ERROR(Grow(kept_count_, batch * 4));
   UP_RETURN_IF_ERROR(Grow(last_hidden_, batch * H * 2));
   UP_RETURN_IF_ERROR(Grow(logits_, static_cast<size_t>(batch) * cfg_.vocab_size * 2));
+  if (def_.vocab_sharded()) {
+    UP_RETURN_IF_ERROR(Grow(logits_local_, static_cast<size_t>(batch) * vocab_rows_ * 2));
+    UP_RETURN_IF_ERROR(Grow(logits_gathered_, static_cast<size_t>(batch) * cfg_.vocab_size * 2));
+  }
   UP_RETURN_IF_ERROR(Grow(logits_f32_, static_cast<size_t>(batch) * cfg_.vocab_size * 4));
   for (const Layer& L : layers_) {
     if (L.moe) {
@@ -317,8 +324,13 @@ Status CudaBackend::Embed() {
   if (rows_ == 0) return OkStatus();  // only chunks of later segments
   const int64_t H = cfg_.hidden;
   oc::Embedding(ctx_, residual_[cur_].View(DType::kBF16, {rows_, H}),
-                embedding_.View(DType::kBF16, {cfg_.vocab_size, H}), d_ids_, embedding_scale_);
-  return OkStatus();
+                embedding_.View(DType::kBF16, {vocab_rows_, H}), d_ids_, embedding_scale_,
+                static_cast<int32_t>(vocab_first_));
+  if (!def_.vocab_sharded()) return OkStatus();
+  // Each token's row is nonzero on the one rank that holds it: the sum is that row, exactly.
+  if (comm_ == nullptr) return Internal("a vocabulary shard runs without its communicator");
+  return comm_->AllReduceDevice(residual_[cur_].data(), rows_ * H, DType::kBF16,
+                                ctx_.cuda().stream());
 }
 
 const DeviceBuffer& CudaBackend::NormWeight(int layer, NormSlot slot) const {
@@ -438,8 +450,23 @@ Status CudaBackend::Finish() {
   TensorView last_h = last_hidden_.View(DType::kBF16, {B, H});
   oc::GatherRows(ctx_, last_h, normed, d_last);
   const TensorView head =
-      head_is_embedding_ ? embedding_.View(DType::kBF16, {c.vocab_size, H}) : head_.view();
-  oc::Gemm(ctx_, logits_.View(DType::kBF16, {B, c.vocab_size}), last_h, head);
+      head_is_embedding_ ? embedding_.View(DType::kBF16, {vocab_rows_, H}) : head_.view();
+  if (!def_.vocab_sharded()) {
+    oc::Gemm(ctx_, logits_.View(DType::kBF16, {B, c.vocab_size}), last_h, head);
+  } else {
+    // This rank's columns [B, Vr], every rank's gathered [world, B, Vr], then each block into its
+    // columns of logits_ [B, V] (the shards are equal: ShardDefinition splits V evenly).
+    if (comm_ == nullptr) return Internal("a vocabulary shard runs without its communicator");
+    const int64_t Vr = vocab_rows_;
+    oc::Gemm(ctx_, logits_local_.View(DType::kBF16, {B, Vr}), last_h, head);
+    UP_RETURN_IF_ERROR(comm_->AllGatherDevice(logits_local_.data(), logits_gathered_.data(),
+                                              B * Vr * 2, stream));
+    for (int r = 0; r < comm_->world_size(); ++r) {
+      UP_CUDA_CHECK(cudaMemcpy2DAsync(logits_.as<uint16_t>() + r * Vr, c.vocab_size * 2,
+                                      logits_gathered_.as<uint16_t>() + r * B * Vr, Vr * 2,
+                                      Vr * 2, B, cudaMemcpyDeviceToDevice, stream));
+    }
+  }
   oc::Bf16ToF32(ctx_, logits_f32_.as<float>(), logits_.data(),
                 static_cast<int64_t>(B) * c.vocab_size);
   const TensorView logits_f32 = logits_f32_.View(DType::kF32, {B, c.vocab_size});

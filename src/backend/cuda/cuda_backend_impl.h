@@ -269,6 +269,10 @@ class CudaBackend final : public LayerBackend {
   DeviceLinear head_;       // bf16 [V, hidden] (may alias embedding_ when tied: then empty)
   bool head_is_embedding_ = false;
   float embedding_scale_ = 1.0f;
+  // The vocabulary rows this rank holds (embedding and head): ids vocab_first_ ..
+  // vocab_first_ + vocab_rows_ - 1; every row unless the definition is vocabulary-sharded (tensor
+  // parallel: the embedded rows are all-reduced, the logits all-gathered).
+  int64_t vocab_first_ = 0, vocab_rows_ = 0;
   bool has_linear_ = false;  // any Gated DeltaNet layer (state slots needed)
   DeltaRuleChoice delta_rule_ = DeltaRuleChoice::kAuto;  // LoadOptions::gpu_delta_rule
   GpuMoeGemm moe_gemm_ = GpuMoeGemm::kOurs;              // LoadOptions::gpu_moe_gemm
@@ -282,6 +286,9 @@ class CudaBackend final : public LayerBackend {
   DeviceBuffer delta_scratch_;  // GatedDeltaRule's split kernel (rows x value heads)
   DeviceBuffer importance_, kept_rows_, kept_count_, select_scratch_, moe_scratch_, decode_scratch_,
       logits_, logits_f32_, last_hidden_, argmax_scratch_;
+  // Vocabulary-sharded logits: bf16 [B, vocab_rows_] this rank's, bf16 [world, B, vocab_rows_]
+  // every rank's (gathered, then laid out as logits_ [B, V]).
+  DeviceBuffer logits_local_, logits_gathered_;
   PinnedFloats host_logits_;  // f32 [B, V]: the rows the steps want on the host
   DeviceBuffer cache_keys_, cache_coords_, cache_importance_;  // ScoreOverCache's gathers
   // bf16 [2 (K, V), keys, kv_dim]: chunks' cached prefixes copied out of the pool (sized by the

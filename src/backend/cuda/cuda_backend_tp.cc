@@ -2,9 +2,11 @@
 // the whole model; the walk's ReduceOut sums the row-parallel blocks' partial outputs (o_proj,
 // FFN down) over the ranks on the device, and the drops sum their block scores
 // (cuda_backend_drops.cc) so that every rank keeps the same rows. MoE layers hold whole experts
-// and route over the replicated router (ops/cuda/cuda_moe.h's shards). The vocabulary stays whole
-// on every rank (dist::ShardDefinition with split_vocabulary false), so the logits need no gather
-// and a serving follower needs none of them. A communicator of one rank runs this same path.
+// and route over the replicated router (ops/cuda/cuda_moe.h's shards). The embedding and head are
+// split by vocabulary rows when the vocabulary divides by the ranks (dist::ShardDefinition): Embed
+// all-reduces the embedded rows (zeros for other ranks' tokens) and Finish all-gathers the logits
+// on the device, so every rank (a serving follower too) takes part in both. A communicator of one
+// rank runs this same path.
 #include "core/cuda/cuda_context.h"
 #include "backend/cuda/cuda_backend_impl.h"
 
@@ -15,9 +17,13 @@ Status CudaBackend::SetTensorParallel(dist::Communicator* comm) {
     return Unimplemented("the CUDA backend needs a communicator with device collectives (NCCL); " +
                          comm->Describe() + " has none");
   }
-  if (def_.vocab_sharded()) {
-    return Unimplemented("the CUDA backend keeps the whole vocabulary on every rank; shard the "
-                         "definition with split_vocabulary false");
+  if (def_.vocab_sharded() &&
+      (comm == nullptr || (def_.vocab_end - def_.vocab_begin) * comm->world_size() !=
+                              cfg_.vocab_size)) {
+    return InvalidArgument("a vocabulary shard of " +
+                           std::to_string(def_.vocab_end - def_.vocab_begin) + " rows of " +
+                           std::to_string(cfg_.vocab_size) +
+                           " needs the communicator it was cut for");
   }
   comm_ = comm;
   return OkStatus();

@@ -26,6 +26,7 @@ struct NcclApi {
   decltype(&ncclCommInitRankConfig) init_rank_config = nullptr;
   decltype(&ncclCommGetAsyncError) get_async_error = nullptr;
   decltype(&ncclAllReduce) all_reduce = nullptr;
+  decltype(&ncclAllGather) all_gather = nullptr;
   decltype(&ncclCommAbort) abort = nullptr;
   decltype(&ncclCommDestroy) destroy = nullptr;
   decltype(&ncclGetErrorString) error_string = nullptr;
@@ -49,6 +50,7 @@ Result<NcclApi> LoadNccl() {
   get(api.init_rank_config, "ncclCommInitRankConfig");
   get(api.get_async_error, "ncclCommGetAsyncError");
   get(api.all_reduce, "ncclAllReduce");
+  get(api.all_gather, "ncclAllGather");
   get(api.abort, "ncclCommAbort");
   get(api.destroy, "ncclCommDestroy");
   get(api.error_string, "ncclGetErrorString");
@@ -90,6 +92,19 @@ class NcclCommunicator final : public HostDelegatingCommunicator {
       api_.get_async_error(comm_, &r);
     }
     if (r != ncclSuccess) return Internal(std::string("NCCL all-reduce: ") + api_.error_string(r));
+    return OkStatus();
+  }
+
+  Status AllGatherDevice(const void* send, void* recv, int64_t bytes, void* stream) override {
+    if (comm_ == nullptr) return Unavailable(failure_);
+    if (bytes < 0) return InvalidArgument("AllGatherDevice: negative size");
+    ncclResult_t r = api_.all_gather(send, recv, static_cast<size_t>(bytes), ncclUint8, comm_,
+                                     static_cast<cudaStream_t>(stream));
+    while (r == ncclInProgress) {  // as in AllReduceDevice
+      std::this_thread::yield();
+      api_.get_async_error(comm_, &r);
+    }
+    if (r != ncclSuccess) return Internal(std::string("NCCL all-gather: ") + api_.error_string(r));
     return OkStatus();
   }
 

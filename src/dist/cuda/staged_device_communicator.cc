@@ -67,9 +67,29 @@ class StagedDeviceCommunicator final : public HostDelegatingCommunicator {
     return FromCuda(cudaStreamSynchronize(s), "sync");
   }
 
+  Status AllGatherDevice(const void* send, void* recv, int64_t bytes, void* stream) override {
+    if (bytes < 0) return InvalidArgument("AllGatherDevice: negative size");
+    auto s = static_cast<cudaStream_t>(stream);
+    const size_t n = static_cast<size_t>(bytes);
+    mine_.resize(n);
+    gathered_.resize(n * static_cast<size_t>(world_size()));
+    if (n > 0) {
+      UP_RETURN_IF_ERROR(
+          FromCuda(cudaMemcpyAsync(mine_.data(), send, n, cudaMemcpyDeviceToHost, s), "copy out"));
+      UP_RETURN_IF_ERROR(FromCuda(cudaStreamSynchronize(s), "sync"));
+    }
+    UP_RETURN_IF_ERROR(host().AllGather(mine_.data(), gathered_.data(), bytes));
+    if (n == 0) return OkStatus();
+    UP_RETURN_IF_ERROR(FromCuda(cudaMemcpyAsync(recv, gathered_.data(), gathered_.size(),
+                                                cudaMemcpyHostToDevice, s),
+                                "copy in"));
+    return FromCuda(cudaStreamSynchronize(s), "sync");
+  }
+
  private:
   std::vector<float> sums_;     // f32 [count]: the host's sums
   std::vector<uint16_t> bits_;  // bf16 [count]: the device's data on the host
+  std::vector<uint8_t> mine_, gathered_;  // AllGatherDevice: [bytes], [world * bytes]
 };
 
 }  // namespace

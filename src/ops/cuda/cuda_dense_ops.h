@@ -36,9 +36,10 @@ void Rope(DeviceContext& ctx, TensorView x, const int32_t* pos, const float* inv
 void GatedActivation(DeviceContext& ctx, TensorView out, TensorView gate, TensorView up,
                      Activation act);
 
-// out bf16 [T, D] = table[ids[t]] * scale; table bf16 [V, D]; ids device int32 [T].
+// out bf16 [T, D] = table[ids[t] - first_id] * scale; table bf16 [V, D]; ids device int32 [T].
+// A vocabulary shard's table holds ids first_id .. first_id + V - 1; other ids embed as zeros.
 void Embedding(DeviceContext& ctx, TensorView out, TensorView table, const int32_t* ids,
-               float scale);
+               float scale, int32_t first_id = 0);
 
 // out bf16 [R, D] = a + b (out may alias a).
 void Add(DeviceContext& ctx, TensorView out, TensorView a, TensorView b);

@@ -100,15 +100,18 @@ void LaunchGated(const TensorView& out, const TensorView& gate, const TensorView
 template <int W>
 __global__ void __launch_bounds__(kTileThreads)
     EmbeddingKernel(Rows2<bf16> out, Rows2<const bf16> table, const int32_t* ids, float scale,
-                    int64_t rows, int64_t units, int log2_tpr) {
+                    int32_t first_id, int64_t table_rows, int64_t rows, int64_t units,
+                    int log2_tpr) {
   int64_t r, u;
   if (!detail::TileRow(log2_tpr, rows, &r, &u)) return;
-  const bf16* src = table.Row(ids[r]);
+  const int64_t id = int64_t{ids[r]} - first_id;
+  const bool held = id >= 0 && id < table_rows;  // another vocabulary shard's token: zeros
+  const bf16* src = table.Row(held ? id : 0);
   for (; u < units; u += int64_t{1} << log2_tpr) {
     float f[W];
     detail::LoadBf16<W>(src + u * W, f);
 #pragma unroll
-    for (int k = 0; k < W; ++k) f[k] *= scale;
+    for (int k = 0; k < W; ++k) f[k] = held ? f[k] * scale : 0.0f;
     detail::StoreBf16<W>(out.Row(r) + u * W, f);
   }
 }
@@ -262,7 +265,7 @@ void GatedActivation(DeviceContext& ctx, TensorView out, TensorView gate, Tensor
 }
 
 void Embedding(DeviceContext& ctx, TensorView out, TensorView table, const int32_t* ids,
-               float scale) {
+               float scale, int32_t first_id) {
   // out bf16 [T, D]; table bf16 [V, D]; ids int32 [T].
   const int64_t T = out.dim(0), D = table.dim(1);
   Check2D(out, DType::kBF16, T, D);
@@ -271,10 +274,10 @@ void Embedding(DeviceContext& ctx, TensorView out, TensorView table, const int32
   cudaStream_t stream = ctx.cuda().stream();
   if (vec) {
     LaunchTiles(EmbeddingKernel<kBf16PerVec>, T, D / kBf16PerVec, stream, RowsOf<bf16>(out),
-                RowsOf<const bf16>(table), ids, scale);
+                RowsOf<const bf16>(table), ids, scale, first_id, table.dim(0));
   } else {
     LaunchTiles(EmbeddingKernel<1>, T, D, stream, RowsOf<bf16>(out), RowsOf<const bf16>(table), ids,
-                scale);
+                scale, first_id, table.dim(0));
   }
 }
 

@@ -475,6 +475,45 @@ TEST(CudaDenseOpsTest, EmbeddingMatchesCpuWithRepeatedIds) {
   }
 }
 
+// A vocabulary shard (tensor parallel): the table holds ids first .. first + V - 1; the rows of
+// ids it holds are the whole table's, every other row is zeros, so the ranks' rows sum to the
+// whole table's lookup.
+TEST(CudaDenseOpsTest, EmbeddingOfAVocabularyShardZeroesOtherIds) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  std::mt19937 rng(12);
+  const int64_t V = 60, D = 72, T = 31, shards = 3, per = V / shards;
+  Bf16Matrix table = RandomMatrix(rng, V, D, D);
+  std::vector<int32_t> ids(T);
+  std::uniform_int_distribution<int32_t> id_dist(0, V - 1);
+  for (int32_t& id : ids) id = id_dist(rng);
+  ids[0] = 0;
+  ids[1] = V - 1;
+  ids[2] = per;  // a shard's first and last rows
+  ids[3] = per - 1;
+  DeviceBuffer ids_dev = DeviceBuffer::FromHost(ids);
+  const float scale = 2.0f;
+  Bf16Matrix whole = PoisonedMatrix(T, D, D);
+  cuda::Embedding(ctx, whole.DeviceView(), table.DeviceView(), ids_dev.as<int32_t>(), scale);
+  std::vector<float> sum(T * D, 0.0f);
+  for (int64_t s = 0; s < shards; ++s) {
+    Bf16Matrix part = PoisonedMatrix(T, D, D + 4);
+    const TensorView rows = table.DeviceView().Slice0(s * per, per);
+    cuda::Embedding(ctx, part.DeviceView(), rows, ids_dev.as<int32_t>(), scale,
+                    static_cast<int32_t>(s * per));
+    ctx.cuda().Synchronize();
+    const std::vector<float> got = part.Values();
+    for (int64_t t = 0; t < T; ++t) {
+      const bool held = ids[t] >= s * per && ids[t] < (s + 1) * per;
+      for (int64_t d = 0; d < D; ++d) {
+        if (!held) EXPECT_EQ(got[t * D + d], 0.0f) << "shard " << s << " row " << t;
+        sum[t * D + d] += got[t * D + d];
+      }
+    }
+    EXPECT_TRUE(part.PaddingIsPoison()) << "shard " << s;
+  }
+  EXPECT_EQ(sum, whole.Values());
+}
+
 TEST(CudaDenseOpsTest, AddIsTheRoundedF32SumInPlaceAndStrided) {
   UP_CUDA_TEST_CONTEXT(ctx);
   std::mt19937 rng(11);
