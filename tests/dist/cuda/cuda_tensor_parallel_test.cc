@@ -151,6 +151,22 @@ constexpr double kTpLogitsBound = 2.5e-2;
 // reorders bf16 sums just as another kernel does, so it is held to that bound.
 constexpr double kTpQwenLogitsBound = cuda_model_test::kQwenLogitsBound;
 
+// `world` ranks as threads on one GPU (the staged transport), each loading its shard of the
+// model at `path` and running RunRank.
+std::vector<testing::RunResult> RunStagedRanks(const std::string& path, int world,
+                                               const std::vector<int32_t>& prompt, int steps) {
+  auto hosts = dist::MakeThreadCommunicators(world, dist::CommOptions{});
+  std::vector<std::unique_ptr<dist::Communicator>> comms;
+  for (auto& h : hosts) comms.push_back(dist::MakeStagedDeviceCommunicator(std::move(h)));
+  std::vector<testing::RunResult> ranks(world);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] { ranks[r] = RunRank(path, comms[r].get(), prompt, steps); });
+  }
+  for (std::thread& t : threads) t.join();
+  return ranks;
+}
+
 // Device weight bytes per rank (Model::resident_weight_bytes: what CudaBackend uploaded, plus
 // any host f32 copies) against TP 1's, printed. Everything shards by N (heads, FFN columns,
 // experts, and the embedding and head by vocabulary rows when the vocabulary divides by N) except
@@ -175,15 +191,7 @@ void ExpectRanksEqualOne(const std::string& path, const std::string& label, int 
   constexpr int kSteps = 6;
   const testing::RunResult one = RunRank(path, nullptr, prompt, kSteps);
   ASSERT_TRUE(one.error.empty()) << one.error;
-  auto hosts = dist::MakeThreadCommunicators(world, dist::CommOptions{});
-  std::vector<std::unique_ptr<dist::Communicator>> comms;
-  for (auto& h : hosts) comms.push_back(dist::MakeStagedDeviceCommunicator(std::move(h)));
-  std::vector<testing::RunResult> ranks(world);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] { ranks[r] = RunRank(path, comms[r].get(), prompt, kSteps); });
-  }
-  for (std::thread& t : threads) t.join();
+  const std::vector<testing::RunResult> ranks = RunStagedRanks(path, world, prompt, kSteps);
   for (int r = 0; r < world; ++r) ASSERT_TRUE(ranks[r].error.empty()) << ranks[r].error;
   ASSERT_FALSE(one.kept.empty());
   for (int r = 0; r < world; ++r) {
@@ -267,15 +275,7 @@ TEST(CudaTensorParallelTest, TinyQwen3NextTopTwoRoutingTwoRanksAgree) {
   const std::vector<int32_t> prompt = testing::RandomPrompt(700, 500);
   const testing::RunResult one = RunRank(path, nullptr, prompt, 4);
   ASSERT_TRUE(one.error.empty()) << one.error;
-  auto hosts = dist::MakeThreadCommunicators(2, dist::CommOptions{});
-  std::vector<std::unique_ptr<dist::Communicator>> comms;
-  for (auto& h : hosts) comms.push_back(dist::MakeStagedDeviceCommunicator(std::move(h)));
-  std::vector<testing::RunResult> ranks(2);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] { ranks[r] = RunRank(path, comms[r].get(), prompt, 4); });
-  }
-  for (std::thread& t : threads) t.join();
+  const std::vector<testing::RunResult> ranks = RunStagedRanks(path, 2, prompt, 4);
   for (int r = 0; r < 2; ++r) ASSERT_TRUE(ranks[r].error.empty()) << ranks[r].error;
   EXPECT_EQ(ranks[0].prompt_logits, ranks[1].prompt_logits) << "the ranks disagree";
   EXPECT_EQ(ranks[0].decode_logits, ranks[1].decode_logits);
@@ -303,15 +303,7 @@ TEST(CudaTensorParallelTest, DISABLED_DeviceBytesPerRankOfACheckpoint) {
   const std::vector<int32_t> prompt = testing::RandomPrompt(256, 500);
   const testing::RunResult one = RunRank(path, nullptr, prompt, 1);
   ASSERT_TRUE(one.error.empty()) << one.error;
-  auto hosts = dist::MakeThreadCommunicators(2, dist::CommOptions{});
-  std::vector<std::unique_ptr<dist::Communicator>> comms;
-  for (auto& h : hosts) comms.push_back(dist::MakeStagedDeviceCommunicator(std::move(h)));
-  std::vector<testing::RunResult> ranks(2);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] { ranks[r] = RunRank(path, comms[r].get(), prompt, 1); });
-  }
-  for (std::thread& t : threads) t.join();
+  const std::vector<testing::RunResult> ranks = RunStagedRanks(path, 2, prompt, 1);
   for (int r = 0; r < 2; ++r) ASSERT_TRUE(ranks[r].error.empty()) << ranks[r].error;
   EXPECT_EQ(ranks[0].greedy, ranks[1].greedy);
   ExpectDeviceWeightsShard(one, ranks);
