@@ -240,13 +240,6 @@ void AddServeCommand(CLI::App& app, ServeOptions& o) {
       ->check(CLI::Range(1, 1 << 24))
       ->capture_default_str()
       ->group("Batching");
-  cmd->add_option("--step-row-multiple", o.step_row_multiple,
-                  "Cut prefill chunks so that each step's rows end on a multiple of this (the "
-                  "GPU's kernels run 128-row tiles: 1,000 rows cost what 1,024 do); 0: the "
-                  "backend's (128 on CUDA, 1 on the CPU); 1: off")
-      ->check(CLI::Range(0, 1 << 16))
-      ->capture_default_str()
-      ->group("Batching");
   cmd->add_option("--prefill-only-tokens", o.prefill_only_tokens,
                   "The budget of a step with no decodes in it, when larger than "
                   "--max-batched-tokens: a long prompt with nobody decoding beside it is "
@@ -344,7 +337,6 @@ int ServeCommand(const ServeOptions& o) {
   so.max_num_seqs = o.max_num_seqs;
   so.max_batched_tokens = o.max_batched_tokens;
   so.prefill_only_tokens = o.prefill_only_tokens;
-  so.step_row_multiple = o.step_row_multiple;
   so.device_sampling = !o.host_sampling;
   so.chunked_prefill = !o.no_chunked_prefill;
   so.budget_counts_attention = !o.budget_counts_rows;

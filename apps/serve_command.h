@@ -21,8 +21,7 @@ struct ServeOptions {
   int kv_block_tokens = 16;
   int max_num_seqs = 256;
   int max_batched_tokens = 8192;
-  int prefill_only_tokens = 0;
-  int step_row_multiple = 0;  // --step-row-multiple (ServingOptions)  // --prefill-only-tokens (ServingOptions)
+  int prefill_only_tokens = 0;  // --prefill-only-tokens (ServingOptions)
   bool host_sampling = false;  // --host-sampling: CUDA models choose tokens from host logits
   bool no_chunked_prefill = false;  // --no-chunked-prefill: every prefill whole in one step
   std::string log_format = "text";  // --log-format: text or json access log lines

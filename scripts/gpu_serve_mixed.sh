@@ -12,8 +12,7 @@
 # split-KV for short chunks over deep prefixes, the default; chunks read their cached prefix in
 # place), chunkedcopy (chunked's flags, the prefix copied out of the pool and priced, as before
 # caches laid layers out in runs: UNIPREFILL_CUDA_PREFIX_COPY=1), nosplit (the same budget, no
-# prefill-only budget, --gpu-prefix-split 0: the previous session's server), unaligned (chunked's
-# flags with chunks not cut to end a step on 128 rows, --step-row-multiple 1), chunkedrows (the
+# prefill-only budget, --gpu-prefix-split 0: the previous session's server), chunkedrows (the
 # budget counting rows only, --budget-counts-rows), whole (--no-chunked-prefill) and chunkedsync
 # (chunked's flags with the previous session's backend behaviour: a host sync after every forward
 # and chunks priced by FLOPs alone, UNIPREFILL_CUDA_SYNC_EVERY_FORWARD=1 and
@@ -50,13 +49,10 @@ for variant in $variants; do
     chunkedsync)
       flags=(--max-batched-tokens "$budget" --prefill-only-tokens "$prefill_only")
       env_vars+=(UNIPREFILL_CUDA_SYNC_EVERY_FORWARD=1 UNIPREFILL_CUDA_ATTENTION_SLOWDOWN=1) ;;
-    unaligned)
-      flags=(--max-batched-tokens "$budget" --prefill-only-tokens "$prefill_only"
-             --step-row-multiple 1) ;;
     nosplit) flags=(--max-batched-tokens "$budget" --gpu-prefix-split 0) ;;
     chunkedrows) flags=(--max-batched-tokens "$budget" --budget-counts-rows) ;;
     whole) flags=(--no-chunked-prefill) ;;
-    *) echo "unknown variant $variant (chunked, chunkedcopy, chunkedsync, unaligned, nosplit, chunkedrows," \
+    *) echo "unknown variant $variant (chunked, chunkedcopy, chunkedsync, nosplit, chunkedrows," \
             "whole)" >&2
        exit 2 ;;
   esac

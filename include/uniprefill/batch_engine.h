@@ -45,10 +45,6 @@ struct ServingOptions {
   // A step with no decodes in it spends this budget instead, when larger (--prefill-only-tokens;
   // SchedulerConfig::prefill_only_tokens): a long prompt alone runs in larger chunks. 0: off.
   int prefill_only_tokens = 0;
-  // Chunks are cut so that a step's rows end on a multiple of this (SchedulerConfig::
-  // step_row_multiple): 0, the model's backend's (Model::StepRowMultiple: 128 on the GPU, 1 on
-  // the CPU); 1: off.
-  int step_row_multiple = 0;
   // CUDA models: choose each request's next token on the GPU (only ids travel back) when its
   // sampling has no penalties and asks for no top_logprobs; false: every token from host logits.
   bool device_sampling = true;

@@ -182,10 +182,6 @@ Result<std::unique_ptr<BatchEngine>> BatchEngine::Start(Engine& engine,
     return InvalidArgument("--prefill-only-tokens must be 0 (off) or positive (got " +
                            std::to_string(options.prefill_only_tokens) + ")");
   }
-  if (options.step_row_multiple < 0) {
-    return InvalidArgument("--step-row-multiple must be 0 (the backend's), 1 (off) or more (got " +
-                           std::to_string(options.step_row_multiple) + ")");
-  }
   Engine::Impl& core = *engine.impl_;
   const bool on_device = core.model->device() == Device::kCuda;
   dist::Communicator* comm = core.comm.get();
@@ -224,8 +220,6 @@ Result<std::unique_ptr<BatchEngine>> BatchEngine::Start(Engine& engine,
   sc.chunked_prefill = options.chunked_prefill;
   sc.segment_chunks = segment_chunks;
   sc.prefill_only_tokens = options.prefill_only_tokens;
-  sc.step_row_multiple = options.step_row_multiple > 0 ? options.step_row_multiple
-                                                       : core.model->StepRowMultiple();
   if (options.budget_counts_attention) {
     const std::vector<SegmentCost> whole = core.model->SegmentCosts({});
     if (!whole.empty()) {

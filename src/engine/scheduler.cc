@@ -243,9 +243,8 @@ ScheduledRequest Scheduler::NextChunk(const RequestInfo& r, int budget, int max_
   ScheduledRequest s{r.id, 0, true, false};
   if (r.segment < 0) {  // dense chunks: every layer, tokens in order
     s.chunk_begin = r.prefilled;
-    const int left = r.prefill_target - r.prefilled;
-    s.num_tokens = std::min(RowsWithin(-1, r.prefilled, budget), max_rows);
-    s.num_tokens = s.num_tokens < left ? AlignedChunkRows(s.num_tokens, max_rows) : left;
+    s.num_tokens =
+        std::min({RowsWithin(-1, r.prefilled, budget), max_rows, r.prefill_target - r.prefilled});
     s.last_chunk = s.prefill_tokens() == r.prefill_target;
     return s;
   }
@@ -253,21 +252,12 @@ ScheduledRequest Scheduler::NextChunk(const RequestInfo& r, int budget, int max_
   s.segment = r.segment;
   s.segment_rows = r.segment_rows;
   s.chunk_begin = r.segment_done;
-  const int left = r.segment_rows - r.segment_done;
-  int rows = std::min(RowsWithin(r.segment, r.segment_done, budget), max_rows);
-  if (rows < left) rows = AlignedChunkRows(rows, max_rows);
-  s.num_tokens =
-      NextSegmentChunkRows(left, rows, std::min(r.selection_queries, r.segment_rows));
+  s.num_tokens = NextSegmentChunkRows(r.segment_rows - r.segment_done,
+                                      std::min(RowsWithin(r.segment, r.segment_done, budget),
+                                               max_rows),
+                                      std::min(r.selection_queries, r.segment_rows));
   s.last_chunk = s.ends_segment() && r.segment + 1 == kv_.n_segments();
   return s;
-}
-
-int Scheduler::AlignedChunkRows(int rows, int max_rows) const {
-  const int multiple = config_.step_row_multiple;
-  if (multiple <= 1) return rows;
-  const int other = MaxChunkRows() - max_rows;
-  const int end = (other + rows) / multiple * multiple;
-  return end > other ? end - other : rows;
 }
 
 void Scheduler::TopUpChunkedPrefills(StepPlan& plan) {

@@ -91,10 +91,6 @@ struct SchedulerConfig {
   // eight times the rows in a step of the same length. Empty (or not one per segment): every
   // segment priced as the whole model, (1, attention_key_cost).
   std::vector<SegmentCost> segment_costs;
-  // A chunk that is not its prefill's (or segment's) last is cut so that the step's rows end on
-  // a multiple of this (PrefixAttentionCost::step_row_multiple: the GPU's kernels tile rows by
-  // 128, so 1,000 rows cost about what 1,024 do). Never below 1 row; 1: rows as the budget pays.
-  int step_row_multiple = 1;
 };
 
 enum class RequestState { kWaiting, kRunning, kPreempted, kFinished };
@@ -253,10 +249,6 @@ class Scheduler {
   // The next chunk of r's chunked prefill that `budget` pays for (ChunkCost), of at most
   // max_rows rows.
   ScheduledRequest NextChunk(const RequestInfo& r, int budget, int max_rows) const;
-  // `rows` of a chunk that leaves rows to run, cut so that the step's rows (the plan's other
-  // rows, MaxChunkRows() - max_rows, then these) end on a multiple of step_row_multiple; `rows`
-  // itself when that would leave none.
-  int AlignedChunkRows(int rows, int max_rows) const;
   void ContinueChunkedPrefills(StepPlan& plan);
   void TopUpChunkedPrefills(StepPlan& plan);
   void AdmitWaiting(StepPlan& plan);

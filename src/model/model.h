@@ -75,10 +75,6 @@ class Model {
     return {};
   }
 
-  // What the backend's kernels tile a step's rows by (SchedulerConfig::step_row_multiple): a
-  // step of 1,000 rows costs about what 1,024 do on the GPU. 1: rows cost one by one.
-  virtual int StepRowMultiple() const { return 1; }
-
   // Whether ForwardBatch runs SequenceStep::chunk (segment-wise chunked UniPrefill prefill).
   virtual bool supports_segment_chunks() const { return false; }
 

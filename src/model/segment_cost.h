@@ -23,12 +23,9 @@ struct SegmentCost {
 // What a backend measured of a chunk's attention over its cached prefix (LayerBackend::
 // PrefixAttentionCost): how many times longer one attention FLOP takes than one GEMM FLOP, and
 // the per-layer work on each cached key (the copy) in GEMM-FLOP equivalents.
-// step_row_multiple is what its step's kernels tile rows by (the scheduler cuts chunks to end a
-// step's rows on it: SchedulerConfig::step_row_multiple).
 struct PrefixAttentionCost {
   double slowdown = 1.0;
   double copy_flops_per_key = 0.0;
-  int step_row_multiple = 1;
 };
 
 }  // namespace uniprefill

@@ -130,10 +130,6 @@ std::vector<SegmentCost> TransformerModel::SegmentCosts(const std::vector<int>& 
   return costs;
 }
 
-int TransformerModel::StepRowMultiple() const {
-  return backend_->PrefixAttentionCosts().step_row_multiple;
-}
-
 Result<std::unique_ptr<Model>> MakeModel(ModelDefinition definition, DeviceContext& ctx,
                                          const LoadOptions& options) {
   dist::Communicator* comm = options.communicator;

@@ -37,7 +37,6 @@ class TransformerModel final : public Model {
   }
   bool supports_segment_chunks() const override { return backend_->supports_segment_chunks(); }
   std::vector<SegmentCost> SegmentCosts(const std::vector<int>& drop_layers) const override;
-  int StepRowMultiple() const override;
   Status FixCachePool(int num_blocks, int block_tokens) override {
     return backend_->FixCachePool(CacheLayoutFor({}), num_blocks, block_tokens);
   }

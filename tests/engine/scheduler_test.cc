@@ -283,44 +283,6 @@ TEST(SchedulerTest, SegmentChunksPayForTheirSegmentsLayersOnly) {
   });
 }
 
-// SchedulerConfig::step_row_multiple: a chunk that leaves rows to run is cut so that its step's
-// rows end on a multiple of 16 (decodes counted), and the last chunk takes what is left.
-TEST(SchedulerTest, ChunksEndTheStepsRowsOnTheRowMultiple) {
-  KvCacheSpec spec = Spec({KvSegmentSpec{1, 0, 0}});
-  SchedulerConfig config{/*max_batched_tokens=*/100, /*chunked_prefill=*/true, false, 0};
-  config.step_row_multiple = 16;
-  Scheduler s(config, KvBlockManager(spec, KvPoolSize{1000, 4, 8}));
-  SubmitAll(s, {Dense(10, 4), Dense(250, 1)});
-  RunSteps(s, {
-      {Plan({C(0, 10, 0, true), C(1, 86, 0, false)})},  // 10 + 86 = 96: 90 would be 100
-      {Plan({D(0), C(1, 95, 86, false)})},               // 1 + 95 = 96
-      {Plan({D(0), C(1, 69, 181, true)}), {}, {Length(1, 1)}},  // the last 69: not cut
-      {Plan({D(0)}), {}, {Length(0, 4)}},
-  });
-  EXPECT_EQ(s.kv().Usage().used_blocks, 0);
-}
-
-// A chunk the multiple would cut to nothing (the other rows already past the last multiple
-// below the budget) keeps what the budget pays; a segment-wise chunk is cut the same way.
-TEST(SchedulerTest, RowMultipleNeverEmptiesAChunkAndCutsSegmentChunks) {
-  KvCacheSpec spec = Spec(std::vector<KvSegmentSpec>(2, KvSegmentSpec{1, 0, 0}));
-  SchedulerConfig config{/*max_batched_tokens=*/40, /*chunked_prefill=*/true,
-                         /*segment_chunks=*/true, 0};
-  config.step_row_multiple = 32;
-  Scheduler s(config, KvBlockManager(spec, KvPoolSize{1000, 4, 8}));
-  SubmitAll(s, {Dense(36, 2), {100, 1, true, 4}});
-  RunSteps(s, {
-      // A's 36 whole, then B's chunk of 4: 36 + 4 = 40 has no multiple of 32 above 36.
-      {Plan({C(0, 36, 0, true), SC(1, 4, 0, 0, 100)})},
-      {Plan({D(0), SC(1, 31, 4, 0, 100)}), {}, {Length(0, 2)}},  // 1 + 31 = 32
-      {Plan({SC(1, 32, 35, 0, 100)})},  // 32 of 40
-      {Plan({SC(1, 33, 67, 0, 100)}), {Kept(1, 50)}},  // the last 33: the tail stays whole
-      {Plan({SC(1, 32, 0, 1, 50)})},  // 32 of segment 1's 50 rows: 40 is no multiple
-      {Plan({SC(1, 18, 32, 1, 50, true)}), {{1, {100, 50}, false}}, {Length(1, 1)}},
-  });
-  EXPECT_EQ(s.kv().Usage().used_blocks, 0);
-}
-
 // SchedulerConfig::prefill_only_tokens: a step with no decodes spends the larger budget; once a
 // request decodes, its steps are back to max_batched_tokens.
 TEST(SchedulerTest, StepsWithoutDecodesSpendThePrefillOnlyBudget) {

@@ -104,8 +104,7 @@ class CudaBackend final : public LayerBackend {
     prefix_copy_ = d.prefix_copy;
     cudnn_sdpa_ = d.cudnn_sdpa;
     if (d.attention_slowdown > 0) {  // FLOPs at that rate, no copy cost: never measured
-      prefix_cost_.slowdown = d.attention_slowdown;
-      prefix_cost_.copy_flops_per_key = 0.0;
+      prefix_cost_ = PrefixAttentionCost{d.attention_slowdown, 0.0};
       slowdown_fixed_ = true;
     }
   }
@@ -305,9 +304,7 @@ class CudaBackend final : public LayerBackend {
   int prefix_split_min_keys_ = 2048;  // LoadOptions::gpu_prefix_split_min_keys
   // PrepareServing's measurement (PrefixAttentionCosts) at its smallest step budget so far: the
   // budget decodes share, where a step's length matters most.
-  // Rows tile by 128 here: cuDNN's and our attention run 128-row query tiles, cuBLASLt's GEMMs
-  // 128- to 256-row tiles.
-  PrefixAttentionCost prefix_cost_{.step_row_multiple = 128};
+  PrefixAttentionCost prefix_cost_;
   int slowdown_rows_ = 0;  // the budget it was measured at (0: not yet)
   bool slowdown_fixed_ = false;  // UNIPREFILL_CUDA_ATTENTION_SLOWDOWN: never measured
   dist::Communicator* comm_ = nullptr;  // tensor parallel (not owned)
