@@ -139,8 +139,9 @@ void AddRunCommand(CLI::App& app, RunOptions& o) {
                   "CPU prefill GEMMs: sgemm (OpenBLAS on f32 weight copies), int16 (on the "
                   "stored quantised weights, no copies: less memory) or int8 (as int16, with "
                   "int8 activations and VNNI kernels where the CPU has them; also batched "
-                  "decode steps)")
-      ->check(CLI::IsMember({"sgemm", "int16", "int8"}))
+                  "decode steps) or bf16 (as int16, prefill chunks on bf16 with AMX tiles where "
+                  "the CPU has them)")
+      ->check(CLI::IsMember({"sgemm", "int16", "int8", "bf16"}))
       ->capture_default_str();
   run->add_option("--prefill-chunk", o.prefill_chunk,
                   "CPU: prefill a dense prompt (no UniPrefill drop) in chunks of at most this "

@@ -284,8 +284,9 @@ void AddServeCommand(CLI::App& app, ServeOptions& o) {
                   "CPU prefill GEMMs: sgemm (OpenBLAS on f32 weight copies), int16 (on the "
                   "stored quantised weights, no copies: less memory) or int8 (as int16, with "
                   "int8 activations and VNNI kernels where the CPU has them; also batched "
-                  "decode steps)")
-      ->check(CLI::IsMember({"sgemm", "int16", "int8"}))
+                  "decode steps) or bf16 (as int16, prefill chunks on bf16 with AMX tiles where "
+                  "the CPU has them)")
+      ->check(CLI::IsMember({"sgemm", "int16", "int8", "bf16"}))
       ->capture_default_str();
   cmd->add_flag("-q,--quiet", o.quiet, "No progress bar and no per-request log lines");
   cmd->add_option("--log-format", o.log_format,

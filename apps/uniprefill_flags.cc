@@ -100,10 +100,10 @@ void AddDeviceFlags(CLI::App& cmd, DeviceFlags& flags) {
 void AddCpuIsaFlag(CLI::App& cmd, std::string& cpu_isa) {
   cmd.add_option("--cpu-isa", cpu_isa,
                  "Instruction-set level of the CPU kernels: auto (the best this CPU has), avx2, "
-                 "avx512, avx512-vnni or avx512-bf16 (a level this CPU lacks is an error; "
+                 "avx512, avx512-vnni, avx512-bf16 or amx-bf16 (a level this CPU lacks is an error; "
                  "`uniprefill info` lists the CPU's features and the kernels each level runs)")
       ->envname("UNIPREFILL_CPU_ISA")
-      ->check(CLI::IsMember({"auto", "avx2", "avx512", "avx512-vnni", "avx512-bf16"}))
+      ->check(CLI::IsMember({"auto", "avx2", "avx512", "avx512-vnni", "avx512-bf16", "amx-bf16"}))
       ->capture_default_str();
 }
 

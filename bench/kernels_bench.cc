@@ -136,9 +136,11 @@ void BM_LinearGemmQuant(benchmark::State& state) {
   lw.parts.push_back(TensorView::Contiguous(w.data(), type, {out, in}));
   lw.in_features = in;
   lw.out_features = out;
-  // mode: 1 sgemm on the f32 copy, 0 int16 rows, 2 int8 rows (VNNI; else the int16 rows).
+  // mode: 1 sgemm on the f32 copy, 0 int16 rows, 2 int8 rows (VNNI; else the int16 rows), 3 bf16
+  // AMX tiles (the amx-bf16 level; else the int16 rows).
   const int64_t mode = state.range(4);
   lw.int8_rows_activations = mode == 2;
+  lw.bf16_prefill_gemm = mode == 3;
   if (mode == 1) {
     lw.f32 = Buffer(sizeof(float) * in * out);
     if (!Dequantize(type, w.data(), lw.f32.as<float>(), in * out).ok()) {
@@ -152,7 +154,7 @@ void BM_LinearGemmQuant(benchmark::State& state) {
            TensorView::Contiguous(x.data(), DType::kF32, {t, in}), lw);
     benchmark::DoNotOptimize(y.data());
   }
-  const char* path = mode == 1 ? " sgemm" : mode == 2 ? " int8" : " int16";
+  const char* path = mode == 1 ? " sgemm" : mode == 2 ? " int8" : mode == 3 ? " bf16" : " int16";
   state.SetLabel(std::string(DTypeName(type)) + path);
   state.counters["GFLOP/s"] = benchmark::Counter(2.0 * t * in * out,
                                                  benchmark::Counter::kIsIterationInvariantRate);
@@ -165,7 +167,7 @@ void GemmQuantArgs(benchmark::internal::Benchmark* b) {
                                {static_cast<int64_t>(DType::kQ6_K), 2048, 640},
                                {static_cast<int64_t>(DType::kQ8_0), 640, 2048}};
   for (const auto& s : shapes) {
-    for (int64_t mode : {1, 0, 2}) b->Args({s[0], 512, s[1], s[2], mode});
+    for (int64_t mode : {1, 0, 2, 3}) b->Args({s[0], 512, s[1], s[2], mode});
   }
   // A 16-request decode step (int16 / int8 rows; sgemm is not what decode runs): the layers, and
   // a 32768-row slice of the Q8_0 output head.

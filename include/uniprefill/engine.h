@@ -40,7 +40,8 @@ struct EngineOptions {
   std::string device = "cpu";
   int context_size = 0;   // <= 0: the model's own context length
   // The CPU kernels' instruction-set level: "auto" (the best this CPU has), or one of "avx2",
-  // "avx512", "avx512-vnni", "avx512-bf16" to force it (a level this CPU lacks is an error).
+  // "avx512", "avx512-vnni", "avx512-bf16", "amx-bf16" to force it (a level this CPU lacks is an
+  // error).
   std::string cpu_isa = "auto";
   // Decode matmuls in f32 throughout instead of on int16-quantised activations (exact, slower).
   bool f32_decode = false;
@@ -48,7 +49,8 @@ struct EngineOptions {
   // weight) or "int16" (on the stored quantised weights with int16 activations, no copies where
   // every part of a weight has an int16 kernel) or "int8" (as int16, but every product of several
   // rows, batched decode steps included, on int8 activations with the VNNI kernels where the CPU
-  // has them). docs/performance.md has the trade.
+  // has them) or "bf16" (as int16, but prefill chunks of more than 64 rows on bf16 weights and
+  // activations with AMX tiles where the CPU has them). docs/performance.md has the trade.
   std::string prefill_gemm = "sgemm";
   // CPU, Engine::Generate: a dense prompt (no UniPrefill drop active) is prefilled in chunks of at
   // most this many tokens, each attending the cached prefix plus itself (the same attention), so

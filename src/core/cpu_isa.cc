@@ -1,12 +1,17 @@
 #include "core/cpu_isa.h"
 
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cstdint>
 #include <initializer_list>
 
 namespace uniprefill {
 namespace {
 
 constexpr CpuIsa kLevels[] = {CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Vnni,
-                              CpuIsa::kAvx512Bf16};
+                              CpuIsa::kAvx512Bf16, CpuIsa::kAmxBf16};
 
 struct Feature {
   const char* name;
@@ -24,7 +29,32 @@ constexpr Feature kFeatures[] = {
     {"avx512dq", &CpuFeatures::avx512dq, CpuIsa::kAvx512},
     {"avx512vnni", &CpuFeatures::avx512vnni, CpuIsa::kAvx512Vnni},
     {"avx512bf16", &CpuFeatures::avx512bf16, CpuIsa::kAvx512Bf16},
+    {"amx_tile", &CpuFeatures::amx_tile, CpuIsa::kAmxBf16},
+    {"amx_bf16", &CpuFeatures::amx_bf16, CpuIsa::kAmxBf16},
 };
+
+// AMX needs three things: the CPU's CPUID bits (leaf 7: EDX bit 24 AMX-TILE, bit 22 AMX-BF16),
+// the OS saving the tile state (XCR0 bits 17 and 18), and on Linux the process's permission to
+// use the 8 KB tile data state, which a process must ask for before its first tile instruction
+// (ARCH_REQ_XCOMP_PERM; it then holds for every thread of the process). Without any of them the
+// first tile instruction would fault, so all three decide.
+bool AmxUsable(bool* bf16) {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+  const bool tile = (edx >> 24) & 1u;
+  *bf16 = (edx >> 22) & 1u;
+  if (!tile) return false;
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || !((ecx >> 27) & 1u)) return false;  // OSXSAVE
+  uint32_t xcr0_lo = 0, xcr0_hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+  if (((xcr0_lo >> 17) & 3u) != 3u) return false;
+#ifdef __linux__
+  constexpr long kArchReqXcompPerm = 0x1023;
+  constexpr long kXfeatureXtiledata = 18;
+  if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) != 0) return false;
+#endif
+  return true;
+}
 
 CpuFeatures ReadCpuid() {
   __builtin_cpu_init();
@@ -38,6 +68,9 @@ CpuFeatures ReadCpuid() {
   f.avx512dq = __builtin_cpu_supports("avx512dq");
   f.avx512vnni = __builtin_cpu_supports("avx512vnni");
   f.avx512bf16 = __builtin_cpu_supports("avx512bf16");
+  bool amx_bf16 = false;
+  f.amx_tile = AmxUsable(&amx_bf16);
+  f.amx_bf16 = f.amx_tile && amx_bf16;
   return f;
 }
 
@@ -72,18 +105,19 @@ std::string_view CpuIsaName(CpuIsa isa) {
     case CpuIsa::kAvx512: return "avx512";
     case CpuIsa::kAvx512Vnni: return "avx512-vnni";
     case CpuIsa::kAvx512Bf16: return "avx512-bf16";
+    case CpuIsa::kAmxBf16: return "amx-bf16";
   }
   return "?";
 }
 
 Result<CpuIsa> ParseCpuIsa(std::string_view name) {
   for (CpuIsa isa : {CpuIsa::kAuto, CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Vnni,
-                     CpuIsa::kAvx512Bf16}) {
+                     CpuIsa::kAvx512Bf16, CpuIsa::kAmxBf16}) {
     if (name == CpuIsaName(isa)) return isa;
   }
   return InvalidArgument("unknown CPU ISA level '" + std::string(name) +
                          "' (--cpu-isa / UNIPREFILL_CPU_ISA: expected auto, avx2, avx512, "
-                         "avx512-vnni or avx512-bf16)");
+                         "avx512-vnni, avx512-bf16 or amx-bf16)");
 }
 
 Result<CpuIsa> ResolveCpuIsa(CpuIsa requested, const CpuFeatures& f) {

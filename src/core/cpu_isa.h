@@ -23,6 +23,7 @@ enum class CpuIsa {
   kAvx512,      // + AVX-512 F, BW, VL, DQ
   kAvx512Vnni,  // + AVX-512 VNNI (vpdpwssd / vpdpbusd)
   kAvx512Bf16,  // + AVX-512 BF16 (vdpbf16ps)
+  kAmxBf16,     // + AMX tiles with BF16 (tdpbf16ps), the OS's permission to use them granted
 };
 
 // What CPUID (and the OS) report for the features the levels are made of.
@@ -30,13 +31,16 @@ struct CpuFeatures {
   bool avx2 = false, fma = false, f16c = false;
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
   bool avx512vnni = false, avx512bf16 = false;
+  // AMX: CPUID's AMX-TILE and AMX-BF16, XCR0's tile state, and Linux's per-process permission
+  // (arch_prctl ARCH_REQ_XCOMP_PERM), asked for once by DetectCpuFeatures.
+  bool amx_tile = false, amx_bf16 = false;
 };
 
 // This CPU's features, read once (a function-local static: CPUID does not change while running).
 const CpuFeatures& DetectCpuFeatures();
 // The highest level `f` supports (kAvx2 when even AVX2 is missing: the binary needs it anyway).
 CpuIsa BestCpuIsa(const CpuFeatures& f);
-// "avx2", "avx512", "avx512-vnni", "avx512-bf16", "auto".
+// "avx2", "avx512", "avx512-vnni", "avx512-bf16", "amx-bf16", "auto".
 std::string_view CpuIsaName(CpuIsa isa);
 // The inverse of CpuIsaName; InvalidArgument listing the names otherwise.
 Result<CpuIsa> ParseCpuIsa(std::string_view name);

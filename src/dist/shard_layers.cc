@@ -16,6 +16,7 @@ Result<ops::LinearWeight> RowsOfGroups(const ops::LinearWeight& w, int groups, i
   out.in_features = w.in_features;
   out.int16_decode_activations = w.int16_decode_activations;
   out.int8_rows_activations = w.int8_rows_activations;
+  out.bf16_prefill_gemm = w.bf16_prefill_gemm;
   for (int g = 0; g < groups; ++g) {
     UP_ASSIGN_OR_RETURN(ops::LinearWeight s, SliceOutputRows(w, g * per + b, g * per + e));
     for (TensorView& p : s.parts) out.parts.push_back(p);

@@ -18,6 +18,7 @@ ops::LinearWeight EmptyLike(const ops::LinearWeight& w) {
   ops::LinearWeight out;
   out.int16_decode_activations = w.int16_decode_activations;
   out.int8_rows_activations = w.int8_rows_activations;
+  out.bf16_prefill_gemm = w.bf16_prefill_gemm;
   return out;
 }
 

@@ -92,12 +92,13 @@ Result<std::unique_ptr<Engine>> EngineLoader::Load(const EngineOptions& options,
   lo.progress = progress;
   lo.f32_decode = options.f32_decode;
   if (options.prefill_gemm != "sgemm" && options.prefill_gemm != "int16" &&
-      options.prefill_gemm != "int8") {
+      options.prefill_gemm != "int8" && options.prefill_gemm != "bf16") {
     return InvalidArgument("prefill_gemm '" + options.prefill_gemm +
-                           "' is not one of: sgemm, int16, int8");
+                           "' is not one of: sgemm, int16, int8, bf16");
   }
   lo.int16_prefill_gemm = options.prefill_gemm != "sgemm";
   lo.int8_rows_activations = options.prefill_gemm == "int8";
+  lo.bf16_prefill_gemm = options.prefill_gemm == "bf16";
   lo.gpu_decode_graphs = options.gpu_decode_graphs;
   lo.gpu_prefix_split_min_keys = options.gpu_prefix_split_min_keys;
   const std::optional<GpuAttention> attention = GpuAttentionFromName(options.gpu_attention);

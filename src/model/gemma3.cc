@@ -29,6 +29,7 @@ Status LoadGemma3Weights(DeviceContext& ctx, const WeightSource& src, const Gemm
                                         {{V, H}}, /*make_f32_copy=*/false));
   d.head.int16_decode_activations = !options.f32_decode;
   d.head.int8_rows_activations = options.int8_rows_activations && !options.f32_decode;
+  d.head.bf16_prefill_gemm = options.bf16_prefill_gemm && !options.f32_decode;
 
   d.layers.resize(c.n_layers);
   const bool f32 = options.f32_prefill_weights;
@@ -56,6 +57,7 @@ Status LoadGemma3Weights(DeviceContext& ctx, const WeightSource& src, const Gemm
       d.host_copy_bytes += w->f32.size();
       w->int16_decode_activations = !options.f32_decode;
       w->int8_rows_activations = options.int8_rows_activations && !options.f32_decode;
+      w->bf16_prefill_gemm = options.bf16_prefill_gemm && !options.f32_decode;
     }
     const bool global = c.layer_kinds[i] == LayerKind::kFullAttention;
     a.rope_inv_freq = ops::RopeInvFreq(global ? c.rope_theta_global : c.rope_theta_local, D);

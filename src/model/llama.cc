@@ -52,6 +52,7 @@ Status LoadLlamaWeights(DeviceContext& ctx, const WeightSource& src, const Llama
                                          {{V, H}}, /*make_f32_copy=*/false));
   d.head.int16_decode_activations = !options.f32_decode;
   d.head.int8_rows_activations = options.int8_rows_activations && !options.f32_decode;
+  d.head.bf16_prefill_gemm = options.bf16_prefill_gemm && !options.f32_decode;
   const bool f32 = options.f32_prefill_weights;
   const bool int16_gemm = options.int16_prefill_gemm && !options.f32_decode;
   d.layers.resize(c.n_layers);
@@ -74,6 +75,7 @@ Status LoadLlamaWeights(DeviceContext& ctx, const WeightSource& src, const Llama
       d.host_copy_bytes += w->f32.size();
       w->int16_decode_activations = !options.f32_decode;
       w->int8_rows_activations = options.int8_rows_activations && !options.f32_decode;
+      w->bf16_prefill_gemm = options.bf16_prefill_gemm && !options.f32_decode;
     }
     a.rope_inv_freq = inv_freq;
     a.rot_dims = c.head_dim;

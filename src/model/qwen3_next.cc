@@ -37,6 +37,7 @@ Status LoadQwen3NextWeights(DeviceContext& ctx, const WeightSource& src, const Q
     d.host_copy_bytes += w.f32.size();
     w.int16_decode_activations = !options.f32_decode;
     w.int8_rows_activations = options.int8_rows_activations && !options.f32_decode;
+    w.bf16_prefill_gemm = options.bf16_prefill_gemm && !options.f32_decode;
     return w;
   };
   const int64_t H = c.hidden, V = c.vocab_size, D = c.head_dim;
@@ -50,6 +51,7 @@ Status LoadQwen3NextWeights(DeviceContext& ctx, const WeightSource& src, const Q
   UP_ASSIGN_OR_RETURN(d.head, LoadLinear(ctx, src, {head_name}, {{V, H}}, false));
   d.head.int16_decode_activations = !options.f32_decode;
   d.head.int8_rows_activations = options.int8_rows_activations && !options.f32_decode;
+  d.head.bf16_prefill_gemm = options.bf16_prefill_gemm && !options.f32_decode;
   const bool f32 = options.f32_prefill_weights;
   const std::vector<float> inv_freq = ops::RopeInvFreq(c.rope_theta_global, x.rot_dims);
   d.layers.resize(c.n_layers);

@@ -33,6 +33,10 @@ struct LinearWeight {
   // instead (one scale per 256 values; vpdpbusd kernels, VNNI CPUs only: ops/cpu/
   // cpu_quant_dot_i8.h), ~128x the int16 rounding. --prefill-gemm int8.
   bool int8_rows_activations = false;
+  // With int16_decode_activations, on the CPU: products of more than kQuantBatchMaxRows rows
+  // (prefill chunks) on bf16 activations and weights with AMX tiles where the CPU has them
+  // (ops/cpu/cpu_linear_bf16.h); batched decode steps keep the int16 rows. --prefill-gemm bf16.
+  bool bf16_prefill_gemm = false;
   // A random weight (benchmarks' random-weight models, model/model_presets.h) has no parts but
   // random_parts, stacked along `out` like parts: in part p, row-major element i of its
   // [rows, in] block is RandomBf16Bits(seed, i, scale) (core/random_bf16.h). The CUDA model fills

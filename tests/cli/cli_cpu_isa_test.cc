@@ -49,7 +49,7 @@ TEST_F(CliCpuIsaTest, AnUnknownLevelIsOneErrorLine) {
   const CliResult r = RunCli("run --model " + Tiny() + " --prompt x --max-tokens 1 --cpu-isa sse4");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_FALSE(r.crashed);
-  EXPECT_NE(r.err.find("--cpu-isa: sse4 not in {auto,avx2,avx512,avx512-vnni,avx512-bf16}"),
+  EXPECT_NE(r.err.find("--cpu-isa: sse4 not in {auto,avx2,avx512,avx512-vnni,avx512-bf16,amx-bf16}"),
             std::string::npos)
       << r.err;
 }

@@ -25,12 +25,14 @@ CpuFeatures Avx512NoVnni() {
 CpuFeatures Everything() {
   CpuFeatures f = Avx512NoVnni();
   f.avx512vnni = f.avx512bf16 = true;
+  f.amx_tile = f.amx_bf16 = true;
   return f;
 }
 
 TEST(CpuIsa, NamesRoundTrip) {
   for (CpuIsa isa :
-       {CpuIsa::kAuto, CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Vnni, CpuIsa::kAvx512Bf16}) {
+       {CpuIsa::kAuto, CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Vnni, CpuIsa::kAvx512Bf16,
+        CpuIsa::kAmxBf16}) {
     Result<CpuIsa> parsed = ParseCpuIsa(CpuIsaName(isa));
     ASSERT_TRUE(parsed.ok()) << CpuIsaName(isa);
     EXPECT_EQ(*parsed, isa);
@@ -43,7 +45,7 @@ TEST(CpuIsa, UnknownNameIsAnErrorListingTheLevels) {
   ASSERT_FALSE(parsed.ok());
   EXPECT_EQ(parsed.status().code(), ErrorCode::kInvalidArgument);
   EXPECT_NE(parsed.status().message().find("'avx512vnni'"), std::string::npos);
-  EXPECT_NE(parsed.status().message().find("auto, avx2, avx512, avx512-vnni or avx512-bf16"),
+  EXPECT_NE(parsed.status().message().find("auto, avx2, avx512, avx512-vnni, avx512-bf16 or amx-bf16"),
             std::string::npos)
       << parsed.status().message();
 }
@@ -51,7 +53,11 @@ TEST(CpuIsa, UnknownNameIsAnErrorListingTheLevels) {
 TEST(CpuIsa, AutoPicksTheHighestLevelWhoseFeaturesAreAllPresent) {
   EXPECT_EQ(BestCpuIsa(Avx2Only()), CpuIsa::kAvx2);
   EXPECT_EQ(BestCpuIsa(Avx512NoVnni()), CpuIsa::kAvx512);
-  EXPECT_EQ(BestCpuIsa(Everything()), CpuIsa::kAvx512Bf16);
+  EXPECT_EQ(BestCpuIsa(Everything()), CpuIsa::kAmxBf16);
+  // AMX without the OS's permission (or tile state) reads as no AMX: the BF16 level.
+  CpuFeatures no_amx = Everything();
+  no_amx.amx_tile = no_amx.amx_bf16 = false;
+  EXPECT_EQ(BestCpuIsa(no_amx), CpuIsa::kAvx512Bf16);
   // BF16 without VNNI: the levels are cumulative, so the BF16 level is not reachable.
   CpuFeatures bf16_no_vnni = Avx512NoVnni();
   bf16_no_vnni.avx512bf16 = true;
@@ -66,7 +72,8 @@ TEST(CpuIsa, AutoPicksTheHighestLevelWhoseFeaturesAreAllPresent) {
 }
 
 TEST(CpuIsa, ForcingALevelTheCpuHasResolvesToIt) {
-  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Vnni, CpuIsa::kAvx512Bf16}) {
+  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Vnni, CpuIsa::kAvx512Bf16,
+                     CpuIsa::kAmxBf16}) {
     Result<CpuIsa> resolved = ResolveCpuIsa(isa, Everything());
     ASSERT_TRUE(resolved.ok()) << CpuIsaName(isa);
     EXPECT_EQ(*resolved, isa);
@@ -92,6 +99,8 @@ TEST(CpuIsa, ForcingALevelTheCpuLacksNamesTheMissingFeaturesAndTheLevelsItHas) {
 TEST(CpuIsa, MissingFeaturesOfASupportedLevelIsEmpty) {
   EXPECT_EQ(MissingCpuFeatures(CpuIsa::kAvx2, Avx2Only()), "");
   EXPECT_EQ(MissingCpuFeatures(CpuIsa::kAvx512Vnni, Avx512NoVnni()), "avx512vnni");
+  EXPECT_EQ(MissingCpuFeatures(CpuIsa::kAmxBf16, Avx512NoVnni()),
+            "avx512vnni avx512bf16 amx_tile amx_bf16");
   EXPECT_EQ(DescribeCpuFeatures(Avx2Only()), "avx2 fma f16c");
 }
 

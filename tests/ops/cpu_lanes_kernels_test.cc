@@ -183,7 +183,7 @@ TEST_P(LanesLevelTest, VnniLevelsRunLanesKernelsForQ8_0AndQ5_0) {
 
 INSTANTIATE_TEST_SUITE_P(Levels, LanesLevelTest,
                          ::testing::Values(CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Vnni,
-                                           CpuIsa::kAvx512Bf16),
+                                           CpuIsa::kAvx512Bf16, CpuIsa::kAmxBf16),
                          [](const ::testing::TestParamInfo<CpuIsa>& p) {
                            std::string name(CpuIsaName(p.param));
                            for (char& c : name) c = c == '-' ? '_' : c;

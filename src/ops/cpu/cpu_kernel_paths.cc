@@ -43,6 +43,10 @@ std::string DescribeCpuKernelPaths(CpuIsa isa) {
          "    with --prefill-gemm int16 no copies, the batched rows instead; with\n"
          "    --prefill-gemm int8 the batched int8 rows (every row count >= 2) where a part has\n"
          "    an int8 kernel and the rows are a multiple of 64 long, else the int16 rows\n";
+  out += isa >= CpuIsa::kAmxBf16
+             ? "    with --prefill-gemm bf16: AMX bf16 tiles (amx-bf16) on 32-column panels\n"
+               "    dequantised from the stored weights, no copies\n"
+             : "    with --prefill-gemm bf16: the int16 rows (AMX needs the amx-bf16 level)\n";
   out += isa >= CpuIsa::kAvx512 ? "  attention tiles: avx512 (scores of <= 4 rows: avx2)\n"
                                 : "  attention tiles: avx2\n";
   out += "  softmax, norms, activations, rope: avx2\n";

@@ -1,0 +1,120 @@
+// cpu_gemm_bf16_amx.h, compiled with the AVX-512 BF16 and AMX flags (CMakeLists: *_amx.cc).
+// Nothing here is inline in a header or a template of the engine's: no code compiled with these
+// flags can be picked by the linker for a caller on a CPU without them.
+#include "ops/cpu/cpu_gemm_bf16_amx.h"
+
+#include "ops/cpu/cpu_avx512_common.h"
+
+namespace uniprefill::ops::cpu::amx {
+namespace {
+
+// The 64-byte operand of ldtilecfg (palette 1).
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// Tile registers: C (f32 sums) 0..3, A (activation rows) 4..5, B (weight pairs) 6..7.
+constexpr int kBytesPerTileRow = 64;
+
+// 32 f32 -> 32 bf16 (round to nearest even) as one zmm of 16 pairs.
+inline __m512i PairsBf16(const float* p) {
+  const __m512 lo = _mm512_loadu_ps(p), hi = _mm512_loadu_ps(p + 16);
+  return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
+}
+
+// out rows [0, nr) x cols [0, nc) from a 16 x 16 f32 tile stored at t (64-byte rows).
+inline void CopyTile(const float* t, int nr, int nc, float* out, int64_t os) {
+  const __mmask16 m = static_cast<__mmask16>((1u << nc) - 1u);
+  for (int r = 0; r < nr; ++r) _mm512_mask_storeu_ps(out + r * os, m, _mm512_load_ps(t + 16 * r));
+}
+
+}  // namespace
+
+void ConfigureTiles() {
+  TileConfig cfg;
+  for (int i = 0; i < 8; ++i) {
+    cfg.rows[i] = 16;
+    cfg.colsb[i] = kBytesPerTileRow;
+  }
+  // Not _tile_loadconfig: GCC 12's version names only 8 bytes of the 64 as its asm operand, so
+  // the stores of rows and colsb above were dropped as dead and the tiles stayed unconfigured.
+  __asm__ volatile("ldtilecfg %0" : : "m"(cfg));
+}
+
+void ReleaseTiles() { _tile_release(); }
+
+void ConvertRowsBf16(const float* x, int64_t xs, int64_t rows, int64_t in, uint16_t* dst) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t k = 0; k < in; k += 32) {
+      _mm512_storeu_si512(dst + r * in + k, PairsBf16(x + r * xs + k));
+    }
+  }
+}
+
+void PackPanelBf16(const float* w, int cols, int64_t in, uint16_t* panel) {
+  // Pair kp of column c for inputs 32s.. goes to 32-bit word ((s * 2 + c / 16) * 16 + kp) * 16 +
+  // c % 16: a column's 16 pairs of one s are 64 bytes apart (one tile row each).
+  uint32_t* words = reinterpret_cast<uint32_t*>(panel);
+  const __m512i tile_rows = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7,
+                                                                6, 5, 4, 3, 2, 1, 0),
+                                               _mm512_set1_epi32(16));
+  const int64_t steps = in / 32;
+  for (int c = 0; c < kAmxPanelCols; ++c) {
+    for (int64_t s = 0; s < steps; ++s) {
+      uint32_t* base = words + ((s * 2 + c / 16) * 16) * 16 + c % 16;
+      const __m512i pairs = c < cols ? PairsBf16(w + c * in + 32 * s) : _mm512_setzero_si512();
+      _mm512_i32scatter_epi32(base, tile_rows, pairs, 4);
+    }
+  }
+}
+
+void GemmPanel(const uint16_t* a, int64_t rows, int64_t in, const uint16_t* panel, int cols,
+               float* out, int64_t os) {
+  const int64_t steps = in / 32;
+  const int64_t a_stride = in * 2;  // bytes per activation row
+  alignas(64) float c_tiles[4][16 * 16];
+  for (int64_t t0 = 0; t0 < rows; t0 += kAmxRowsBlock) {
+    const uint16_t* a0 = a + t0 * in;
+    const uint16_t* a1 = a0 + 16 * in;
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int64_t s = 0; s < steps; ++s) {
+      _tile_loadd(4, a0 + 32 * s, a_stride);
+      _tile_loadd(5, a1 + 32 * s, a_stride);
+      _tile_loadd(6, panel + (s * 2) * 512, kBytesPerTileRow);
+      _tile_loadd(7, panel + (s * 2 + 1) * 512, kBytesPerTileRow);
+      _tile_dpbf16ps(0, 4, 6);  // rows t0.., columns 0..15
+      _tile_dpbf16ps(1, 4, 7);  // rows t0.., columns 16..31
+      _tile_dpbf16ps(2, 5, 6);  // rows t0 + 16.., columns 0..15
+      _tile_dpbf16ps(3, 5, 7);  // rows t0 + 16.., columns 16..31
+    }
+    float* o = out + t0 * os;
+    const int64_t os_bytes = os * 4;
+    if (t0 + kAmxRowsBlock <= rows && cols == kAmxPanelCols) {
+      _tile_stored(0, o, os_bytes);
+      _tile_stored(1, o + 16, os_bytes);
+      _tile_stored(2, o + 16 * os, os_bytes);
+      _tile_stored(3, o + 16 * os + 16, os_bytes);
+      continue;
+    }
+    _tile_stored(0, c_tiles[0], kBytesPerTileRow);
+    _tile_stored(1, c_tiles[1], kBytesPerTileRow);
+    _tile_stored(2, c_tiles[2], kBytesPerTileRow);
+    _tile_stored(3, c_tiles[3], kBytesPerTileRow);
+    for (int i = 0; i < 4; ++i) {
+      const int64_t r0 = t0 + (i / 2) * 16;
+      const int c0 = (i % 2) * 16;
+      const int nr = static_cast<int>(rows - r0 < 16 ? rows - r0 : 16);
+      const int nc = cols - c0 < 16 ? cols - c0 : 16;
+      if (nr > 0 && nc > 0) CopyTile(c_tiles[i], nr, nc, out + r0 * os + c0, os);
+    }
+  }
+}
+
+}  // namespace uniprefill::ops::cpu::amx

@@ -1,0 +1,49 @@
+// The AMX pieces of the bf16 prefill GEMM (cpu_linear_bf16.h): converting activation rows to bf16,
+// packing weight columns into AMX's pair-interleaved tile layout, and the tile loop itself.
+//
+// Why AMX: one tdpbf16ps multiplies a 16 x 32 bf16 tile by a 32 x 16 one into 16 x 16 f32 sums,
+// 8192 multiply-adds in one instruction; on the 2-core Xeon of 2026-12-03 this kernel ran 270-290
+// GFLOP/s on one core for Gemma 3 270M's shapes (a 512-row chunk), against 116-122 for OpenBLAS
+// sgemm on the f32 weight copies the default path has to keep.
+// Layout: A is the activations, bf16 [rows, in] row-major, rows padded with zeros to a multiple of
+// kAmxRowsBlock; B is a panel of kAmxPanelCols weight rows (output columns), bf16, as tdpbf16ps
+// wants its second operand: for every 32 inputs s and every 16 columns j a 16 x 16 array of
+// 32-bit pairs, pair (kp, c) = (w[16j + c][32s + 2kp], w[16j + c][32s + 2kp + 1]); C, f32 16 x 16,
+// is stored straight into the output rows.
+// Include only from baseline files that call these functions after ResolveCpuIsa granted
+// kAmxBf16 (DetectCpuFeatures asked the OS for the tile state's permission); the definitions are
+// compiled with the AMX flags and nothing else of the engine is.
+// Non-goals: inputs that are not a multiple of 32 (the caller keeps its other paths there).
+#pragma once
+
+#include <cstdint>
+
+namespace uniprefill::ops::cpu::amx {
+
+// Output columns per panel (two 16-column B tiles) and activation rows per pass (two A tiles):
+// the 2 x 2 C tiles, 2 A and 2 B tiles are the 8 tile registers.
+inline constexpr int kAmxPanelCols = 32;
+inline constexpr int kAmxRowsBlock = 32;
+
+// bf16 elements of one panel of `in` inputs.
+inline constexpr int64_t PanelElements(int64_t in) { return kAmxPanelCols * in; }
+
+// Loads this thread's tile configuration (every tile 16 rows x 64 bytes); ReleaseTiles returns
+// the tile state to its initial, empty form. Each thread that runs GemmPanel brackets it so.
+void ConfigureTiles();
+void ReleaseTiles();
+
+// dst bf16 [rows, in] = x f32 [rows, in] (row stride xs) rounded to nearest even; in % 32 == 0.
+void ConvertRowsBf16(const float* x, int64_t xs, int64_t rows, int64_t in, uint16_t* dst);
+
+// panel (PanelElements(in) bf16, layout above) from w f32 [cols, in] (row-major), cols <= 32; the
+// columns from `cols` to 32 are zero.
+void PackPanelBf16(const float* w, int cols, int64_t in, uint16_t* panel);
+
+// out f32 [rows, cols] (row stride os) = a bf16 [rows, in] @ panel's columns^T, f32 sums; a has
+// rows rounded up to kAmxRowsBlock (the padding rows are read, their results dropped); cols <= 32.
+// Needs ConfigureTiles on this thread.
+void GemmPanel(const uint16_t* a, int64_t rows, int64_t in, const uint16_t* panel, int cols,
+               float* out, int64_t os);
+
+}  // namespace uniprefill::ops::cpu::amx

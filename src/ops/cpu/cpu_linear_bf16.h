@@ -1,0 +1,26 @@
+// Linear on bf16 with AMX tiles for prefill chunks (--prefill-gemm bf16): no f32 weight copies;
+// each call converts the activation rows to bf16 once, and every thread dequantises 32 weight
+// rows at a time from the stored quant blocks (io/dequant.h) into a bf16 panel that stays in its
+// L2 while every activation row passes (cpu_gemm_bf16_amx.h has the tile loop and the layout).
+// Accuracy: activations and weights each rounded to bf16 (8 significant bits: 2^-9 relative),
+// sums in f32; on the golden prompt 2 the first-token logits stay within the bounds
+// tests/model/gemma3_golden_test.cc gives this mode.
+// Non-goals: products of kQuantBatchMaxRows rows or fewer (batched decode steps and short chunks
+// keep the int16 rows: their cost is the weights' stream, which a panel per 32 columns does not
+// amortise); CPUs without AMX (Linear runs the int16 rows there); inputs not a multiple of 32.
+#pragma once
+
+#include "core/device_context.h"
+#include "core/tensor.h"
+#include "ops/ops.h"
+
+namespace uniprefill::ops::cpu {
+
+// At `isa` (>= kAmxBf16), every part of w dequantises (io/dequant.h) and the inputs are a
+// multiple of 32.
+bool CanRunLinearBf16(const LinearWeight& w, CpuIsa isa);
+
+// out f32 [T, out] = x f32 [T, in] @ W^T; requires CanRunLinearBf16(w, ctx.cpu_isa()).
+void LinearBf16(DeviceContext& ctx, TensorView out, TensorView x, const LinearWeight& w);
+
+}  // namespace uniprefill::ops::cpu
