@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """The build invariant of the runtime ISA dispatch (core/cpu_isa.h, docs/kernels.md).
 
-AVX-512 instructions (zmm or mask registers, EVEX-only xmm16..31) may appear only in the objects
-of *_avx512*.cc files, and those objects may define no weak (inline, template) symbol: the linker
+AVX-512 instructions (zmm or mask registers, EVEX-only xmm16..31) and AMX tile instructions (tmm
+registers, tile configuration) may appear only in the objects of *_avx512*.cc and *_amx.cc files,
+and those objects may define no weak (inline, template) symbol: the linker
 keeps one copy of such a symbol for every caller, so a copy compiled with AVX-512 flags could run
 on the AVX2 path and stop an AVX2-only CPU with an illegal instruction.
 Usage: check_isa_objects.py OBJECT_DIR [OBJECT_DIR ...]
@@ -12,7 +13,7 @@ import re
 import subprocess
 import sys
 
-EVEX = re.compile(r"%zmm|%k[1-7]\b|%[xy]mm(1[6-9]|2[0-9]|3[01])\b")
+EVEX = re.compile(r"%zmm|%k[1-7]\b|%[xy]mm(1[6-9]|2[0-9]|3[01])\b|%tmm|\b(ldtilecfg|tilerelease)\b")
 
 
 def evex_lines(obj):
@@ -29,7 +30,7 @@ def weak_symbols(obj):
 
 def main():
     objects = [o for d in sys.argv[1:] for o in pathlib.Path(d).rglob("*.o")]
-    isa_objects = [o for o in objects if "_avx512" in o.name]
+    isa_objects = [o for o in objects if "_avx512" in o.name or "_amx." in o.name]
     errors = []
     for obj in objects:
         if obj in isa_objects:
