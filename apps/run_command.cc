@@ -135,14 +135,6 @@ void AddRunCommand(CLI::App& app, RunOptions& o) {
   run->add_flag("--f32-decode", o.f32_decode,
                 "Decode with f32 activations in every matmul (exact; default quantises the one "
                 "activation row to int16 for ~2x faster integer kernels)");
-  run->add_option("--prefill-gemm", o.prefill_gemm,
-                  "CPU prefill GEMMs: sgemm (OpenBLAS on f32 weight copies), int16 (on the "
-                  "stored quantised weights, no copies: less memory) or int8 (as int16, with "
-                  "int8 activations and VNNI kernels where the CPU has them; also batched "
-                  "decode steps) or bf16 (as int16, prefill chunks on bf16 with AMX tiles where "
-                  "the CPU has them)")
-      ->check(CLI::IsMember({"sgemm", "int16", "int8", "bf16"}))
-      ->capture_default_str();
   run->add_option("--prefill-chunk", o.prefill_chunk,
                   "CPU: prefill a dense prompt (no UniPrefill drop) in chunks of at most this "
                   "many tokens, so memory follows the chunk, not the prompt (0: whole prompt; "
@@ -292,7 +284,6 @@ int RunCommand(const RunOptions& o) {
   o.device.ApplyTo(eo);
   eo.context_size = o.ctx_size;
   eo.f32_decode = o.f32_decode;
-  eo.prefill_gemm = o.prefill_gemm;
   eo.dense_prefill_chunk = o.prefill_chunk;
   std::unique_ptr<Engine> loaded = LoadEngineWithProgress(eo, o.uniprefill, o.quiet);
   if (!loaded) return 1;

@@ -34,7 +34,6 @@ struct RunOptions {
   int ctx_size = 0;
   bool ignore_eos = false;
   bool f32_decode = false;
-  std::string prefill_gemm = "sgemm";  // EngineOptions::prefill_gemm
   int prefill_chunk = 0;               // EngineOptions::dense_prefill_chunk
   bool quiet = false;        // no progress bars, no streaming echo of the prompt stats
   std::string json_out;      // write timings and output as JSON here

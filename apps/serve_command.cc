@@ -280,14 +280,6 @@ void AddServeCommand(CLI::App& app, ServeOptions& o) {
       ->capture_default_str();
   cmd->add_flag("--f32-decode", o.f32_decode,
                 "Decode with f32 activations in every matmul (exact, slower)");
-  cmd->add_option("--prefill-gemm", o.prefill_gemm,
-                  "CPU prefill GEMMs: sgemm (OpenBLAS on f32 weight copies), int16 (on the "
-                  "stored quantised weights, no copies: less memory) or int8 (as int16, with "
-                  "int8 activations and VNNI kernels where the CPU has them; also batched "
-                  "decode steps) or bf16 (as int16, prefill chunks on bf16 with AMX tiles where "
-                  "the CPU has them)")
-      ->check(CLI::IsMember({"sgemm", "int16", "int8", "bf16"}))
-      ->capture_default_str();
   cmd->add_flag("-q,--quiet", o.quiet, "No progress bar and no per-request log lines");
   cmd->add_option("--log-format", o.log_format,
                   "Per-request log lines on stderr: text (one escaped line) or json (one JSON "
@@ -321,7 +313,6 @@ int ServeCommand(const ServeOptions& o) {
   o.device.ApplyTo(eo);
   eo.context_size = o.ctx_size;
   eo.f32_decode = o.f32_decode;
-  eo.prefill_gemm = o.prefill_gemm;
   if (!IsLoopback(o.host) && o.api_key.empty()) {
     std::fprintf(stderr,
                  "warning: listening on %s without --api-key: anyone who can reach this address "

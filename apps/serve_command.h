@@ -32,7 +32,6 @@ struct ServeOptions {
   int ctx_size = 0;
   int http_threads = 64;
   bool f32_decode = false;
-  std::string prefill_gemm = "sgemm";  // EngineOptions::prefill_gemm
   bool quiet = false;  // no progress bar, no per-request log lines
   // The front door's limits (server::ServerConfig has the meaning of each; docs/serving.md).
   int64_t max_body_bytes = int64_t{8} << 20;

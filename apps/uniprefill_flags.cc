@@ -95,6 +95,14 @@ void AddDeviceFlags(CLI::App& cmd, DeviceFlags& flags) {
       ->check(CLI::Range(0.1, 86400.0))
       ->capture_default_str();
   AddCpuIsaFlag(cmd, flags.cpu_isa);
+  cmd.add_option("--prefill-gemm", flags.prefill_gemm,
+                 "CPU prefill GEMMs: sgemm (OpenBLAS on f32 weight copies), int16 (on the "
+                 "stored quantised weights, no copies: less memory), int8 (as int16, with "
+                 "int8 activations and VNNI kernels where the CPU has them; also batched "
+                 "decode steps) or bf16 (as int16, prefill chunks and their attention on bf16 "
+                 "AMX tiles where the CPU has them)")
+      ->check(CLI::IsMember({"sgemm", "int16", "int8", "bf16"}))
+      ->capture_default_str();
 }
 
 void AddCpuIsaFlag(CLI::App& cmd, std::string& cpu_isa) {

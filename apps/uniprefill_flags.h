@@ -39,8 +39,10 @@ struct DeviceFlags {
   int tensor_parallel = 1;  // ranks under mpirun (EngineOptions::tensor_parallel)
   double tensor_parallel_timeout_s = 60;  // --tensor-parallel-timeout (EngineOptions)
   std::string cpu_isa = "auto";  // --cpu-isa or UNIPREFILL_CPU_ISA (EngineOptions::cpu_isa)
+  std::string prefill_gemm = "sgemm";  // --prefill-gemm (EngineOptions::prefill_gemm)
   void ApplyTo(EngineOptions& eo) const {
     eo.cpu_isa = cpu_isa;
+    eo.prefill_gemm = prefill_gemm;
     eo.device = device;
     eo.gpu_attention = gpu_attention;
     eo.gpu_decode_graphs = cuda_graphs;

@@ -49,8 +49,9 @@ struct EngineOptions {
   // weight) or "int16" (on the stored quantised weights with int16 activations, no copies where
   // every part of a weight has an int16 kernel) or "int8" (as int16, but every product of several
   // rows, batched decode steps included, on int8 activations with the VNNI kernels where the CPU
-  // has them) or "bf16" (as int16, but prefill chunks of more than 64 rows on bf16 weights and
-  // activations with AMX tiles where the CPU has them). docs/performance.md has the trade.
+  // has them) or "bf16" (as int16, but prefill chunks of more than 64 rows, their linear layers
+  // and attention, on bf16 with AMX tiles where the CPU has them). docs/performance.md has the
+  // trade.
   std::string prefill_gemm = "sgemm";
   // CPU, Engine::Generate: a dense prompt (no UniPrefill drop active) is prefilled in chunks of at
   // most this many tokens, each attending the cached prefix plus itself (the same attention), so

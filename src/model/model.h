@@ -140,8 +140,9 @@ struct LoadOptions {
   // quantise the activations to int8 instead of int16 where the CPU has VNNI
   // (ops::LinearWeight::int8_rows_activations). Ignored with f32_decode.
   bool int8_rows_activations = false;
-  // With int16_prefill_gemm: prefill chunks (more than 64 rows) on bf16 with AMX tiles where the
-  // CPU has them (ops::LinearWeight::bf16_prefill_gemm). Ignored with f32_decode.
+  // With int16_prefill_gemm: prefill chunks (more than 64 rows) and their attention on bf16 with
+  // AMX tiles where the CPU has them (ops::LinearWeight::bf16_prefill_gemm, the attention block
+  // passes it on as AttentionParams::bf16_tiles). Ignored with f32_decode.
   bool bf16_prefill_gemm = false;
   DeltaRuleChoice gpu_delta_rule = DeltaRuleChoice::kAuto;  // GPU only
   GpuAttention gpu_attention = GpuAttention::kAuto;         // GPU only

@@ -84,6 +84,9 @@ void Add(DeviceContext& ctx, TensorView out, TensorView a, TensorView b);
 struct AttentionParams {
   float scale = 1.0f;  // applied to q.k
   int window = 0;      // 0: full causal; W > 0: key visible when k_pos > q_pos - W
+  // CPU at the amx-bf16 level (--prefill-gemm bf16): query tiles of more than a few rows multiply
+  // Q K^T and P V on bf16 AMX tiles (f32 sums; softmax in f32). Decode rows keep f32.
+  bool bf16_tiles = false;
 };
 // Causal multi-head attention with GQA, tiled flash-style (online softmax; never an N x N matrix,
 // so memory is linear in context). q f32 [Tq, Hq, D]; k, v f32 [Tk, Hkv, D] (row stride may exceed

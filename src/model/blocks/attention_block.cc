@@ -263,6 +263,7 @@ Status AttentionForward(DeviceContext& ctx, const AttentionWeights& w, int layer
   ops::AttentionParams ap;
   ap.scale = w.scale;
   ap.window = w.window;
+  ap.bf16_tiles = w.q.bf16_prefill_gemm;  // the bf16 prefill mode covers attention too
   // Every request in one call: a decode request is one work item, so the step's requests share
   // the threads instead of running one after another on one of them.
   std::vector<KvRuns> kvs(batch.n_seqs());

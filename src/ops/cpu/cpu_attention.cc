@@ -23,6 +23,7 @@
 #include <optional>
 #include <vector>
 
+#include "ops/cpu/cpu_gemm_bf16_amx.h"
 #include "ops/cpu/cpu_gemm_tile.h"
 #include "ops/cpu/cpu_math.h"
 #include "ops/cpu/cpu_ops.h"
@@ -46,6 +47,9 @@ struct Problem {
   TensorView out, q;
   std::vector<KeyRun> runs;  // in key order, covering [0, tk)
   const GemmTileKernels* gemm = nullptr;  // the context's ISA level's tile kernels
+  // AttentionParams::bf16_tiles at the amx-bf16 level, D a multiple of 32: query tiles of more
+  // than kDotRowsMax rows run S = Q K^T and P V on AMX bf16 tiles (KeyTileAmx).
+  bool amx = false;
   int64_t tq = 0, tk = 0, hq = 0, hkv = 0, group = 0, d = 0;
   int64_t dp = 0;  // O tile row stride: d rounded up to kPanel
   int64_t queries_per_tile = 0, tiles = 0, splits = 1;
@@ -68,6 +72,11 @@ struct Workspace {
   std::vector<float> ones;  // alpha for a key tile's second and later segments
   std::vector<int64_t> lo, hi;
   std::vector<Segment> segments;
+  // AMX (p.amx): Q, P as bf16 rows (rows padded to 32, zero); the K tile's and V tile's panels;
+  // P V before it is added to O; the tile's K and V row pointers.
+  std::vector<uint16_t> q16, p16, kpanels, vpanels;
+  std::vector<float> pv;
+  std::vector<const float*> krows, vrows;
   explicit Workspace(const Problem& p) {
     const int64_t rows = p.queries_per_tile * p.group;
     ones.assign(rows, 1.0f);
@@ -81,6 +90,16 @@ struct Workspace {
     alpha.resize(rows);
     lo.resize(rows);
     hi.resize(rows);
+    if (p.amx) {
+      const int64_t padded = RoundUp(rows, amx::kAmxRowsBlock);
+      q16.assign(padded * p.d, 0);
+      p16.assign(padded * kKeyTile, 0);
+      kpanels.resize(kKeyTile / amx::kAmxPanelCols * amx::PanelElements(p.d));
+      vpanels.resize(p.d / amx::kAmxPanelCols * amx::PanelElements(kKeyTile));
+      pv.resize(rows * p.dp);
+      krows.resize(kKeyTile);
+      vrows.resize(kKeyTile);
+    }
   }
 };
 
@@ -180,6 +199,49 @@ void KeyTile(const Problem& p, Workspace& ws, int rows, int64_t j0, int nk) {
   }
 }
 
+// KeyTile on AMX bf16 tiles (p.amx, rows > kDotRowsMax): the K and V rows of the tile are packed
+// to bf16 from their row pointers whatever the segments, so paged and contiguous keys give the
+// same bits; S and P V are f32 sums of bf16 products (Q was rounded once per item in RunItem).
+void KeyTileAmx(const Problem& p, Workspace& ws, int rows, int64_t j0, int nk) {
+  const int d = static_cast<int>(p.d);
+  for (const Segment& g : ws.segments) {
+    for (int i = 0; i < g.n; ++i) {
+      ws.krows[g.j - j0 + i] = g.k + i * g.k_stride;
+      ws.vrows[g.j - j0 + i] = g.v + i * g.v_stride;
+    }
+  }
+  const int nk_pad = static_cast<int>(RoundUp(nk, amx::kAmxPanelCols));
+  // S f32 [rows, nk] = Q K^T, 32 keys per panel.
+  for (int c0 = 0; c0 < nk; c0 += amx::kAmxPanelCols) {
+    const int n = std::min(amx::kAmxPanelCols, nk - c0);
+    uint16_t* panel = ws.kpanels.data() + (c0 / amx::kAmxPanelCols) * amx::PanelElements(d);
+    amx::PackPanelRowsBf16(ws.krows.data() + c0, n, d, panel);
+    amx::GemmPanel(ws.q16.data(), rows, d, panel, n, ws.s.data() + c0, kKeyTile);
+  }
+  for (int r = 0; r < rows; ++r) {
+    const int64_t a = std::clamp<int64_t>(ws.lo[r] - j0, 0, nk);
+    const int64_t b = std::clamp<int64_t>(ws.hi[r] - j0, 0, nk);
+    float* srow = ws.s.data() + r * kKeyTile;
+    SoftmaxRow(srow, nk, a, b, &ws.m[r], &ws.l[r], &ws.alpha[r]);
+    std::fill(srow + nk, srow + nk_pad, 0.0f);  // the padding keys weigh nothing
+  }
+  // P V f32 [rows, d], P as bf16 [rows, nk_pad], V's columns in panels of 32.
+  amx::ConvertRowsBf16(ws.s.data(), kKeyTile, rows, nk_pad, ws.p16.data());
+  const int64_t p16_stride = nk_pad;  // ConvertRowsBf16 wrote rows of nk_pad values
+  amx::PackPairsByRowsBf16(ws.vrows.data(), nk, d, ws.vpanels.data());
+  for (int c0 = 0; c0 < d; c0 += amx::kAmxPanelCols) {
+    amx::GemmPanel(ws.p16.data(), rows, p16_stride,
+                   ws.vpanels.data() + (c0 / amx::kAmxPanelCols) * amx::PanelElements(nk_pad),
+                   amx::kAmxPanelCols, ws.pv.data() + c0, p.dp);
+  }
+  for (int r = 0; r < rows; ++r) {
+    float* o = ws.o.data() + r * p.dp;
+    const float* pv = ws.pv.data() + r * p.dp;
+    const float alpha = ws.alpha[r];
+    for (int c = 0; c < d; ++c) o[c] = alpha * o[c] + pv[c];
+  }
+}
+
 // Runs query tile `tile` of kv head kh over keys [j_begin, j_end); leaves m, l, O in ws.
 void RunItem(const Problem& p, Workspace& ws, int64_t kh, int64_t tile, int64_t j_begin,
              int64_t j_end) {
@@ -198,11 +260,21 @@ void RunItem(const Problem& p, Workspace& ws, int64_t kh, int64_t tile, int64_t 
   std::fill(ws.m.begin(), ws.m.begin() + rows, kNegInf);
   std::fill(ws.l.begin(), ws.l.begin() + rows, 0.0f);
   std::fill(ws.o.begin(), ws.o.begin() + rows * p.dp, 0.0f);
+  const bool amx = p.amx && rows > kDotRowsMax;
+  if (amx) {
+    amx::ConvertRowsBf16(ws.q.data(), p.d, rows, p.d, ws.q16.data());
+    amx::ConfigureTiles();
+  }
   for (int64_t j0 = j_begin; j0 < j_end; j0 += kKeyTile) {
     const int nk = static_cast<int>(std::min<int64_t>(kKeyTile, j_end - j0));
     TileSegments(p, kh, j0, nk, ws);
-    KeyTile(p, ws, rows, j0, nk);
+    if (amx) {
+      KeyTileAmx(p, ws, rows, j0, nk);
+    } else {
+      KeyTile(p, ws, rows, j0, nk);
+    }
   }
+  if (amx) amx::ReleaseTiles();
 }
 
 // Key index range visible to any query of the tile.
@@ -241,6 +313,7 @@ Problem MakeProblem(DeviceContext& ctx, TensorView out, TensorView q,
   Problem p;
   p.gemm = &GemmTiles(ctx.cpu_isa());
   p.out = out;
+  p.amx = params.bf16_tiles && ctx.cpu_isa() >= CpuIsa::kAmxBf16 && q.dim(2) % 32 == 0;
   p.q = q;
   p.tq = q.dim(0);
   p.hq = q.dim(1);
@@ -364,7 +437,8 @@ void RunSmallBatch(DeviceContext& ctx, const std::vector<Problem>& problems) {
                            for (int64_t i = begin; i < end; ++i) {
                              const Problem& p = problems[items[i].problem];
                              if (shape == nullptr || shape->group != p.group || shape->d != p.d ||
-                                 shape->queries_per_tile != p.queries_per_tile) {
+                                 shape->queries_per_tile != p.queries_per_tile ||
+                                 shape->amx != p.amx) {
                                ws.emplace(p);
                                shape = &p;
                              }

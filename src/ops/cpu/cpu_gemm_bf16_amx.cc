@@ -56,6 +56,33 @@ void ConvertRowsBf16(const float* x, int64_t xs, int64_t rows, int64_t in, uint1
 }
 
 void PackPanelBf16(const float* w, int cols, int64_t in, uint16_t* panel) {
+  const float* rows[kAmxPanelCols];
+  for (int c = 0; c < cols; ++c) rows[c] = w + c * in;
+  PackPanelRowsBf16(rows, cols, in, panel);
+}
+
+void PackPairsByRowsBf16(const float* const* rows, int n, int width, uint16_t* panels) {
+  const int64_t n_pad = (n + 31) / 32 * 32;
+  const int64_t panel_elems = PanelElements(n_pad);
+  // [lo0, hi0, lo1, hi1, ...] from [lo0..lo15, hi0..hi15]: each 32-bit pair is (row 2kp, 2kp + 1).
+  const __m512i interleave = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25,
+                                              9, 24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2,
+                                              17, 1, 16, 0);
+  for (int64_t r = 0; r < n_pad; r += 2) {
+    const int64_t s = r / 32, kp = (r % 32) / 2;
+    const float* r0 = r < n ? rows[r] : nullptr;
+    const float* r1 = r + 1 < n ? rows[r + 1] : nullptr;
+    for (int cb = 0; cb < width / 16; ++cb) {
+      const __m512 lo = r0 ? _mm512_loadu_ps(r0 + 16 * cb) : _mm512_setzero_ps();
+      const __m512 hi = r1 ? _mm512_loadu_ps(r1 + 16 * cb) : _mm512_setzero_ps();
+      const __m512i both = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
+      uint16_t* dst = panels + (cb / 2) * panel_elems + ((s * 2 + cb % 2) * 16 + kp) * 32;
+      _mm512_storeu_si512(dst, _mm512_permutexvar_epi16(interleave, both));
+    }
+  }
+}
+
+void PackPanelRowsBf16(const float* const* rows, int cols, int64_t in, uint16_t* panel) {
   // Pair kp of column c for inputs 32s.. goes to 32-bit word ((s * 2 + c / 16) * 16 + kp) * 16 +
   // c % 16: a column's 16 pairs of one s are 64 bytes apart (one tile row each).
   uint32_t* words = reinterpret_cast<uint32_t*>(panel);
@@ -66,7 +93,7 @@ void PackPanelBf16(const float* w, int cols, int64_t in, uint16_t* panel) {
   for (int c = 0; c < kAmxPanelCols; ++c) {
     for (int64_t s = 0; s < steps; ++s) {
       uint32_t* base = words + ((s * 2 + c / 16) * 16) * 16 + c % 16;
-      const __m512i pairs = c < cols ? PairsBf16(w + c * in + 32 * s) : _mm512_setzero_si512();
+      const __m512i pairs = c < cols ? PairsBf16(rows[c] + 32 * s) : _mm512_setzero_si512();
       _mm512_i32scatter_epi32(base, tile_rows, pairs, 4);
     }
   }

@@ -40,6 +40,16 @@ void ConvertRowsBf16(const float* x, int64_t xs, int64_t rows, int64_t in, uint1
 // columns from `cols` to 32 are zero.
 void PackPanelBf16(const float* w, int cols, int64_t in, uint16_t* panel);
 
+// PackPanelBf16 from row pointers: column c is rows[c][0, in) (any strides, e.g. the keys of a
+// paged cache's blocks; the same bytes as PackPanelBf16 of those rows), cols <= 32.
+void PackPanelRowsBf16(const float* const* rows, int cols, int64_t in, uint16_t* panel);
+
+// The panels of B = X [n, width] (rows[j] = row j of X, j < n) for a product P X (P [m, n]): the
+// inputs are X's rows, paired (2kp, 2kp + 1) per 32 rows s, and the columns X's width in panels
+// of 32: panel p (PanelElements(RoundUp(n, 32)) bf16 each, one after another) holds columns
+// [32p, 32p + 32). Rows from n up to the multiple of 32 are zero. width % 32 == 0.
+void PackPairsByRowsBf16(const float* const* rows, int n, int width, uint16_t* panels);
+
 // out f32 [rows, cols] (row stride os) = a bf16 [rows, in] @ panel's columns^T, f32 sums; a has
 // rows rounded up to kAmxRowsBlock (the padding rows are read, their results dropped); cols <= 32.
 // Needs ConfigureTiles on this thread.

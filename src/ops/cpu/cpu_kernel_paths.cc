@@ -45,7 +45,8 @@ std::string DescribeCpuKernelPaths(CpuIsa isa) {
          "    an int8 kernel and the rows are a multiple of 64 long, else the int16 rows\n";
   out += isa >= CpuIsa::kAmxBf16
              ? "    with --prefill-gemm bf16: AMX bf16 tiles (amx-bf16) on 32-column panels\n"
-               "    dequantised from the stored weights, no copies\n"
+               "    dequantised from the stored weights, no copies; prefill attention on\n"
+               "    bf16 tiles too\n"
              : "    with --prefill-gemm bf16: the int16 rows (AMX needs the amx-bf16 level)\n";
   out += isa >= CpuIsa::kAvx512 ? "  attention tiles: avx512 (scores of <= 4 rows: avx2)\n"
                                 : "  attention tiles: avx2\n";
