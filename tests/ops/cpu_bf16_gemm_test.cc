@@ -130,7 +130,8 @@ TEST_P(Bf16GemmLevelTest, LinearWithBf16MatchesTheReferenceOnTheRoundedOperands)
   std::vector<float> wd(w.out_features * in);  // the weights dequantised, rounded at amx
   for (int64_t o = 0, p = 0, r = 0; o < w.out_features; ++o, ++r) {
     if (r == part_rows[p]) r = 0, ++p;
-    const uint8_t* row = static_cast<const uint8_t*>(w.parts[p].data) + DTypeBytes(types[p], r * in);
+    const uint8_t* row =
+        static_cast<const uint8_t*>(w.parts[p].data) + DTypeBytes(types[p], r * in);
     ASSERT_TRUE(Dequantize(types[p], row, &wd[o * in], in).ok());
     if (amx()) {
       for (int64_t i = 0; i < in; ++i) wd[o * in + i] = RoundBf16(wd[o * in + i]);

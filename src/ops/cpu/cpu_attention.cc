@@ -9,6 +9,8 @@
 //                               cpu_gemm_tile.h, by the context's ISA level)
 //   mask, online softmax update (running max m, sum l; O rescaled by alpha = exp(m_old - m_new))
 //   O = alpha * O + P V        (micro-kernel reading V rows in place)
+// With AttentionParams::bf16_tiles at the amx-bf16 level both products run on AMX bf16 tiles
+// instead (KeyTileAmx: Q, K, P, V rounded to bf16, f32 sums, the softmax unchanged).
 // Key tiles are those of one contiguous buffer whatever the runs; a tile spanning runs reads
 // each part in place (results equal bit for bit).
 // Memory is linear in context: besides the inputs and output, each worker holds one Q tile, one

@@ -68,7 +68,8 @@ void LinearBf16(DeviceContext& ctx, TensorView out, TensorView x, const LinearWe
           assert(s.ok());
           (void)s;
         }
-        amx::PackPanelBf16(rows_f32.data(), n, in, group.data() + (b - g0) * amx::PanelElements(in));
+        amx::PackPanelBf16(rows_f32.data(), n, in,
+                           group.data() + (b - g0) * amx::PanelElements(in));
       }
       // Each block of activation rows comes from memory once per group and is reused from the
       // cache by the group's panels.
@@ -77,8 +78,9 @@ void LinearBf16(DeviceContext& ctx, TensorView out, TensorView x, const LinearWe
         for (int64_t b = g0; b < g1; ++b) {
           const int64_t c0 = b * amx::kAmxPanelCols;
           const int n = static_cast<int>(std::min<int64_t>(amx::kAmxPanelCols, cols - c0));
-          amx::GemmPanel(a.data() + t0 * in, nt, in, group.data() + (b - g0) * amx::PanelElements(in),
-                         n, out.as<float>() + t0 * out.stride[0] + c0, out.stride[0]);
+          amx::GemmPanel(a.data() + t0 * in, nt, in,
+                         group.data() + (b - g0) * amx::PanelElements(in), n,
+                         out.as<float>() + t0 * out.stride[0] + c0, out.stride[0]);
         }
       }
     }
