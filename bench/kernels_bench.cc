@@ -171,10 +171,15 @@ void GemmQuantArgs(benchmark::internal::Benchmark* b) {
   }
   // A 16-request decode step (int16 / int8 rows; sgemm is not what decode runs): the layers, and
   // a 32768-row slice of the Q8_0 output head.
+  // Mode 3 there is the few-rows AMX layout (cpu_linear_bf16.h).
   for (const auto& s : shapes) {
-    for (int64_t mode : {0, 2}) b->Args({s[0], 16, s[1], s[2], mode});
+    for (int64_t mode : {0, 2, 3}) b->Args({s[0], 16, s[1], s[2], mode});
   }
-  for (int64_t mode : {0, 2}) b->Args({static_cast<int64_t>(DType::kQ8_0), 16, 640, 32768, mode});
+  for (int64_t t : {2, 4, 16, 64}) {
+    for (int64_t mode : {0, 2, 3}) {
+      b->Args({static_cast<int64_t>(DType::kQ8_0), t, 640, 32768, mode});
+    }
+  }
 }
 BENCHMARK(BM_LinearGemmQuant)->Apply(GemmQuantArgs)
     ->ArgNames({"type", "T", "in", "out", "mode"})->Unit(benchmark::kMillisecond);

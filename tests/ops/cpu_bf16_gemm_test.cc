@@ -17,6 +17,7 @@
 #include "core/cpu_isa.h"
 #include "core/device_context.h"
 #include "io/dequant.h"
+#include "ops/cpu/cpu_dequant_bf16_amx.h"
 #include "ops/cpu/cpu_gemm_bf16_amx.h"
 #include "ops/cpu/cpu_linear_bf16.h"
 #include "ops/ops.h"
@@ -93,6 +94,31 @@ TEST(AmxBf16Pieces, PackedPanelHoldsEachColumnsPairsWhereTheTilesReadThem) {
   }
 }
 
+// The vector decoders of the few-rows path equal io/dequant.h's scalar ones rounded to bf16, bit
+// for bit, on random blocks of every type they cover (whole rows of several blocks).
+TEST(AmxBf16Pieces, VectorDequantEqualsTheScalarOneRounded) {
+  if (!HasAmx()) GTEST_SKIP() << "this CPU lacks the amx-bf16 level";
+  std::mt19937 rng(73);
+  const DType types[] = {DType::kQ8_0, DType::kQ5_0, DType::kQ4_K, DType::kQ6_K,
+                         DType::kF16,  DType::kBF16, DType::kF32};
+  const int64_t rows = 5, in = 768;  // 3 K-quant blocks, 24 of the 32-value ones
+  for (DType type : types) {
+    ASSERT_TRUE(amx::HasDequantRowBf16(type)) << DTypeName(type);
+    const std::vector<uint8_t> bytes = RandomWeights(rng, type, rows, in);
+    std::vector<float> f32(in);
+    std::vector<uint16_t> got(in);
+    for (int64_t r = 0; r < rows; ++r) {
+      const uint8_t* row = bytes.data() + DTypeBytes(type, r * in);
+      ASSERT_TRUE(Dequantize(type, row, f32.data(), in).ok());
+      amx::DequantRowBf16(type, row, in, got.data());
+      for (int64_t i = 0; i < in; ++i) {
+        ASSERT_EQ(got[i], Bf16Rne(f32[i])) << DTypeName(type) << " row " << r << " i " << i;
+      }
+    }
+  }
+  EXPECT_FALSE(amx::HasDequantRowBf16(DType::kQ4_1));  // goes through io/dequant.h
+}
+
 class Bf16GemmLevelTest : public ::testing::TestWithParam<CpuIsa> {
  protected:
   void SetUp() override {
@@ -137,7 +163,9 @@ TEST_P(Bf16GemmLevelTest, LinearWithBf16MatchesTheReferenceOnTheRoundedOperands)
       for (int64_t i = 0; i < in; ++i) wd[o * in + i] = RoundBf16(wd[o * in + i]);
     }
   }
-  for (int64_t t : {65, 77, 96, 130, 300}) {
+  // 2 to 64 rows: the few-rows layout (weights as the first tile operand), one or two token
+  // panels, partial ones; above: the prefill panels.
+  for (int64_t t : {2, 3, 16, 17, 33, 64, 65, 77, 96, 130, 300}) {
     const int64_t xs = in + 3, os = w.out_features + 2;
     std::vector<float> x = RandomFloats(rng, t * xs);
     std::vector<float> out(t * os, 0.0f), ref(t * os, 0.0f);

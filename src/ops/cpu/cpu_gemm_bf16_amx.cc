@@ -144,4 +144,68 @@ void GemmPanel(const uint16_t* a, int64_t rows, int64_t in, const uint16_t* pane
   }
 }
 
+void AccumulateWeightRows48(const uint16_t* w, int64_t w_stride, int64_t k,
+                            const uint16_t* x_tiles, int64_t x_step, float* sums,
+                            SumsStart start, bool store) {
+  const int64_t steps = k / 32;
+  const int64_t w_bytes = w_stride * 2;  // bytes per weight row
+  const uint16_t* w16 = w + 16 * w_stride;
+  const uint16_t* w32 = w + 32 * w_stride;
+  if (start == SumsStart::kFromMemory) {
+    _tile_loadd(0, sums, kBytesPerTileRow);
+    _tile_loadd(1, sums + 256, kBytesPerTileRow);
+    _tile_loadd(2, sums + 512, kBytesPerTileRow);
+  } else if (start == SumsStart::kZero) {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+  }
+  // Tiles 3, 4 and 5 take the weight rows, 6 and 7 the tokens of even and odd steps: every load
+  // overwrites a register whose last reader was issued three products earlier.
+  int64_t s = 0;
+  for (; s + 2 <= steps; s += 2) {
+    _tile_loadd(6, x_tiles + s * x_step, kBytesPerTileRow);
+    _tile_loadd(3, w + 32 * s, w_bytes);
+    _tile_dpbf16ps(0, 3, 6);
+    _tile_loadd(4, w16 + 32 * s, w_bytes);
+    _tile_dpbf16ps(1, 4, 6);
+    _tile_loadd(5, w32 + 32 * s, w_bytes);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_loadd(7, x_tiles + (s + 1) * x_step, kBytesPerTileRow);
+    _tile_loadd(3, w + 32 * (s + 1), w_bytes);
+    _tile_dpbf16ps(0, 3, 7);
+    _tile_loadd(4, w16 + 32 * (s + 1), w_bytes);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_loadd(5, w32 + 32 * (s + 1), w_bytes);
+    _tile_dpbf16ps(2, 5, 7);
+  }
+  if (s < steps) {
+    _tile_loadd(6, x_tiles + s * x_step, kBytesPerTileRow);
+    _tile_loadd(3, w + 32 * s, w_bytes);
+    _tile_dpbf16ps(0, 3, 6);
+    _tile_loadd(4, w16 + 32 * s, w_bytes);
+    _tile_dpbf16ps(1, 4, 6);
+    _tile_loadd(5, w32 + 32 * s, w_bytes);
+    _tile_dpbf16ps(2, 5, 6);
+  }
+  if (store) {
+    _tile_stored(0, sums, kBytesPerTileRow);
+    _tile_stored(1, sums + 256, kBytesPerTileRow);
+    _tile_stored(2, sums + 512, kBytesPerTileRow);
+  }
+}
+
+void StoreTransposed(const float* sums, int n, int tokens, float* out, int64_t os) {
+  // Weight row c of token t sits at sums[16c + t] (tiles of 16 rows one after another).
+  const __m512i rows = _mm512_mullo_epi32(
+      _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), _mm512_set1_epi32(16));
+  for (int t = 0; t < tokens; ++t) {
+    for (int c0 = 0; c0 < n; c0 += 16) {
+      const __mmask16 m = static_cast<__mmask16>(n - c0 >= 16 ? 0xffffu : (1u << (n - c0)) - 1u);
+      _mm512_mask_storeu_ps(out + t * os + c0, m,
+                            _mm512_i32gather_ps(rows, sums + 16 * c0 + t, 4));
+    }
+  }
+}
+
 }  // namespace uniprefill::ops::cpu::amx

@@ -56,4 +56,33 @@ void PackPairsByRowsBf16(const float* const* rows, int n, int width, uint16_t* p
 void GemmPanel(const uint16_t* a, int64_t rows, int64_t in, const uint16_t* panel, int cols,
                float* out, int64_t os);
 
+// The few-rows layout (cpu_linear_bf16.h, batched decode): the weights are the first operand.
+// Weight rows per pass: three 16-row A tiles against one B tile of 16 tokens into three C
+// tiles; the B tile alternates between two registers. Why three, not four: a tile load waits
+// until every tdpbf16ps reading the register it overwrites has finished, and with four C tiles
+// one register had to take two A tiles a step, so each step's first load waited on the last
+// product of the step before (the tile rate halved on the Xeon of 2026-12-03).
+inline constexpr int kAmxWeightRowsBlock = 48;
+
+// Inputs per weight chunk: the few-rows path dequantises 48 rows x 256 inputs (24 KB of bf16,
+// inside L1) and runs its 8 tile steps before the next chunk, so the A tiles never come from L2
+// (reading them from a 64 x 640 block in L2 was a third slower on the Xeon of 2026-12-03).
+inline constexpr int64_t kAmxWeightChunk = 256;
+
+// sums f32 [3][16 x 16] (tile i: weight rows [16i, 16i + 16) x 16 tokens, row-major) +=
+// w bf16 [48, k] (row stride w_stride elements) @ the 16 tokens' pairs: the B tile of inputs
+// [32s, 32s + 32) at x_tiles + s * x_step (bf16 elements; a panel of PackPanelRowsBf16 holds
+// tokens 0..15 at offset 0 and 16..31 at offset 512, with x_step 1024); k % 32 == 0.
+// The sums are tiles 0..2 while the call runs: `start` says where they come from, `store`
+// whether they go back to `sums` after (else they stay in the tiles for the next call, which
+// nothing between the two may touch). Needs ConfigureTiles on this thread.
+enum class SumsStart { kZero, kInTiles, kFromMemory };
+void AccumulateWeightRows48(const uint16_t* w, int64_t w_stride, int64_t k,
+                            const uint16_t* x_tiles, int64_t x_step, float* sums,
+                            SumsStart start, bool store);
+
+// out[t * os + c] = sums (AccumulateWeightRows48's) of weight row c and token t, for c < n (<= 48)
+// and t < tokens (<= 16).
+void StoreTransposed(const float* sums, int n, int tokens, float* out, int64_t os);
+
 }  // namespace uniprefill::ops::cpu::amx

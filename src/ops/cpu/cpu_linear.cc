@@ -1,7 +1,8 @@
 // Linear on the CPU. Four variants, picked by the row count T and what the weight offers:
-// - T > kQuantBatchMaxRows with LinearWeight::bf16_prefill_gemm (--prefill-gemm bf16) at the
-//   amx-bf16 level: LinearBf16 (cpu_linear_bf16.h), AMX tiles on bf16 panels dequantised from
-//   the stored weights; without AMX such a weight takes the int16 rows below.
+// - T >= kBf16MinRows with LinearWeight::bf16_prefill_gemm (--prefill-gemm bf16) at the
+//   amx-bf16 level: LinearBf16 (cpu_linear_bf16.h), AMX tiles on bf16 dequantised from the
+//   stored weights (prefill chunks and batched decode steps alike); without AMX such a weight
+//   takes the int16 rows below.
 // - 2 <= T <= kQuantBatchMaxRows (a decode step of several requests, short chunks), or any
 //   T >= 2 without an f32 copy (--prefill-gemm int16 skips the copies), when int16 activations
 //   are allowed and CanRunLinearInt16Rows (a part has a multi-row int16 kernel at the context's
@@ -118,7 +119,7 @@ void Linear(DeviceContext& ctx, TensorView out, TensorView x, const LinearWeight
   const int64_t T = x.dim(0);
   assert(x.dim(1) == w.in_features && out.dim(1) == w.out_features && out.dim(0) == T);
   const bool has_f32 = w.f32.size() > 0;
-  if (T > kQuantBatchMaxRows && w.int16_decode_activations && w.bf16_prefill_gemm &&
+  if (T >= kBf16MinRows && w.int16_decode_activations && w.bf16_prefill_gemm &&
       CanRunLinearBf16(w, ctx.cpu_isa())) {
     LinearBf16(ctx, out, x, w);
     return;

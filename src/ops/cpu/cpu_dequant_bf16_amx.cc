@@ -1,0 +1,171 @@
+// cpu_dequant_bf16_amx.h, compiled with the AMX flags (AVX-512 BF16 for the conversion). Block
+// layouts as in ggml-common.h, the arithmetic as io/dequant.cc's scalar loops.
+#include "ops/cpu/cpu_dequant_bf16_amx.h"
+
+#include <cassert>
+
+#include "ops/cpu/cpu_avx512_common.h"
+
+namespace uniprefill::ops::cpu::amx {
+namespace {
+
+// dst[0, 32) = bf16 of the 32 int16 values q, each times the scale of its half (lo for the
+// first 16, hi for the rest).
+UP_INLINE_AVX512 void StoreMul(__m512i q, __m512 lo_scale, __m512 hi_scale, uint16_t* dst) {
+  const __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(_mm512_castsi512_si256(q)));
+  const __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(_mm512_extracti64x4_epi64(q, 1)));
+  const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_mul_ps(hi, hi_scale), _mm512_mul_ps(lo, lo_scale));
+  _mm512_storeu_si512(dst, reinterpret_cast<__m512i>(v));
+}
+
+// dst[0, 32) = bf16(q * scale - min) for 32 unsigned bytes q, as one fused multiply-subtract
+// (what the baseline compiler makes of io/dequant.cc's K-quant loops).
+UP_INLINE_AVX512 void StoreFmsub(__m256i q, __m512 scale, __m512 min, uint16_t* dst) {
+  const __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(q)));
+  const __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(q, 1)));
+  const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_fmsub_ps(hi, scale, min),
+                                         _mm512_fmsub_ps(lo, scale, min));
+  _mm512_storeu_si512(dst, reinterpret_cast<__m512i>(v));
+}
+
+UP_INLINE_AVX512 __m256i Load32(const uint8_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+
+// Q8_0: f16 d, i8 qs[32].
+void RowQ8_0(const uint8_t* b, int64_t blocks, uint16_t* y) {
+  for (int64_t i = 0; i < blocks; ++i, b += 34, y += 32) {
+    const __m512 d = _mm512_set1_ps(Half(b));
+    StoreMul(_mm512_cvtepi8_epi16(Load32(b + 2)), d, d, y);
+  }
+}
+
+// Q5_0: f16 d, u32 qh (bit j = fifth bit of element j), u8 qs[16]; q = that 5-bit value - 16.
+void RowQ5_0(const uint8_t* b, int64_t blocks, uint16_t* y) {
+  for (int64_t i = 0; i < blocks; ++i, b += 22, y += 32) {
+    uint32_t qh;
+    std::memcpy(&qh, b + 2, 4);
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 6));
+    const __m256i nib =
+        _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), _mm256_set1_epi8(0x0F));
+    const __m256i hb = _mm256_maskz_mov_epi8(qh, _mm256_set1_epi8(0x10));
+    const __m256i q = _mm256_sub_epi8(_mm256_or_si256(nib, hb), _mm256_set1_epi8(16));
+    const __m512 d = _mm512_set1_ps(Half(b));
+    StoreMul(_mm512_cvtepi8_epi16(q), d, d, y);
+  }
+}
+
+// Sub-block j's 6-bit scale and min of a Q4_K block (ggml's get_scale_min_k4).
+inline void ScaleMinK4(int j, const uint8_t* q, int* sc, int* m) {
+  if (j < 4) {
+    *sc = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+// Q4_K: f16 d, f16 dmin, u8 scales[12], u8 qs[128]; 4 x 64 values, low nibbles then high.
+void RowQ4_K(const uint8_t* b, int64_t blocks, uint16_t* y) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  for (int64_t i = 0; i < blocks; ++i, b += 144) {
+    const float d = Half(b), dmin = Half(b + 2);
+    const uint8_t* scales = b + 4;
+    const uint8_t* q = b + 16;
+    for (int c = 0; c < 4; ++c, q += 32, y += 64) {
+      int sc, m;
+      ScaleMinK4(2 * c, scales, &sc, &m);
+      const float d1 = d * static_cast<float>(sc), m1 = dmin * static_cast<float>(m);
+      ScaleMinK4(2 * c + 1, scales, &sc, &m);
+      const float d2 = d * static_cast<float>(sc), m2 = dmin * static_cast<float>(m);
+      const __m256i bytes = Load32(q);
+      StoreFmsub(_mm256_and_si256(bytes, low4), _mm512_set1_ps(d1), _mm512_set1_ps(m1), y);
+      StoreFmsub(_mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4), _mm512_set1_ps(d2),
+                 _mm512_set1_ps(m2), y + 32);
+    }
+  }
+}
+
+// Q6_K: u8 ql[128], u8 qh[64], i8 scales[16], f16 d; two halves of 128 values, each four runs
+// of 32 whose 16-value halves have their own scale.
+void RowQ6_K(const uint8_t* b, int64_t blocks, uint16_t* y) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F), two = _mm256_set1_epi8(3);
+  const __m256i bias = _mm256_set1_epi8(32);
+  for (int64_t i = 0; i < blocks; ++i, b += 210) {
+    const uint8_t* ql = b;
+    const uint8_t* qh = b + 128;
+    const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192);
+    const float d = Half(b + 208);
+    for (int n = 0; n < 2; ++n, ql += 64, qh += 32, sc += 8, y += 128) {
+      const __m256i l0 = Load32(ql), l1 = Load32(ql + 32), h = Load32(qh);
+      // The 2-bit high parts, shifted to bit 4 (bytes: no cross-byte bits after the masks).
+      const __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(h, two), 4);
+      const __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), two), 4);
+      const __m256i h2 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), two), 4);
+      const __m256i h3 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), two), 4);
+      const __m256i q[4] = {
+          _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(l0, low4), h0), bias),
+          _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(l1, low4), h1), bias),
+          _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4), h2),
+                          bias),
+          _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4), h3),
+                          bias)};
+      for (int r = 0; r < 4; ++r) {
+        const __m512 lo = _mm512_set1_ps(d * static_cast<float>(sc[2 * r]));
+        const __m512 hi = _mm512_set1_ps(d * static_cast<float>(sc[2 * r + 1]));
+        StoreMul(_mm512_cvtepi8_epi16(q[r]), lo, hi, y + 32 * r);
+      }
+    }
+  }
+}
+
+void RowF32(const uint8_t* p, int64_t n, uint16_t* y) {
+  const float* x = reinterpret_cast<const float*>(p);
+  for (int64_t k = 0; k < n; k += 32) {
+    const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + k + 16), _mm512_loadu_ps(x + k));
+    _mm512_storeu_si512(y + k, reinterpret_cast<__m512i>(v));
+  }
+}
+
+void RowF16(const uint8_t* p, int64_t n, uint16_t* y) {
+  for (int64_t k = 0; k < n; k += 32) {
+    const __m512 lo = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    const __m512 hi =
+        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32)));
+    _mm512_storeu_si512(y + k, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
+    p += 64;
+  }
+}
+
+}  // namespace
+
+bool HasDequantRowBf16(DType type) {
+  switch (type) {
+    case DType::kQ8_0:
+    case DType::kQ5_0:
+    case DType::kQ4_K:
+    case DType::kQ6_K:
+    case DType::kF32:
+    case DType::kF16:
+    case DType::kBF16:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void DequantRowBf16(DType type, const uint8_t* row, int64_t n, uint16_t* dst) {
+  switch (type) {
+    case DType::kQ8_0: RowQ8_0(row, n / 32, dst); return;
+    case DType::kQ5_0: RowQ5_0(row, n / 32, dst); return;
+    case DType::kQ4_K: RowQ4_K(row, n / 256, dst); return;
+    case DType::kQ6_K: RowQ6_K(row, n / 256, dst); return;
+    case DType::kF32: RowF32(row, n, dst); return;
+    case DType::kF16: RowF16(row, n, dst); return;
+    case DType::kBF16: std::memcpy(dst, row, static_cast<size_t>(n) * 2); return;
+    default: assert(false && "no vector decoder for this type");
+  }
+}
+
+}  // namespace uniprefill::ops::cpu::amx
