@@ -31,18 +31,20 @@ constexpr Feature kFeatures[] = {
     {"avx512bf16", &CpuFeatures::avx512bf16, CpuIsa::kAvx512Bf16},
     {"amx_tile", &CpuFeatures::amx_tile, CpuIsa::kAmxBf16},
     {"amx_bf16", &CpuFeatures::amx_bf16, CpuIsa::kAmxBf16},
+    {"amx_int8", &CpuFeatures::amx_int8, CpuIsa::kAmxBf16},  // Q8_0 decode steps (every AMX CPU)
 };
 
-// AMX needs three things: the CPU's CPUID bits (leaf 7: EDX bit 24 AMX-TILE, bit 22 AMX-BF16),
-// the OS saving the tile state (XCR0 bits 17 and 18), and on Linux the process's permission to
-// use the 8 KB tile data state, which a process must ask for before its first tile instruction
-// (ARCH_REQ_XCOMP_PERM; it then holds for every thread of the process). Without any of them the
-// first tile instruction would fault, so all three decide.
-bool AmxUsable(bool* bf16) {
+// AMX needs three things: the CPU's CPUID bits (leaf 7: EDX bit 24 AMX-TILE, bit 22 AMX-BF16,
+// bit 25 AMX-INT8), the OS saving the tile state (XCR0 bits 17 and 18), and on Linux the
+// process's permission to use the 8 KB tile data state, which a process must ask for before its
+// first tile instruction (ARCH_REQ_XCOMP_PERM; it then holds for every thread of the process).
+// Without any of them the first tile instruction would fault, so all three decide.
+bool AmxUsable(bool* bf16, bool* int8) {
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
   if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
   const bool tile = (edx >> 24) & 1u;
   *bf16 = (edx >> 22) & 1u;
+  *int8 = (edx >> 25) & 1u;
   if (!tile) return false;
   if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || !((ecx >> 27) & 1u)) return false;  // OSXSAVE
   uint32_t xcr0_lo = 0, xcr0_hi = 0;
@@ -68,9 +70,10 @@ CpuFeatures ReadCpuid() {
   f.avx512dq = __builtin_cpu_supports("avx512dq");
   f.avx512vnni = __builtin_cpu_supports("avx512vnni");
   f.avx512bf16 = __builtin_cpu_supports("avx512bf16");
-  bool amx_bf16 = false;
-  f.amx_tile = AmxUsable(&amx_bf16);
+  bool amx_bf16 = false, amx_int8 = false;
+  f.amx_tile = AmxUsable(&amx_bf16, &amx_int8);
   f.amx_bf16 = f.amx_tile && amx_bf16;
+  f.amx_int8 = f.amx_tile && amx_int8;
   return f;
 }
 

@@ -31,9 +31,9 @@ struct CpuFeatures {
   bool avx2 = false, fma = false, f16c = false;
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
   bool avx512vnni = false, avx512bf16 = false;
-  // AMX: CPUID's AMX-TILE and AMX-BF16, XCR0's tile state, and Linux's per-process permission
-  // (arch_prctl ARCH_REQ_XCOMP_PERM), asked for once by DetectCpuFeatures.
-  bool amx_tile = false, amx_bf16 = false;
+  // AMX: CPUID's AMX-TILE, AMX-BF16 and AMX-INT8, XCR0's tile state, and Linux's per-process
+  // permission (arch_prctl ARCH_REQ_XCOMP_PERM), asked for once by DetectCpuFeatures.
+  bool amx_tile = false, amx_bf16 = false, amx_int8 = false;
 };
 
 // This CPU's features, read once (a function-local static: CPUID does not change while running).

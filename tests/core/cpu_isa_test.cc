@@ -25,7 +25,7 @@ CpuFeatures Avx512NoVnni() {
 CpuFeatures Everything() {
   CpuFeatures f = Avx512NoVnni();
   f.avx512vnni = f.avx512bf16 = true;
-  f.amx_tile = f.amx_bf16 = true;
+  f.amx_tile = f.amx_bf16 = f.amx_int8 = true;
   return f;
 }
 
@@ -56,7 +56,7 @@ TEST(CpuIsa, AutoPicksTheHighestLevelWhoseFeaturesAreAllPresent) {
   EXPECT_EQ(BestCpuIsa(Everything()), CpuIsa::kAmxBf16);
   // AMX without the OS's permission (or tile state) reads as no AMX: the BF16 level.
   CpuFeatures no_amx = Everything();
-  no_amx.amx_tile = no_amx.amx_bf16 = false;
+  no_amx.amx_tile = no_amx.amx_bf16 = no_amx.amx_int8 = false;
   EXPECT_EQ(BestCpuIsa(no_amx), CpuIsa::kAvx512Bf16);
   // BF16 without VNNI: the levels are cumulative, so the BF16 level is not reachable.
   CpuFeatures bf16_no_vnni = Avx512NoVnni();
@@ -100,7 +100,7 @@ TEST(CpuIsa, MissingFeaturesOfASupportedLevelIsEmpty) {
   EXPECT_EQ(MissingCpuFeatures(CpuIsa::kAvx2, Avx2Only()), "");
   EXPECT_EQ(MissingCpuFeatures(CpuIsa::kAvx512Vnni, Avx512NoVnni()), "avx512vnni");
   EXPECT_EQ(MissingCpuFeatures(CpuIsa::kAmxBf16, Avx512NoVnni()),
-            "avx512vnni avx512bf16 amx_tile amx_bf16");
+            "avx512vnni avx512bf16 amx_tile amx_bf16 amx_int8");
   EXPECT_EQ(DescribeCpuFeatures(Avx2Only()), "avx2 fma f16c");
 }
 

@@ -5,6 +5,7 @@
 // Linear on the int16 rows (judged against the f32 reference).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -186,6 +187,66 @@ TEST_P(Bf16GemmLevelTest, LinearWithBf16MatchesTheReferenceOnTheRoundedOperands)
     for (int64_t r = 0; r < t; ++r) {
       ASSERT_EQ(out[r * os + w.out_features], 0.0f) << "row " << r;
       ASSERT_EQ(out[r * os + w.out_features + 1], 0.0f) << "row " << r;
+    }
+  }
+}
+
+// The int8 tiles of a single Q8_0 weight (cpu_gemm_q8_0_amx.h), 2 to 16 rows, a last group of 5
+// weight rows (37 = 2 x 16 + 5), strided rows. At amx-bf16: against the double-precision sum of
+// the int8 products per block, each times its two scales, with the activations quantised as
+// the kernel's contract says (per token and 32 inputs, scale max|x| / 127, round to nearest
+// even; an all-zero block stays zero), and loosely against the f32 reference (the int8
+// activations' rounding); below it, the int16 rows against the f32 reference.
+TEST_P(Bf16GemmLevelTest, Q8_0FewRowsOnInt8TilesMatchTheBlockSums) {
+  std::unique_ptr<DeviceContext> ctx = DeviceContext::Cpu(2, isa());
+  std::mt19937 rng(2242);
+  const int64_t in = 640;
+  for (int64_t cols : {37, 256}) {
+    std::vector<uint8_t> bytes = RandomWeights(rng, DType::kQ8_0, cols, in);
+    LinearWeight w;
+    w.in_features = in;
+    w.out_features = cols;
+    w.bf16_prefill_gemm = true;
+    w.parts.push_back(TensorView::Contiguous(bytes.data(), DType::kQ8_0, {cols, in}));
+    for (int64_t t : {2, 3, 16}) {
+      const int64_t xs = in + 5, os = cols + 2;
+      std::vector<float> x = RandomFloats(rng, t * xs);
+      for (int64_t i = 0; i < 32; ++i) x[xs + 64 + i] = 0.0f;  // one all-zero block
+      std::vector<float> out(t * os, 0.0f), ref(t * os, 0.0f), exact(t * os, 0.0f);
+      Linear(*ctx, Strided(out, t, cols, os), Strided(x, t, in, xs), w);
+      reference::Linear(Strided(ref, t, cols, os), Strided(x, t, in, xs), w);
+      if (!amx()) {
+        EXPECT_LT(MaxErrorOverRms(out, ref), 2e-4) << "cols " << cols << " T " << t;
+        continue;
+      }
+      for (int64_t r = 0; r < t; ++r) {
+        for (int64_t o = 0; o < cols; ++o) {
+          const uint8_t* row = bytes.data() + DTypeBytes(DType::kQ8_0, o * in);
+          double sum = 0;
+          for (int64_t b = 0; b < in / 32; ++b) {
+            const float* xb = &x[r * xs + 32 * b];
+            float amax = 0.0f;
+            for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(xb[i]));
+            if (amax == 0.0f) continue;
+            const float inv = 127.0f / amax;
+            uint16_t h;
+            std::memcpy(&h, row + 34 * b, 2);
+            const int8_t* q = reinterpret_cast<const int8_t*>(row + 34 * b + 2);
+            int64_t dot = 0;
+            for (int i = 0; i < 32; ++i) {
+              dot += int64_t(q[i]) * static_cast<int64_t>(std::nearbyint(xb[i] * inv));
+            }
+            sum += double(HalfToFloat(h)) * double(amax / 127.0f) * double(dot);
+          }
+          exact[r * os + o] = static_cast<float>(sum);
+        }
+      }
+      EXPECT_LT(MaxErrorOverRms(out, exact), 1e-5) << "cols " << cols << " T " << t;
+      EXPECT_LT(MaxErrorOverRms(out, ref), 3e-2) << "cols " << cols << " T " << t;
+      for (int64_t r = 0; r < t; ++r) {  // the stride padding is not written
+        ASSERT_EQ(out[r * os + cols], 0.0f) << "row " << r;
+        ASSERT_EQ(out[r * os + cols + 1], 0.0f) << "row " << r;
+      }
     }
   }
 }

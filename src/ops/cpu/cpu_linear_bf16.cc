@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cassert>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include <xmmintrin.h>
@@ -12,6 +13,7 @@
 #include "io/dequant.h"
 #include "ops/cpu/cpu_dequant_bf16_amx.h"
 #include "ops/cpu/cpu_gemm_bf16_amx.h"
+#include "ops/cpu/cpu_gemm_q8_0_amx.h"
 
 namespace uniprefill::ops::cpu {
 namespace {
@@ -150,6 +152,46 @@ void LinearBf16FewRows(DeviceContext& ctx, TensorView out, TensorView x, const L
   });
 }
 
+// Whether the few-rows product runs on int8 tiles straight from the stored Q8_0 blocks
+// (cpu_gemm_q8_0_amx.h): one Q8_0 part, 16 rows or fewer (one B tile of tokens).
+bool UseQ8Tiles(const LinearWeight& w, int64_t T) {
+  return T <= amx::kQ8TileRows && w.parts.size() == 1 && w.parts[0].dtype == DType::kQ8_0;
+}
+
+// LinearBf16FewRows for UseQ8Tiles: 16 weight rows a tile product, the tokens quantised once.
+void LinearQ8FewRows(DeviceContext& ctx, TensorView out, TensorView x, const LinearWeight& w) {
+  const int64_t T = x.dim(0), in = w.in_features, cols = w.out_features;
+  const TensorView& part = w.parts[0];
+  const uint8_t* base = static_cast<const uint8_t*>(part.data);
+  const int64_t row_bytes = DTypeBytes(DType::kQ8_0, part.stride[0]);
+  std::vector<int8_t> tiles(amx::Q8TokenTileBytes(in));
+  std::vector<float> scales(amx::Q8TokenScales(in));
+  amx::QuantizeTokensQ8(x.as<float>(), x.stride[0], static_cast<int>(T), in, tiles.data(),
+                        scales.data());
+  constexpr int64_t kRows = amx::kQ8TileRows;
+  const int64_t groups = (cols + kRows - 1) / kRows;
+  ctx.pool().ParallelFor(groups, 1, [&](int64_t begin, int64_t end, int) {
+    alignas(64) float sums[kRows * 16];  // f32 [16 weight rows][16 tokens]
+    std::vector<uint8_t> tail;           // a last group of fewer than 16 rows, zero-padded
+    amx::ConfigureTilesQ8();
+    for (int64_t g = begin; g < end; ++g) {
+      const int64_t c0 = g * kRows;
+      const int n = static_cast<int>(std::min(kRows, cols - c0));
+      const uint8_t* rows = base + c0 * row_bytes;
+      if (n < kRows) {
+        tail.assign(kRows * row_bytes, 0);
+        std::memcpy(tail.data(), rows, n * row_bytes);
+        rows = tail.data();
+      }
+      const int64_t ahead = g + 1 < end ? std::min(kRows, cols - c0 - kRows) * row_bytes : 0;
+      amx::Q8RowsTimesTokens(rows, row_bytes, in, tiles.data(), scales.data(),
+                             ahead > 0 ? base + (c0 + kRows) * row_bytes : nullptr, ahead, sums);
+      amx::StoreTransposed(sums, n, static_cast<int>(T), out.as<float>() + c0, out.stride[0]);
+    }
+    amx::ReleaseTiles();
+  });
+}
+
 }  // namespace
 
 bool CanRunLinearBf16(const LinearWeight& w, CpuIsa isa) {
@@ -161,7 +203,11 @@ bool CanRunLinearBf16(const LinearWeight& w, CpuIsa isa) {
 void LinearBf16(DeviceContext& ctx, TensorView out, TensorView x, const LinearWeight& w) {
   assert(CanRunLinearBf16(w, ctx.cpu_isa()));
   if (x.dim(0) <= kBf16FewRowsMax) {
-    LinearBf16FewRows(ctx, out, x, w);
+    if (UseQ8Tiles(w, x.dim(0))) {
+      LinearQ8FewRows(ctx, out, x, w);
+    } else {
+      LinearBf16FewRows(ctx, out, x, w);
+    }
     return;
   }
   const int64_t T = x.dim(0), in = w.in_features, cols = w.out_features;
