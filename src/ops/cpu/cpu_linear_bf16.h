@@ -7,9 +7,10 @@
 //   become the tiles' first operand as they are dequantised (AVX-512 decoders,
 //   cpu_dequant_bf16_amx.h) and the few activation rows the second, so a step costs one stream
 //   of the weights plus their conversion, not 16 vpdpwssd per weight block as the int16 lanes
-//   kernels do.
+//   kernels do. A single Q8_0 part with up to 16 rows skips the conversion: int8 tiles read its
+//   blocks in place (cpu_gemm_q8_0_amx.h), the tokens quantised to int8 per 32 inputs.
 // Accuracy: activations and weights each rounded to bf16 (8 significant bits: 2^-9 relative),
-// sums in f32; on the golden prompt 2 the first-token logits stay within the bounds
+// or for the Q8_0 int8 tiles activations rounded to int8 per 32 inputs; sums in f32; on the golden prompt 2 the first-token logits stay within the bounds
 // tests/model/gemma3_golden_test.cc gives this mode.
 // Non-goals: one row (a lone decode streams the weights through the int16 matvec, which needs no
 // conversion); CPUs without AMX (Linear runs the int16 rows there); inputs not a multiple of 32.
