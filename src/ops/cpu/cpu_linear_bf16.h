@@ -10,8 +10,9 @@
 //   kernels do. A single Q8_0 part with up to 16 rows skips the conversion: int8 tiles read its
 //   blocks in place (cpu_gemm_q8_0_amx.h), the tokens quantised to int8 per 32 inputs.
 // Accuracy: activations and weights each rounded to bf16 (8 significant bits: 2^-9 relative),
-// or for the Q8_0 int8 tiles activations rounded to int8 per 32 inputs; sums in f32; on the golden prompt 2 the first-token logits stay within the bounds
-// tests/model/gemma3_golden_test.cc gives this mode.
+// or for the Q8_0 int8 tiles activations rounded to int8 per 32 inputs; sums in f32; on the
+// golden prompt 2 the first-token logits stay within the bounds tests/model/gemma3_golden_test.cc
+// gives this mode.
 // Non-goals: one row (a lone decode streams the weights through the int16 matvec, which needs no
 // conversion); CPUs without AMX (Linear runs the int16 rows there); inputs not a multiple of 32.
 #pragma once
