@@ -46,7 +46,8 @@ std::string DescribeCpuKernelPaths(CpuIsa isa) {
   out += isa >= CpuIsa::kAmxBf16
              ? "    with --prefill-gemm bf16: AMX bf16 tiles (amx-bf16) on 32-column panels\n"
                "    dequantised from the stored weights, no copies; prefill attention on\n"
-               "    bf16 tiles too\n"
+               "    bf16 tiles too; batched steps of 2..64 rows on AMX as well (a Q8_0\n"
+               "    weight's 2..16 rows on int8 tiles read in place, the rest bf16 tiles)\n"
              : "    with --prefill-gemm bf16: the int16 rows (AMX needs the amx-bf16 level)\n";
   out += isa >= CpuIsa::kAvx512 ? "  attention tiles: avx512 (scores of <= 4 rows: avx2)\n"
                                 : "  attention tiles: avx2\n";
