@@ -192,17 +192,30 @@ int Scheduler::RowsLeft(const StepPlan& plan) const {
   return MaxChunkRows() - plan.num_tokens();
 }
 
-int Scheduler::PrefillRowsLeft(const RequestInfo& r) const {
-  if (r.segment < 0) return r.prefill_target - r.prefilled;
-  // Segment-wise: this segment's rows left, and at most as many rows in every later segment.
-  return r.segment_rows - r.segment_done + (kv_.n_segments() - 1 - r.segment) * r.segment_rows;
+double Scheduler::PrefillWorkLeft(const RequestInfo& r) const {
+  if (r.segment < 0) return (r.prefill_target - r.prefilled) * Price(-1).linear_share;
+  double work = (r.segment_rows - r.segment_done) * Price(r.segment).linear_share;
+  for (int s = r.segment + 1; s < kv_.n_segments(); ++s) {
+    work += static_cast<double>(r.segment_rows) * Price(s).linear_share;
+  }
+  return work;
+}
+
+double Scheduler::WaitingPrefillWork(const RequestInfo& r) const {
+  const int n = PrefillTokens(r);
+  if (!(config_.chunked_prefill && config_.segment_chunks && r.uniprefill)) {
+    return n * Price(-1).linear_share;
+  }
+  double work = 0;
+  for (int s = 0; s < kv_.n_segments(); ++s) work += n * Price(s).linear_share;
+  return work;
 }
 
 void Scheduler::ContinueChunkedPrefills(StepPlan& plan) {
   // First come, first served (vLLM's order: the first prompt to arrive gets its first token
   // first, as without chunks), but a job that will finish sooner than the oldest prefill does
-  // not wait behind it: the oldest, every later prefill with fewer rows left than it, and the
-  // waiting head when its prompt is shorter than that (admitted after these) split what the
+  // not wait behind it: the oldest, every later prefill with less work left than it, and the
+  // waiting head when its prefill is less work than that (admitted after these) split what the
   // decodes left in fair shares, so a short prompt arriving beside a long one is prefilled within
   // a few steps instead of after all of it. The other prefills wait their turn; what the shares
   // leave unused tops up these chunks after admission (in plan order).
@@ -211,14 +224,14 @@ void Scheduler::ContinueChunkedPrefills(StepPlan& plan) {
     if (requests_.at(id).prefill_in_progress()) continuing.push_back(id);
   }
   if (continuing.empty()) return;
-  const int oldest_left = PrefillRowsLeft(requests_.at(continuing.front()));
+  const double oldest_left = PrefillWorkLeft(requests_.at(continuing.front()));
   std::vector<RequestId> sharing = {continuing.front()}, later;
   for (size_t i = 1; i < continuing.size(); ++i) {
-    const bool sooner = PrefillRowsLeft(requests_.at(continuing[i])) < oldest_left;
+    const bool sooner = PrefillWorkLeft(requests_.at(continuing[i])) < oldest_left;
     (sooner ? sharing : later).push_back(continuing[i]);
   }
   const bool head_shares = !waiting_.empty() && plan.preempted.empty() &&
-                           PrefillTokens(requests_.at(waiting_.front())) < oldest_left;
+                           WaitingPrefillWork(requests_.at(waiting_.front())) < oldest_left;
   int parties = static_cast<int>(sharing.size()) + (head_shares ? 1 : 0);
   auto schedule = [&](RequestId id, int budget) {
     const ScheduledRequest s = NextChunk(requests_.at(id), budget, RowsLeft(plan));

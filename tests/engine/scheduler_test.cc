@@ -408,6 +408,39 @@ TEST(SchedulerTest, SegmentsLastChunkHoldsTheSelectionsQueries) {
   });
 }
 
+// A segment-wise prefill's work left counts each segment's rows at its share of the model (1
+// each when unpriced), and so does a waiting prompt's: an equal UniPrefill prompt waits for the
+// oldest instead of splitting the budget with it (both would get their first token late), and
+// is admitted with what the oldest's last chunk leaves.
+TEST(SchedulerTest, EqualSegmentWisePromptsWaitTheirTurn) {
+  Scheduler s = Make(/*budget=*/20, 2, 100, 16, 8, /*segment_chunks=*/true);
+  SubmitAll(s, {{40, 1, true, 8}, {40, 1, true, 8}});
+  RunSteps(s, {
+      {Plan({SC(0, 20, 0, 0, 40)})},
+      {Plan({SC(0, 20, 20, 0, 40)}), {Kept(0, 16)}},  // 60 left, B's 80: B waits
+      {Plan({SC(0, 16, 0, 1, 16, true), SC(1, 4, 0, 0, 40)}),
+       {{0, {40, 16}, false}},
+       {Length(0, 1)}},
+      {Plan({SC(1, 20, 4, 0, 40)})},
+      {Plan({SC(1, 16, 24, 0, 40)}), {Kept(1, 10)}},
+      {Plan({SC(1, 10, 0, 1, 10, true)}), {{1, {40, 10}, false}}, {Length(1, 1)}},
+  });
+  EXPECT_EQ(s.kv().Usage().used_blocks, 0);
+
+  // Priced segments (a quarter and three quarters of the model): A's work left after its first
+  // chunk is below its prompt, B's equal prompt is not less: B still waits.
+  KvCacheSpec spec = Spec(std::vector<KvSegmentSpec>(2, KvSegmentSpec{1, 0, 0}));
+  SchedulerConfig config{/*max_batched_tokens=*/40, /*chunked_prefill=*/true,
+                         /*segment_chunks=*/true, 0};
+  config.segment_costs = {SegmentCost{0.25, 0.0}, SegmentCost{0.75, 0.0}};
+  Scheduler priced(config, KvBlockManager(spec, KvPoolSize{1000, 4, 8}));
+  SubmitAll(priced, {{300, 1, true, 8}, {300, 1, true, 8}});
+  RunSteps(priced, {
+      {Plan({SC(0, 40, 0, 0, 300)})},  // the cap: 40 rows (the largest budget) for 10
+      {Plan({SC(0, 40, 40, 0, 300)})},
+  });
+}
+
 // Preempted in segment 1, a request frees its blocks (its boundary rows go with its cache) and
 // starts over from segment 0's first token when re-admitted.
 TEST(SchedulerTest, PreemptedMidSegmentStartsItsPrefillOver) {
