@@ -5,6 +5,7 @@
 #include <cassert>
 
 #include "ops/cpu/cpu_avx512_common.h"
+#include "ops/cpu/cpu_quant_blocks_avx512.h"
 
 namespace uniprefill::ops::cpu::amx {
 namespace {
@@ -36,33 +37,15 @@ UP_INLINE_AVX512 __m256i Load32(const uint8_t* p) {
 void RowQ8_0(const uint8_t* b, int64_t blocks, uint16_t* y) {
   for (int64_t i = 0; i < blocks; ++i, b += 34, y += 32) {
     const __m512 d = _mm512_set1_ps(Half(b));
-    StoreMul(_mm512_cvtepi8_epi16(Load32(b + 2)), d, d, y);
+    StoreMul(_mm512_cvtepi8_epi16(BytesQ8_0(b)), d, d, y);
   }
 }
 
-// Q5_0: f16 d, u32 qh (bit j = fifth bit of element j), u8 qs[16]; q = that 5-bit value - 16.
+// Q5_0: f16 d, u32 qh (bit j = fifth bit of element j), u8 qs[16].
 void RowQ5_0(const uint8_t* b, int64_t blocks, uint16_t* y) {
   for (int64_t i = 0; i < blocks; ++i, b += 22, y += 32) {
-    uint32_t qh;
-    std::memcpy(&qh, b + 2, 4);
-    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 6));
-    const __m256i nib =
-        _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), _mm256_set1_epi8(0x0F));
-    const __m256i hb = _mm256_maskz_mov_epi8(qh, _mm256_set1_epi8(0x10));
-    const __m256i q = _mm256_sub_epi8(_mm256_or_si256(nib, hb), _mm256_set1_epi8(16));
     const __m512 d = _mm512_set1_ps(Half(b));
-    StoreMul(_mm512_cvtepi8_epi16(q), d, d, y);
-  }
-}
-
-// Sub-block j's 6-bit scale and min of a Q4_K block (ggml's get_scale_min_k4).
-inline void ScaleMinK4(int j, const uint8_t* q, int* sc, int* m) {
-  if (j < 4) {
-    *sc = q[j] & 63;
-    *m = q[j + 4] & 63;
-  } else {
-    *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    StoreMul(_mm512_cvtepi8_epi16(BytesQ5_0(b)), d, d, y);
   }
 }
 

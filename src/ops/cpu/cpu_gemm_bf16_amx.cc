@@ -3,19 +3,11 @@
 // flags can be picked by the linker for a caller on a CPU without them.
 #include "ops/cpu/cpu_gemm_bf16_amx.h"
 
+#include "ops/cpu/cpu_amx_tile_config.h"
 #include "ops/cpu/cpu_avx512_common.h"
 
 namespace uniprefill::ops::cpu::amx {
 namespace {
-
-// The 64-byte operand of ldtilecfg (palette 1).
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
 
 // Tile registers: C (f32 sums) 0..3, A (activation rows) 4..5, B (weight pairs) 6..7.
 constexpr int kBytesPerTileRow = 64;
@@ -40,9 +32,7 @@ void ConfigureTiles() {
     cfg.rows[i] = 16;
     cfg.colsb[i] = kBytesPerTileRow;
   }
-  // Not _tile_loadconfig: GCC 12's version names only 8 bytes of the 64 as its asm operand, so
-  // the stores of rows and colsb above were dropped as dead and the tiles stayed unconfigured.
-  __asm__ volatile("ldtilecfg %0" : : "m"(cfg));
+  LoadTileConfig(cfg);
 }
 
 void ReleaseTiles() { _tile_release(); }
@@ -144,6 +134,20 @@ void GemmPanel(const uint16_t* a, int64_t rows, int64_t in, const uint16_t* pane
   }
 }
 
+// One 32-input step of AccumulateWeightRows48: the 16 tokens' pairs into tile B, then each 16
+// weight rows into 3, 4, 5 and their product into C tile 0, 1, 2 as soon as they are in. A macro
+// because GCC's tile intrinsics paste their register numbers into the asm: literals only.
+#define UP_WEIGHT_ROWS48_STEP(B, step)                            \
+  do {                                                            \
+    _tile_loadd(B, x_tiles + (step) * x_step, kBytesPerTileRow);  \
+    _tile_loadd(3, w + 32 * (step), w_bytes);                     \
+    _tile_dpbf16ps(0, 3, B);                                      \
+    _tile_loadd(4, w16 + 32 * (step), w_bytes);                   \
+    _tile_dpbf16ps(1, 4, B);                                      \
+    _tile_loadd(5, w32 + 32 * (step), w_bytes);                   \
+    _tile_dpbf16ps(2, 5, B);                                      \
+  } while (0)
+
 void AccumulateWeightRows48(const uint16_t* w, int64_t w_stride, int64_t k,
                             const uint16_t* x_tiles, int64_t x_step, float* sums,
                             SumsStart start, bool store) {
@@ -164,30 +168,10 @@ void AccumulateWeightRows48(const uint16_t* w, int64_t w_stride, int64_t k,
   // overwrites a register whose last reader was issued three products earlier.
   int64_t s = 0;
   for (; s + 2 <= steps; s += 2) {
-    _tile_loadd(6, x_tiles + s * x_step, kBytesPerTileRow);
-    _tile_loadd(3, w + 32 * s, w_bytes);
-    _tile_dpbf16ps(0, 3, 6);
-    _tile_loadd(4, w16 + 32 * s, w_bytes);
-    _tile_dpbf16ps(1, 4, 6);
-    _tile_loadd(5, w32 + 32 * s, w_bytes);
-    _tile_dpbf16ps(2, 5, 6);
-    _tile_loadd(7, x_tiles + (s + 1) * x_step, kBytesPerTileRow);
-    _tile_loadd(3, w + 32 * (s + 1), w_bytes);
-    _tile_dpbf16ps(0, 3, 7);
-    _tile_loadd(4, w16 + 32 * (s + 1), w_bytes);
-    _tile_dpbf16ps(1, 4, 7);
-    _tile_loadd(5, w32 + 32 * (s + 1), w_bytes);
-    _tile_dpbf16ps(2, 5, 7);
+    UP_WEIGHT_ROWS48_STEP(6, s);
+    UP_WEIGHT_ROWS48_STEP(7, s + 1);
   }
-  if (s < steps) {
-    _tile_loadd(6, x_tiles + s * x_step, kBytesPerTileRow);
-    _tile_loadd(3, w + 32 * s, w_bytes);
-    _tile_dpbf16ps(0, 3, 6);
-    _tile_loadd(4, w16 + 32 * s, w_bytes);
-    _tile_dpbf16ps(1, 4, 6);
-    _tile_loadd(5, w32 + 32 * s, w_bytes);
-    _tile_dpbf16ps(2, 5, 6);
-  }
+  if (s < steps) UP_WEIGHT_ROWS48_STEP(6, s);
   if (store) {
     _tile_stored(0, sums, kBytesPerTileRow);
     _tile_stored(1, sums + 256, kBytesPerTileRow);
@@ -207,5 +191,7 @@ void StoreTransposed(const float* sums, int n, int tokens, float* out, int64_t o
     }
   }
 }
+
+#undef UP_WEIGHT_ROWS48_STEP
 
 }  // namespace uniprefill::ops::cpu::amx

@@ -3,21 +3,13 @@
 
 #include <algorithm>
 
+#include "ops/cpu/cpu_amx_tile_config.h"
 #include "ops/cpu/cpu_avx512_common.h"
 
 namespace uniprefill::ops::cpu::amx {
 namespace {
 
 constexpr int64_t kQ8BlockBytes = 34;  // f16 d, int8 qs[32]
-
-// The 64-byte operand of ldtilecfg (palette 1).
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
 
 // One block's product into C tile 0 (A 3, B 6) or 1 (A 4, B 7), zeroed first, and out to
 // `c_out` (int32 [16 x 16]). GCC's tile intrinsics paste their register numbers into the asm,
@@ -62,8 +54,7 @@ void ConfigureTilesQ8() {
     cfg.rows[i] = 8;
     cfg.colsb[i] = 64;
   }
-  // Our own ldtilecfg: see ConfigureTiles (cpu_gemm_bf16_amx.cc) for GCC 12's _tile_loadconfig.
-  __asm__ volatile("ldtilecfg %0" : : "m"(cfg));
+  LoadTileConfig(cfg);
 }
 
 void QuantizeTokensQ8(const float* x, int64_t xs, int tokens, int64_t in, int8_t* tiles,

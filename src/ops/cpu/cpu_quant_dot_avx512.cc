@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "ops/cpu/cpu_avx512_common.h"
+#include "ops/cpu/cpu_quant_blocks_avx512.h"
 #include "ops/cpu/cpu_quant_dot_isa.h"
 
 namespace uniprefill::ops::cpu {
@@ -163,17 +164,6 @@ struct KernelQ5_0 {
     rows.Store(out, os);
   }
 };
-
-// 6-bit scale and min j (0..7) of a Q4_K super-block (ggml's get_scale_min_k4).
-UP_INLINE_AVX512 void ScaleMinK4(int j, const uint8_t* q, int* sc, int* m) {
-  if (j < 4) {
-    *sc = q[j] & 63;
-    *m = q[j + 4] & 63;
-  } else {
-    *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
-}
 
 // One 32-weight K-quant sub-block of unsigned values (lo = elements 0..15, hi = 16..31) -> rows,
 // with w = q * dsc - dm.

@@ -18,6 +18,7 @@
 #include <cstring>
 
 #include "ops/cpu/cpu_avx512_common.h"
+#include "ops/cpu/cpu_quant_blocks_avx512.h"
 #include "ops/cpu/cpu_quant_dot_isa.h"
 
 namespace uniprefill::ops::cpu {
@@ -41,18 +42,12 @@ UP_INLINE_AVX512 __m512i Dot32(__m256i q, const int16_t* xq) {
 
 // Q8_0 block: f16 d, int8 q[32].
 UP_INLINE_AVX512 __m512i BlockQ8_0(const uint8_t* b, const int16_t* xq) {
-  return Dot32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2)), xq);
+  return Dot32(BytesQ8_0(b), xq);
 }
 
 // Q5_0 block: f16 d, u32 qh, qs[16]; q = (nibble | bit j of qh << 4) - 16.
 UP_INLINE_AVX512 __m512i BlockQ5_0(const uint8_t* b, const int16_t* xq) {
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
-  uint32_t qh;
-  std::memcpy(&qh, b + 2, 4);
-  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 6));
-  const __m256i nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), m4);
-  const __m256i hb = _mm256_maskz_mov_epi8(qh, _mm256_set1_epi8(0x10));
-  return Dot32(_mm256_sub_epi8(_mm256_or_si256(nib, hb), _mm256_set1_epi8(16)), xq);
+  return Dot32(BytesQ5_0(b), xq);
 }
 
 // Two blocks per iteration into two accumulators so the FMA latency overlaps.
@@ -89,17 +84,6 @@ float DotQ4_1(const void* w, const int16_t* xq, int64_t n) {
     acc_m = _mm512_fmadd_ps(_mm512_set1_ps(Half(b + 2)), _mm512_cvtepi32_ps(sx), acc_m);
   }
   return _mm512_reduce_add_ps(_mm512_add_ps(acc_d, acc_m));
-}
-
-// 6-bit scale and min j (0..7) of a Q4_K super-block (ggml's get_scale_min_k4).
-UP_INLINE_AVX512 void ScaleMinK4(int j, const uint8_t* q, int* sc, int* m) {
-  if (j < 4) {
-    *sc = q[j] & 63;
-    *m = q[j + 4] & 63;
-  } else {
-    *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
 }
 
 // Q4_K super-block: f16 d, f16 dmin, scales[12], qs[128] (32 bytes hold sub-block 2j in their

@@ -52,20 +52,9 @@ void RowsBlocks32(const void* w, const I16Rows& x, int64_t n, float* out, int64_
   for (int r = 0; r < NX; ++r) out[r * os] = _mm512_reduce_add_ps(total[r]);
 }
 
-UP_INLINE_AVX512 __m512i DecodeQ8_0(const uint8_t* b) {
-  return _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2)));
-}
+UP_INLINE_AVX512 __m512i DecodeQ8_0(const uint8_t* b) { return _mm512_cvtepi8_epi16(BytesQ8_0(b)); }
 
-// Q5_0: q = (nibble | bit j of qh << 4) - 16.
-UP_INLINE_AVX512 __m512i DecodeQ5_0(const uint8_t* b) {
-  uint32_t qh;
-  std::memcpy(&qh, b + 2, 4);
-  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 6));
-  const __m256i nib =
-      _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), _mm256_set1_epi8(0x0F));
-  const __m256i hb = _mm256_maskz_mov_epi8(qh, _mm256_set1_epi8(0x10));
-  return _mm512_cvtepi8_epi16(_mm256_sub_epi8(_mm256_or_si256(nib, hb), _mm256_set1_epi8(16)));
-}
+UP_INLINE_AVX512 __m512i DecodeQ5_0(const uint8_t* b) { return _mm512_cvtepi8_epi16(BytesQ5_0(b)); }
 
 // total[r] += sum[r] * d * (row r's scale of group g): the end of one scale group.
 template <int NX>

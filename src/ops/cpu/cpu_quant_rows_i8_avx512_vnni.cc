@@ -16,6 +16,7 @@
 #include <cstring>
 
 #include "ops/cpu/cpu_avx512_common.h"
+#include "ops/cpu/cpu_quant_blocks_avx512.h"
 #include "ops/cpu/cpu_quant_dot_isa.h"
 
 #if !defined(__AVX512VNNI__)
@@ -60,22 +61,6 @@ UP_INLINE_AVX512 __m512i Join(__m256i lo, __m256i hi) {
   return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
-// Q8_0 block: f16 d, int8 q[32].
-UP_INLINE_AVX512 __m256i BytesQ8_0(const uint8_t* b) {
-  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2));
-}
-
-// Q5_0 block: f16 d, u32 qh, qs[16]; q = (nibble | bit j of qh << 4) - 16.
-UP_INLINE_AVX512 __m256i BytesQ5_0(const uint8_t* b) {
-  uint32_t qh;
-  std::memcpy(&qh, b + 2, 4);
-  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 6));
-  const __m256i nib =
-      _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), _mm256_set1_epi8(0x0F));
-  const __m256i hb = _mm256_maskz_mov_epi8(qh, _mm256_set1_epi8(0x10));
-  return _mm256_sub_epi8(_mm256_or_si256(nib, hb), _mm256_set1_epi8(16));
-}
-
 // Blocks of 32 with an f16 scale first (Q8_0, Q5_0): two blocks per unit.
 template <int NX, int kBlockBytes, __m256i (*Bytes)(const uint8_t*)>
 void RowsBlocks32(const void* w, const I8Rows& x, int64_t n, float* out, int64_t os) {
@@ -88,17 +73,6 @@ void RowsBlocks32(const void* w, const I8Rows& x, int64_t n, float* out, int64_t
     MulUnit<NX>(u, x, i, total);
   }
   for (int r = 0; r < NX; ++r) out[r * os] = _mm512_reduce_add_ps(total[r]);
-}
-
-// 6-bit scale and min j (0..7) of a Q4_K super-block (ggml's get_scale_min_k4).
-UP_INLINE_AVX512 void ScaleMinK4(int j, const uint8_t* q, int* sc, int* m) {
-  if (j < 4) {
-    *sc = q[j] & 63;
-    *m = q[j + 4] & 63;
-  } else {
-    *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
 }
 
 // Q4_K super-block: f16 d, f16 dmin, scales[12], qs[128] (32 bytes hold sub-block 2j in their
