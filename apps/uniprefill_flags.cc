@@ -96,7 +96,8 @@ void AddDeviceFlags(CLI::App& cmd, DeviceFlags& flags) {
       ->capture_default_str();
   AddCpuIsaFlag(cmd, flags.cpu_isa);
   cmd.add_option("--prefill-gemm", flags.prefill_gemm,
-                 "CPU prefill GEMMs: sgemm (OpenBLAS on f32 weight copies), int16 (on the "
+                 "CPU prefill GEMMs: sgemm (OpenBLAS on f32 weights, dequantised per call on "
+                 "AVX-512 CPUs, kept copies elsewhere), int16 (on the "
                  "stored quantised weights, no copies: less memory), int8 (as int16, with "
                  "int8 activations and VNNI kernels where the CPU has them; also batched "
                  "decode steps) or bf16 (as int16, prefill chunks and their attention on bf16 "

@@ -8,6 +8,7 @@
 #include "dist/weight_shards.h"
 #include "io/dequant.h"
 #include "ops/cpu/cpu_linear_int16_rows.h"
+#include "ops/cpu/cpu_ops.h"
 
 namespace uniprefill::dist {
 namespace {
@@ -18,6 +19,11 @@ Status MakeF32Copy(ops::LinearWeight& w, const ShardCopies& copies) {
   if (w.parts.size() == 1 && w.parts[0].dtype == DType::kF32) return OkStatus();
   if (copies.unless_int16_gemm &&
       ops::cpu::CanRunLinearInt16Rows(w, *copies.unless_int16_gemm)) {
+    return OkStatus();
+  }
+  if (copies.dequantise_on_call &&
+      ops::cpu::CanDequantiseForGemm(w, *copies.dequantise_on_call)) {
+    w.f32_on_call = true;
     return OkStatus();
   }
   w.f32 = Buffer(sizeof(float) * static_cast<size_t>(w.out_features * w.in_features));

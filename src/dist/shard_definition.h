@@ -29,6 +29,9 @@ struct ShardCopies {
   // Set: no copy for a weight whose parts all have multi-row int16 kernels at this ISA level (its
   // prefill GEMMs run on the stored blocks, ops/cpu/cpu_linear_int16_rows.h).
   std::optional<CpuIsa> unless_int16_gemm;
+  // Set: no copy for a weight that Linear can dequantise per GEMM at this ISA level
+  // (LinearWeight::f32_on_call, ops::cpu::CanDequantiseForGemm), as LoadLinear does.
+  std::optional<CpuIsa> dequantise_on_call;
 };
 
 // `split_vocabulary` false keeps the embedding and head whole on every rank (the CUDA backend:

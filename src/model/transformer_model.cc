@@ -146,6 +146,7 @@ Result<std::unique_ptr<Model>> MakeModel(ModelDefinition definition, DeviceConte
     // (they did: 2x the rank's layers in f32, found by CudaTensorParallelTest's device bytes).
     copies.f32_prefill = options.f32_prefill_weights && !gpu;
     if (options.int16_prefill_gemm && !options.f32_decode) copies.unless_int16_gemm = ctx.cpu_isa();
+    copies.dequantise_on_call = ctx.cpu_isa();
     UP_ASSIGN_OR_RETURN(definition,
                         dist::ShardDefinition(std::move(definition), plan, copies,
                                               /*split_vocabulary=*/true));

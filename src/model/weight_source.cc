@@ -4,6 +4,7 @@
 
 #include "io/dequant.h"
 #include "ops/cpu/cpu_linear_int16_rows.h"
+#include "ops/cpu/cpu_ops.h"
 
 namespace uniprefill {
 
@@ -73,6 +74,12 @@ Result<ops::LinearWeight> LoadLinear(DeviceContext& ctx, const WeightSource& src
   const bool already_f32 = w.parts.size() == 1 && w.parts[0].dtype == DType::kF32;
   if (!make_f32_copy || already_f32) return w;
   if (unless_int16_gemm && ops::cpu::CanRunLinearInt16Rows(w, ctx.cpu_isa())) return w;
+  // Where the AVX-512 decoders cover it, each GEMM dequantises for itself: the same operand,
+  // none of its resident memory (a copy would be ~1.6x the file's weights).
+  if (ops::cpu::CanDequantiseForGemm(w, ctx.cpu_isa())) {
+    w.f32_on_call = true;
+    return w;
+  }
   w.f32 = Buffer(sizeof(float) * w.out_features * w.in_features);
   int64_t row0 = 0;
   for (size_t p = 0; p < w.parts.size(); ++p) {

@@ -23,6 +23,10 @@ namespace uniprefill::ops {
 struct LinearWeight {
   std::vector<TensorView> parts;  // each [out_i, in]
   Buffer f32;                     // f32 [out, in] or empty
+  // No f32 copy kept, but many-row GEMMs run as if there were one: each call dequantises the
+  // parts into a scratch f32 [out, in] (AVX-512 decoders, the copy's exact values) and runs the
+  // same sgemm, so prefill keeps the copies' numerics and speed without their memory.
+  bool f32_on_call = false;
   int64_t out_features = 0;
   int64_t in_features = 0;
   // Decode products (one row, and on the CPU steps of up to kQuantBatchMaxRows rows) may quantise

@@ -48,7 +48,6 @@ TensorView Strided(std::vector<float>& v, int64_t rows, int64_t cols, int64_t st
   return t;
 }
 
-bool HasAmx() { return MissingCpuFeatures(CpuIsa::kAmxBf16, DetectCpuFeatures()).empty(); }
 // The conversion, packing and decoders of the *_amx.cc files use no tile instruction: AVX-512 BF16
 // runs them (and so they are also checked on CPUs, or VMs, that do not expose AMX).
 bool HasAvx512Bf16() {

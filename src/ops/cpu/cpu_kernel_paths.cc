@@ -39,9 +39,14 @@ std::string DescribeCpuKernelPaths(CpuIsa isa) {
   }
   out += "  2..64 rows (any count without an f32 copy): batched rows where a part has a\n"
          "    multi-row int16 kernel (the others f32 activations), else the paths below\n";
-  out += "  prefill GEMM (> 64 rows): OpenBLAS sgemm on f32 weight copies (its own dispatch);\n"
-         "    with --prefill-gemm int16 no copies, the batched rows instead; with\n"
-         "    --prefill-gemm int8 the batched int8 rows (every row count >= 2) where a part has\n"
+  out += isa >= CpuIsa::kAvx512
+             ? "  prefill GEMM (> 64 rows): OpenBLAS sgemm (its own dispatch) on f32 weights\n"
+               "    dequantised per call (avx512: Q8_0 Q5_0 Q4_K Q6_K F16 BF16; other types keep\n"
+               "    an f32 copy); with --prefill-gemm int16 the batched rows instead; with\n"
+             : "  prefill GEMM (> 64 rows): OpenBLAS sgemm on f32 weight copies (its own "
+               "dispatch);\n"
+               "    with --prefill-gemm int16 no copies, the batched rows instead; with\n";
+  out += "    --prefill-gemm int8 the batched int8 rows (every row count >= 2) where a part has\n"
          "    an int8 kernel and the rows are a multiple of 64 long, else the int16 rows\n";
   out += isa >= CpuIsa::kAmxBf16
              ? "    with --prefill-gemm bf16: AMX bf16 tiles (amx-bf16) on 32-column panels\n"

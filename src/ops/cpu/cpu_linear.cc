@@ -10,7 +10,8 @@
 //   the stored quantised weights read once per chunk of rows; with
 //   LinearWeight::int8_rows_activations (--prefill-gemm int8) and CanRunLinearInt8Rows (VNNI)
 //   LinearInt8Rows instead (cpu_linear_int8_rows.h), the same on int8 activations.
-// - T >= kGemmMinRows and an f32 copy of W exists: one cblas_sgemm (OpenBLAS threads itself).
+// - T >= kGemmMinRows and an f32 copy of W exists: one cblas_sgemm (OpenBLAS threads itself);
+//   with LinearWeight::f32_on_call the copy is made for the call (DequantiseForGemm) and freed.
 // - otherwise (one decode row; AVX2; weights without int16 multi-row kernels): a fused
 //   dequantise-and-dot matvec over the stored parts (the variant of DeviceContext::cpu_isa()),
 //   split over output rows with the thread pool; up to kQuantDotMaxRows rows of x share one pass
@@ -20,9 +21,11 @@
 
 #include <algorithm>
 #include <cassert>
+#include <memory>
 #include <vector>
 
 #include "io/dequant.h"
+#include "ops/cpu/cpu_dequant_f32_avx512.h"
 #include "ops/cpu/cpu_linear_bf16.h"
 #include "ops/cpu/cpu_linear_int16_rows.h"
 #include "ops/cpu/cpu_linear_int8_rows.h"
@@ -113,12 +116,41 @@ void MatVec(DeviceContext& ctx, TensorView out, TensorView x, const LinearWeight
   });
 }
 
+// f32 [out, in] = W's parts dequantised, rows split over the pool (LinearWeight::f32_on_call;
+// the loader sets it only where every part has an AVX-512 decoder at the context's level).
+// (new float[]: every element is written, so no zero fill first.)
+std::unique_ptr<float[]> DequantiseForGemm(DeviceContext& ctx, const LinearWeight& w) {
+  std::unique_ptr<float[]> f32(new float[static_cast<size_t>(w.out_features * w.in_features)]);
+  const int64_t in = w.in_features;
+  int64_t row0 = 0;
+  for (const TensorView& p : w.parts) {
+    const auto* bytes = static_cast<const uint8_t*>(p.data);
+    const int64_t row_bytes = DTypeBytes(p.dtype, p.stride[0]);
+    float* dst = f32.get() + row0 * in;
+    ctx.pool().ParallelFor(p.dim(0), 16, [&](int64_t b, int64_t e, int) {
+      for (int64_t r = b; r < e; ++r) {
+        DequantRowF32Avx512(p.dtype, bytes + r * row_bytes, in, dst + r * in);
+      }
+    });
+    row0 += p.dim(0);
+  }
+  return f32;
+}
+
 }  // namespace
+
+bool CanDequantiseForGemm(const LinearWeight& w, CpuIsa isa) {
+  if (isa < CpuIsa::kAvx512 || w.parts.empty()) return false;
+  for (const TensorView& p : w.parts) {
+    if (!HasDequantRowF32Avx512(p.dtype) || p.dim(1) != w.in_features) return false;
+  }
+  return true;
+}
 
 void Linear(DeviceContext& ctx, TensorView out, TensorView x, const LinearWeight& w) {
   const int64_t T = x.dim(0);
   assert(x.dim(1) == w.in_features && out.dim(1) == w.out_features && out.dim(0) == T);
-  const bool has_f32 = w.f32.size() > 0;
+  const bool has_f32 = w.f32.size() > 0 || w.f32_on_call;
   if (T >= kBf16MinRows && w.int16_decode_activations && w.bf16_prefill_gemm &&
       CanRunLinearBf16(w, ctx.cpu_isa())) {
     LinearBf16(ctx, out, x, w);
@@ -135,10 +167,13 @@ void Linear(DeviceContext& ctx, TensorView out, TensorView x, const LinearWeight
     }
   }
   if (T >= kGemmMinRows && has_f32) {
+    std::unique_ptr<float[]> on_call;
+    if (w.f32.size() == 0) on_call = DequantiseForGemm(ctx, w);
+    const float* f32 = w.f32.size() > 0 ? w.f32.as<float>() : on_call.get();
     // out [T, out] = x [T, in] * f32[out, in]^T
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(T),
                 static_cast<int>(w.out_features), static_cast<int>(w.in_features), 1.0f,
-                x.as<float>(), static_cast<int>(x.stride[0]), w.f32.as<float>(),
+                x.as<float>(), static_cast<int>(x.stride[0]), f32,
                 static_cast<int>(w.in_features), 0.0f, out.as<float>(),
                 static_cast<int>(out.stride[0]));
     return;

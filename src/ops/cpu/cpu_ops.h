@@ -20,6 +20,9 @@ inline constexpr int64_t kGemmMinRows = 8;
 inline constexpr int64_t kQuantBatchMaxRows = 64;
 
 void Linear(DeviceContext& ctx, TensorView out, TensorView x, const LinearWeight& w);
+// Whether Linear can make w's f32 GEMM operand per call (LinearWeight::f32_on_call) at `isa`:
+// the avx512 level or above, and an AVX-512 f32 decoder for every part.
+bool CanDequantiseForGemm(const LinearWeight& w, CpuIsa isa);
 void RmsNorm(DeviceContext& ctx, TensorView out, TensorView x, const float* weight, float eps);
 void Rope(DeviceContext& ctx, TensorView x, const int32_t* pos, const float* inv_freq, int rot_dims,
           RopeStyle style);
