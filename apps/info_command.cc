@@ -39,7 +39,7 @@ bool PrintCpu(const std::string& requested) {
   std::printf("cpu isa: %s (requested %s; best here %s)\n", std::string(CpuIsaName(*isa)).c_str(),
               requested.c_str(), std::string(CpuIsaName(BestCpuIsa(features))).c_str());
   std::printf("cpu kernels:\n%s", ops::cpu::DescribeCpuKernelPaths(*isa).c_str());
-  const OpenBlasCore& blas = EnsureOpenBlasCoreMatchesCpu(features);
+  const OpenBlasCore blas = DescribeOpenBlasCore(features);
   std::printf("openblas: %s; kernels %s", blas.config.c_str(), blas.running.c_str());
   if (!blas.note.empty()) std::printf(" (%s)", blas.note.c_str());
   std::printf("\n");

@@ -14,7 +14,11 @@
 #include "run_command.h"
 #include "serve_command.h"
 
+#include "core/openblas_core.h"
+
 int main(int argc, char** argv) {
+  // First, before any thread or output: may restart this program with OPENBLAS_CORETYPE set.
+  uniprefill::RestartIfOpenBlasChoseGenericKernels(argv);
   CLI::App app{
       "uniprefill: a long-context LLM inference engine (UniPrefill prefill acceleration).\n"
       "Loads a GGUF model (default: Gemma 3 270M installed by scripts/setup.sh) and runs it on "

@@ -4,8 +4,6 @@
 
 #include <cassert>
 
-#include "core/openblas_core.h"
-
 #ifdef UNIPREFILL_WITH_CUDA
 #include "core/cuda/cuda_context.h"
 #endif
@@ -25,8 +23,6 @@ std::unique_ptr<DeviceContext> DeviceContext::Cpu(int n_threads, CpuIsa isa) {
   const Result<CpuIsa> resolved = ResolveCpuIsa(isa, DetectCpuFeatures());
   assert(resolved.ok() && "DeviceContext::Cpu: a CPU ISA level this CPU lacks");
   auto pool = std::make_unique<ThreadPool>(n_threads);
-  // Before any BLAS call: OpenBLAS's own detection may have fallen back to generic kernels.
-  EnsureOpenBlasCoreMatchesCpu(DetectCpuFeatures());
   // OpenBLAS keeps its own threads; match their number to ours so GEMMs use every core too.
   openblas_set_num_threads(pool->size());
   return std::unique_ptr<DeviceContext>(new DeviceContext(
@@ -38,7 +34,6 @@ std::unique_ptr<DeviceContext> DeviceContext::Cpu(int n_threads, CpuIsa isa) {
 Result<std::unique_ptr<DeviceContext>> DeviceContext::Cuda(int device_index, int n_threads) {
   UP_ASSIGN_OR_RETURN(std::unique_ptr<CudaContext> cuda, CudaContext::Create(device_index));
   auto pool = std::make_unique<ThreadPool>(n_threads);
-  EnsureOpenBlasCoreMatchesCpu(DetectCpuFeatures());
   openblas_set_num_threads(pool->size());
   // Host-side CPU work of a GPU context runs at the best level this CPU has.
   auto ctx = std::unique_ptr<DeviceContext>(new DeviceContext(

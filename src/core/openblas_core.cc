@@ -1,46 +1,24 @@
 #include "core/openblas_core.h"
 
 #include <cblas.h>
-#include <dlfcn.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 namespace uniprefill {
 namespace {
 
+// Set by the restart: what OpenBLAS chose before it. Its presence also means OPENBLAS_CORETYPE
+// was set by us, not by the user.
+constexpr const char* kChoseVariable = "UNIPREFILL_OPENBLAS_CHOSE";
+constexpr const char* kGenericCore = "Prescott";
+
 std::string CoreName() {
   const char* name = openblas_get_corename();
   return name ? name : "";
-}
-
-OpenBlasCore Repair(const CpuFeatures& f) {
-  OpenBlasCore core;
-  const char* config = openblas_get_config();
-  core.config = config ? config : "";
-  core.chosen = core.running = CoreName();
-  const std::string want = OpenBlasCoreFor(f);
-  if (core.chosen != "Prescott" || want.empty()) return core;  // detected, or nothing better
-  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) {
-    core.note = "OPENBLAS_CORETYPE is set: left as the user chose";
-    return core;
-  }
-  using InitFn = void (*)();
-  auto quit = reinterpret_cast<InitFn>(dlsym(RTLD_DEFAULT, "gotoblas_dynamic_quit"));
-  auto init = reinterpret_cast<InitFn>(dlsym(RTLD_DEFAULT, "gotoblas_dynamic_init"));
-  if (quit == nullptr || init == nullptr) {
-    core.note = "OpenBLAS chose its generic Prescott kernels and has no dynamic-arch initialiser "
-                "to run again; set OPENBLAS_CORETYPE=" + want + " before starting";
-    return core;
-  }
-  // gotoblas_dynamic_init returns at once while a core is set; quit clears it, and init then
-  // reads OPENBLAS_CORETYPE as at load time.
-  setenv("OPENBLAS_CORETYPE", want.c_str(), /*overwrite=*/0);
-  quit();
-  init();
-  core.running = CoreName();
-  core.note = "OpenBLAS did not recognise this CPU and chose its generic Prescott kernels; "
-              "switched to " + core.running;
-  return core;
 }
 
 }  // namespace
@@ -53,8 +31,44 @@ std::string OpenBlasCoreFor(const CpuFeatures& f) {
   return "";
 }
 
-const OpenBlasCore& EnsureOpenBlasCoreMatchesCpu(const CpuFeatures& f) {
-  static const OpenBlasCore core = Repair(f);
+void RestartIfOpenBlasChoseGenericKernels(char** argv) {
+  if (std::getenv("OPENBLAS_CORETYPE") != nullptr || std::getenv(kChoseVariable) != nullptr) return;
+  if (CoreName() != kGenericCore) return;
+  const std::string want = OpenBlasCoreFor(DetectCpuFeatures());
+  if (want.empty()) return;
+  setenv("OPENBLAS_CORETYPE", want.c_str(), /*overwrite=*/1);
+  setenv(kChoseVariable, kGenericCore, /*overwrite=*/1);
+  std::fflush(nullptr);
+  execv("/proc/self/exe", argv);
+  // Only reached when exec failed: run on, on the generic kernels, and leave the environment as
+  // the user gave it.
+  const int exec_errno = errno;
+  unsetenv("OPENBLAS_CORETYPE");
+  unsetenv(kChoseVariable);
+  std::fprintf(stderr,
+               "warning: OpenBLAS chose its generic %s kernels on this CPU and restarting with "
+               "OPENBLAS_CORETYPE=%s failed (%s); set that variable before starting for faster "
+               "GEMMs\n",
+               kGenericCore, want.c_str(), std::strerror(exec_errno));
+}
+
+OpenBlasCore DescribeOpenBlasCore(const CpuFeatures& f) {
+  OpenBlasCore core;
+  const char* config = openblas_get_config();
+  core.config = config ? config : "";
+  core.chosen = core.running = CoreName();
+  const char* chose = std::getenv(kChoseVariable);
+  const std::string want = OpenBlasCoreFor(f);
+  if (chose != nullptr) {
+    core.chosen = chose;
+    core.note = "OpenBLAS did not recognise this CPU and chose its generic " + core.chosen +
+                " kernels; restarted with OPENBLAS_CORETYPE=" + core.running;
+  } else if (core.running == kGenericCore && !want.empty()) {
+    core.note = std::getenv("OPENBLAS_CORETYPE") != nullptr
+                    ? "OPENBLAS_CORETYPE is set: left as the user chose"
+                    : "OpenBLAS chose its generic kernels; set OPENBLAS_CORETYPE=" + want +
+                          " before starting for faster GEMMs";
+  }
   return core;
 }
 

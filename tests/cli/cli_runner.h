@@ -32,10 +32,12 @@ inline std::string CliPath() {
   return env ? env : std::string(UP_BINARY_DIR) + "/uniprefill";
 }
 
-inline CliResult RunCli(const std::string& args) {
+// `env` prefixes the command line (e.g. "env -u VAR" or "VAR=value"); empty for none.
+inline CliResult RunCliWithEnv(const std::string& env, const std::string& args) {
   const std::string out = testing::TempPath("cli_out.txt");
   const std::string err = testing::TempPath("cli_err.txt");
-  const std::string cmd = CliPath() + " " + args + " >" + out + " 2>" + err + " </dev/null";
+  const std::string cmd =
+      env + " " + CliPath() + " " + args + " >" + out + " 2>" + err + " </dev/null";
   const int status = std::system(cmd.c_str());
   CliResult r;
   r.crashed = WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) >= 128);
@@ -44,6 +46,8 @@ inline CliResult RunCli(const std::string& args) {
   r.err = ReadAll(err);
   return r;
 }
+
+inline CliResult RunCli(const std::string& args) { return RunCliWithEnv("", args); }
 
 inline int CountErrorLines(const std::string& err) {
   int n = 0;
