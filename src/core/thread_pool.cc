@@ -21,6 +21,13 @@ ThreadPool::~ThreadPool() {
 }
 
 void ThreadPool::RunChunk(int index) {
+  if (job_dynamic_chunk_ > 0) {
+    for (;;) {
+      const int64_t begin = job_next_.fetch_add(job_dynamic_chunk_, std::memory_order_relaxed);
+      if (begin >= job_n_) return;
+      (*job_)(begin, std::min(job_n_, begin + job_dynamic_chunk_), index);
+    }
+  }
   if (index < job_chunks_) {
     const int64_t per = (job_n_ + job_chunks_ - 1) / job_chunks_;
     const int64_t begin = index * per;
@@ -57,6 +64,19 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
   const int chunks = static_cast<int>(std::min<int64_t>(n_threads_, (n + grain - 1) / grain));
+  Dispatch(n, chunks, /*dynamic_chunk=*/0, fn);
+}
+
+void ThreadPool::ParallelForDynamic(int64_t n, int64_t chunk,
+                                    const std::function<void(int64_t, int64_t, int)>& fn) {
+  if (n <= 0) return;
+  chunk = std::max<int64_t>(1, chunk);
+  const int chunks = static_cast<int>(std::min<int64_t>(n_threads_, (n + chunk - 1) / chunk));
+  Dispatch(n, chunks, chunk, fn);
+}
+
+void ThreadPool::Dispatch(int64_t n, int chunks, int64_t dynamic_chunk,
+                          const std::function<void(int64_t, int64_t, int)>& fn) {
   if (chunks <= 1 || in_parallel_) {
     fn(0, n, 0);
     return;
@@ -67,6 +87,8 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
     job_ = &fn;
     job_n_ = n;
     job_chunks_ = chunks;
+    job_dynamic_chunk_ = dynamic_chunk;
+    job_next_.store(0, std::memory_order_relaxed);
     pending_.store(n_threads_ - 1, std::memory_order_release);
     generation_.fetch_add(1, std::memory_order_acq_rel);
   }

@@ -31,9 +31,20 @@ class ThreadPool {
   void ParallelFor(int64_t n, int64_t grain,
                    const std::function<void(int64_t, int64_t, int)>& fn);
 
+  // Calls fn(begin, end, thread_index) on the chunks [k * chunk, (k + 1) * chunk) of [0, n),
+  // handed out in order to whichever thread is free: a thread may run many chunks, and which
+  // thread runs a chunk varies from call to call. For loops whose every index is computed alone
+  // (a matvec's output rows) on machines where a core can be slowed by others (a shared VM):
+  // static halves make the fast thread wait for the slow one; here it takes more chunks.
+  // Blocks until all are done.
+  void ParallelForDynamic(int64_t n, int64_t chunk,
+                          const std::function<void(int64_t, int64_t, int)>& fn);
+
  private:
   void WorkerLoop(int index);
   void RunChunk(int index);
+  void Dispatch(int64_t n, int chunks, int64_t dynamic_chunk,
+                const std::function<void(int64_t, int64_t, int)>& fn);
 
   int n_threads_;
   std::vector<std::thread> workers_;
@@ -47,6 +58,8 @@ class ThreadPool {
   const std::function<void(int64_t, int64_t, int)>* job_ = nullptr;
   int64_t job_n_ = 0;
   int job_chunks_ = 0;
+  int64_t job_dynamic_chunk_ = 0;       // > 0: ParallelForDynamic's chunk length
+  std::atomic<int64_t> job_next_{0};    // ParallelForDynamic: the next unclaimed index
 };
 
 }  // namespace uniprefill
