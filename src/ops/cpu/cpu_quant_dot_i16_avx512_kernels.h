@@ -59,11 +59,11 @@ float DotBlocks(const void* w, const int16_t* xq, int64_t n) {
   for (; i + 64 <= n; i += 64, b += 2 * kBlockBytes) {
     const __m512i p0 = Block(b, xq + i);
     const __m512i p1 = Block(b + kBlockBytes, xq + i + 32);
-    acc0 = _mm512_fmadd_ps(_mm512_set1_ps(Half(b)), _mm512_cvtepi32_ps(p0), acc0);
-    acc1 = _mm512_fmadd_ps(_mm512_set1_ps(Half(b + kBlockBytes)), _mm512_cvtepi32_ps(p1), acc1);
+    acc0 = _mm512_fmadd_ps(HalfInLanes(b), _mm512_cvtepi32_ps(p0), acc0);
+    acc1 = _mm512_fmadd_ps(HalfInLanes(b + kBlockBytes), _mm512_cvtepi32_ps(p1), acc1);
   }
   if (i < n) {
-    acc0 = _mm512_fmadd_ps(_mm512_set1_ps(Half(b)), _mm512_cvtepi32_ps(Block(b, xq + i)), acc0);
+    acc0 = _mm512_fmadd_ps(HalfInLanes(b), _mm512_cvtepi32_ps(Block(b, xq + i)), acc0);
   }
   return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
 }
