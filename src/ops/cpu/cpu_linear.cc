@@ -99,9 +99,6 @@ void MatVec(DeviceContext& ctx, TensorView out, TensorView x, const LinearWeight
   // Rows in chunks handed to whichever thread is free (every row is computed alone, so the
   // result does not depend on who runs it): on a shared machine one core is often slowed, and
   // with static halves the other waits for it at the end of every matvec.
-  // Rows in chunks handed to whichever thread is free (every row is computed alone, so the
-  // result does not depend on who runs it): on a shared machine one core is often slowed, and
-  // with static halves the other waits for it at the end of every matvec.
   auto body = [&](int64_t begin, int64_t end, int) {
     std::vector<float> scratch;  // one dequantised row for types without a fused kernel
     for (const PartPlan& p : plan) {
