@@ -71,10 +71,11 @@ CLI::App* AddBenchGpuPrefillCommand(CLI::App& bench_group, BenchGpuPrefillOption
                 "Also run each keep ratio the way top-p must: a host sync per drop layer to learn "
                 "the kept counts (mode keepR-sync), to show what the sync-free path saves");
   cmd->add_option("--attention", o.attention,
-                  "Prefill attention kernel: auto (cuDNN's fused attention where its masks can "
-                  "express the layer when libcudnn loads, ours elsewhere: the product's default), "
-                  "ours (the engine's flash attention) or cudnn (as auto; no cuDNN is an error)")
-      ->check(CLI::IsMember({"auto", "ours", "cudnn"}))
+                  "Prefill attention kernels, as serve's --gpu-attention: auto (the product's "
+                  "default: our Hopper wgmma kernel where it covers the layer, then cuDNN's fused "
+                  "attention, then our flash attention), ours (our kernels alone), cudnn (cuDNN "
+                  "then flash attention: the choice before the Hopper kernel) or flash")
+      ->check(CLI::IsMember({"auto", "ours", "cudnn", "flash"}))
       ->capture_default_str();
   cmd->add_option("--moe-gemm", o.moe_gemm,
                   "MoE expert GEMMs: ours (our grouped kernel, sync-free, wgmma on Hopper: the "

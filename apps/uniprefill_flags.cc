@@ -65,11 +65,12 @@ void AddDeviceFlags(CLI::App& cmd, DeviceFlags& flags) {
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
   cmd.add_option("--gpu-attention", flags.gpu_attention,
-                 "With --device cuda, the prefill attention kernel: auto (cuDNN's fused attention "
-                 "where its masks express the layer when libcudnn 9 loads, ours elsewhere), ours "
-                 "(the engine's flash attention everywhere) or cudnn (as auto; no cuDNN is an "
-                 "error)")
-      ->check(CLI::IsMember({"auto", "ours", "cudnn"}))
+                 "With --device cuda, the prefill attention kernels: auto (on Hopper GPUs our "
+                 "wgmma kernel for dense causal self-attention of head dim 128, then cuDNN's "
+                 "fused attention where its masks express the layer when libcudnn 9 loads, our "
+                 "flash attention elsewhere), ours (our kernels alone), cudnn (cuDNN, then our "
+                 "flash attention; no cuDNN is an error) or flash (our flash attention alone)")
+      ->check(CLI::IsMember({"auto", "ours", "cudnn", "flash"}))
       ->capture_default_str();
   cmd.add_flag("--cuda-graphs", flags.cuda_graphs,
                "With --device cuda, run decode steps as CUDA graphs (captured each step, launched "

@@ -104,7 +104,7 @@ Result<std::unique_ptr<Engine>> EngineLoader::Load(const EngineOptions& options,
   const std::optional<GpuAttention> attention = GpuAttentionFromName(options.gpu_attention);
   if (!attention) {
     return InvalidArgument("unknown gpu attention '" + options.gpu_attention +
-                           "' (--gpu-attention: expected auto, ours or cudnn)");
+                           "' (--gpu-attention: expected auto, ours, cudnn or flash)");
   }
   if (*attention == GpuAttention::kCudnn && options.device != "cuda") {
     return InvalidArgument(

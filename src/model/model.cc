@@ -19,6 +19,7 @@ std::optional<GpuAttention> GpuAttentionFromName(const std::string& name) {
   if (name == "auto" || name.empty()) return GpuAttention::kAuto;
   if (name == "ours") return GpuAttention::kOurs;
   if (name == "cudnn") return GpuAttention::kCudnn;
+  if (name == "flash") return GpuAttention::kFlash;
   return std::nullopt;
 }
 

@@ -110,13 +110,17 @@ enum class DeltaRuleChoice {
   kChunkedTensorCoreSplit
 };
 
-// Which kernel runs the GPU's prefill attention where both can: the engine's own flash attention,
-// or cuDNN's fused attention (ops/cuda/cudnn_attention.h; 1.7-2.3x ours on an H200; our kernel
-// runs what its masks cannot express: drop layers' kept queries, windows by position after a drop,
-// requests whose cache holds tokens). kAuto: cuDNN when libcudnn 9 loads, else ours (kCudnn
-// makes a missing cuDNN an error).
-enum class GpuAttention { kAuto, kOurs, kCudnn };
-// "auto" (or empty), "ours", "cudnn" -> the kernel choice; nullopt for any other name.
+// Which kernels run the GPU's prefill attention. Three can:
+// - our Hopper kernel (ops/cuda/sm90/flash_attention_wgmma.h: wgmma + TMA, FlashAttention-3's
+//   structure) on compute capability 9.0, for what it covers: causal self-attention of fresh
+//   prefill rows (dense, or the compacted rows after a drop), head dim 128, no window;
+// - cuDNN's fused attention (ops/cuda/cudnn_attention.h) where its masks express the layer;
+// - our flash attention (ops/cuda/cuda_attention.h, mma.sync) for everything.
+// kAuto: the Hopper kernel, then cuDNN (when libcudnn 9 loads), then flash attention. kOurs: the
+// Hopper kernel, then flash attention. kCudnn: cuDNN (a missing one is an error), then flash
+// attention (the choice before the Hopper kernel). kFlash: flash attention alone.
+enum class GpuAttention { kAuto, kOurs, kCudnn, kFlash };
+// "auto" (or empty), "ours", "cudnn", "flash" -> the kernel choice; nullopt for any other name.
 std::optional<GpuAttention> GpuAttentionFromName(const std::string& name);
 
 // Which kernels run the GPU's MoE expert GEMMs (ops/cuda/cuda_moe.h, MoeGemm): our grouped

@@ -165,12 +165,12 @@ TEST_F(CliTest, DeviceCudaRunsOnTheGpuOrSaysWhy) {
   ExpectCleanError("run --model " + Tiny() + " --prompt hi --device gpu", "--device");
 }
 
-// --gpu-attention: auto, ours or cudnn, and cudnn only with --device cuda (one clear error
-// otherwise); auto (the default) and ours mean nothing on the CPU and are accepted there.
+// --gpu-attention: auto, ours, cudnn or flash, and cudnn only with --device cuda (one clear error
+// otherwise); the others mean nothing on the CPU and are accepted there.
 TEST_F(CliTest, GpuAttentionIsCheckedAndNeedsTheGpu) {
-  ExpectCleanError("run --model " + Tiny() + " --prompt hi --gpu-attention flash", "--gpu-attention");
+  ExpectCleanError("run --model " + Tiny() + " --prompt hi --gpu-attention bogus", "--gpu-attention");
   ExpectCleanError("run --model " + Tiny() + " --prompt hi --gpu-attention cudnn", "device cuda");
-  for (const char* kernel : {"ours", "auto"}) {
+  for (const char* kernel : {"ours", "auto", "flash"}) {
     CliResult r = RunCli("run --model " + Tiny() + " --prompt hi --max-tokens 2 --gpu-attention " +
                          kernel);
     EXPECT_EQ(r.exit_code, 0) << kernel << ": " << r.err;

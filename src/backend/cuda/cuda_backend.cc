@@ -27,6 +27,7 @@
 #include "ops/cuda/cuda_moe.h"
 #include "ops/cuda/cuda_sampling.h"
 #include "ops/cuda/cuda_uniprefill.h"
+#include "ops/cuda/sm90/flash_attention_wgmma.h"
 #include "sparsity/drop_plan.h"
 
 namespace uniprefill {
@@ -46,7 +47,10 @@ Status Ensure(DeviceBuffer& b, size_t bytes, cudaStream_t stream) {
 }
 
 Status CudaBackend::Load(const ProgressFn& progress, GpuAttention attention) {
-  if (attention != GpuAttention::kOurs) {
+  const cudaDeviceProp& props = ctx_.cuda().properties();
+  wgmma_attention_ = (attention == GpuAttention::kAuto || attention == GpuAttention::kOurs) &&
+                     ops::cuda::WgmmaAttentionAvailable(props.major, props.minor);
+  if (attention == GpuAttention::kAuto || attention == GpuAttention::kCudnn) {
     ops::cuda::CudnnOptions cudnn_options;
     cudnn_options.implementation = cudnn_sdpa_;
     Result<std::unique_ptr<ops::cuda::CudnnAttention>> cudnn =

@@ -175,6 +175,13 @@ class CudaBackend final : public LayerBackend {
   // shape (that shape falls back from then on) or a plan fails to run (cuDNN is off for the
   // model's life); said once on stderr.
   struct KeptQueries;
+  // Our Hopper kernel (ops/cuda/sm90/flash_attention_wgmma.h) for the same requests, when
+  // wgmma_attention_ and the layer is what it covers (the caller checks head dim 128, no window,
+  // uncompacted queries); false (the next kernel runs them) when the requests' rows do not fit its
+  // argument shape (non-consecutive requests of a sync-free batch).
+  Result<bool> WgmmaPrefill(const std::vector<int>& which, const TensorView& q, const TensorView& k,
+                            const TensorView& v, const TensorView& attn, const KeptQueries& kq,
+                            const ops::AttentionParams& params);
   Result<bool> CudnnPrefill(const std::vector<int>& which, const TensorView& q,
                             const TensorView& k, const TensorView& v, const TensorView& attn,
                             const KeptQueries& kq, const ops::AttentionParams& params);
@@ -277,6 +284,7 @@ class CudaBackend final : public LayerBackend {
   DeltaRuleChoice delta_rule_ = DeltaRuleChoice::kAuto;  // LoadOptions::gpu_delta_rule
   GpuMoeGemm moe_gemm_ = GpuMoeGemm::kOurs;              // LoadOptions::gpu_moe_gemm
   std::unique_ptr<ops::cuda::CudnnAttention> cudnn_;    // LoadOptions::gpu_attention (null: ours)
+  bool wgmma_attention_ = false;  // LoadOptions::gpu_attention on a compute capability 9.0 device
   DeviceBuffer output_norm_;
   std::vector<Layer> layers_;
 

@@ -26,6 +26,7 @@
 #include "ops/cuda/cuda_dense_ops.h"
 #include "ops/cuda/cuda_linear_attention.h"
 #include "ops/cuda/cuda_paged_attention.h"
+#include "ops/cuda/sm90/flash_attention_wgmma.h"
 
 namespace uniprefill::cuda_backend {
 
@@ -87,6 +88,51 @@ Status CudaBackend::DeltaMixer(int layer_index, const DeltaLayer& L, const std::
                       ops::Activation::kSilu);
   oc::Gemm(ctx_, out, z, L.out_proj.view());
   return OkStatus();
+}
+
+Result<bool> CudaBackend::WgmmaPrefill(const std::vector<int>& which, const TensorView& q,
+                                       const TensorView& k, const TensorView& v,
+                                       const TensorView& attn, const KeptQueries& kq,
+                                       const ops::AttentionParams& params) {
+  const int n = static_cast<int>(which.size());
+  // A sync-free batch's true counts are on the device, one per request in order: the requests
+  // must be consecutive to take them as one array (fresh requests come first, so they are).
+  for (int i = 1; i < n && bounded_; ++i) {
+    if (which[i] != which[0] + i) return false;
+  }
+  cudaStream_t stream = ctx_.cuda().stream();
+  std::vector<int32_t> begin(n), len(n);
+  int max_rows = 0;
+  for (int i = 0; i < n; ++i) {
+    begin[i] = kq.begin[which[i]];
+    len[i] = kq.len[which[i]];  // capacities of a sync-free batch (its true counts are below)
+    max_rows = std::max(max_rows, len[i]);
+  }
+  ops::cuda::WgmmaAttentionProblem p;
+  p.q = static_cast<const __nv_bfloat16*>(q.data);
+  p.k = static_cast<const __nv_bfloat16*>(k.data);
+  p.v = static_cast<const __nv_bfloat16*>(v.data);
+  p.out = static_cast<__nv_bfloat16*>(attn.data);
+  p.q_row_stride = q.stride[0];
+  p.k_row_stride = k.stride[0];
+  p.v_row_stride = v.stride[0];
+  p.out_row_stride = attn.stride[0];
+  p.rows = q.shape[0];
+  UP_ASSIGN_OR_RETURN(p.seq_begin, staging_.Put(begin, stream));
+  if (bounded_) {
+    p.seq_len = d_counts_ + which[0];
+  } else {
+    UP_ASSIGN_OR_RETURN(p.seq_len, staging_.Put(len, stream));
+  }
+  p.batch = n;
+  p.max_seqlen = max_rows;
+  p.hq = static_cast<int>(q.shape[1]);
+  p.hkv = static_cast<int>(k.shape[1]);
+  p.head_dim = static_cast<int>(q.shape[2]);
+  p.scale = params.scale;
+  if (!ops::cuda::WgmmaAttentionCovers(p)) return false;
+  UP_CUDA_CHECK(ops::cuda::LaunchFlashAttentionWgmma(p, stream));
+  return true;
 }
 
 Result<bool> CudaBackend::CudnnPrefill(const std::vector<int>& which, const TensorView& q,
@@ -391,7 +437,12 @@ Status CudaBackend::AttentionMixer(int li, const AttentionLayer& L, std::vector<
   for (int r = 0; r < B; ++r) {
     if (q_len[r] > 0) (r < fresh ? fresh_rows : other_rows).push_back(r);
   }
-  bool cudnn_done = false;
+  bool own_done = false, cudnn_done = false;
+  // Our Hopper kernel: causal self-attention by row index, which equals causal by position for
+  // any strictly ascending positions (a dense prefill's, or the kept tokens' after a drop).
+  if (!fresh_rows.empty() && wgmma_attention_ && D == 128 && a.window == 0 && !kq.compacted) {
+    UP_ASSIGN_OR_RETURN(own_done, WgmmaPrefill(fresh_rows, q_rows, k, v, attn, kq, ap));
+  }
   // cuDNN's masks take each fresh request's row indices for coordinates (a window is a band on
   // them). k_coord / q_coord equal those (up to order, which is all causality sees) for uncompacted
   // queries: causal layers in any segment; windows by alive index in any segment (a fresh
@@ -399,10 +450,10 @@ Status CudaBackend::AttentionMixer(int li, const AttentionLayer& L, std::vector<
   // drop); windows by position only in segment 0 (later segments keep the kept tokens' gapped
   // positions).
   const bool rows_are_coords = a.window == 0 || !by_position || segment == 0;
-  if (!fresh_rows.empty() && cudnn_ && !kq.compacted && rows_are_coords) {
+  if (!fresh_rows.empty() && !own_done && cudnn_ && !kq.compacted && rows_are_coords) {
     UP_ASSIGN_OR_RETURN(cudnn_done, CudnnPrefill(fresh_rows, q_rows, k, v, attn, kq, ap));
   }
-  if (!fresh_rows.empty() && !cudnn_done) {
+  if (!fresh_rows.empty() && !own_done && !cudnn_done) {
     std::vector<int32_t> cu_q{0}, cu_k{0};
     int max_q = 0, max_k = 0;
     for (int r : fresh_rows) {

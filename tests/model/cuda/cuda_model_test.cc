@@ -338,7 +338,7 @@ TEST(CudaModelTinyGgufTest, KeepAllEqualsDenseBitForBit) {
   UP_CUDA_TEST_CONTEXT(ctx);
   const std::string path =
       testing::WriteTempFile("cuda_tiny_gemma3.gguf", testing::BuildTinyGemma3());
-  Pair p = Load(path, ctx, DeltaRuleChoice::kAuto, GpuAttention::kOurs);
+  Pair p = Load(path, ctx, DeltaRuleChoice::kAuto, GpuAttention::kFlash);
   ASSERT_TRUE(p.gpu);
   ExpectKeepAllEqualsDense(ctx, *p.gpu, "tiny gguf");
 }

@@ -223,12 +223,19 @@ TEST(CudaRandomModelTest, Llama8bPresetMatchesTheCpuModel) {
   auto cpu = MakePreset(*cpu_ctx, "llama-3.1-8b", host);
   ASSERT_TRUE(cpu);
   const std::vector<int64_t> lengths = {700, 300};
-  // Both prefill attention kernels: ours, and cuDNN's (where this build and machine have it; a
-  // fixed-ratio drop makes layer 1 a sync-free segment, so cuDNN meets padded capacities there).
-  for (GpuAttention attention : {GpuAttention::kOurs, GpuAttention::kCudnn}) {
-    const char* kernel = attention == GpuAttention::kCudnn ? "cudnn" : "ours";
-    if (attention == GpuAttention::kCudnn && !ops::cuda::CudnnAttention::Create(ctx).ok()) {
-      std::printf("[llama-3.1-8b] no cuDNN here: its variant skipped\n");
+  // Every prefill attention choice: flash attention alone; ours (the Hopper wgmma kernel for the
+  // dense and the post-drop self-attention on a 9.0 device, flash attention elsewhere); cuDNN's
+  // and auto (where this build and machine have cuDNN). A fixed-ratio drop makes layer 1 a
+  // sync-free segment, so the kernels meet padded capacities with true counts on the device there.
+  for (GpuAttention attention :
+       {GpuAttention::kFlash, GpuAttention::kOurs, GpuAttention::kCudnn, GpuAttention::kAuto}) {
+    const char* kernel = attention == GpuAttention::kCudnn  ? "cudnn"
+                         : attention == GpuAttention::kAuto ? "auto"
+                         : attention == GpuAttention::kOurs ? "ours"
+                                                            : "flash";
+    if ((attention == GpuAttention::kCudnn || attention == GpuAttention::kAuto) &&
+        !ops::cuda::CudnnAttention::Create(ctx).ok()) {
+      std::printf("[llama-3.1-8b] no cuDNN here: the %s variant skipped\n", kernel);
       continue;
     }
     auto gpu = MakePreset(ctx, "llama-3.1-8b", o, attention);

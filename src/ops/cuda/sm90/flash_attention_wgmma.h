@@ -1,0 +1,60 @@
+// Causal prefill attention on Hopper's warpgroup MMA and tensor memory accelerator
+// (flash_attention_wgmma.cu, built for sm_90a only): FlashAttention-3's structure (a producer warp
+// issuing TMA loads into a ring of K / V stages, two consumer warpgroups of 64 query rows each,
+// QK^T and PV on wgmma with P kept in registers, online softmax in f32).
+//
+// Covers the dense case of a packed varlen batch of self-attention (each sequence's queries are
+// its keys, causal by row index: the positions 0..n-1 of a prefill without drops), GQA, head dim
+// 128, bf16 in and out. Everything else (positions with gaps after a UniPrefill drop, sliding
+// windows, a cached prefix, other head dims) stays with cuDNN and ops::cuda::FlashAttention.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace uniprefill::ops::cuda {
+
+// How a consumer warpgroup orders its GEMMs and softmax (measured with
+// tools/gpu/wgmma_attention_probe.cu, docs/gpu_performance.md; the default is the fastest):
+//   kSerial       softmax of tile j, then PV of j and S of j + 1 together
+//   kIntraOverlap FlashAttention-3's intra-warpgroup overlap: the softmax of tile j beside the
+//                 PV GEMM of tile j - 1 (with 3 stages: 1.02-1.03x kSerial at 32K-128K)
+enum class WgmmaAttentionSchedule { kSerial, kIntraOverlap };
+
+struct WgmmaAttentionProblem {
+  // q bf16 [rows, hq, 128], k and v bf16 [rows, hkv, 128], out bf16 [rows, hq, 128]; each with
+  // its own row stride in elements (a multiple of 8; q / k / v are often column slices of one
+  // fused QKV output). All four 16-byte aligned.
+  const __nv_bfloat16* q = nullptr;
+  const __nv_bfloat16* k = nullptr;
+  const __nv_bfloat16* v = nullptr;
+  __nv_bfloat16* out = nullptr;
+  int64_t q_row_stride = 0, k_row_stride = 0, v_row_stride = 0, out_row_stride = 0;
+  int64_t rows = 0;  // rows of the packed buffers
+  // Sequence b is rows [seq_begin[b], seq_begin[b] + seq_len[b]) of every buffer (device int32
+  // [batch] each; the lengths may be true counts below the capacities the host sized the grid
+  // by); its query i sees its keys 0..i. Rows between sequences are neither read for keys nor
+  // written.
+  const int32_t* seq_begin = nullptr;
+  const int32_t* seq_len = nullptr;
+  int batch = 0;
+  int max_seqlen = 0;  // upper bound of every sequence's length (sizes the grid)
+  int hq = 0, hkv = 0;
+  int head_dim = 0;
+  float scale = 0.0f;
+  WgmmaAttentionSchedule schedule = WgmmaAttentionSchedule::kIntraOverlap;
+  int stages = 3;  // K / V tiles in flight: 2 or 3 (the overlap needs 3: 0.78x at 2)
+};
+
+// True on devices that run the kernel's sm_90a code (compute capability 9.0) and for the
+// problems it covers (head dim 128, hq a multiple of hkv, strides and pointers aligned).
+bool WgmmaAttentionAvailable(int device_major, int device_minor);
+bool WgmmaAttentionCovers(const WgmmaAttentionProblem& p);
+
+// Launches the kernel; a problem WgmmaAttentionCovers rejects returns cudaErrorInvalidValue
+// without launching.
+cudaError_t LaunchFlashAttentionWgmma(const WgmmaAttentionProblem& p, cudaStream_t stream);
+
+}  // namespace uniprefill::ops::cuda
