@@ -32,6 +32,32 @@ namespace uniprefill::cuda_backend {
 
 namespace oc = ops::cuda;
 
+namespace {
+
+// The Hopper kernel's problem of these views (q bf16 [Tq, Hq, 128], k / v bf16 [Tk, Hkv, 128],
+// attn bf16 [Tq, Hq, 128], rows strided); the caller sets the sequences.
+oc::WgmmaAttentionProblem WgmmaProblemOf(const TensorView& q, const TensorView& k,
+                                         const TensorView& v, const TensorView& attn, float scale) {
+  oc::WgmmaAttentionProblem p;
+  p.q = static_cast<const __nv_bfloat16*>(q.data);
+  p.k = static_cast<const __nv_bfloat16*>(k.data);
+  p.v = static_cast<const __nv_bfloat16*>(v.data);
+  p.out = static_cast<__nv_bfloat16*>(attn.data);
+  p.q_row_stride = q.stride[0];
+  p.k_row_stride = k.stride[0];
+  p.v_row_stride = v.stride[0];
+  p.out_row_stride = attn.stride[0];
+  p.rows = q.shape[0];
+  p.k_rows = k.shape[0];
+  p.hq = static_cast<int>(q.shape[1]);
+  p.hkv = static_cast<int>(k.shape[1]);
+  p.head_dim = static_cast<int>(q.shape[2]);
+  p.scale = scale;
+  return p;
+}
+
+}  // namespace
+
 Status CudaBackend::DeltaMixer(int layer_index, const DeltaLayer& L, const std::vector<Req>& reqs,
                              int64_t T, TensorView out) {
   const GatedDeltaNetWeights& d = *L.host;
@@ -108,16 +134,7 @@ Result<bool> CudaBackend::WgmmaPrefill(const std::vector<int>& which, const Tens
     len[i] = kq.len[which[i]];  // capacities of a sync-free batch (its true counts are below)
     max_rows = std::max(max_rows, len[i]);
   }
-  ops::cuda::WgmmaAttentionProblem p;
-  p.q = static_cast<const __nv_bfloat16*>(q.data);
-  p.k = static_cast<const __nv_bfloat16*>(k.data);
-  p.v = static_cast<const __nv_bfloat16*>(v.data);
-  p.out = static_cast<__nv_bfloat16*>(attn.data);
-  p.q_row_stride = q.stride[0];
-  p.k_row_stride = k.stride[0];
-  p.v_row_stride = v.stride[0];
-  p.out_row_stride = attn.stride[0];
-  p.rows = q.shape[0];
+  oc::WgmmaAttentionProblem p = WgmmaProblemOf(q, k, v, attn, params.scale);
   UP_ASSIGN_OR_RETURN(p.seq_begin, staging_.Put(begin, stream));
   if (bounded_) {
     p.seq_len = d_counts_ + which[0];
@@ -126,10 +143,6 @@ Result<bool> CudaBackend::WgmmaPrefill(const std::vector<int>& which, const Tens
   }
   p.batch = n;
   p.max_seqlen = max_rows;
-  p.hq = static_cast<int>(q.shape[1]);
-  p.hkv = static_cast<int>(k.shape[1]);
-  p.head_dim = static_cast<int>(q.shape[2]);
-  p.scale = params.scale;
   if (!ops::cuda::WgmmaAttentionCovers(p)) return false;
   UP_CUDA_CHECK(ops::cuda::LaunchFlashAttentionWgmma(p, stream));
   return true;
@@ -285,6 +298,21 @@ Result<bool> CudaBackend::CudnnPrefixPrefill(int li, int hkv, const std::vector<
       }
       if (!cudnn_) return false;
       prefix_split_min_keys_ = 0;  // cuDNN has no plan for the pieces: run chunks whole
+    }
+    // A chunk whole: our Hopper kernel where it covers the layer (its keys, the prefix then the
+    // chunk's own, are consecutive rows of k / v), else cuDNN's.
+    if (wgmma_attention_ && d == 128 && params.window == 0) {
+      oc::WgmmaAttentionProblem p = WgmmaProblemOf(q, k, v, attn, params.scale);
+      UP_ASSIGN_OR_RETURN(p.seq_begin, staging_.Put(std::vector<int32_t>{q_begin[i]}, stream));
+      UP_ASSIGN_OR_RETURN(p.seq_len, staging_.Put(std::vector<int32_t>{q_len[i]}, stream));
+      UP_ASSIGN_OR_RETURN(p.k_seq_begin, staging_.Put(std::vector<int32_t>{kv_row[i]}, stream));
+      UP_ASSIGN_OR_RETURN(p.k_seq_len, staging_.Put(std::vector<int32_t>{kv_len[i]}, stream));
+      p.batch = 1;
+      p.max_seqlen = q_len[i];
+      if (oc::WgmmaAttentionCovers(p)) {
+        UP_CUDA_CHECK(oc::LaunchFlashAttentionWgmma(p, stream));
+        continue;
+      }
     }
     ops::cuda::CudnnPrefixBatch pb;
     UP_ASSIGN_OR_RETURN(pb.q_len, staging_.Put(std::vector<int32_t>{q_len[i]}, stream));

@@ -4,8 +4,9 @@
 // both schedules and stage counts, q / k / v as column slices of one fused buffer whose spare
 // columns are NaN, a strided output whose spare columns and the rows between sequences must stay
 // NaN-poisoned (unwritten), true lengths below the capacities that sized the grid (a sync-free
-// batch), and gapped ascending positions (the kept tokens after a drop): the kernel masks by row
-// index, which equals causal by position for them. Skipped off compute capability 9.0.
+// batch), gapped ascending positions (the kept tokens after a drop: the kernel masks by row
+// index, which equals causal by position for them), and chunks over a cached prefix (queries
+// are the last rows of their keys, any prefix length). Skipped off compute capability 9.0.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -51,7 +52,8 @@ constexpr double kFlashTolerance = 5e-3;
 
 struct Case {
   int hq = 8, hkv = 2;
-  std::vector<int> lengths;   // true lengths
+  std::vector<int> lengths;   // true lengths (query rows)
+  std::vector<int> prefixes;  // keys before each sequence's queries (empty: none)
   int spare_rows = 0;         // capacity - length of every sequence (rows left unwritten)
   int gap_rows = 0;           // rows between consecutive sequences' capacities
   int max_position_gap = 1;   // > 1: gapped ascending positions (after a drop)
@@ -63,6 +65,8 @@ struct Case {
 std::string Describe(const Case& c) {
   std::string s = "Hq " + std::to_string(c.hq) + " Hkv " + std::to_string(c.hkv) + " lengths";
   for (int l : c.lengths) s += " " + std::to_string(l);
+  if (!c.prefixes.empty()) s += " prefixes";
+  for (int l : c.prefixes) s += " " + std::to_string(l);
   s += " spare " + std::to_string(c.spare_rows) + " gap " + std::to_string(c.gap_rows) +
        " position gap " + std::to_string(c.max_position_gap) + " schedule " +
        (c.schedule == WgmmaAttentionSchedule::kSerial ? "serial" : "overlap") + " stages " +
@@ -76,13 +80,17 @@ std::vector<uint16_t> RunAndCheck(DeviceContext& gpu, DeviceContext& cpu, const 
                                   uint32_t seed) {
   std::mt19937 rng(seed);
   const int64_t hq = c.hq, hkv = c.hkv, n_seq = static_cast<int64_t>(c.lengths.size());
-  std::vector<int32_t> begin, len, cap;
+  // Sequence b: keys at rows [k_begin, + prefix + len), queries the last len of them.
+  std::vector<int32_t> begin, len, cap, k_begin, k_len;
   int64_t rows = c.gap_rows;
-  for (int l : c.lengths) {
-    begin.push_back(static_cast<int32_t>(rows));
+  for (int64_t b = 0; b < n_seq; ++b) {
+    const int l = c.lengths[b], prefix = c.prefixes.empty() ? 0 : c.prefixes[b];
+    k_begin.push_back(static_cast<int32_t>(rows));
+    k_len.push_back(prefix + l);
+    begin.push_back(static_cast<int32_t>(rows + prefix));
     len.push_back(l);
     cap.push_back(l + c.spare_rows);
-    rows += l + c.spare_rows + c.gap_rows;
+    rows += prefix + l + c.spare_rows + c.gap_rows;
   }
   // Fused [rows, ld] with 8 NaN columns past q | k | v; out [rows, hq D + 24].
   const int64_t ld = (hq + 2 * hkv) * kD + 8, o_row = hq * kD + 24;
@@ -102,13 +110,15 @@ std::vector<uint16_t> RunAndCheck(DeviceContext& gpu, DeviceContext& cpu, const 
   std::uniform_int_distribution<int32_t> gap(1, c.max_position_gap);
   for (int64_t b = 0; b < n_seq; ++b) {
     int32_t p = std::uniform_int_distribution<int32_t>(0, 9)(rng);
-    for (int i = 0; i < len[b]; ++i, p += gap(rng)) pos[begin[b] + i] = p;
+    for (int i = 0; i < k_len[b]; ++i, p += gap(rng)) pos[k_begin[b] + i] = p;
   }
   const DeviceBuffer in_dev = DeviceBuffer::FromHost(in);
   DeviceBuffer out_dev(rows * o_row * 2), flash_dev(rows * o_row * 2);
   out_dev.Fill(0xFF);  // bf16 0xFFFF is NaN
   flash_dev.Fill(0xFF);
   const DeviceBuffer begin_dev = DeviceBuffer::FromHost(begin), len_dev = DeviceBuffer::FromHost(len);
+  const DeviceBuffer k_begin_dev = DeviceBuffer::FromHost(k_begin);
+  const DeviceBuffer k_len_dev = DeviceBuffer::FromHost(k_len);
   const DeviceBuffer pos_dev = DeviceBuffer::FromHost(pos);
   UP_CUDA_CHECK(cudaDeviceSynchronize());
 
@@ -123,6 +133,10 @@ std::vector<uint16_t> RunAndCheck(DeviceContext& gpu, DeviceContext& cpu, const 
   p.rows = rows;
   p.seq_begin = begin_dev.as<int32_t>();
   p.seq_len = len_dev.as<int32_t>();
+  if (!c.prefixes.empty()) {
+    p.k_seq_begin = k_begin_dev.as<int32_t>();
+    p.k_seq_len = k_len_dev.as<int32_t>();
+  }
   p.batch = static_cast<int>(n_seq);
   p.max_seqlen = *std::max_element(cap.begin(), cap.end());  // capacities size the grid
   p.hq = c.hq;
@@ -138,19 +152,23 @@ std::vector<uint16_t> RunAndCheck(DeviceContext& gpu, DeviceContext& cpu, const 
   AttentionParams params;
   params.scale = p.scale;
   for (int64_t b = 0; b < n_seq; ++b) {
-    const std::vector<int32_t> cu = {0, len[b]};
-    const DeviceBuffer cu_dev = DeviceBuffer::FromHost(cu);
+    const std::vector<int32_t> cu_q = {0, len[b]}, cu_k = {0, k_len[b]};
+    const DeviceBuffer cu_q_dev = DeviceBuffer::FromHost(cu_q), cu_k_dev = DeviceBuffer::FromHost(cu_k);
     UP_CUDA_CHECK(cudaDeviceSynchronize());
-    auto view = [&](const DeviceBuffer& buf, int64_t col, int64_t h, int64_t stride) {
-      TensorView t = TensorView::Contiguous(buf.as<uint16_t>() + begin[b] * stride + col,
-                                            DType::kBF16, {len[b], h, kD}, Device::kCuda);
+    auto view = [&](const DeviceBuffer& buf, int64_t row0, int64_t n, int64_t col, int64_t h,
+                    int64_t stride) {
+      TensorView t = TensorView::Contiguous(buf.as<uint16_t>() + row0 * stride + col,
+                                            DType::kBF16, {n, h, kD}, Device::kCuda);
       t.stride[0] = stride;
       return t;
     };
-    VarlenBatch vb{cu_dev.as<int32_t>(), cu_dev.as<int32_t>(), 1, len[b], len[b]};
-    FlashAttention(gpu, view(flash_dev, 0, hq, o_row), view(in_dev, 0, hq, ld),
-                   view(in_dev, hq * kD, hkv, ld), view(in_dev, (hq + hkv) * kD, hkv, ld),
-                   pos_dev.as<int32_t>() + begin[b], pos_dev.as<int32_t>() + begin[b], vb, params);
+    VarlenBatch vb{cu_q_dev.as<int32_t>(), cu_k_dev.as<int32_t>(), 1, len[b], k_len[b]};
+    FlashAttention(gpu, view(flash_dev, begin[b], len[b], 0, hq, o_row),
+                   view(in_dev, begin[b], len[b], 0, hq, ld),
+                   view(in_dev, k_begin[b], k_len[b], hq * kD, hkv, ld),
+                   view(in_dev, k_begin[b], k_len[b], (hq + hkv) * kD, hkv, ld),
+                   pos_dev.as<int32_t>() + begin[b], pos_dev.as<int32_t>() + k_begin[b], vb,
+                   params);
     gpu.cuda().Synchronize();
   }
   gpu.cuda().Synchronize();
@@ -166,8 +184,8 @@ std::vector<uint16_t> RunAndCheck(DeviceContext& gpu, DeviceContext& cpu, const 
       return TensorView::Contiguous(x.data() + row0 * h * kD, DType::kF32, {nr, h, kD});
     };
     ::uniprefill::ops::Attention(cpu, host(ref, 0, n, hq), host(q, begin[b], n, hq),
-                                 host(k, begin[b], n, hkv), host(v, begin[b], n, hkv),
-                                 pos.data() + begin[b], pos.data() + begin[b], params);
+                                 host(k, k_begin[b], k_len[b], hkv), host(v, k_begin[b], k_len[b], hkv),
+                                 pos.data() + begin[b], pos.data() + k_begin[b], params);
     for (int64_t t = 0; t < n; ++t) {
       for (int64_t e = 0; e < hq * kD; ++e) {
         got[t * hq * kD + e] = Bf16BitsToF32(out[(begin[b] + t) * o_row + e]);
@@ -252,6 +270,23 @@ TEST_F(WgmmaAttentionTest, PeakedSoftmaxMatches) {
   c.lengths = {700, 64};
   c.q_range = 8.0f;
   RunAndCheck(ctx, *cpu_, c, ++seed_);
+}
+
+// A chunk of a prefill over its cached prefix: prefixes on and off the 128-row tiles, so a CTA's
+// first key tile can hold no key for its first rows (their running max stays -inf a tile).
+TEST_F(WgmmaAttentionTest, ChunksOverACachedPrefixMatch) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  UP_WGMMA_OR_SKIP(ctx);
+  for (auto schedule : {WgmmaAttentionSchedule::kSerial, WgmmaAttentionSchedule::kIntraOverlap}) {
+    Case c;
+    c.hq = 16;
+    c.hkv = 4;
+    c.lengths = {1, 64, 200, 512, 129};
+    c.prefixes = {300, 128, 1, 2000, 0};
+    c.gap_rows = 5;
+    c.schedule = schedule;
+    RunAndCheck(ctx, *cpu_, c, ++seed_);
+  }
 }
 
 TEST_F(WgmmaAttentionTest, RepeatedRunsAreBitIdentical) {

@@ -10,8 +10,8 @@
 // into the ring, each tile completing on its own mbarrier (k_full / v_full) and refilled once all
 // eight consumer warps arrived on its `empty` barrier.
 //
-// A consumer warpgroup per key tile j (heaviest-first order: the diagonal tile first, so the
-// running max starts from real keys and the later tiles need no mask):
+// A consumer warpgroup per key tile j, from the last the CTA's rows see down to 0 (so the tiles
+// that need the causal mask come first, and the others need none):
 //   S = Q K^T  8 wgmma m64n128k16 from shared memory (K-major both), f32 in registers
 //   mask the diagonal tile, online softmax in the exp2 domain, P to bf16 in registers
 //   O += P V   8 wgmma m64n128k16 with A = P from registers, B = V read N-major (imm-trans-b)
@@ -46,8 +46,10 @@ static_assert(kBlockM == kBlockN, "the diagonal tile logic assumes square tiles"
 struct KernelParams {
   bf16* out;
   int64_t out_row_stride;
-  const int32_t* seq_begin;
+  const int32_t* seq_begin;  // queries (and out)
   const int32_t* seq_len;
+  const int32_t* k_seq_begin;  // keys and values
+  const int32_t* k_seq_len;
   int group;             // hq / hkv
   float scale_log2;      // softmax scale * log2(e)
 };
@@ -87,12 +89,12 @@ struct RowState {
   float m0, m1, l0, l1;
 };
 
-// Masks keys past each row (when `mask`), updates the running max from the quad's scores, writes
+// Masks keys past each row's own key (when `mask`), updates the running max from the quad's scores, writes
 // P = exp2(s * sl2 - max * sl2) as bf16 A fragments and returns the factors the output rows must be
 // rescaled by.
 __device__ __forceinline__ void Softmax(const float (&s)[64], uint32_t (&pf)[32], RowState& rs,
-                                        float& corr0, float& corr1, int key0, int row0, int row1,
-                                        bool mask, float sl2, int t) {
+                                        float& corr0, float& corr1, int key0, int last_key0,
+                                        int last_key1, bool mask, float sl2, int t) {
   // The scores are only read: S's registers belong to a wgmma group until the next wait on it,
   // and a write here would make ptxas serialise the pipeline.
   float x[64];
@@ -101,8 +103,8 @@ __device__ __forceinline__ void Softmax(const float (&s)[64], uint32_t (&pf)[32]
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       const int key = key0 + 8 * c + 2 * t + e;
-      x[4 * c + e] = mask && key > row0 ? -INFINITY : s[4 * c + e];
-      x[4 * c + 2 + e] = mask && key > row1 ? -INFINITY : s[4 * c + 2 + e];
+      x[4 * c + e] = mask && key > last_key0 ? -INFINITY : s[4 * c + e];
+      x[4 * c + 2 + e] = mask && key > last_key1 ? -INFINITY : s[4 * c + 2 + e];
     }
   }
   float mx0 = rs.m0, mx1 = rs.m1;
@@ -115,11 +117,14 @@ __device__ __forceinline__ void Softmax(const float (&s)[64], uint32_t (&pf)[32]
   mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
   mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
   mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-  corr0 = Exp2((rs.m0 - mx0) * sl2);
-  corr1 = Exp2((rs.m1 - mx1) * sl2);
+  // A row with no visible key yet (a chunk's first rows in the tile after its prefix's last) keeps
+  // max -inf: its P is 0 and nothing may become NaN (-inf - -inf).
+  corr0 = rs.m0 == -INFINITY ? 0.0f : Exp2((rs.m0 - mx0) * sl2);
+  corr1 = rs.m1 == -INFINITY ? 0.0f : Exp2((rs.m1 - mx1) * sl2);
   rs.m0 = mx0;
   rs.m1 = mx1;
-  const float base0 = mx0 * sl2, base1 = mx1 * sl2;
+  const float base0 = mx0 == -INFINITY ? 0.0f : mx0 * sl2;
+  const float base1 = mx1 == -INFINITY ? 0.0f : mx1 * sl2;
   float sum0 = 0.0f, sum1 = 0.0f;
 #pragma unroll
   for (int c = 0; c < 16; ++c) {
@@ -166,10 +171,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int q_tile = static_cast<int>(gridDim.x - 1 - blockIdx.x);  // heaviest tiles first
   const int head = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
   const int seq_begin = p.seq_begin[b], seq_len = p.seq_len[b];
+  const int k_begin = p.k_seq_begin[b], k_len = p.k_seq_len[b];
+  const int offset = k_len - seq_len;  // query i is key offset + i
   const int q0 = q_tile * kBlockM;
   if (q0 >= seq_len) return;
   const int kv_head = head / p.group;
-  const int n_tiles = (min(q0 + kBlockM, seq_len) + kBlockN - 1) / kBlockN;
+  const int n_tiles = (min(offset + q0 + kBlockM, k_len) + kBlockN - 1) / kBlockN;
 
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   if (threadIdx.x == 0) {
@@ -195,7 +202,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int it = 0; it < n_tiles; ++it) {
       const int j = n_tiles - 1 - it, s = it % kStages, round = it / kStages;
       s90::MbarrierWait(empty(s), (round & 1) ^ 1);
-      const int key_row = seq_begin + j * kBlockN;
+      const int key_row = k_begin + j * kBlockN;
       const uint32_t ks = k_smem + s * kTileBytes, vs = v_smem + s * kTileBytes;
       s90::MbarrierArriveExpectTx(k_full(s), kTileBytes);
       s90::TmaLoad3d(ks, &k_map, 0, kv_head, key_row, k_full(s));
@@ -212,13 +219,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   s90::RaiseRegisterLimit<240>();
   const int wg = warp / 4, wi = warp % 4, g = lane / 4, t = lane % 4;
   const int row0 = q0 + wg * 64 + wi * 16 + g, row1 = row0 + 8;  // within the sequence
+  const int key_row0 = offset + row0, key_row1 = offset + row1;    // the rows' own keys
   const uint32_t q_base = q_smem + wg * 64 * 128;
   float o[64];
 #pragma unroll
   for (int i = 0; i < 64; ++i) o[i] = 0.0f;
   RowState rs{-INFINITY, -INFINITY, 0.0f, 0.0f};
   const float sl2 = p.scale_log2;
-  const int mask_from = q0 + wg * 64;  // a key tile ending past this row needs the causal mask
+  const int mask_from = offset + q0 + wg * 64;  // a key tile ending past this key needs the mask
 
   s90::MbarrierWait(q_full, 0);
   float s[64];
@@ -234,7 +242,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       s90::WgmmaWait<0>();
       s90::FenceRegisters(s);
       float corr0, corr1;
-      Softmax(s, pf, rs, corr0, corr1, j * kBlockN, row0, row1,
+      Softmax(s, pf, rs, corr0, corr1, j * kBlockN, key_row0, key_row1,
               j * kBlockN + kBlockN - 1 > mask_from, sl2, t);
       Rescale(o, corr0, corr1);
       s90::MbarrierWait(v_full(st), round & 1);
@@ -270,7 +278,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     s90::FenceRegisters(s);
     {
       float corr0, corr1;
-      Softmax(s, pf, rs, corr0, corr1, (n_tiles - 1) * kBlockN, row0, row1,
+      Softmax(s, pf, rs, corr0, corr1, (n_tiles - 1) * kBlockN, key_row0, key_row1,
               (n_tiles - 1) * kBlockN + kBlockN - 1 > mask_from, sl2, t);
     }
     uint32_t pf2[32];
@@ -290,7 +298,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       s90::WgmmaWait<1>();  // S (committed first) is done; PV may still run
       s90::FenceRegisters(s);
       float corr0, corr1;
-      Softmax(s, p_next, rs, corr0, corr1, j * kBlockN, row0, row1,
+      Softmax(s, p_next, rs, corr0, corr1, j * kBlockN, key_row0, key_row1,
               j * kBlockN + kBlockN - 1 > mask_from, sl2, t);
       s90::WgmmaWait<0>();
       s90::FenceRegisters(o);
@@ -421,15 +429,17 @@ bool WgmmaAttentionCovers(const WgmmaAttentionProblem& p) {
          p.rows > 0 && p.max_seqlen > 0 && p.q_row_stride % 8 == 0 && p.k_row_stride % 8 == 0 &&
          p.v_row_stride % 8 == 0 && p.out_row_stride % 2 == 0 && Aligned16(p.q) &&
          Aligned16(p.k) && Aligned16(p.v) && reinterpret_cast<uintptr_t>(p.out) % 4 == 0 &&
-         p.seq_begin != nullptr && p.seq_len != nullptr && p.rows < (int64_t{1} << 31) && (p.stages == 2 || p.stages == 3);
+         p.seq_begin != nullptr && p.seq_len != nullptr &&
+         (p.k_seq_begin == nullptr) == (p.k_seq_len == nullptr) && p.k_rows < (int64_t{1} << 31) && p.rows < (int64_t{1} << 31) && (p.stages == 2 || p.stages == 3);
 }
 
 cudaError_t LaunchFlashAttentionWgmma(const WgmmaAttentionProblem& p, cudaStream_t stream) {
   if (!WgmmaAttentionCovers(p)) return cudaErrorInvalidValue;
   CUtensorMap q_map, k_map, v_map;
+  const int64_t k_rows = p.k_rows > 0 ? p.k_rows : p.rows;
   if (!EncodeRowsMap(&q_map, p.q, p.rows, p.hq, p.q_row_stride) ||
-      !EncodeRowsMap(&k_map, p.k, p.rows, p.hkv, p.k_row_stride) ||
-      !EncodeRowsMap(&v_map, p.v, p.rows, p.hkv, p.v_row_stride)) {
+      !EncodeRowsMap(&k_map, p.k, k_rows, p.hkv, p.k_row_stride) ||
+      !EncodeRowsMap(&v_map, p.v, k_rows, p.hkv, p.v_row_stride)) {
     return cudaErrorInvalidValue;
   }
   KernelParams kp;
@@ -437,6 +447,8 @@ cudaError_t LaunchFlashAttentionWgmma(const WgmmaAttentionProblem& p, cudaStream
   kp.out_row_stride = p.out_row_stride;
   kp.seq_begin = p.seq_begin;
   kp.seq_len = p.seq_len;
+  kp.k_seq_begin = p.k_seq_begin != nullptr ? p.k_seq_begin : p.seq_begin;
+  kp.k_seq_len = p.k_seq_len != nullptr ? p.k_seq_len : p.seq_len;
   kp.group = p.hq / p.hkv;
   kp.scale_log2 = p.scale * 1.4426950408889634f;
   const dim3 grid((p.max_seqlen + kBlockM - 1) / kBlockM, p.hq, p.batch);

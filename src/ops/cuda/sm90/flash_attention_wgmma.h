@@ -3,10 +3,12 @@
 // issuing TMA loads into a ring of K / V stages, two consumer warpgroups of 64 query rows each,
 // QK^T and PV on wgmma with P kept in registers, online softmax in f32).
 //
-// Covers the dense case of a packed varlen batch of self-attention (each sequence's queries are
-// its keys, causal by row index: the positions 0..n-1 of a prefill without drops), GQA, head dim
-// 128, bf16 in and out. Everything else (positions with gaps after a UniPrefill drop, sliding
-// windows, a cached prefix, other head dims) stays with cuDNN and ops::cuda::FlashAttention.
+// Covers causal attention by row index over a packed varlen batch: each sequence's queries are
+// its last keys (self-attention of a prefill, dense or the kept rows after a drop, whose
+// ascending positions order the rows alike; or a chunk over its cached prefix, the keys being the
+// prefix's then the chunk's own), GQA, head dim 128, bf16 in and out. Everything else (sliding
+// windows, queries that are not the last keys, other head dims) stays with cuDNN and
+// ops::cuda::FlashAttention.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -33,12 +35,17 @@ struct WgmmaAttentionProblem {
   __nv_bfloat16* out = nullptr;
   int64_t q_row_stride = 0, k_row_stride = 0, v_row_stride = 0, out_row_stride = 0;
   int64_t rows = 0;  // rows of the packed buffers
-  // Sequence b is rows [seq_begin[b], seq_begin[b] + seq_len[b]) of every buffer (device int32
-  // [batch] each; the lengths may be true counts below the capacities the host sized the grid
-  // by); its query i sees its keys 0..i. Rows between sequences are neither read for keys nor
-  // written.
+  // Sequence b's queries are rows [seq_begin[b], seq_begin[b] + seq_len[b]) of q and out (device
+  // int32 [batch] each; the lengths may be true counts below the capacities the host sized the
+  // grid by). Its keys are the same rows of k and v (self-attention: k_seq_begin / k_seq_len
+  // null), or rows [k_seq_begin[b], + k_seq_len[b]) of k and v, whose last seq_len[b] are the
+  // queries' own (a chunk over its cached prefix: k_rows rows). Query i sees keys 0 ..
+  // k_seq_len - seq_len + i. Rows outside the sequences are not written.
   const int32_t* seq_begin = nullptr;
   const int32_t* seq_len = nullptr;
+  const int32_t* k_seq_begin = nullptr;
+  const int32_t* k_seq_len = nullptr;
+  int64_t k_rows = 0;  // rows of the k and v buffers when they are not q's (0: rows)
   int batch = 0;
   int max_seqlen = 0;  // upper bound of every sequence's length (sizes the grid)
   int hq = 0, hkv = 0;
