@@ -3,8 +3,9 @@
 
 Reads the GPU benchmark results in bench/results/gpu/ (llama8b_b1.json, gemma3_12b.json,
 qwen3_next.json and, when present, the PyTorch anchor's anchor.jsonl, the anchor on cuDNN attention
-anchor_cudnn.jsonl and our run with cuDNN attention llama8b_b1_cudnn.json, both from
-`scripts/gpu_cycle.sh run OUT ... cudnn`, drawn as markers on the Llama panel) and writes
+anchor_cudnn.jsonl, our run with cuDNN attention llama8b_b1_cudnn.json and with our wgmma
+attention (the default since 2026-12-04) llama8b_b1_wgmma.json, the last three from one device call
+(bench/results/gpu/issue17_wgmma/), drawn as markers on the Llama panel) and writes
 <out>.png and <out>.svg: prompt tokens
 per second (context * batch / TTFT) against context length, dense vs UniPrefill keep 0.5 / keep 0.3,
 one panel per architecture, batch-1 rows only. Needs matplotlib (.venv/bin/pip install matplotlib).
@@ -84,6 +85,9 @@ MARKERS = [
     ("ours_cudnn", "ours with --attention cudnn (Llama)",
      dict(marker="*", markersize=9, markerfacecolor="#e07b00", markeredgecolor="#7a4300",
           markeredgewidth=0.8)),
+    ("ours_wgmma", "ours with our wgmma attention, the default (Llama)",
+     dict(marker="P", markersize=8, markerfacecolor="#2ca02c", markeredgecolor="#145214",
+          markeredgewidth=0.8)),
 ]
 
 
@@ -133,6 +137,9 @@ def main() -> int:
     ours_cudnn = args.results_dir / "llama8b_b1_cudnn.json"
     if ours_cudnn.exists():
         llama_markers["ours_cudnn"] = load_throughputs(ours_cudnn)[0]
+    ours_wgmma = args.results_dir / "llama8b_b1_wgmma.json"
+    if ours_wgmma.exists():
+        llama_markers["ours_wgmma"] = load_throughputs(ours_wgmma)[0]
     llama_markers = {k: v for k, v in llama_markers.items() if v}
     panels, gpus, dates = [], [], []
     for fname, title, with_anchor in PANELS:
