@@ -66,7 +66,8 @@ void AddDeviceFlags(CLI::App& cmd, DeviceFlags& flags) {
       ->capture_default_str();
   cmd.add_option("--gpu-attention", flags.gpu_attention,
                  "With --device cuda, the prefill attention kernels: auto (on Hopper GPUs our "
-                 "wgmma kernel for dense causal self-attention of head dim 128, then cuDNN's "
+                 "wgmma kernel for causal attention of head dim 128 without a window: prefills "
+                 "and chunks over their cached prefix; then cuDNN's "
                  "fused attention where its masks express the layer when libcudnn 9 loads, our "
                  "flash attention elsewhere), ours (our kernels alone), cudnn (cuDNN, then our "
                  "flash attention; no cuDNN is an error) or flash (our flash attention alone)")

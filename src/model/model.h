@@ -112,8 +112,9 @@ enum class DeltaRuleChoice {
 
 // Which kernels run the GPU's prefill attention. Three can:
 // - our Hopper kernel (ops/cuda/sm90/flash_attention_wgmma.h: wgmma + TMA, FlashAttention-3's
-//   structure) on compute capability 9.0, for what it covers: causal self-attention of fresh
-//   prefill rows (dense, or the compacted rows after a drop), head dim 128, no window;
+//   structure) on compute capability 9.0, for what it covers: causal attention of head dim 128
+//   without a window whose queries are the last keys (fresh prefill rows, dense or the
+//   compacted rows after a drop; whole chunks over their cached prefix);
 // - cuDNN's fused attention (ops/cuda/cudnn_attention.h) where its masks express the layer;
 // - our flash attention (ops/cuda/cuda_attention.h, mma.sync) for everything.
 // kAuto: the Hopper kernel, then cuDNN (when libcudnn 9 loads), then flash attention. kOurs: the

@@ -175,7 +175,7 @@ class CudaBackend final : public LayerBackend {
   // shape (that shape falls back from then on) or a plan fails to run (cuDNN is off for the
   // model's life); said once on stderr.
   struct KeptQueries;
-  // Our Hopper kernel (ops/cuda/sm90/flash_attention_wgmma.h) for the same requests, when
+  // Our Hopper kernel (ops/cuda/sm90/flash_attention_wgmma.h) for fresh requests `which`, when
   // wgmma_attention_ and the layer is what it covers (the caller checks head dim 128, no window,
   // uncompacted queries); false (the next kernel runs them) when the requests' rows do not fit its
   // argument shape (non-consecutive requests of a sync-free batch).
