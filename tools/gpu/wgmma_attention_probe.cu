@@ -81,7 +81,9 @@ __global__ void NaiveAttention(const bf16* qkv, int64_t width, int hq, int hkv, 
     sum += p;
     for (int i = lane, n = 0; i < d; i += 32, ++n) acc[n] += p * __bfloat162float(v[i]);
   }
-  for (int i = lane, n = 0; i < d; i += 32, ++n) out[(int64_t(row) * hq + h) * d + i] = acc[n] / sum;
+  for (int i = lane, n = 0; i < d; i += 32, ++n) {
+    out[(int64_t(row) * hq + h) * d + i] = acc[n] / sum;
+  }
 }
 
 std::vector<bf16> Random(std::mt19937& rng, size_t n, float lo, float hi) {
@@ -175,7 +177,8 @@ int Check() {
       }
       std::printf("check %-10s hq %2d hkv %d seqs %zu rows %lld: max |err| %.4g (max |ref| "
                   "%.3g), %lld bad",
-                  variant.name, hq, hkv, lens.size(), (long long)rows, max_err, max_ref, (long long)bad);
+                  variant.name, hq, hkv, lens.size(), (long long)rows, max_err, max_ref,
+                  (long long)bad);
       if (bad) {
         const int64_t i = first_bad, row = i / (hq * s.d), h = (i / s.d) % hq, c = i % s.d;
         std::printf(" (first: row %lld head %lld col %lld got %g want %g)", (long long)row,
@@ -230,7 +233,8 @@ int Bench(const std::vector<int>& ns) {
       const float sustained = TimeMs(20, run);
       std::printf("bench N %6d D 128 Hq 32 Hkv 8 causal %-10s: one run after idle %8.3f ms "
                   "%6.1f TFLOP/s; 20 back-to-back %8.3f ms %6.1f TFLOP/s\n",
-                  n, variant.name, single, flops / single / 1e9, sustained, flops / sustained / 1e9);
+                  n, variant.name, single, flops / single / 1e9, sustained,
+                  flops / sustained / 1e9);
       std::fflush(stdout);
     }
     cudaFree(qkv), cudaFree(out), cudaFree(cu_dev);

@@ -116,7 +116,8 @@ std::vector<uint16_t> RunAndCheck(DeviceContext& gpu, DeviceContext& cpu, const 
   DeviceBuffer out_dev(rows * o_row * 2), flash_dev(rows * o_row * 2);
   out_dev.Fill(0xFF);  // bf16 0xFFFF is NaN
   flash_dev.Fill(0xFF);
-  const DeviceBuffer begin_dev = DeviceBuffer::FromHost(begin), len_dev = DeviceBuffer::FromHost(len);
+  const DeviceBuffer begin_dev = DeviceBuffer::FromHost(begin);
+  const DeviceBuffer len_dev = DeviceBuffer::FromHost(len);
   const DeviceBuffer k_begin_dev = DeviceBuffer::FromHost(k_begin);
   const DeviceBuffer k_len_dev = DeviceBuffer::FromHost(k_len);
   const DeviceBuffer pos_dev = DeviceBuffer::FromHost(pos);
@@ -153,7 +154,8 @@ std::vector<uint16_t> RunAndCheck(DeviceContext& gpu, DeviceContext& cpu, const 
   params.scale = p.scale;
   for (int64_t b = 0; b < n_seq; ++b) {
     const std::vector<int32_t> cu_q = {0, len[b]}, cu_k = {0, k_len[b]};
-    const DeviceBuffer cu_q_dev = DeviceBuffer::FromHost(cu_q), cu_k_dev = DeviceBuffer::FromHost(cu_k);
+    const DeviceBuffer cu_q_dev = DeviceBuffer::FromHost(cu_q);
+    const DeviceBuffer cu_k_dev = DeviceBuffer::FromHost(cu_k);
     UP_CUDA_CHECK(cudaDeviceSynchronize());
     auto view = [&](const DeviceBuffer& buf, int64_t row0, int64_t n, int64_t col, int64_t h,
                     int64_t stride) {
@@ -184,7 +186,8 @@ std::vector<uint16_t> RunAndCheck(DeviceContext& gpu, DeviceContext& cpu, const 
       return TensorView::Contiguous(x.data() + row0 * h * kD, DType::kF32, {nr, h, kD});
     };
     ::uniprefill::ops::Attention(cpu, host(ref, 0, n, hq), host(q, begin[b], n, hq),
-                                 host(k, k_begin[b], k_len[b], hkv), host(v, k_begin[b], k_len[b], hkv),
+                                 host(k, k_begin[b], k_len[b], hkv),
+                                 host(v, k_begin[b], k_len[b], hkv),
                                  pos.data() + begin[b], pos.data() + k_begin[b], params);
     for (int64_t t = 0; t < n; ++t) {
       for (int64_t e = 0; e < hq * kD; ++e) {

@@ -1,22 +1,24 @@
 // Causal prefill attention on wgmma + TMA (flash_attention_wgmma.h). Why by hand: cuDNN's fused
-// kernel is the bar (issue 17) and sets the ceiling of every dense prefill at 128K; FlashAttention-3
-// itself is Python-bound. The CPU op (ops::Attention) and ops::cuda::FlashAttention are its judges
+// kernel is the bar (issue 17) and sets the ceiling of every dense prefill at 128K;
+// FlashAttention-3 itself ships as a Python extension. The CPU op (ops::Attention) and ops::cuda::FlashAttention are its judges
 // (tests/ops/cuda/flash_attention_wgmma_test.cc).
 //
 // One CTA = 128 query rows of one head: warps 0-7 are two consumer warpgroups of 64 rows (240
-// registers a thread), warps 8-11 the producer warpgroup (24 registers; one thread works). Shared memory (1024-byte aligned, 128-byte swizzle as TMA writes it and wgmma
-// reads it): Q [2 halves of d][128 rows][64 bf16], and kStages K and V tiles of the same shape
-// (128 keys). The producer's lane 0 loads Q once, then K and V of every key tile the CTA needs
-// into the ring, each tile completing on its own mbarrier (k_full / v_full) and refilled once all
-// eight consumer warps arrived on its `empty` barrier.
+// registers a thread), warps 8-11 the producer warpgroup (24 registers; one thread works).
+// Shared memory (1024-byte aligned, 128-byte swizzle as TMA writes it and wgmma reads it): Q
+// [2 halves of d][128 rows][64 bf16], and kStages K and V tiles of the same shape (128 keys). The
+// producer's one thread loads Q once, then K and V of every key tile the CTA needs into the ring,
+// each tile completing on its own mbarrier (k_full / v_full) and refilled once all eight consumer
+// warps arrived on its `empty` barrier.
 //
 // A consumer warpgroup per key tile j, from the last the CTA's rows see down to 0 (so the tiles
 // that need the causal mask come first, and the others need none):
 //   S = Q K^T  8 wgmma m64n128k16 from shared memory (K-major both), f32 in registers
-//   mask the diagonal tile, online softmax in the exp2 domain, P to bf16 in registers
+//   mask (the first tiles), online softmax in the exp2 domain, P to bf16 in registers
 //   O += P V   8 wgmma m64n128k16 with A = P from registers, B = V read N-major (imm-trans-b)
-// Intra-warpgroup overlap: S of tile j + 1 is issued before the softmax of tile j, so the tensor
-// cores multiply while the warpgroup exponentiates; the two warpgroups also interleave naturally.
+// Two schedules (WgmmaAttentionSchedule): kSerial issues S of tile j + 1 beside PV of tile j;
+// kIntraOverlap (the default) runs the softmax of tile j while the tensor cores multiply PV of
+// tile j - 1. The two warpgroups also interleave on their own.
 #include "ops/cuda/sm90/flash_attention_wgmma.h"
 
 #include <cuda.h>
@@ -50,8 +52,8 @@ struct KernelParams {
   const int32_t* seq_len;
   const int32_t* k_seq_begin;  // keys and values
   const int32_t* k_seq_len;
-  int group;             // hq / hkv
-  float scale_log2;      // softmax scale * log2(e)
+  int group;         // hq / hkv
+  float scale_log2;  // softmax scale * log2(e)
 };
 
 #ifdef UP_SM90A_COMPILED
@@ -89,9 +91,9 @@ struct RowState {
   float m0, m1, l0, l1;
 };
 
-// Masks keys past each row's own key (when `mask`), updates the running max from the quad's scores, writes
-// P = exp2(s * sl2 - max * sl2) as bf16 A fragments and returns the factors the output rows must be
-// rescaled by.
+// Masks keys past each row's own key (when `mask`), updates the running max from the quad's
+// scores, writes P = exp2(s * sl2 - max * sl2) as bf16 A fragments and returns the factors the
+// output rows must be rescaled by.
 __device__ __forceinline__ void Softmax(const float (&s)[64], uint32_t (&pf)[32], RowState& rs,
                                         float& corr0, float& corr1, int key0, int last_key0,
                                         int last_key1, bool mask, float sl2, int t) {
@@ -410,7 +412,8 @@ cudaError_t Dispatch(WgmmaAttentionSchedule schedule, int stages, Launch&& launc
   using S = WgmmaAttentionSchedule;
   switch (schedule) {
     case S::kSerial:
-      return stages == 3 ? LaunchVariant<S::kSerial, 3>(launch) : LaunchVariant<S::kSerial, 2>(launch);
+      return stages == 3 ? LaunchVariant<S::kSerial, 3>(launch)
+                         : LaunchVariant<S::kSerial, 2>(launch);
     case S::kIntraOverlap:
       return stages == 3 ? LaunchVariant<S::kIntraOverlap, 3>(launch)
                          : LaunchVariant<S::kIntraOverlap, 2>(launch);
@@ -430,7 +433,9 @@ bool WgmmaAttentionCovers(const WgmmaAttentionProblem& p) {
          p.v_row_stride % 8 == 0 && p.out_row_stride % 2 == 0 && Aligned16(p.q) &&
          Aligned16(p.k) && Aligned16(p.v) && reinterpret_cast<uintptr_t>(p.out) % 4 == 0 &&
          p.seq_begin != nullptr && p.seq_len != nullptr &&
-         (p.k_seq_begin == nullptr) == (p.k_seq_len == nullptr) && p.k_rows < (int64_t{1} << 31) && p.rows < (int64_t{1} << 31) && (p.stages == 2 || p.stages == 3);
+         (p.k_seq_begin == nullptr) == (p.k_seq_len == nullptr) &&
+         p.k_rows < (int64_t{1} << 31) && p.rows < (int64_t{1} << 31) &&
+         (p.stages == 2 || p.stages == 3);
 }
 
 cudaError_t LaunchFlashAttentionWgmma(const WgmmaAttentionProblem& p, cudaStream_t stream) {
