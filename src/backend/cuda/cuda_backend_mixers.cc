@@ -21,6 +21,7 @@
 #include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/cuda_glue_kernels.h"
 #include "backend/cuda/device_views.h"
+#include "backend/cuda/wgmma_attention_views.h"
 #include "ops/cuda/cuda_attention.h"
 #include "ops/cuda/cuda_cache_attention.h"
 #include "ops/cuda/cuda_dense_ops.h"
@@ -32,31 +33,6 @@ namespace uniprefill::cuda_backend {
 
 namespace oc = ops::cuda;
 
-namespace {
-
-// The Hopper kernel's problem of these views (q bf16 [Tq, Hq, 128], k / v bf16 [Tk, Hkv, 128],
-// attn bf16 [Tq, Hq, 128], rows strided); the caller sets the sequences.
-oc::WgmmaAttentionProblem WgmmaProblemOf(const TensorView& q, const TensorView& k,
-                                         const TensorView& v, const TensorView& attn, float scale) {
-  oc::WgmmaAttentionProblem p;
-  p.q = static_cast<const __nv_bfloat16*>(q.data);
-  p.k = static_cast<const __nv_bfloat16*>(k.data);
-  p.v = static_cast<const __nv_bfloat16*>(v.data);
-  p.out = static_cast<__nv_bfloat16*>(attn.data);
-  p.q_row_stride = q.stride[0];
-  p.k_row_stride = k.stride[0];
-  p.v_row_stride = v.stride[0];
-  p.out_row_stride = attn.stride[0];
-  p.rows = q.shape[0];
-  p.k_rows = k.shape[0];
-  p.hq = static_cast<int>(q.shape[1]);
-  p.hkv = static_cast<int>(k.shape[1]);
-  p.head_dim = static_cast<int>(q.shape[2]);
-  p.scale = scale;
-  return p;
-}
-
-}  // namespace
 
 Status CudaBackend::DeltaMixer(int layer_index, const DeltaLayer& L, const std::vector<Req>& reqs,
                              int64_t T, TensorView out) {

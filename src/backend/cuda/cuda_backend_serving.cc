@@ -21,6 +21,7 @@
 #include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/cuda_glue_kernels.h"
 #include "backend/cuda/device_views.h"
+#include "backend/cuda/wgmma_attention_views.h"
 #include "ops/cuda/cuda_dense_ops.h"
 
 namespace uniprefill::cuda_backend {
@@ -175,7 +176,23 @@ Status CudaBackend::WarmPrefixGraph(const AttentionLayer& L, const TensorView& q
     ops::cuda::FillRandomBf16(ctx_, x.data(), R * ffn->in, 1, 1.0f);
     ops::cuda::FillRandomBf16(ctx_, q.data, R * q.stride[0], 2, 1.0f);  // q's rows, k, v too
     ops::cuda::FillRandomBf16(ctx_, prefix.data(), 2 * K * kv_dim, 3, 1.0f);
-    const auto prefix_attention = [&] { return cudnn_->RunPrefix(ctx_, attn, q, pk, pv, pb, ap); };
+    // Priced with the kernel chunks will run: ours on Hopper where it covers the layer, else
+    // cuDNN's (CudnnPrefixPrefill).
+    const bool wgmma = wgmma_attention_ && D == 128 && a.window == 0;
+    ops::cuda::WgmmaAttentionProblem wp = WgmmaProblemOf(q, pk, pv, attn, ap.scale);
+    UP_ASSIGN_OR_RETURN(wp.seq_begin, staging_.Put(std::vector<int32_t>{0}, stream));
+    wp.k_seq_begin = wp.seq_begin;
+    wp.seq_len = pb.q_len;
+    wp.k_seq_len = pb.kv_len;
+    wp.batch = 1;
+    wp.max_seqlen = static_cast<int>(R);
+    const auto prefix_attention = [&]() -> Status {
+      if (wgmma && ops::cuda::WgmmaAttentionCovers(wp)) {
+        UP_CUDA_CHECK(ops::cuda::LaunchFlashAttentionWgmma(wp, stream));
+        return OkStatus();
+      }
+      return cudnn_->RunPrefix(ctx_, attn, q, pk, pv, pb, ap);
+    };
     const auto ffn_gemm = [&] {
       ops::cuda::Gemm(ctx_, y.View(DType::kBF16, {R, ffn->out}),
                       x.View(DType::kBF16, {R, ffn->in}), ffn->view());
