@@ -49,7 +49,8 @@ CLI::App* AddBenchGpuDecodeCommand(CLI::App& bench_group, BenchGpuDecodeOptions&
   cmd->add_option("--experts", o.experts, "Experts per MoE layer (0: the preset's)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  cmd->add_option("--attention", o.attention, "Prefill attention kernels: auto, ours, cudnn or flash")
+  cmd->add_option("--attention", o.attention,
+                  "Prefill attention kernels: auto, ours, cudnn or flash")
       ->check(CLI::IsMember({"auto", "ours", "cudnn", "flash"}))
       ->capture_default_str();
   cmd->add_option("--commit", o.commit, "Commit id recorded in the JSON");

@@ -33,7 +33,6 @@ namespace uniprefill::cuda_backend {
 
 namespace oc = ops::cuda;
 
-
 Status CudaBackend::DeltaMixer(int layer_index, const DeltaLayer& L, const std::vector<Req>& reqs,
                              int64_t T, TensorView out) {
   const GatedDeltaNetWeights& d = *L.host;

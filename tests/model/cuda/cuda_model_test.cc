@@ -327,8 +327,9 @@ TEST_P(CudaModelFamilyTest, KeepAllEqualsDenseBitForBit) {
 }
 
 // The tiny GGUF (head dim 128): fresh prefills through flash attention, decodes through paged
-// decode attention. Bit for bit with our attention kernel everywhere. With cuDNN's (the default
-// where libcudnn loads) dense prefills run cuDNN, while keep-all's drop layer gathers its kept
+// decode attention. Bit for bit with our flash attention everywhere (GpuAttention::kFlash: the
+// Hopper kernel would run the dense layers but not the drop layers' kept queries). With cuDNN's
+// (GpuAttention::kCudnn) dense prefills run cuDNN, while keep-all's drop layer gathers its kept
 // queries (then ours runs them) and later windows by position stay ours: the two differ by the
 // kernels' rounding only. Measured on the H200 (bench/results/gpu/issue17_final/cuda_tests.log,
 // where the bit-for-bit check ran with cuDNN): 4 of 18 vectors differ, max |logit diff| 1.6e-2,
