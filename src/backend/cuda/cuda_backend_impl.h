@@ -201,10 +201,12 @@ class CudaBackend final : public LayerBackend {
   Status WarmPrefixGraph(const AttentionLayer& L, const TensorView& q, const TensorView& attn,
                          const ops::cuda::CudnnVarlen& vb, int64_t K, int max_context,
                          const DeviceLinear* ffn);
-  // cuDNN's fused attention (CudnnAttention::RunPrefix) for requests `which` whose query rows are
-  // the newest entries of layer li's cache (chunks of a prefill over its earlier chunks, full
-  // attention), over the entries copied out of the KV pool into prefix_kv_. false when cuDNN
-  // cannot run it (as CudnnPrefill).
+  // Attention of requests `which` whose query rows are the newest entries of layer li's cache
+  // (chunks of a prefill over its earlier chunks, full attention) over the cache's entries, read
+  // in place from a run of blocks or copied out of the KV pool into prefix_kv_: our Hopper kernel
+  // for a whole chunk it covers, cuDNN's split-KV pieces or its fused attention
+  // (CudnnAttention::RunPrefix) for the rest. Called only with cuDNN loaded (so `--gpu-attention
+  // ours` runs such chunks on the cache kernel). false when cuDNN cannot run it (as CudnnPrefill).
   Result<bool> CudnnPrefixPrefill(int li, int hkv, const std::vector<int>& which,
                                   const TensorView& q, const TensorView& attn,
                                   const KeptQueries& kq, const ops::AttentionParams& params);

@@ -476,8 +476,8 @@ Status CudaBackend::AttentionMixer(int li, const AttentionLayer& L, std::vector<
     oc::FlashAttention(ctx_, attn, q_rows, k, v, q_coord, k_coord, vb, ap);
   }
   // Chunks of a prefill over its earlier chunks (full attention, queries uncompacted: the newest
-  // entries of the layer's cache): cuDNN's fused attention over the cache copied into rows
-  // (CudnnPrefixPrefill; our cache kernel took 8x as long). The rest (decodes, windows, kept
+  // entries of the layer's cache): our Hopper kernel or cuDNN's fused attention over the cache
+  // read in place or copied into rows (CudnnPrefixPrefill; our cache kernel took 8x as long). The rest (decodes, windows, kept
   // queries of a drop over a cache) runs below.
   if (!other_rows.empty() && cudnn_ && fast_d && a.window == 0) {
     std::vector<int> paged, rest;

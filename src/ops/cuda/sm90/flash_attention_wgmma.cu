@@ -26,12 +26,14 @@
 
 #include <cmath>
 
+#include "ops/cuda/flash_attention_mma.cuh"
 #include "ops/cuda/sm90/wgmma_primitives.cuh"
 
 namespace uniprefill::ops::cuda {
 namespace {
 
 using bf16 = __nv_bfloat16;
+namespace fl = ::uniprefill::ops::cuda::flash;
 namespace s90 = ::uniprefill::ops::cuda::sm90;
 
 constexpr int kHeadDim = 128;
@@ -57,15 +59,8 @@ struct KernelParams {
 };
 
 #ifdef UP_SM90A_COMPILED
-__device__ __forceinline__ float Exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-__device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
+using fl::Exp2;
+using fl::PackBf16x2;
 
 // S (64 rows of this warpgroup x 128 keys) = Q K^T of key stage `k_stage`.
 __device__ __forceinline__ void IssueQk(float (&s)[64], uint32_t q_base, uint32_t k_stage) {
@@ -136,8 +131,8 @@ __device__ __forceinline__ void Softmax(const float (&s)[64], uint32_t (&pf)[32]
     const float d = Exp2(fmaf(x[4 * c + 3], sl2, -base1));
     sum0 += a + b;
     sum1 += c2 + d;
-    pf[2 * c] = PackBf16(a, b);
-    pf[2 * c + 1] = PackBf16(c2, d);
+    pf[2 * c] = PackBf16x2(a, b);
+    pf[2 * c + 1] = PackBf16x2(c2, d);
   }
   rs.l0 = rs.l0 * corr0 + sum0;
   rs.l1 = rs.l1 * corr1 + sum1;
@@ -344,12 +339,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (row0 < seq_len) {
     uint32_t* dst = reinterpret_cast<uint32_t*>(out_head + (seq_begin + row0) * p.out_row_stride);
 #pragma unroll
-    for (int c = 0; c < 16; ++c) dst[4 * c] = PackBf16(o[4 * c] * inv0, o[4 * c + 1] * inv0);
+    for (int c = 0; c < 16; ++c) dst[4 * c] = PackBf16x2(o[4 * c] * inv0, o[4 * c + 1] * inv0);
   }
   if (row1 < seq_len) {
     uint32_t* dst = reinterpret_cast<uint32_t*>(out_head + (seq_begin + row1) * p.out_row_stride);
 #pragma unroll
-    for (int c = 0; c < 16; ++c) dst[4 * c] = PackBf16(o[4 * c + 2] * inv1, o[4 * c + 3] * inv1);
+    for (int c = 0; c < 16; ++c) dst[4 * c] = PackBf16x2(o[4 * c + 2] * inv1, o[4 * c + 3] * inv1);
   }
 }
 #else

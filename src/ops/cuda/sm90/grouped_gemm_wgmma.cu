@@ -27,12 +27,14 @@
 #include "core/cuda/cuda_check.h"
 #include "ops/cuda/flash_attention_mma.cuh"
 #include "ops/cuda/sm90/grouped_gemm_wgmma.h"
+#include "ops/cuda/sm90/wgmma_primitives.cuh"
 
 namespace uniprefill::ops::cuda {
 namespace {
 
 using bf16 = __nv_bfloat16;
 namespace fl = ::uniprefill::ops::cuda::flash;
+namespace s90 = ::uniprefill::ops::cuda::sm90;
 
 constexpr int kBM = kGroupedGemmTileRows, kBN = 256, kBK = 64, kStages = 4, kThreads = 256;
 constexpr int kAheadTiles = kStages - 2;  // tiles in flight beyond the one being multiplied
@@ -42,33 +44,11 @@ constexpr size_t kSmemBytes = size_t{kStages} * kStageBytes + 1024;  // + alignm
 constexpr int kRowsPerPass = kThreads / 8;  // 8 16-byte chunks per 128-byte row
 static_assert(kBK * 2 == 128, "one tile row is one 128-byte swizzle row");
 
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define UP_WGMMA_COMPILED 1
-#endif
-
-// Shared memory matrix descriptor of a K-major, 128-byte-swizzled operand whose 8-row atoms are
-// 1024 bytes apart: start address >> 4 (bits 0-13), leading offset 1 (unused by swizzled K-major
-// layouts), stride offset 1024 >> 4 (bits 32-45), swizzle mode 1 = 128 bytes (bits 62-63).
-__device__ __forceinline__ uint64_t SwizzledDescriptor(uint32_t smem_address) {
-  return static_cast<uint64_t>((smem_address & 0x3FFFF) >> 4) | (uint64_t{1} << 16) |
-         (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 62);
-}
-
-#ifdef UP_WGMMA_COMPILED
-__device__ __forceinline__ void WgmmaFence() {
-  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void WgmmaCommit() {
-  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void WgmmaWait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-// cp.async writes through the generic proxy; wgmma reads through the async proxy.
-__device__ __forceinline__ void FenceProxyAsync() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
+#ifdef UP_SM90A_COMPILED
+using s90::FenceProxyAsync;
+using s90::WgmmaCommit;
+using s90::WgmmaFence;
+using s90::WgmmaWait;
 // SiLU(gate) * up of f32 accumulators, each rounded to bf16 first: the same bits as a bf16 GEMM
 // output followed by ops/cuda's gated activation kernel (dense_elementwise.cu).
 __device__ __forceinline__ float GatedSilu(float gate, float up) {
@@ -76,12 +56,6 @@ __device__ __forceinline__ float GatedSilu(float gate, float up) {
   const float u = __bfloat162float(__float2bfloat16_rn(up));
   return g / (1.0f + expf(-g)) * u;
 }
-// Keeps the compiler from moving reads of the accumulators above a wgmma wait.
-__device__ __forceinline__ void FenceAccumulators(float (&d)[128]) {
-#pragma unroll
-  for (int i = 0; i < 128; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
-
 // d[0..127] += A (64 x 16, K-major, descriptor) * B (16 x 256, K-major descriptor), f32.
 __device__ __forceinline__ void WgmmaM64N256K16(float (&d)[128], uint64_t desc_a,
                                                uint64_t desc_b) {
@@ -213,8 +187,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     fl::CpAsyncCommit();
 
     const uint32_t stage = smem_base + (kt % kStages) * kStageBytes;
-    const uint64_t desc_a = SwizzledDescriptor(stage + warpgroup * 64 * 128);
-    const uint64_t desc_b = SwizzledDescriptor(stage + kStageABytes);
+    const uint64_t desc_a = s90::KMajorSw128Descriptor(stage + warpgroup * 64 * 128);
+    const uint64_t desc_b = s90::KMajorSw128Descriptor(stage + kStageABytes);
     WgmmaFence();
 #pragma unroll
     for (int kk = 0; kk < kBK / 16; ++kk) {
@@ -225,7 +199,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     WgmmaWait<1>();
   }
   WgmmaWait<0>();
-  FenceAccumulators(acc);
+  s90::FenceRegisters(acc);  // no read of the accumulators moves above the wait
   fl::CpAsyncWait<0>();
 
   // Epilogue from the accumulators: warp w of the warpgroup holds rows 16 w .. 16 w + 15; lane
@@ -267,7 +241,7 @@ template <typename OutT>
 __global__ void GroupedGemmWgmmaKernel(GroupedGemmArgs, int) {
   __trap();  // built without sm_90a code: WgmmaGroupedGemmAvailable() said no
 }
-#endif  // UP_WGMMA_COMPILED
+#endif  // UP_SM90A_COMPILED
 
 }  // namespace
 

@@ -54,6 +54,10 @@ template <int N>
 __device__ __forceinline__ void WgmmaWait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
+// cp.async writes through the generic proxy; wgmma reads through the async proxy.
+__device__ __forceinline__ void FenceProxyAsync() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
 // Keeps the compiler from moving reads or writes of wgmma operands across a fence or wait.
 template <int N>
 __device__ __forceinline__ void FenceRegisters(float (&d)[N]) {
