@@ -193,28 +193,33 @@ class CudaBackend final : public LayerBackend {
                                const KeptQueries& kq, const ops::AttentionParams& params,
                                int rows_bucket);
   bool CudnnRan(const Status& st, const char* what);
-  // PrepareServing: builds the prefix graph of layer L's shape by one RunPrefix of q's rows (the
-  // last of K zero keys) into attn; vb holds q's and attn's offsets.
+  // PrepareServing: with cuDNN loaded, builds the prefix graph of layer L's shape by one
+  // RunPrefix of q's rows (the last of K zero keys) into attn; vb holds q's and attn's offsets.
   // With `ffn` (a dense FFN's gate | up weight, or null) it also measures PrefixAttentionCosts:
-  // that prefix attention, and the copy of its K keys out of the pool, against the FFN GEMM on
-  // the same rows.
+  // that prefix attention on the kernel PrefixPrefill runs (ours on Hopper, else cuDNN's), and
+  // the copy of its K keys out of the pool, against the FFN GEMM on the same rows.
   Status WarmPrefixGraph(const AttentionLayer& L, const TensorView& q, const TensorView& attn,
                          const ops::cuda::CudnnVarlen& vb, int64_t K, int max_context,
                          const DeviceLinear* ffn);
   // Attention of requests `which` whose query rows are the newest entries of layer li's cache
   // (chunks of a prefill over its earlier chunks, full attention) over the cache's entries, read
-  // in place from a run of blocks or copied out of the KV pool into prefix_kv_: our Hopper kernel
-  // for a whole chunk it covers, cuDNN's split-KV pieces or its fused attention
-  // (CudnnAttention::RunPrefix) for the rest. Called only with cuDNN loaded (so `--gpu-attention
-  // ours` runs such chunks on the cache kernel). false when cuDNN cannot run it (as CudnnPrefill).
-  Result<bool> CudnnPrefixPrefill(int li, int hkv, const std::vector<int>& which,
-                                  const TensorView& q, const TensorView& attn,
-                                  const KeptQueries& kq, const ops::AttentionParams& params);
+  // in place from a run of blocks or copied out of the KV pool into prefix_kv_: cuDNN's split-KV
+  // pieces for a short chunk deep in a prompt (with cuDNN loaded), else our Hopper kernel for a
+  // chunk it covers, else cuDNN's fused attention (CudnnAttention::RunPrefix). Called with either
+  // loaded (PrefixKernelsCover): without cuDNN the Hopper kernel runs every chunk it covers (on the
+  // H200 the cache kernel took 18x as long). false when neither can run a chunk: the caller's
+  // cache kernel then recomputes every request of `which`.
+  Result<bool> PrefixPrefill(int li, int hkv, const std::vector<int>& which, const TensorView& q,
+                             const TensorView& attn, const KeptQueries& kq,
+                             const ops::AttentionParams& params);
+  // Whether PrefixPrefill has a kernel for chunks of a layer with this head dim and window.
+  bool PrefixKernelsCover(int64_t head_dim, int window) const;
   // How many pieces split-KV cuts a chunk of q_rows queries (hq heads) over `prefix` cached keys
   // into: 0 (no split) unless every piece holds prefix_split_min_keys_ keys and either the
   // chunk's query tiles fill their last wave of SMs poorly or the prefix is deep (measured on
   // the H200: cuda_backend_split_kv.cc).
-  int PrefixPieces(int q_rows, int hq, int prefix) const;
+  // A chunk our Hopper kernel would run whole (whole_on_cudnn false) is not split for depth alone.
+  int PrefixPieces(int q_rows, int hq, int prefix, bool whole_on_cudnn) const;
   // Serving: the smallest prepared step budget that holds `rows` query rows (the query-row bucket
   // of the graphs built for it), or 0 (none: graphs keyed by powers of two).
   int ServeRowsBucket(int rows) const;

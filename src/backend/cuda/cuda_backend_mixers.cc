@@ -190,10 +190,14 @@ bool CudaBackend::CudnnRan(const Status& st, const char* what) {
   return false;
 }
 
-Result<bool> CudaBackend::CudnnPrefixPrefill(int li, int hkv, const std::vector<int>& which,
-                                             const TensorView& q, const TensorView& attn,
-                                             const KeptQueries& kq,
-                                             const ops::AttentionParams& params) {
+bool CudaBackend::PrefixKernelsCover(int64_t head_dim, int window) const {
+  return window == 0 && (cudnn_ != nullptr || (wgmma_attention_ && head_dim == 128));
+}
+
+Result<bool> CudaBackend::PrefixPrefill(int li, int hkv, const std::vector<int>& which,
+                                        const TensorView& q, const TensorView& attn,
+                                        const KeptQueries& kq,
+                                        const ops::AttentionParams& params) {
   cudaStream_t stream = ctx_.cuda().stream();
   const int n = static_cast<int>(which.size());
   const int64_t kv_dim = pool_->kv().dim(3), d = q.dim(2);
@@ -262,7 +266,9 @@ Result<bool> CudaBackend::CudnnPrefixPrefill(int li, int hkv, const std::vector<
     if (in_place[i] && stats_ != nullptr) ++stats_->prefix_reads_in_place;
     // A short chunk deep in a long prompt: split-KV (cuda_backend_split_kv.cc).
     const int prefix = kv_len[i] - q_len[i];
-    const int pieces = PrefixPieces(q_len[i], static_cast<int>(q.dim(1)), prefix);
+    const bool ours = wgmma_attention_ && d == 128 && params.window == 0;
+    const int pieces =
+        cudnn_ ? PrefixPieces(q_len[i], static_cast<int>(q.dim(1)), prefix, !ours) : 0;
     if (pieces > 0) {
       UP_ASSIGN_OR_RETURN(const bool split, SplitPrefixAttention(q, attn, q_begin[i], q_len[i], k,
                                                                  v, kv_row[i], prefix, pieces,
@@ -276,7 +282,7 @@ Result<bool> CudaBackend::CudnnPrefixPrefill(int li, int hkv, const std::vector<
     }
     // A chunk whole: our Hopper kernel where it covers the layer (its keys, the prefix then the
     // chunk's own, are consecutive rows of k / v), else cuDNN's.
-    if (wgmma_attention_ && d == 128 && params.window == 0) {
+    if (ours) {
       oc::WgmmaAttentionProblem p = WgmmaProblemOf(q, k, v, attn, params.scale);
       UP_ASSIGN_OR_RETURN(p.seq_begin, staging_.Put(std::vector<int32_t>{q_begin[i]}, stream));
       UP_ASSIGN_OR_RETURN(p.seq_len, staging_.Put(std::vector<int32_t>{q_len[i]}, stream));
@@ -289,6 +295,7 @@ Result<bool> CudaBackend::CudnnPrefixPrefill(int li, int hkv, const std::vector<
         continue;
       }
     }
+    if (!cudnn_) return false;
     ops::cuda::CudnnPrefixBatch pb;
     UP_ASSIGN_OR_RETURN(pb.q_len, staging_.Put(std::vector<int32_t>{q_len[i]}, stream));
     UP_ASSIGN_OR_RETURN(pb.kv_len, staging_.Put(std::vector<int32_t>{kv_len[i]}, stream));
@@ -392,7 +399,7 @@ Status CudaBackend::AttentionMixer(int li, const AttentionLayer& L, std::vector<
       first_stored = r.cache->count(li) + r.n_min - a.window + 1;
     }
     // A segment-wise chunk's segment rows size the run of blocks the layer takes (in place
-    // prefix reads, CudnnPrefixPrefill); dense prefills told the cache their length.
+    // prefix reads, PrefixPrefill); dense prefills told the cache their length.
     UP_RETURN_IF_ERROR(r.cache->AppendSlots(li, r.rows(), first_stored, &slots,
                                             r.chunk != nullptr ? r.chunk->segment_rows : 0));
     r.appended[li] = r.rows();
@@ -477,9 +484,9 @@ Status CudaBackend::AttentionMixer(int li, const AttentionLayer& L, std::vector<
   }
   // Chunks of a prefill over its earlier chunks (full attention, queries uncompacted: the newest
   // entries of the layer's cache): our Hopper kernel or cuDNN's fused attention over the cache
-  // read in place or copied into rows (CudnnPrefixPrefill; our cache kernel took 8x as long). The rest (decodes, windows, kept
-  // queries of a drop over a cache) runs below.
-  if (!other_rows.empty() && cudnn_ && fast_d && a.window == 0) {
+  // read in place or copied into rows (PrefixPrefill; our cache kernel took 8-18x as long). The
+  // rest (decodes, windows, kept queries of a drop over a cache) runs below.
+  if (!other_rows.empty() && fast_d && PrefixKernelsCover(D, a.window)) {
     std::vector<int> paged, rest;
     for (int r : other_rows) {
       const bool newest = q_len[r] > 1 && q_len[r] == reqs[r].appended[li];
@@ -487,8 +494,8 @@ Status CudaBackend::AttentionMixer(int li, const AttentionLayer& L, std::vector<
     }
     bool done = false;
     if (!paged.empty()) {
-      UP_ASSIGN_OR_RETURN(done, CudnnPrefixPrefill(li, static_cast<int>(Hkv), paged, q_rows,
-                                                   attn, kq, ap));
+      UP_ASSIGN_OR_RETURN(done, PrefixPrefill(li, static_cast<int>(Hkv), paged, q_rows, attn, kq,
+                                              ap));
     }
     if (done) other_rows = std::move(rest);
   }

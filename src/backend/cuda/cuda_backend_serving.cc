@@ -1,5 +1,7 @@
 // CudaBackend::PrepareServing: cuDNN attention graphs keyed by the server's step budget and
-// context, built and autotuned before the first request.
+// context, built and autotuned before the first request, and the price of a chunk's attention
+// over its cached prefix measured on the kernel that will run it (ours on Hopper, else cuDNN's;
+// with neither, chunks run the cache kernel and are priced by FLOPs alone).
 //
 // Why: each cuDNN graph is built and every plan timed on its first call (cudnn_attention.h). Keyed
 // by powers of two of the query and prefix rows, a chunked 32K prefill meets five prefix graphs
@@ -81,7 +83,8 @@ Status CudaBackend::PrepareServing(int max_step_rows, int max_context) {
   serve_rows_buckets_.insert(
       std::upper_bound(serve_rows_buckets_.begin(), serve_rows_buckets_.end(), step_rows),
       step_rows);
-  if (!cudnn_) return OkStatus();
+  // Nothing to build or price without cuDNN or our Hopper kernel (the cache kernel has no graphs).
+  if (!cudnn_ && !wgmma_attention_) return OkStatus();
   cudaStream_t stream = ctx_.cuda().stream();
   const int64_t R = step_rows;
   const int64_t K = std::min<int64_t>(max_context, std::max<int64_t>(R, kWarmPrefixRows));
@@ -98,11 +101,12 @@ Status CudaBackend::PrepareServing(int max_step_rows, int max_context) {
   // One graph per distinct (heads, head dim, row layout, scale, window): warm each once.
   std::set<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, float, int>> seen;
   for (const Layer& layer : layers_) {
-    if (!layer.attention || !cudnn_) continue;
+    if (!layer.attention) continue;
     const AttentionLayer& L = *layer.attention;
     const AttentionWeights& a = *L.host;
     const int64_t Hq = a.n_heads, Hkv = a.n_kv_heads, D = a.head_dim;
     if (D != 64 && D != 128 && D != 256) continue;  // our kernel runs those
+    if (!cudnn_ && !PrefixKernelsCover(D, a.window)) continue;  // no graph, no chunk kernel
     const int64_t width = L.qkv.out, qd = Hq * D, kvd = Hkv * D;
     const int64_t q_cols = a.gated_output ? 2 * qd : qd;
     if (!seen.emplace(Hq, Hkv, D, width, q_cols, a.scale, a.window).second) continue;
@@ -128,8 +132,8 @@ Status CudaBackend::PrepareServing(int max_step_rows, int max_context) {
     UP_ASSIGN_OR_RETURN(vb.q_offsets, staging_.Put(ops::cuda::RaggedOffsets(rows, width), stream));
     vb.k_offsets = vb.v_offsets = vb.q_offsets;
     UP_ASSIGN_OR_RETURN(vb.o_offsets, staging_.Put(ops::cuda::RaggedOffsets(rows, qd), stream));
-    CudnnRan(cudnn_->Run(ctx_, attn, q, k, v, vb, ap), "attention");
-    if (cudnn_ && a.window == 0) {  // prefixes run full attention only
+    if (cudnn_) CudnnRan(cudnn_->Run(ctx_, attn, q, k, v, vb, ap), "attention");
+    if (PrefixKernelsCover(D, a.window)) {  // prefixes run full attention only
       UP_RETURN_IF_ERROR(WarmPrefixGraph(L, q, attn, vb, K, max_context, ffn));
       ffn = nullptr;  // measured on the first full-attention shape
     }
@@ -165,10 +169,13 @@ Status CudaBackend::WarmPrefixGraph(const AttentionLayer& L, const TensorView& q
   const std::vector<int32_t> keys = {0, static_cast<int32_t>(K)};
   UP_ASSIGN_OR_RETURN(pb.k_offsets, staging_.Put(ops::cuda::RaggedOffsets(keys, kv_dim), stream));
   pb.v_offsets = pb.k_offsets;
-  if (CudnnRan(cudnn_->RunPrefix(ctx_, attn, q, pk, pv, pb, ap), "prefix attention") && ffn) {
+  // cuDNN's prefix graph built and autotuned (with cuDNN loaded), then the price measured.
+  const bool warmed =
+      !cudnn_ || CudnnRan(cudnn_->RunPrefix(ctx_, attn, q, pk, pv, pb, ap), "prefix attention");
+  if (warmed && ffn) {
     // PrefixAttentionCosts: this prefix attention's time per FLOP over the FFN GEMM's, same rows
     // (bf16 [R, hidden] in, [R, 2 F] out; R queries, the last of K keys: R K - R^2 / 2 pairs),
-    // and the copy of K keys out of the pool (GatherCacheRows, as CudnnPrefixPrefill does).
+    // and the copy of K keys out of the pool (GatherCacheRows, as PrefixPrefill does).
     // Random operands: on zeros the tensor cores draw less power and run faster (a GEMM of
     // zeros measured ~1.3x its rate on data), which would misprice the keys.
     UP_ASSIGN_OR_RETURN(DeviceBuffer x, DeviceBuffer::Allocate(R * ffn->in * 2));
@@ -177,7 +184,7 @@ Status CudaBackend::WarmPrefixGraph(const AttentionLayer& L, const TensorView& q
     ops::cuda::FillRandomBf16(ctx_, q.data, R * q.stride[0], 2, 1.0f);  // q's rows, k, v too
     ops::cuda::FillRandomBf16(ctx_, prefix.data(), 2 * K * kv_dim, 3, 1.0f);
     // Priced with the kernel chunks will run: ours on Hopper where it covers the layer, else
-    // cuDNN's (CudnnPrefixPrefill).
+    // cuDNN's (PrefixPrefill).
     const bool wgmma = wgmma_attention_ && D == 128 && a.window == 0;
     ops::cuda::WgmmaAttentionProblem wp = WgmmaProblemOf(q, pk, pv, attn, ap.scale);
     UP_ASSIGN_OR_RETURN(wp.seq_begin, staging_.Put(std::vector<int32_t>{0}, stream));
@@ -186,8 +193,13 @@ Status CudaBackend::WarmPrefixGraph(const AttentionLayer& L, const TensorView& q
     wp.k_seq_len = pb.kv_len;
     wp.batch = 1;
     wp.max_seqlen = static_cast<int>(R);
+    const bool ours = wgmma && ops::cuda::WgmmaAttentionCovers(wp);
+    if (!ours && !cudnn_) {  // chunks of this shape run the cache kernel: nothing to price
+      UP_CUDA_CHECK(cudaStreamSynchronize(stream));  // before the buffers are freed
+      return OkStatus();
+    }
     const auto prefix_attention = [&]() -> Status {
-      if (wgmma && ops::cuda::WgmmaAttentionCovers(wp)) {
+      if (ours) {
         UP_CUDA_CHECK(ops::cuda::LaunchFlashAttentionWgmma(wp, stream));
         return OkStatus();
       }
@@ -228,7 +240,7 @@ Status CudaBackend::WarmPrefixGraph(const AttentionLayer& L, const TensorView& q
       // Clamped: a disturbed measurement must not starve or flood the steps.
       const double gemm_ms_per_flop = gemm_ms / gemm_flops;
       prefix_cost_.slowdown = std::clamp((attn_ms / attn_flops) / gemm_ms_per_flop, 0.5, 4.0);
-      // A chunk reads its prefix in place (CudnnPrefixPrefill: a prefill told to its cache
+      // A chunk reads its prefix in place (PrefixPrefill: a prefill told to its cache
       // takes one run of blocks per layer), so the copy is not priced: it is what a fragmented
       // pool falls back to, measured and noted here.
       const double copy_flops_per_key = (copy_ms / K) / gemm_ms_per_flop;

@@ -22,15 +22,18 @@ constexpr int kPrefixPieces = 8;
 constexpr int kCudnnQueryTile = 128;
 // Split when the last wave of (query tile, head) CTAs fills less than this share of it ...
 constexpr double kMinWaveFill = 0.9;
-// ... or when the prefix is at least this deep: over 128K keys split-KV won 1.05-1.10x even
-// where the waves were full (1024 and 2048 rows), over 32K it lost up to 3% (512 rows).
+// ... or, where cuDNN would run the chunk whole, when the prefix is at least this deep: over 128K
+// keys split-KV won 1.05-1.10x against cuDNN's whole chunk even where the waves were full (1024
+// and 2048 rows), over 32K it lost up to 3% (512 rows). Not against our Hopper kernel, which runs
+// a whole prefill faster than cuDNN (8B shape, 128K: 10.6 vs 11.6 s): served beside 16 short
+// decodes, a 130K prompt whose deep chunks were split on cuDNN took 1.28x its whole prefill.
 constexpr int kDeepPrefix = 65536;
 
 }  // namespace
 
-int CudaBackend::PrefixPieces(int q_rows, int hq, int prefix) const {
+int CudaBackend::PrefixPieces(int q_rows, int hq, int prefix, bool whole_on_cudnn) const {
   if (prefix_split_min_keys_ <= 0 || prefix < kPrefixPieces * prefix_split_min_keys_) return 0;
-  if (prefix >= kDeepPrefix) return kPrefixPieces;
+  if (whole_on_cudnn && prefix >= kDeepPrefix) return kPrefixPieces;
   const int sms = ctx_.cuda().sm_count();
   const int64_t ctas = int64_t{(q_rows + kCudnnQueryTile - 1) / kCudnnQueryTile} * hq;
   const int64_t waves = (ctas + sms - 1) / sms;

@@ -4,7 +4,8 @@
 // attention reads those rows where they are instead of a copy (GatherCacheRows). The same data,
 // offsets and graphs: the logits of the chunked prefill and of the decodes after it equal the
 // copying run's bit for bit, with split-KV on (the default) and off. The tiny Gemma 3 GGUF (head
-// dim 128, one full-attention layer of six) with cuDNN attention.
+// dim 128, one full-attention layer of six) with cuDNN attention, and without cuDNN on our Hopper
+// kernel.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include "backend/cuda/cuda_kv_cache.h"
 #include "model/model.h"
 #include "ops/cuda/cudnn_attention.h"
+#include "ops/cuda/sm90/flash_attention_wgmma.h"
 #include "testing/cuda_test_util.h"
 #include "testing/tiny_gemma3.h"
 
@@ -66,16 +68,18 @@ ChunkedRun RunChunked(Model& m, DeviceContext& ctx, const std::vector<int32_t>& 
   return run;
 }
 
+std::vector<int32_t> TestPrompt() {
+  std::vector<int32_t> p(1000);
+  for (size_t i = 0; i < p.size(); ++i) p[i] = static_cast<int32_t>(3 + (i * 37 + 11) % 250);
+  return p;
+}
+
 TEST(CudaPrefixInPlaceTest, ChunksReadingTheirPrefixInPlaceEqualCopyingItBitForBit) {
   UP_CUDA_TEST_CONTEXT(ctx);
   if (!ops::cuda::CudnnAttention::Create(ctx).ok()) GTEST_SKIP() << "no cuDNN on this machine";
   const std::string path =
       testing::WriteTempFile("cuda_prefix_in_place_gemma3.gguf", testing::BuildTinyGemma3());
-  const std::vector<int32_t> prompt = [] {
-    std::vector<int32_t> p(1000);
-    for (size_t i = 0; i < p.size(); ++i) p[i] = static_cast<int32_t>(3 + (i * 37 + 11) % 250);
-    return p;
-  }();
+  const std::vector<int32_t> prompt = TestPrompt();
   for (int split_min_keys : {2048, 64}) {
     LoadOptions lo;
     lo.gpu_attention = GpuAttention::kCudnn;
@@ -101,6 +105,46 @@ TEST(CudaPrefixInPlaceTest, ChunksReadingTheirPrefixInPlaceEqualCopyingItBitForB
                                read.logits[i].size() * 4))
           << "logits " << i << " (0: the prefill's)";
     }
+  }
+}
+
+// Without cuDNN (`--gpu-attention ours`) chunks over their cached prefix run our Hopper kernel,
+// in place or on the copied rows (the cache kernel, which they ran before, took 18x as long on
+// the H200): both equal bit for bit, and they agree with the cache kernel's run (flash attention
+// alone) within the bound of two bf16 attention kernels.
+TEST(CudaPrefixInPlaceTest, ChunksWithoutCudnnRunTheHopperKernelOverTheirPrefix) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  const cudaDeviceProp& props = ctx.cuda().properties();
+  if (!ops::cuda::WgmmaAttentionAvailable(props.major, props.minor)) {
+    GTEST_SKIP() << "the Hopper kernel needs compute capability 9.0";
+  }
+  const std::string path =
+      testing::WriteTempFile("cuda_prefix_wgmma_gemma3.gguf", testing::BuildTinyGemma3());
+  const std::vector<int32_t> prompt = TestPrompt();
+  LoadOptions ours_options;
+  ours_options.gpu_attention = GpuAttention::kOurs;
+  auto ours = LoadModel(path, ctx, ours_options);
+  ASSERT_TRUE(ours.ok()) << ours.status().message();
+  LoadOptions flash_options;
+  flash_options.gpu_attention = GpuAttention::kFlash;
+  auto flash = LoadModel(path, ctx, flash_options);
+  ASSERT_TRUE(flash.ok()) << flash.status().message();
+  const ChunkedRun copied = RunChunked(**ours, ctx, prompt, 97, /*in_place=*/false);
+  const ChunkedRun read = RunChunked(**ours, ctx, prompt, 97, /*in_place=*/true);
+  const ChunkedRun cache_kernel = RunChunked(**flash, ctx, prompt, 97, /*in_place=*/true);
+  EXPECT_EQ(read.in_place, 10);  // chunks 2..11 of the one full-attention layer
+  EXPECT_EQ(copied.in_place, 0);
+  EXPECT_EQ(read.split, 0) << "split-KV is cuDNN's";
+  EXPECT_EQ(cache_kernel.in_place, 0) << "flash attention alone: the cache kernel";
+  ASSERT_EQ(read.logits.size(), copied.logits.size());
+  ASSERT_EQ(read.logits.size(), cache_kernel.logits.size());
+  for (size_t i = 0; i < read.logits.size(); ++i) {
+    EXPECT_EQ(0, std::memcmp(read.logits[i].data(), copied.logits[i].data(),
+                             read.logits[i].size() * 4))
+        << "logits " << i << " (0: the prefill's)";
+    const double err = testing::RelativeL2Error(read.logits[i], cache_kernel.logits[i]);
+    std::printf("logits %zu: Hopper kernel vs cache kernel, relative L2 %.2e\n", i, err);
+    EXPECT_LT(err, 2e-2) << "logits " << i;
   }
 }
 

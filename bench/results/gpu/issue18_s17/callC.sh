@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# 17th session, call C: call B's tree plus chunks over a deep prefix (>= 64K keys) run whole on our
+# Hopper kernel instead of split on cuDNN (PrefixPieces). 128K in 2048-row chunks without the
+# server (while the checkpoint is written), then the served workloads whole and chunked.
+t0=$(date +%s)
+mkdir -p $OUT
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw,temperature.gpu --format=csv > $OUT/gpu.txt
+export NCCL_NVLS_ENABLE=0
+( python3 tools/make_synthetic_checkpoint.py --preset llama-3.1-8b --dtype bf16 --out /tmp/l8b \
+    > /tmp/ckpt.txt 2>&1; echo "checkpoint rc $? at $(( $(date +%s) - t0 )) s" ) &
+ck=$!
+UP_GPU_TARGETS="uniprefill" bash scripts/gpu_build.sh build /tmp/bld > /tmp/build.log 2>&1
+echo "build rc $? at $(( $(date +%s) - t0 )) s"; grep -E " error|cuDNN attention" /tmp/build.log | head -3
+timeout 80 /tmp/bld/uniprefill bench gpu-prefill --shape llama-3.1-8b --contexts 131072 --keep-ratios "" \
+  --repeats 1 --chunk-tokens 2048 --serving-graphs --commit WORKTREE > $OUT/chunks_128k.txt 2>&1
+echo "gpu-prefill rc $? at $(( $(date +%s) - t0 )) s (checkpoint writer running beside it)"
+grep -E "^[0-9]|chunked / whole" $OUT/chunks_128k.txt
+wait $ck
+tail -1 /tmp/ckpt.txt
+left=$(( 430 - ($(date +%s) - t0) ))
+BUDGET=2048 PREFILL_ONLY=8192 WORKLOADS="long4 mixed" UP_CKPT=/tmp/l8b \
+  timeout $left bash scripts/gpu_serve_mixed.sh /tmp/bld/uniprefill /tmp/s whole chunked > $OUT/serve.txt 2>&1
+echo "serve rc $? at $(( $(date +%s) - t0 )) s"
+rm -f /tmp/s/memory_*.csv
+tar -C /tmp -cJf $OUT/s.tar.xz s
+python3 tools/serve_summary.py /tmp/s
