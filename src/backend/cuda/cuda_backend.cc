@@ -309,7 +309,9 @@ Result<bool> CudaBackend::Begin(DeviceContext& ctx, std::span<const SequenceStep
   drop_events_ = stats ? &events_ : nullptr;
 
   cur_ = 0;
-  if (trace_) UP_RETURN_IF_ERROR(trace_->Begin(stream, T, B));
+  // Rows at the start and rows entering at later drop layers (segment-wise chunks past segment 0
+  // start with none: their rows enter at their segment's drop layer).
+  if (trace_) UP_RETURN_IF_ERROR(trace_->Begin(stream, T_max, B));
   if (GraphEligible()) UP_RETURN_IF_ERROR(BeginCapture());
   UP_ASSIGN_OR_RETURN(d_ids_, staging_.Put(ids, stream));
   UP_RETURN_IF_ERROR(UploadSegment(reqs));
