@@ -61,6 +61,16 @@ case "$mode" in
     fi
     if [ -f third_party/cudnn_frontend/include/cudnn_frontend.h ]; then
       mkdir -p "$DEPS/cudnn/frontend" && cp -r third_party/cudnn_frontend/include "$DEPS/cudnn/frontend/"
+    else
+      # Said loudly: a build without cuDNN attention runs (our kernels take every layer) but is
+      # not the product's default, and its timings are not comparable.
+      echo "gpu_build fetch: WARNING: no cuDNN frontend headers in third_party/ (run" \
+           "scripts/setup.sh first, then fetch again): builds from these deps have no cuDNN" \
+           "attention" >&2
+    fi
+    if [ ! -f "$DEPS/cudnn/include/cudnn.h" ]; then
+      echo "gpu_build fetch: WARNING: no cudnn.h under /usr/local/cuda/include: builds from" \
+           "these deps have no cuDNN attention" >&2
     fi
     echo "gpu_build fetch: $n packages, $(du -sh "$DEPS" | cut -f1) in $DEPS/"
     ;;
