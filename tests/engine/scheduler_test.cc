@@ -77,12 +77,24 @@ KvCacheSpec Spec(std::vector<KvSegmentSpec> segments) {
   return spec;
 }
 
+// The config's first four fields, every other at its default (spelled out here: aggregate
+// initialisation of only the first fields warns under -Wmissing-field-initializers).
+SchedulerConfig ConfigOf(int budget, bool chunked_prefill, bool segment_chunks = true,
+                         double attention_key_cost = 0) {
+  SchedulerConfig c;
+  c.max_batched_tokens = budget;
+  c.chunked_prefill = chunked_prefill;
+  c.segment_chunks = segment_chunks;
+  c.attention_key_cost = attention_key_cost;
+  return c;
+}
+
 // One full-attention layer per segment. UniPrefill prefills run whole unless segment_chunks.
 Scheduler Make(int budget, int segments, int num_blocks, int block_tokens, int slots = 8,
                bool segment_chunks = false, double attention_key_cost = 0) {
   KvCacheSpec spec = Spec(std::vector<KvSegmentSpec>(segments, KvSegmentSpec{1, 0, 0}));
   return Scheduler(
-      SchedulerConfig{budget, /*chunked_prefill=*/true, segment_chunks, attention_key_cost},
+      ConfigOf(budget, /*chunked_prefill=*/true, segment_chunks, attention_key_cost),
       KvBlockManager(spec, KvPoolSize{num_blocks, block_tokens, slots}));
 }
 
@@ -246,7 +258,7 @@ TEST(SchedulerTest, ChunksDeepIntoALongPromptAreChargedForTheKeysTheyAttend) {
 // of its prefix out of the pool), whatever its rows: 100, then 90 + 10, 81 + 19, the last 29.
 TEST(SchedulerTest, ChunksPayOnceForTheirPrefixKeys) {
   KvCacheSpec spec = Spec({KvSegmentSpec{1, 0, 0}});
-  SchedulerConfig config{/*max_batched_tokens=*/100, /*chunked_prefill=*/true, false, 0};
+  SchedulerConfig config = ConfigOf(/*max_batched_tokens=*/100, /*chunked_prefill=*/true, false, 0);
   config.prefix_key_cost = 0.1;
   Scheduler s(config, KvBlockManager(spec, KvPoolSize{1000, 4, 8}));
   SubmitAll(s, {Dense(300, 1)});
@@ -265,8 +277,8 @@ TEST(SchedulerTest, ChunksPayOnceForTheirPrefixKeys) {
 // for 39 (53 would cost 40).
 TEST(SchedulerTest, SegmentChunksPayForTheirSegmentsLayersOnly) {
   KvCacheSpec spec = Spec(std::vector<KvSegmentSpec>(2, KvSegmentSpec{1, 0, 0}));
-  SchedulerConfig config{/*max_batched_tokens=*/40, /*chunked_prefill=*/true,
-                         /*segment_chunks=*/true, 0};
+  SchedulerConfig config = ConfigOf(/*max_batched_tokens=*/40, /*chunked_prefill=*/true,
+                                    /*segment_chunks=*/true, 0);
   config.prefill_only_tokens = 100;
   config.segment_costs = {SegmentCost{0.25, 0.0}, SegmentCost{0.75, 0.0}};
   Scheduler s(config, KvBlockManager(spec, KvPoolSize{1000, 4, 8}));
@@ -287,7 +299,7 @@ TEST(SchedulerTest, SegmentChunksPayForTheirSegmentsLayersOnly) {
 // request decodes, its steps are back to max_batched_tokens.
 TEST(SchedulerTest, StepsWithoutDecodesSpendThePrefillOnlyBudget) {
   KvCacheSpec spec = Spec({KvSegmentSpec{1, 0, 0}});
-  SchedulerConfig config{/*max_batched_tokens=*/16, /*chunked_prefill=*/true, false, 0};
+  SchedulerConfig config = ConfigOf(/*max_batched_tokens=*/16, /*chunked_prefill=*/true, false, 0);
   config.prefill_only_tokens = 40;
   Scheduler s(config, KvBlockManager(spec, KvPoolSize{1000, 4, 8}));
   SubmitAll(s, {Dense(50, 2), Dense(60, 1)});
@@ -307,7 +319,7 @@ TEST(SchedulerTest, StepsWithoutDecodesSpendThePrefillOnlyBudget) {
 
 TEST(SchedulerTest, ChunkedPrefillOffRunsDensePrefillsWhole) {
   KvCacheSpec spec = Spec({KvSegmentSpec{1, 0, 0}});
-  Scheduler s(SchedulerConfig{16, /*chunked_prefill=*/false},
+  Scheduler s(ConfigOf(16, /*chunked_prefill=*/false),
               KvBlockManager(spec, KvPoolSize{1000, 4, 8}));
   SubmitAll(s, {Dense(40, 1)});
   RunSteps(s, {{Plan({P(0, 40, false)}), {}, {Length(0, 1)}}});
@@ -430,8 +442,8 @@ TEST(SchedulerTest, EqualSegmentWisePromptsWaitTheirTurn) {
   // Priced segments (a quarter and three quarters of the model): A's work left after its first
   // chunk is below its prompt, B's equal prompt is not less: B still waits.
   KvCacheSpec spec = Spec(std::vector<KvSegmentSpec>(2, KvSegmentSpec{1, 0, 0}));
-  SchedulerConfig config{/*max_batched_tokens=*/40, /*chunked_prefill=*/true,
-                         /*segment_chunks=*/true, 0};
+  SchedulerConfig config = ConfigOf(/*max_batched_tokens=*/40, /*chunked_prefill=*/true,
+                                    /*segment_chunks=*/true, 0);
   config.segment_costs = {SegmentCost{0.25, 0.0}, SegmentCost{0.75, 0.0}};
   Scheduler priced(config, KvBlockManager(spec, KvPoolSize{1000, 4, 8}));
   SubmitAll(priced, {{300, 1, true, 8}, {300, 1, true, 8}});
@@ -717,7 +729,7 @@ TEST(SchedulerTest, RandomizedSimulationFinishesEveryRequestOnceWithoutLeaks) {
     const int budget = 256;
     const int tail = 24;  // the selection's last n queries
     // Costlier chunks run fewer requests at once: a smaller pool keeps preemptions in play.
-    Scheduler s(SchedulerConfig{budget, true, segment_chunks, key_cost},
+    Scheduler s(ConfigOf(budget, true, segment_chunks, key_cost),
                 KvBlockManager(spec, KvPoolSize{key_cost > 0 ? 200 : 300, 8, 16}));
     // Segment-wise prefills in flight: what each segment kept (the engine's boundary rows) and
     // where the next chunk must start.

@@ -631,7 +631,8 @@ void MoeForward(DeviceContext& ctx, TensorView out, TensorView x, const MoeDevic
                 void* scratch, size_t scratch_bytes, MoeGemm gemm) {
   const Dims d = DimsOf(x.dim(0), w);
   // E: the router's experts (routing); E_local: those held here (grouping and GEMMs).
-  const int64_t T = d.t, H = d.h, E = d.e_all, E_local = d.e, I = d.inter, Is = d.shared_inter;
+  const int64_t T = d.t, H = d.h, E = d.e_all, E_local = d.e;
+  [[maybe_unused]] const int64_t I = d.inter, Is = d.shared_inter;  // the asserts' (NDEBUG: none)
   const int k = d.k;
   assert(x.dtype == DType::kBF16 && out.dtype == DType::kBF16 && x.dim(1) == H);
   assert(out.dim(0) == T && out.dim(1) == H && out.data != x.data);
