@@ -6,6 +6,8 @@
 // the file's int8 quants directly (one broadcast feeds two vpdpbusd, no decode):
 //   sum(w * x) = 256 * sum(w * hi) + sum(w * lo) - 32768 * sum(w)   (exact in int32)
 // so its block sums, and with the same f32 steps its outputs, equal the tree's bit for bit.
+// The tree runs this kernel now (LanesQ8_0Bytes in cpu_quant_lanes_i16_avx512_kernels.h, 4 rows a
+// pass); the probe keeps the pairs kernel and the variants beside it.
 // Measured on the 2-vCPU Emerald Rapids VM (2026-12-04, one thread, the Gemma 3 head 640 ->
 // 262144 x 16 rows): 46-49 ms in the tree's kernel, 37-38 ms here with 4 weight rows a pass
 // (1.25x; 8 rows a pass spilled: 40-51 ms), 30-32 ms without the weight-sum term: that sum (a
@@ -44,7 +46,7 @@ static inline int BlockWeightSum(const uint8_t* quants) {
 }
 
 template <int kW, int kAhead = 1, bool kCorrect = true>
-void LanesQ8_0Bytes(const void* w, int64_t row_bytes, int nw, const ByteLanes& x, int nlanes,
+void ProbeBytes(const void* w, int64_t row_bytes, int nw, const ByteLanes& x, int nlanes,
                     int64_t n, float* out, int64_t os) {
   const uint8_t* base = static_cast<const uint8_t*>(w);
   for (int o0 = 0; o0 < nw; o0 += kW) {
@@ -135,9 +137,9 @@ int main(int argc, char** argv) {
     }
   }
   std::vector<float> out_old(16 * nw), out_new(16 * nw);
-  const I16Lanes lanes{pairs.data(), scale.data()};
+  const I16Lanes lanes{pairs.data(), nullptr, scale.data()};
   const ByteLanes blanes{bytes.data(), scale.data()};
-  auto old_kernel = LookupI16LanesKernel(uniprefill::DType::kQ8_0);
+  auto old_kernel = &LanesBlocks32<34, DecodeQ8_0>;  // the pairs kernel
   const auto time = [&](auto&& fn) {
     const auto t0 = std::chrono::steady_clock::now();
     fn();
@@ -155,11 +157,11 @@ int main(int argc, char** argv) {
   const Variant variants[] = {
       {"tree (int16 pairs)",
        [&] { old_kernel(w.data(), row_bytes, nw, lanes, 16, n, out_old.data(), nw); }},
-      {"bytes, 8 rows a pass", bytes_kernel(&LanesQ8_0Bytes<8>)},
-      {"bytes, 4 rows a pass", bytes_kernel(&LanesQ8_0Bytes<4>)},
-      {"bytes, 4 rows, prefetch 4 passes ahead", bytes_kernel(&LanesQ8_0Bytes<4, 4>)},
+      {"bytes, 8 rows a pass", bytes_kernel(&ProbeBytes<8>)},
+      {"bytes, 4 rows a pass", bytes_kernel(&ProbeBytes<4>)},
+      {"bytes, 4 rows, prefetch 4 passes ahead", bytes_kernel(&ProbeBytes<4, 4>)},
       {"bytes, 4 rows, no weight-sum term (wrong sums)",
-       bytes_kernel(&LanesQ8_0Bytes<4, 1, false>)},
+       bytes_kernel(&ProbeBytes<4, 1, false>)},
   };
   const double macs = 16.0 * n * nw;
   for (int rep = 0; rep < 3; ++rep) {
@@ -168,7 +170,7 @@ int main(int argc, char** argv) {
       std::printf("rep %d  %-48s %7.2f ms  %6.1f G MAC/s\n", rep, v.name, ms, macs / ms / 1e6);
     }
   }
-  LanesQ8_0Bytes<4>(w.data(), row_bytes, nw, blanes, 16, n, y, nw);
+  ProbeBytes<4>(w.data(), row_bytes, nw, blanes, 16, n, y, nw);
   size_t diff = 0;
   for (size_t i = 0; i < out_old.size(); ++i) diff += std::memcmp(&out_old[i], &out_new[i], 4) != 0;
   std::printf("outputs differing bitwise: %zu of %zu\n", diff, out_old.size());

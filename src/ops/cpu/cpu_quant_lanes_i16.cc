@@ -1,5 +1,5 @@
-// TransposeRowsI16 (cpu_quant_lanes_i16.h): baseline flags; once per call and 16 rows, a pass
-// over the rows' int16 values (n * 16 * 2 bytes), small next to the kernels' work.
+// TransposeRowsI16 (cpu_quant_lanes_i16.h): baseline flags; once per call and 16 rows, two passes
+// over the rows' int16 values (n * 16 * 2 bytes each), small next to the kernels' work.
 #include "ops/cpu/cpu_quant_lanes_i16.h"
 
 #include <algorithm>
@@ -12,6 +12,7 @@ void TransposeRowsI16(const I16Rows& x, int nx, int64_t n, I16LanesBuffer* lanes
   assert(nx >= 1 && nx <= kI16Lanes && n % 32 == 0);
   const int64_t pairs = n / 2, groups = (n + kI16ScaleGroup - 1) / kI16ScaleGroup;
   lanes->xq.assign(pairs * kI16Lanes, 0);
+  lanes->xb.assign(n / 4 * 2 * kI16Lanes, 0);
   lanes->scale.assign(groups * kI16Lanes, 0.0f);
   for (int r = 0; r < nx; ++r) {
     const int16_t* row = x.xq + r * x.xq_stride;
@@ -19,6 +20,16 @@ void TransposeRowsI16(const I16Rows& x, int nx, int64_t n, I16LanesBuffer* lanes
       int32_t pair;  // row[2k] in the low word, row[2k + 1] in the high one (little endian)
       std::memcpy(&pair, row + 2 * k, sizeof(pair));
       lanes->xq[k * kI16Lanes + r] = pair;
+    }
+    for (int64_t k = 0; k < n / 4; ++k) {
+      uint32_t lo = 0, hi = 0;
+      for (int e = 0; e < 4; ++e) {
+        const auto u = static_cast<uint16_t>(static_cast<int32_t>(row[4 * k + e]) + 32768);
+        lo |= uint32_t{static_cast<uint8_t>(u & 0xff)} << (8 * e);
+        hi |= uint32_t{static_cast<uint8_t>(u >> 8)} << (8 * e);
+      }
+      lanes->xb[(2 * k) * kI16Lanes + r] = lo;
+      lanes->xb[(2 * k + 1) * kI16Lanes + r] = hi;
     }
     for (int64_t g = 0; g < groups; ++g) {
       lanes->scale[g * kI16Lanes + r] = x.scale[r * x.scale_stride + g];

@@ -9,6 +9,10 @@
 // lanes the block's 16 multiply-adds accumulate in int32 for all 16 rows at once and the
 // conversion and the block-scale FMA are paid once per 16 rows: ~19 ops per 512 multiply-adds
 // instead of ~48.
+// Q8_0 reads the same activations as bytes instead (xb): x + 32768 split into a high and a low
+// byte, so vpdpbusd multiplies the file's int8 quants as stored, one broadcast feeding two of them
+// and no decode to int16: sum(w x) = 256 sum(w hi) + sum(w lo) - 32768 sum(w), exact in int32
+// (1.22-1.25x the pairs on Gemma 3's head, tools/cpu/lanes_bytes_probe.cc).
 // What is not here: K-quants (their sub-block scales and Q4_K's mins), int8 activations.
 // Same arithmetic as the multi-row kernels (the block sums are exact in int32, only the f32
 // summation order differs), on the same quantised rows (QuantizeRowI16Groups).
@@ -30,17 +34,22 @@ inline constexpr int kI16Lanes = 16;
 // Up to kI16Lanes int16 rows (I16Rows) transposed. Lanes past the call's rows are zero.
 struct I16Lanes {
   const int32_t* xq;   // [n / 2, kI16Lanes]: lane r = row r's (xq[2k], xq[2k + 1]), low word first
+  // [n / 4, 2, kI16Lanes]: for quad k, lane r = the low bytes of row r's xq[4k .. 4k + 3] + 32768
+  // (first element in the lowest byte), then the same lanes of their high bytes.
+  const uint32_t* xb;
   const float* scale;  // f32 [groups, kI16Lanes]: row r's scale of group g (kI16ScaleGroup)
 };
 
 // The storage behind an I16Lanes.
 struct I16LanesBuffer {
   std::vector<int32_t> xq;
+  std::vector<uint32_t> xb;
   std::vector<float> scale;
-  I16Lanes View() const { return {xq.data(), scale.data()}; }
+  I16Lanes View() const { return {xq.data(), xb.data(), scale.data()}; }
 };
 
-// Rows 0 .. nx (nx <= kI16Lanes) of x (n a multiple of 32) into lanes; the rest stay zero.
+// Rows 0 .. nx (nx <= kI16Lanes) of x (n a multiple of 32) into lanes, both layouts; the other
+// lanes stay zero (their results are never read).
 void TransposeRowsI16(const I16Rows& x, int nx, int64_t n, I16LanesBuffer* lanes);
 
 // out[r * os + o] = sum_i dequant(w row o)[i] * scale[r][i / kI16ScaleGroup] * xq[r][i] for
