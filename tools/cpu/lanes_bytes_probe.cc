@@ -1,18 +1,18 @@
-// Development probe for a faster Q8_0 lanes kernel (issue 22's batched decode; not built by
-// CMake, like tools/gpu/wgmma_attention_probe.cu). The kernel in the tree
-// (cpu_quant_lanes_i16_avx512_kernels.h) decodes each Q8_0 block to int16 pairs on the stack and
-// runs 16 vpdpwssd per weight row and block, each with a broadcast load. The variant here keeps
-// the activations as int16 but splits x + 32768 into a high and a low byte, so vpdpbusd multiplies
-// the file's int8 quants directly (one broadcast feeds two vpdpbusd, no decode):
+// Development probe of the Q8_0 lanes kernel on the activations' bytes (issue 22's batched
+// decode; not built by CMake, like tools/gpu/wgmma_attention_probe.cu). The pairs kernel
+// (LanesBlocks32<34, DecodeQ8_0>, the tree's Q8_0 lanes kernel before 6232fd2) decodes each block
+// to int16 pairs on the stack and runs 16 vpdpwssd per weight row and block, each with its own
+// broadcast. The byte variant keeps the activations as int16 but splits x + 32768 into a high and
+// a low byte, so vpdpbusd multiplies the file's int8 quants directly (one broadcast feeds two
+// vpdpbusd, no decode):
 //   sum(w * x) = 256 * sum(w * hi) + sum(w * lo) - 32768 * sum(w)   (exact in int32)
-// so its block sums, and with the same f32 steps its outputs, equal the tree's bit for bit.
-// The tree runs this kernel now (LanesQ8_0Bytes in cpu_quant_lanes_i16_avx512_kernels.h, 4 rows a
-// pass); the probe keeps the pairs kernel and the variants beside it.
-// Measured on the 2-vCPU Emerald Rapids VM (2026-12-04, one thread, the Gemma 3 head 640 ->
-// 262144 x 16 rows): 46-49 ms in the tree's kernel, 37-38 ms here with 4 weight rows a pass
-// (1.25x; 8 rows a pass spilled: 40-51 ms), 30-32 ms without the weight-sum term: that sum (a
-// vpsadbw and a horizontal add per row and block) is the rest, so a per-block weight-sum table
-// made at load (2 bytes per 34-byte block) is the next step before this goes into the tree.
+// so its block sums, and with the same f32 steps its outputs, equal the pairs kernel's bit for
+// bit. The tree runs it now (LanesQ8_0Bytes, 4 rows a pass); this probe keeps the pairs kernel and
+// the variants beside it. Measured on the 2-vCPU Emerald Rapids VM (2026-12-04, one thread,
+// Gemma 3's head 640 -> 262144 x 16 rows): pairs 46-49 ms, bytes with 4 weight rows a pass 37-40
+// ms (1.22-1.25x; 8 rows a pass spilled: 40-51 ms), 30-32 ms without the weight-sum term (a
+// vpsadbw and a horizontal add per row and block): a per-block sum table made at load (2 bytes per
+// 34-byte block) would remove that.
 //
 //   g++ -O3 -std=c++20 -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq \
 //     -mavx512vnni -Isrc tools/cpu/lanes_bytes_probe.cc -o lanes_bytes_probe
@@ -155,7 +155,7 @@ int main(int argc, char** argv) {
     std::function<void()> run;
   };
   const Variant variants[] = {
-      {"tree (int16 pairs)",
+      {"pairs (the tree's Q8_0 kernel before 6232fd2)",
        [&] { old_kernel(w.data(), row_bytes, nw, lanes, 16, n, out_old.data(), nw); }},
       {"bytes, 8 rows a pass", bytes_kernel(&ProbeBytes<8>)},
       {"bytes, 4 rows a pass", bytes_kernel(&ProbeBytes<4>)},
