@@ -3,12 +3,12 @@
 // DecodeQ8_0 / DecodeQ5_0), so the code is compiled with the VNNI flags alone.
 //
 // Q8_0 runs LanesQ8_0Bytes (below: the quants as stored against the activations' bytes); Q5_0
-// runs LanesBlocks32. Its loop: kLanesW weight rows at a time; per scale group (kI16ScaleGroup weights, <= 8 blocks) their
-// blocks are decoded once to int16 pairs on the stack (L1), then per 32-weight block the 16
-// activation pairs of the 16 rows (16 zmm, loaded once per pass) and each weight row runs 16
-// vpdpwssd with its pairs broadcast from the stack: an exact int32 block sum per row (<= 32 * 128
-// * 32767 = 1.3e8, no overflow), then one conversion, one multiply (block scale times the rows'
-// group scales) and one FMA per weight row and 16 rows.
+// runs LanesBlocks32. Its loop: kLanesW weight rows at a time; per scale group (kI16ScaleGroup
+// weights, <= 8 blocks) their blocks are decoded once to int16 pairs on the stack (L1), then per
+// 32-weight block the 16 activation pairs of the 16 rows (16 zmm, loaded once per pass) and each
+// weight row runs 16 vpdpwssd with its pairs broadcast from the stack: an exact int32 block sum
+// per row (<= 32 * 128 * 32767 = 1.3e8, no overflow), then one conversion, one multiply (block
+// scale times the rows' group scales) and one FMA per weight row and 16 rows.
 #pragma once
 
 #include <algorithm>
@@ -101,7 +101,7 @@ inline int BlockQuantSum(const uint8_t* quants) {
 // quants, each multiplied by the 16 rows' low and high bytes (vpdpbusd: unsigned activation bytes
 // by signed quants), then sum = 256 hi + lo - 32768 sum(q): the pairs kernel's exact block sum,
 // with the same f32 steps after it, so the outputs are LanesBlocks32's bit for bit. Four weight
-// rows a pass: eight spilled registers (tools/cpu/lanes_bytes_probe.cc).
+// rows a pass (eight spilled registers and ran slower: tools/cpu/lanes_bytes_probe.cc).
 constexpr int kBytesW = 4;
 
 void LanesQ8_0Bytes(const void* w, int64_t row_bytes, int nw, const I16Lanes& x, int nlanes,
