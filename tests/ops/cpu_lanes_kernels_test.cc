@@ -94,7 +94,7 @@ TEST_P(LanesLevelTest, LanesKernelsMatchTheReferenceForEveryLaneAndRowCount) {
       for (int nx = 1; nx <= kI16Lanes; ++nx) {
         const QuantRows q = MakeRows(rng, nx, in);
         I16LanesBuffer buf;
-        TransposeRowsI16(q.View(), nx, in, &buf);
+        TransposeRowsI16(q.View(), nx, in, &buf, I16LanesLayoutOf(t));  // only what it reads
         std::vector<float> xd = q.xd;
         std::vector<float> ref(nx * rows, NAN);
         reference::Linear(Strided(ref, nx, rows, rows), Strided(xd, nx, in, in), lw);
@@ -138,7 +138,7 @@ TEST_P(LanesLevelTest, LanesKernelsDoNotOverflowAtExtremeWeightsAndActivations) 
   std::vector<float> scale(kI16Lanes * 2, 1.0f), bsum(kI16Lanes * in / 32, 0.0f);
   const I16Rows rows{xq.data(), in, scale.data(), 2, bsum.data(), in / 32};
   I16LanesBuffer buf;
-  TransposeRowsI16(rows, kI16Lanes, in, &buf);
+  TransposeRowsI16(rows, kI16Lanes, in, &buf, I16LanesLayoutOf(DType::kQ8_0));
   std::vector<float> out(kI16Lanes, NAN);
   lanes(w.data(), DTypeBytes(DType::kQ8_0, in), 1, buf.View(), kI16Lanes, in, out.data(), 1);
   const double expected = in * (-128.0 / 64.0) * -32767.0;

@@ -37,14 +37,6 @@ struct ByteLanes {
   const float* scale;  // [groups][16]
 };
 
-static inline int BlockWeightSum(const uint8_t* quants) {
-  const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(quants));
-  const __m256i t = _mm256_sad_epu8(_mm256_xor_si256(q, _mm256_set1_epi8(static_cast<char>(0x80))),
-                                    _mm256_setzero_si256());
-  const __m128i u = _mm_add_epi64(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
-  return static_cast<int>(_mm_cvtsi128_si64(_mm_add_epi64(u, _mm_unpackhi_epi64(u, u)))) - 32 * 128;
-}
-
 template <int kW, int kAhead = 1, bool kCorrect = true>
 void ProbeBytes(const void* w, int64_t row_bytes, int nw, const ByteLanes& x, int nlanes,
                     int64_t n, float* out, int64_t os) {
@@ -81,7 +73,7 @@ void ProbeBytes(const void* w, int64_t row_bytes, int nw, const ByteLanes& x, in
           const uint8_t* b = rows[j] + blk * 34;
           const __m512i sum = _mm512_sub_epi32(
               _mm512_add_epi32(_mm512_slli_epi32(hi[j], 8), lo[j]),
-              _mm512_set1_epi32(kCorrect ? BlockWeightSum(b + 2) << 15 : 0));
+              _mm512_set1_epi32(kCorrect ? BlockQuantSum(b + 2) << 15 : 0));
           const __m512 ds = _mm512_mul_ps(_mm512_set1_ps(Half(b)), s);
           total[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), ds, total[j]);
         }

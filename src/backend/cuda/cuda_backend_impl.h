@@ -176,9 +176,9 @@ class CudaBackend final : public LayerBackend {
   // model's life); said once on stderr.
   struct KeptQueries;
   // Our Hopper kernel (ops/cuda/sm90/flash_attention_wgmma.h) for fresh requests `which`, when
-  // wgmma_attention_ and the layer is what it covers (the caller checks head dim 128, no window,
-  // uncompacted queries); false (the next kernel runs them) when the requests' rows do not fit its
-  // argument shape (non-consecutive requests of a sync-free batch).
+  // HopperKernelCovers the layer (the caller checks that and uncompacted queries); false (the next
+  // kernel runs them) when the requests' rows do not fit its argument shape (non-consecutive
+  // requests of a sync-free batch).
   Result<bool> WgmmaPrefill(const std::vector<int>& which, const TensorView& q, const TensorView& k,
                             const TensorView& v, const TensorView& attn, const KeptQueries& kq,
                             const ops::AttentionParams& params);
@@ -214,6 +214,11 @@ class CudaBackend final : public LayerBackend {
                              const ops::AttentionParams& params);
   // Whether PrefixPrefill has a kernel for chunks of a layer with this head dim and window.
   bool PrefixKernelsCover(int64_t head_dim, int window) const;
+  // Whether our Hopper kernel (WgmmaPrefill, PrefixPrefill) covers a layer of this head dim and
+  // window: loaded on a compute capability 9.0 device, head dim 128, full attention.
+  bool HopperKernelCovers(int64_t head_dim, int window) const {
+    return wgmma_attention_ && head_dim == 128 && window == 0;
+  }
   // How many pieces split-KV cuts a chunk of q_rows queries (hq heads) over `prefix` cached keys
   // into: 0 (no split) unless every piece holds prefix_split_min_keys_ keys and either the
   // chunk's query tiles fill their last wave of SMs poorly or the prefix is deep (measured on

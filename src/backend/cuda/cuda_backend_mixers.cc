@@ -191,7 +191,7 @@ bool CudaBackend::CudnnRan(const Status& st, const char* what) {
 }
 
 bool CudaBackend::PrefixKernelsCover(int64_t head_dim, int window) const {
-  return window == 0 && (cudnn_ != nullptr || (wgmma_attention_ && head_dim == 128));
+  return window == 0 && (cudnn_ != nullptr || HopperKernelCovers(head_dim, window));
 }
 
 Result<bool> CudaBackend::PrefixPrefill(int li, int hkv, const std::vector<int>& which,
@@ -266,7 +266,7 @@ Result<bool> CudaBackend::PrefixPrefill(int li, int hkv, const std::vector<int>&
     if (in_place[i] && stats_ != nullptr) ++stats_->prefix_reads_in_place;
     // A short chunk deep in a long prompt: split-KV (cuda_backend_split_kv.cc).
     const int prefix = kv_len[i] - q_len[i];
-    const bool ours = wgmma_attention_ && d == 128 && params.window == 0;
+    const bool ours = HopperKernelCovers(d, params.window);
     const int pieces =
         cudnn_ ? PrefixPieces(q_len[i], static_cast<int>(q.dim(1)), prefix, !ours) : 0;
     if (pieces > 0) {
@@ -450,7 +450,7 @@ Status CudaBackend::AttentionMixer(int li, const AttentionLayer& L, std::vector<
   bool own_done = false, cudnn_done = false;
   // Our Hopper kernel: causal self-attention by row index, which equals causal by position for
   // any strictly ascending positions (a dense prefill's, or the kept tokens' after a drop).
-  if (!fresh_rows.empty() && wgmma_attention_ && D == 128 && a.window == 0 && !kq.compacted) {
+  if (!fresh_rows.empty() && HopperKernelCovers(D, a.window) && !kq.compacted) {
     UP_ASSIGN_OR_RETURN(own_done, WgmmaPrefill(fresh_rows, q_rows, k, v, attn, kq, ap));
   }
   // cuDNN's masks take each fresh request's row indices for coordinates (a window is a band on

@@ -185,7 +185,7 @@ Status CudaBackend::WarmPrefixGraph(const AttentionLayer& L, const TensorView& q
     ops::cuda::FillRandomBf16(ctx_, prefix.data(), 2 * K * kv_dim, 3, 1.0f);
     // Priced with the kernel chunks will run: ours on Hopper where it covers the layer, else
     // cuDNN's (PrefixPrefill).
-    const bool wgmma = wgmma_attention_ && D == 128 && a.window == 0;
+    const bool wgmma = HopperKernelCovers(D, a.window);
     ops::cuda::WgmmaAttentionProblem wp = WgmmaProblemOf(q, pk, pv, attn, ap.scale);
     UP_ASSIGN_OR_RETURN(wp.seq_begin, staging_.Put(std::vector<int32_t>{0}, stream));
     wp.k_seq_begin = wp.seq_begin;

@@ -39,6 +39,7 @@ struct Part {
   typename Format::Kernel multi;  // nullptr: `f32` on the f32 activation rows
   QuantDotFn f32;
   QuantDotI16LanesFn lanes;  // groups of more than Format::kRows rows, or nullptr
+  unsigned lanes_layout;     // the I16LanesLayout `lanes` reads (0 without it)
 };
 
 template <class Format>
@@ -46,9 +47,11 @@ std::vector<Part<Format>> PlanParts(const LinearWeight& w, CpuIsa isa) {
   std::vector<Part<Format>> plan;
   int64_t col = 0;
   for (const TensorView& p : w.parts) {
+    const QuantDotI16LanesFn lanes = Format::Lanes(p.dtype, isa);
     plan.push_back({col, p.dim(0), static_cast<const uint8_t*>(p.data),
                     DTypeBytes(p.dtype, p.stride[0]), Format::Lookup(p.dtype, isa),
-                    FusedQuantDot(p.dtype, isa), Format::Lanes(p.dtype, isa)});
+                    FusedQuantDot(p.dtype, isa), lanes,
+                    lanes != nullptr ? static_cast<unsigned>(I16LanesLayoutOf(p.dtype)) : 0u});
     col += p.dim(0);
   }
   return plan;
@@ -116,17 +119,18 @@ bool CanRun(const LinearWeight& w, CpuIsa isa) {
          std::all_of(w.parts.begin(), w.parts.end(), runnable);
 }
 
-// The rows of q in groups of kI16Lanes, transposed for the lanes kernels (one buffer per group).
+// The rows of q in groups of kI16Lanes, transposed for the lanes kernels (one buffer per group)
+// in the layouts they read (a union of I16LanesLayout).
 template <class Format>
 std::vector<I16LanesBuffer> TransposeGroups(DeviceContext& ctx, const QuantisedRows<Format>& q,
-                                            int64_t T) {
+                                            int64_t T, unsigned layouts) {
   std::vector<I16LanesBuffer> lanes((T + kI16Lanes - 1) / kI16Lanes);
   ctx.pool().ParallelFor(static_cast<int64_t>(lanes.size()), 1,
                          [&](int64_t begin, int64_t end, int) {
                            for (int64_t g = begin; g < end; ++g) {
                              const int nx = static_cast<int>(
                                  std::min<int64_t>(kI16Lanes, T - g * kI16Lanes));
-                             TransposeRowsI16(q.At(g * kI16Lanes), nx, q.in, &lanes[g]);
+                             TransposeRowsI16(q.At(g * kI16Lanes), nx, q.in, &lanes[g], layouts);
                            }
                          });
   return lanes;
@@ -145,7 +149,9 @@ void Run(DeviceContext& ctx, TensorView out, TensorView x, const LinearWeight& w
                                      [](const Part<Format>& p) { return p.lanes != nullptr; });
   std::vector<I16LanesBuffer> lanes;
   if constexpr (std::is_same_v<typename Format::Rows, I16Rows>) {
-    if (use_lanes) lanes = TransposeGroups(ctx, q, T);
+    unsigned layouts = 0;
+    for (const Part<Format>& p : plan) layouts |= p.lanes_layout;
+    if (use_lanes) lanes = TransposeGroups(ctx, q, T, layouts);
   }
   const int group = use_lanes ? kI16Lanes : Format::kRows;
   float* o_base = out.as<float>();

@@ -1,5 +1,5 @@
-// TransposeRowsI16 (cpu_quant_lanes_i16.h): baseline flags; once per call and 16 rows, two passes
-// over the rows' int16 values (n * 16 * 2 bytes each), small next to the kernels' work.
+// TransposeRowsI16 (cpu_quant_lanes_i16.h): baseline flags; once per call and 16 rows, a pass over
+// the rows' int16 values per layout the call's kernels read, small next to the kernels' work.
 #include "ops/cpu/cpu_quant_lanes_i16.h"
 
 #include <algorithm>
@@ -8,20 +8,27 @@
 
 namespace uniprefill::ops::cpu {
 
-void TransposeRowsI16(const I16Rows& x, int nx, int64_t n, I16LanesBuffer* lanes) {
+I16LanesLayout I16LanesLayoutOf(DType type) {
+  return type == DType::kQ8_0 ? kI16LanesBytes : kI16LanesPairs;
+}
+
+void TransposeRowsI16(const I16Rows& x, int nx, int64_t n, I16LanesBuffer* lanes,
+                      unsigned layouts) {
   assert(nx >= 1 && nx <= kI16Lanes && n % 32 == 0);
   const int64_t pairs = n / 2, groups = (n + kI16ScaleGroup - 1) / kI16ScaleGroup;
-  lanes->xq.assign(pairs * kI16Lanes, 0);
-  lanes->xb.assign(n / 4 * 2 * kI16Lanes, 0);
+  const bool want_pairs = (layouts & kI16LanesPairs) != 0;
+  const bool want_bytes = (layouts & kI16LanesBytes) != 0;
+  lanes->xq.assign(want_pairs ? pairs * kI16Lanes : 0, 0);
+  lanes->xb.assign(want_bytes ? n / 4 * 2 * kI16Lanes : 0, 0);
   lanes->scale.assign(groups * kI16Lanes, 0.0f);
   for (int r = 0; r < nx; ++r) {
     const int16_t* row = x.xq + r * x.xq_stride;
-    for (int64_t k = 0; k < pairs; ++k) {
+    for (int64_t k = 0; want_pairs && k < pairs; ++k) {
       int32_t pair;  // row[2k] in the low word, row[2k + 1] in the high one (little endian)
       std::memcpy(&pair, row + 2 * k, sizeof(pair));
       lanes->xq[k * kI16Lanes + r] = pair;
     }
-    for (int64_t k = 0; k < n / 4; ++k) {
+    for (int64_t k = 0; want_bytes && k < n / 4; ++k) {
       uint32_t lo = 0, hi = 0;
       for (int e = 0; e < 4; ++e) {
         const auto u = static_cast<uint16_t>(static_cast<int32_t>(row[4 * k + e]) + 32768);

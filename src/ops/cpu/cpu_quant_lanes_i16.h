@@ -48,9 +48,16 @@ struct I16LanesBuffer {
   I16Lanes View() const { return {xq.data(), xb.data(), scale.data()}; }
 };
 
-// Rows 0 .. nx (nx <= kI16Lanes) of x (n a multiple of 32) into lanes, both layouts; the other
-// lanes stay zero (their results are never read).
-void TransposeRowsI16(const I16Rows& x, int nx, int64_t n, I16LanesBuffer* lanes);
+// The layouts of I16Lanes (bit flags): the int16 pairs (xq) and the bytes (xb).
+enum I16LanesLayout : unsigned { kI16LanesPairs = 1u, kI16LanesBytes = 2u };
+// The layout the lanes kernel of `type` reads: the bytes for Q8_0, the pairs for the others.
+I16LanesLayout I16LanesLayoutOf(DType type);
+
+// Rows 0 .. nx (nx <= kI16Lanes) of x (n a multiple of 32) into lanes, in the layouts of
+// `layouts` (a union of I16LanesLayout; a layout not asked for is left empty) and the scales; the
+// other lanes stay zero (their results are never read).
+void TransposeRowsI16(const I16Rows& x, int nx, int64_t n, I16LanesBuffer* lanes,
+                      unsigned layouts = kI16LanesPairs | kI16LanesBytes);
 
 // out[r * os + o] = sum_i dequant(w row o)[i] * scale[r][i / kI16ScaleGroup] * xq[r][i] for
 // o < nw weight rows (row o at w + o * row_bytes) and r < nlanes: nw weight rows of n elements
