@@ -11,7 +11,9 @@
 # they attend; --prefill-only-tokens PREFILL_ONLY, default 8192, for steps without decodes;
 # split-KV for short chunks over deep prefixes, the default; chunks read their cached prefix in
 # place), chunkedcopy (chunked's flags, the prefix copied out of the pool and priced, as before
-# caches laid layers out in runs: UNIPREFILL_CUDA_PREFIX_COPY=1), nosplit (the same budget, no
+# caches laid layers out in runs: UNIPREFILL_CUDA_PREFIX_COPY=1), chunkedcudnnsplit (chunked's
+# flags, chunks our Hopper kernel runs split on cuDNN as before it split keys itself:
+# UNIPREFILL_CUDA_SPLIT_ON_CUDNN=1), nosplit (the same budget, no
 # prefill-only budget, --gpu-prefix-split 0: the previous session's server), chunkedrows (the
 # budget counting rows only, --budget-counts-rows), whole (--no-chunked-prefill) and chunkedsync
 # (chunked's flags with the previous session's backend behaviour: a host sync after every forward
@@ -46,13 +48,17 @@ for variant in $variants; do
     chunkedcopy)
       flags=(--max-batched-tokens "$budget" --prefill-only-tokens "$prefill_only")
       env_vars+=(UNIPREFILL_CUDA_PREFIX_COPY=1) ;;
+    chunkedcudnnsplit)
+      flags=(--max-batched-tokens "$budget" --prefill-only-tokens "$prefill_only")
+      env_vars+=(UNIPREFILL_CUDA_SPLIT_ON_CUDNN=1) ;;
     chunkedsync)
       flags=(--max-batched-tokens "$budget" --prefill-only-tokens "$prefill_only")
       env_vars+=(UNIPREFILL_CUDA_SYNC_EVERY_FORWARD=1 UNIPREFILL_CUDA_ATTENTION_SLOWDOWN=1) ;;
     nosplit) flags=(--max-batched-tokens "$budget" --gpu-prefix-split 0) ;;
     chunkedrows) flags=(--max-batched-tokens "$budget" --budget-counts-rows) ;;
     whole) flags=(--no-chunked-prefill) ;;
-    *) echo "unknown variant $variant (chunked, chunkedcopy, chunkedsync, nosplit, chunkedrows," \
+    *) echo "unknown variant $variant (chunked, chunkedcopy, chunkedcudnnsplit, chunkedsync," \
+            "nosplit, chunkedrows," \
             "whole)" >&2
        exit 2 ;;
   esac

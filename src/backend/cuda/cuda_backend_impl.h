@@ -102,6 +102,7 @@ class CudaBackend final : public LayerBackend {
     trace_ = std::move(d.trace);
     sync_every_forward_ = d.sync_every_forward;
     prefix_copy_ = d.prefix_copy;
+    split_on_cudnn_ = d.split_on_cudnn;
     cudnn_sdpa_ = d.cudnn_sdpa;
     if (d.attention_slowdown > 0) {  // FLOPs at that rate, no copy cost: never measured
       prefix_cost_ = PrefixAttentionCost{d.attention_slowdown, 0.0};
@@ -203,12 +204,13 @@ class CudaBackend final : public LayerBackend {
                          const DeviceLinear* ffn);
   // Attention of requests `which` whose query rows are the newest entries of layer li's cache
   // (chunks of a prefill over its earlier chunks, full attention) over the cache's entries, read
-  // in place from a run of blocks or copied out of the KV pool into prefix_kv_: cuDNN's split-KV
-  // pieces for a short chunk deep in a prompt (with cuDNN loaded), else our Hopper kernel for a
-  // chunk it covers, else cuDNN's fused attention (CudnnAttention::RunPrefix). Called with either
-  // loaded (PrefixKernelsCover): without cuDNN the Hopper kernel runs every chunk it covers (on the
-  // H200 the cache kernel took 18x as long). false when neither can run a chunk: the caller's
-  // cache kernel then recomputes every request of `which`.
+  // in place from a run of blocks or copied out of the KV pool into prefix_kv_: our Hopper kernel
+  // for a chunk it covers (its keys split where its CTAs fill the SMs poorly: WgmmaPrefixSplits),
+  // else cuDNN's split-KV pieces for a short chunk deep in a prompt (with cuDNN loaded), else
+  // cuDNN's fused attention (CudnnAttention::RunPrefix). Called with either loaded
+  // (PrefixKernelsCover): without cuDNN the Hopper kernel runs every chunk it covers (on the H200
+  // the cache kernel took 18x as long). false when neither can run a chunk: the caller's cache
+  // kernel then recomputes every request of `which`.
   Result<bool> PrefixPrefill(int li, int hkv, const std::vector<int>& which, const TensorView& q,
                              const TensorView& attn, const KeptQueries& kq,
                              const ops::AttentionParams& params);
@@ -225,6 +227,17 @@ class CudaBackend final : public LayerBackend {
   // the H200: cuda_backend_split_kv.cc).
   // A chunk our Hopper kernel would run whole (whole_on_cudnn false) is not split for depth alone.
   int PrefixPieces(int q_rows, int hq, int prefix, bool whole_on_cudnn) const;
+  // Our Hopper kernel's key splits for a chunk of q_rows queries (hq heads) over `prefix` cached
+  // keys: 1 (whole) when its (query tile, head) CTAs fill their last wave of SMs well, else the
+  // fewest splits (each of at least prefix_split_min_keys_ keys) that fill the waves best.
+  int WgmmaPrefixSplits(int q_rows, int hq, int prefix) const;
+  // Our Hopper kernel on one request's chunk over its cached prefix (q_len rows from q_row of q
+  // and attn; keys from row kv_row of k / v, the prefix's then the chunk's own) in `splits` key
+  // splits (1: whole, written to attn directly; else partial outputs merged into attn). false
+  // when the kernel does not cover the views.
+  Result<bool> WgmmaPrefixAttention(const TensorView& q, const TensorView& attn, int q_row,
+                                    int q_len, const TensorView& k, const TensorView& v,
+                                    int kv_row, int kv_len, int splits, float scale);
   // Serving: the smallest prepared step budget that holds `rows` query rows (the query-row bucket
   // of the graphs built for it), or 0 (none: graphs keyed by powers of two).
   int ServeRowsBucket(int rows) const;
@@ -330,6 +343,7 @@ class CudaBackend final : public LayerBackend {
   dist::Communicator* comm_ = nullptr;  // tensor parallel (not owned)
   cudaEvent_t wait_event_ = nullptr;    // WaitStream's marker (tensor parallel only)
   bool prefix_copy_ = false;  // UNIPREFILL_CUDA_PREFIX_COPY: caches take no runs, copy priced
+  bool split_on_cudnn_ = false;  // UNIPREFILL_CUDA_SPLIT_ON_CUDNN: our kernel's splits on cuDNN
   // UNIPREFILL_CUDNN_SDPA: the SDPA implementations cuDNN's graphs may be built with.
   ops::cuda::CudnnSdpaImplementation cudnn_sdpa_ =
       ops::cuda::CudnnSdpaImplementation::kComposite;

@@ -264,11 +264,14 @@ Result<bool> CudaBackend::PrefixPrefill(int li, int hkv, const std::vector<int>&
     const TensorView k = Heads(const_cast<uint16_t*>(k_base[i]), rows, hkv, d, kv_dim);
     const TensorView v = Heads(const_cast<uint16_t*>(v_base[i]), rows, hkv, d, kv_dim);
     if (in_place[i] && stats_ != nullptr) ++stats_->prefix_reads_in_place;
-    // A short chunk deep in a long prompt: split-KV (cuda_backend_split_kv.cc).
+    // A short chunk deep in a long prompt: split-KV (cuda_backend_split_kv.cc), on our kernel
+    // where it runs the chunk (unless UNIPREFILL_CUDA_SPLIT_ON_CUDNN asks for cuDNN's pieces),
+    // else on cuDNN.
     const int prefix = kv_len[i] - q_len[i];
+    const int hq = static_cast<int>(q.dim(1));
     const bool ours = HopperKernelCovers(d, params.window);
-    const int pieces =
-        cudnn_ ? PrefixPieces(q_len[i], static_cast<int>(q.dim(1)), prefix, !ours) : 0;
+    const bool ours_splits = ours && !(split_on_cudnn_ && cudnn_);
+    const int pieces = cudnn_ && !ours_splits ? PrefixPieces(q_len[i], hq, prefix, !ours) : 0;
     if (pieces > 0) {
       UP_ASSIGN_OR_RETURN(const bool split, SplitPrefixAttention(q, attn, q_begin[i], q_len[i], k,
                                                                  v, kv_row[i], prefix, pieces,
@@ -280,18 +283,15 @@ Result<bool> CudaBackend::PrefixPrefill(int li, int hkv, const std::vector<int>&
       if (!cudnn_) return false;
       prefix_split_min_keys_ = 0;  // cuDNN has no plan for the pieces: run chunks whole
     }
-    // A chunk whole: our Hopper kernel where it covers the layer (its keys, the prefix then the
-    // chunk's own, are consecutive rows of k / v), else cuDNN's.
+    // Our Hopper kernel where it covers the layer (its keys, the prefix then the chunk's own, are
+    // consecutive rows of k / v), else cuDNN's.
     if (ours) {
-      oc::WgmmaAttentionProblem p = WgmmaProblemOf(q, k, v, attn, params.scale);
-      UP_ASSIGN_OR_RETURN(p.seq_begin, staging_.Put(std::vector<int32_t>{q_begin[i]}, stream));
-      UP_ASSIGN_OR_RETURN(p.seq_len, staging_.Put(std::vector<int32_t>{q_len[i]}, stream));
-      UP_ASSIGN_OR_RETURN(p.k_seq_begin, staging_.Put(std::vector<int32_t>{kv_row[i]}, stream));
-      UP_ASSIGN_OR_RETURN(p.k_seq_len, staging_.Put(std::vector<int32_t>{kv_len[i]}, stream));
-      p.batch = 1;
-      p.max_seqlen = q_len[i];
-      if (oc::WgmmaAttentionCovers(p)) {
-        UP_CUDA_CHECK(oc::LaunchFlashAttentionWgmma(p, stream));
+      const int splits = ours_splits ? WgmmaPrefixSplits(q_len[i], hq, prefix) : 1;
+      UP_ASSIGN_OR_RETURN(const bool ran,
+                          WgmmaPrefixAttention(q, attn, q_begin[i], q_len[i], k, v, kv_row[i],
+                                               kv_len[i], splits, params.scale));
+      if (ran) {
+        if (splits > 1 && stats_ != nullptr) ++stats_->split_prefix_attentions;
         continue;
       }
     }

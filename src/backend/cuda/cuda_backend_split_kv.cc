@@ -1,5 +1,7 @@
-// Split-KV for prefill chunks over a deep cached prefix (CudaBackend::PrefixPieces, when; the
-// how is ops/cuda/cudnn_split_prefix.h, the why ops/cuda/cudnn_attention.h).
+// Split-KV for prefill chunks over a deep cached prefix: on our Hopper kernel
+// (WgmmaPrefixSplits, when; WgmmaPrefixAttention, how: the kernel's own key splits and a merge),
+// else on cuDNN (PrefixPieces, when; ops/cuda/cudnn_split_prefix.h, how; the why
+// ops/cuda/cudnn_attention.h).
 #include <algorithm>
 #include <cstdint>
 #include <vector>
@@ -7,7 +9,11 @@
 #include "core/cuda/cuda_context.h"
 #include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/device_views.h"
+#include "backend/cuda/wgmma_attention_views.h"
+#include "core/cuda/cuda_check.h"
+#include "ops/cuda/cuda_attention_merge.h"
 #include "ops/cuda/cudnn_split_prefix.h"
+#include "ops/cuda/sm90/flash_attention_wgmma.h"
 
 namespace uniprefill::cuda_backend {
 
@@ -28,6 +34,8 @@ constexpr double kMinWaveFill = 0.9;
 // a whole prefill faster than cuDNN (8B shape, 128K: 10.6 vs 11.6 s): served beside 16 short
 // decodes, a 130K prompt whose deep chunks were split on cuDNN took 1.28x its whole prefill.
 constexpr int kDeepPrefix = 65536;
+// Query rows per CTA of our Hopper kernel (ops/cuda/sm90/flash_attention_wgmma.cu).
+constexpr int kOurQueryTile = 128;
 
 }  // namespace
 
@@ -39,6 +47,64 @@ int CudaBackend::PrefixPieces(int q_rows, int hq, int prefix, bool whole_on_cudn
   const int64_t waves = (ctas + sms - 1) / sms;
   const double fill = static_cast<double>(ctas) / static_cast<double>(waves * sms);
   return fill < kMinWaveFill ? kPrefixPieces : 0;
+}
+
+int CudaBackend::WgmmaPrefixSplits(int q_rows, int hq, int prefix) const {
+  if (prefix_split_min_keys_ <= 0) return 1;
+  const int sms = ctx_.cuda().sm_count();
+  const int64_t tiles = int64_t{(q_rows + kOurQueryTile - 1) / kOurQueryTile} * hq;
+  // A wave's time is one CTA's (one CTA per SM, each over its split's keys): the time of s splits
+  // is waves(s) / s of the whole chunk's wave time, i.e. 1 / fill(s) up to a constant.
+  const auto fill = [&](int splits) {
+    const int64_t ctas = tiles * splits, waves = (ctas + sms - 1) / sms;
+    return static_cast<double>(ctas) / static_cast<double>(waves * sms);
+  };
+  int best = 1;
+  const int most = std::min(ops::cuda::kMaxAttentionPieces, (prefix + q_rows) /
+                                                                prefix_split_min_keys_);
+  for (int splits = 2; splits <= most && fill(best) < kMinWaveFill; ++splits) {
+    if (fill(splits) > fill(best)) best = splits;
+  }
+  return best;
+}
+
+Result<bool> CudaBackend::WgmmaPrefixAttention(const TensorView& q, const TensorView& attn,
+                                               int q_row, int q_len, const TensorView& k,
+                                               const TensorView& v, int kv_row, int kv_len,
+                                               int splits, float scale) {
+  cudaStream_t stream = ctx_.cuda().stream();
+  // The chunk's rows alone (bf16 [q_len, Hq, D]): the partial outputs hold no other rows.
+  TensorView q_rows = q, attn_rows = attn;
+  q_rows.data = static_cast<uint16_t*>(q.data) + q_row * q.stride[0];
+  q_rows.shape[0] = q_len;
+  attn_rows.data = static_cast<uint16_t*>(attn.data) + q_row * attn.stride[0];
+  attn_rows.shape[0] = q_len;
+  ops::cuda::WgmmaAttentionProblem p = WgmmaProblemOf(q_rows, k, v, attn_rows, scale);
+  UP_ASSIGN_OR_RETURN(p.seq_begin, staging_.Put(std::vector<int32_t>{0}, stream));
+  UP_ASSIGN_OR_RETURN(p.seq_len, staging_.Put(std::vector<int32_t>{q_len}, stream));
+  UP_ASSIGN_OR_RETURN(p.k_seq_begin, staging_.Put(std::vector<int32_t>{kv_row}, stream));
+  UP_ASSIGN_OR_RETURN(p.k_seq_len, staging_.Put(std::vector<int32_t>{kv_len}, stream));
+  p.batch = 1;
+  p.max_seqlen = q_len;
+  const int64_t hq = q.dim(1), d = q.dim(2);
+  if (splits > 1) {
+    // bf16 [splits, q_len, Hq, D] partial outputs, then f32 [splits, Hq, q_len] log-sum-exps.
+    const size_t partial_bytes = static_cast<size_t>(splits * q_len * hq * d * 2);
+    UP_RETURN_IF_ERROR(Grow(split_scratch_, partial_bytes + static_cast<size_t>(splits * hq *
+                                                                                q_len * 4)));
+    p.splits = splits;
+    p.partial = static_cast<__nv_bfloat16*>(split_scratch_.data());
+    p.lse = reinterpret_cast<float*>(static_cast<unsigned char*>(split_scratch_.data()) +
+                                     partial_bytes);
+  }
+  if (!ops::cuda::WgmmaAttentionCovers(p)) return false;
+  UP_CUDA_CHECK(ops::cuda::LaunchFlashAttentionWgmma(p, stream));
+  if (splits > 1) {
+    ops::cuda::MergeAttentionPieces(ctx_, attn_rows, static_cast<const uint16_t*>(
+                                                         static_cast<void*>(p.partial)),
+                                    q_len, p.lse, q_len, splits);
+  }
+  return true;
 }
 
 Result<bool> CudaBackend::SplitPrefixAttention(const TensorView& q, const TensorView& attn,

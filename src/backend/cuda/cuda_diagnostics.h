@@ -9,6 +9,9 @@
 //   UNIPREFILL_CUDA_PREFIX_COPY=1             chunks copy their cached prefix out of the pool
 //                                             (priced) instead of reading it in place, as before
 //                                             caches laid each layer out in one run.
+//   UNIPREFILL_CUDA_SPLIT_ON_CUDNN=1          chunks our Hopper kernel runs are split on cuDNN
+//                                             (8 pieces, its own call, a merge) instead of on
+//                                             our kernel, as before it split keys itself.
 //   UNIPREFILL_CUDNN_SDPA=unified|auto        cuDNN's graphs built with its UNIFIED SDPA engine
 //                                             (cuDNN >= 9.21), or with both and the faster kept,
 //                                             instead of COMPOSITE alone (cudnn_attention.h).
@@ -27,6 +30,7 @@ struct CudaDiagnostics {
   bool sync_every_forward = false;
   double attention_slowdown = 0;  // 0: measured
   bool prefix_copy = false;
+  bool split_on_cudnn = false;
   ops::cuda::CudnnSdpaImplementation cudnn_sdpa = ops::cuda::CudnnSdpaImplementation::kComposite;
 };
 

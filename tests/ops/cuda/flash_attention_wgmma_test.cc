@@ -5,8 +5,10 @@
 // columns are NaN, a strided output whose spare columns and the rows between sequences must stay
 // NaN-poisoned (unwritten), true lengths below the capacities that sized the grid (a sync-free
 // batch), gapped ascending positions (the kept tokens after a drop: the kernel masks by row
-// index, which equals causal by position for them), and chunks over a cached prefix (queries
-// are the last rows of their keys, any prefix length). Skipped off compute capability 9.0.
+// index, which equals causal by position for them), chunks over a cached prefix (queries are the
+// last rows of their keys, any prefix length), and split-KV (each query tile's keys in several
+// CTAs, merged by MergeAttentionPieces; splits beyond a tile's keys). Skipped off compute
+// capability 9.0.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -22,6 +24,7 @@
 #include "core/cuda/cuda_context.h"
 #include "core/cuda/device_buffer.h"
 #include "ops/cuda/cuda_attention.h"
+#include "ops/cuda/cuda_attention_merge.h"
 #include "ops/cuda/sm90/flash_attention_wgmma.h"
 #include "ops/ops.h"
 #include "testing/cuda_test_util.h"
@@ -60,6 +63,7 @@ struct Case {
   float q_range = 1.0f;
   WgmmaAttentionSchedule schedule = WgmmaAttentionSchedule::kIntraOverlap;
   int stages = 3;
+  int splits = 1;  // > 1: split-KV, then MergeAttentionPieces per sequence
 };
 
 std::string Describe(const Case& c) {
@@ -70,7 +74,7 @@ std::string Describe(const Case& c) {
   s += " spare " + std::to_string(c.spare_rows) + " gap " + std::to_string(c.gap_rows) +
        " position gap " + std::to_string(c.max_position_gap) + " schedule " +
        (c.schedule == WgmmaAttentionSchedule::kSerial ? "serial" : "overlap") + " stages " +
-       std::to_string(c.stages);
+       std::to_string(c.stages) + " splits " + std::to_string(c.splits);
   return s;
 }
 
@@ -146,8 +150,25 @@ std::vector<uint16_t> RunAndCheck(DeviceContext& gpu, DeviceContext& cpu, const 
   p.scale = 1.0f / std::sqrt(static_cast<float>(kD));
   p.schedule = c.schedule;
   p.stages = c.stages;
+  // Split-KV: partial outputs and log-sum-exps NaN-poisoned, so a row a split skipped shows.
+  DeviceBuffer partial_dev(c.splits > 1 ? c.splits * rows * hq * kD * 2 : 16);
+  DeviceBuffer lse_dev(c.splits > 1 ? c.splits * hq * rows * 4 : 16);
+  if (c.splits > 1) {
+    partial_dev.Fill(0xFF);
+    lse_dev.Fill(0xFF);
+    p.splits = c.splits;
+    p.partial = partial_dev.as<__nv_bfloat16>();
+    p.lse = lse_dev.as<float>();
+  }
   EXPECT_TRUE(WgmmaAttentionCovers(p));
   EXPECT_EQ(LaunchFlashAttentionWgmma(p, gpu.cuda().stream()), cudaSuccess);
+  for (int64_t b = 0; c.splits > 1 && b < n_seq; ++b) {
+    TensorView seq_out = TensorView::Contiguous(out_dev.as<uint16_t>() + begin[b] * o_row,
+                                                DType::kBF16, {len[b], hq, kD}, Device::kCuda);
+    seq_out.stride[0] = o_row;
+    MergeAttentionPieces(gpu, seq_out, partial_dev.as<uint16_t>() + begin[b] * hq * kD, rows,
+                         lse_dev.as<float>() + begin[b], rows, c.splits);
+  }
 
   // Flash attention on each sequence's rows, by position.
   AttentionParams params;
@@ -292,6 +313,27 @@ TEST_F(WgmmaAttentionTest, ChunksOverACachedPrefixMatch) {
   }
 }
 
+// Split-KV: chunks over prefixes on and off the tiles, splits that divide a tile's keys evenly
+// or not, and more splits than a tile has keys (those CTAs write log-sum-exp -inf, weight 0).
+TEST_F(WgmmaAttentionTest, SplitKeysMergeToTheWholeAttention) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  UP_WGMMA_OR_SKIP(ctx);
+  for (int splits : {2, 3, 7, 16}) {
+    for (auto schedule :
+         {WgmmaAttentionSchedule::kSerial, WgmmaAttentionSchedule::kIntraOverlap}) {
+      Case c;
+      c.hq = 16;
+      c.hkv = 4;
+      c.lengths = {1, 64, 200, 385, 129};
+      c.prefixes = {300, 128, 1, 3000, 0};
+      c.gap_rows = 5;
+      c.schedule = schedule;
+      c.splits = splits;
+      RunAndCheck(ctx, *cpu_, c, ++seed_);
+    }
+  }
+}
+
 TEST_F(WgmmaAttentionTest, RepeatedRunsAreBitIdentical) {
   UP_CUDA_TEST_CONTEXT(ctx);
   UP_WGMMA_OR_SKIP(ctx);
@@ -326,6 +368,14 @@ TEST_F(WgmmaAttentionTest, UncoveredProblemsAreRejectedWithoutALaunch) {
   EXPECT_FALSE(WgmmaAttentionCovers(p));
   p.stages = 3;
   p.q_row_stride = 1020;  // rows 16-byte aligned for the tensor maps
+  EXPECT_FALSE(WgmmaAttentionCovers(p));
+  p.q_row_stride = 1024;
+  p.splits = 2;  // split-KV needs its partial outputs and log-sum-exps
+  EXPECT_FALSE(WgmmaAttentionCovers(p));
+  p.partial = reinterpret_cast<__nv_bfloat16*>(dummy);
+  p.lse = reinterpret_cast<float*>(dummy);
+  EXPECT_TRUE(WgmmaAttentionCovers(p));
+  p.splits = kMaxAttentionPieces + 1;  // more than one merge takes
   EXPECT_FALSE(WgmmaAttentionCovers(p));
 }
 

@@ -19,6 +19,8 @@
 // Two schedules (WgmmaAttentionSchedule): kSerial issues S of tile j + 1 beside PV of tile j;
 // kIntraOverlap (the default) runs the softmax of tile j while the tensor cores multiply PV of
 // tile j - 1. The two warpgroups also interleave on their own.
+// Split-KV (WgmmaAttentionProblem::splits): blockIdx.z is (sequence, split); a CTA walks only its
+// split's share of the key tiles and writes its rows' partial output and log-sum-exp.
 #include "ops/cuda/sm90/flash_attention_wgmma.h"
 
 #include <cuda.h>
@@ -26,6 +28,7 @@
 
 #include <cmath>
 
+#include "ops/cuda/cuda_attention_merge.h"
 #include "ops/cuda/flash_attention_mma.cuh"
 #include "ops/cuda/sm90/wgmma_primitives.cuh"
 
@@ -56,6 +59,10 @@ struct KernelParams {
   const int32_t* k_seq_len;
   int group;         // hq / hkv
   float scale_log2;  // softmax scale * log2(e)
+  int splits;        // key splits per query tile (WgmmaAttentionProblem::splits)
+  bf16* partial;     // splits > 1: bf16 [splits, rows, hq, 128]
+  float* lse;        // splits > 1: f32 [splits, hq, rows]
+  int64_t rows;      // rows of q (the partial outputs' rows per split)
 };
 
 #ifdef UP_SM90A_COMPILED
@@ -166,16 +173,60 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto empty = [&](int s) { return bars + 8 * (1 + 2 * kStages + s); };
 
   const int q_tile = static_cast<int>(gridDim.x - 1 - blockIdx.x);  // heaviest tiles first
-  const int head = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
+  const int head = static_cast<int>(blockIdx.y);
+  const int b = static_cast<int>(blockIdx.z) / p.splits, split = blockIdx.z % p.splits;
   const int seq_begin = p.seq_begin[b], seq_len = p.seq_len[b];
   const int k_begin = p.k_seq_begin[b], k_len = p.k_seq_len[b];
   const int offset = k_len - seq_len;  // query i is key offset + i
   const int q0 = q_tile * kBlockM;
   if (q0 >= seq_len) return;
   const int kv_head = head / p.group;
-  const int n_tiles = (min(offset + q0 + kBlockM, k_len) + kBlockN - 1) / kBlockN;
+  // The key tiles this CTA's rows see, [0, all_tiles); its split's share [lo, hi), walked down.
+  const int all_tiles = (min(offset + q0 + kBlockM, k_len) + kBlockN - 1) / kBlockN;
+  const int lo = all_tiles * split / p.splits, hi = all_tiles * (split + 1) / p.splits;
+  const int n_tiles = hi - lo;
 
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int wg = warp / 4, wi = warp % 4, g = lane / 4, t = lane % 4;
+  const int row0 = q0 + wg * 64 + wi * 16 + g, row1 = row0 + 8;  // within the sequence
+  // The epilogue: this thread's two rows normalised, to out (one piece) or to the split's partial
+  // output with the rows' log-sum-exp (natural log of sum exp(scale * s)).
+  const auto write_rows = [&](const float (&o)[64], float m0, float m1, float l0, float l1) {
+    const float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
+    const int64_t stride = p.splits > 1 ? int64_t{gridDim.y} * kHeadDim : p.out_row_stride;
+    bf16* head_base = (p.splits > 1 ? p.partial + split * p.rows * stride : p.out) +
+                      head * kHeadDim + 2 * t;
+    if (row0 < seq_len) {
+      uint32_t* dst = reinterpret_cast<uint32_t*>(head_base + (seq_begin + row0) * stride);
+#pragma unroll
+      for (int c = 0; c < 16; ++c) dst[4 * c] = PackBf16x2(o[4 * c] * inv0, o[4 * c + 1] * inv0);
+    }
+    if (row1 < seq_len) {
+      uint32_t* dst = reinterpret_cast<uint32_t*>(head_base + (seq_begin + row1) * stride);
+#pragma unroll
+      for (int c = 0; c < 16; ++c) {
+        dst[4 * c] = PackBf16x2(o[4 * c + 2] * inv1, o[4 * c + 3] * inv1);
+      }
+    }
+    if (p.splits > 1 && t == 0) {
+      constexpr float kLn2 = 0.6931471805599453f;
+      float* lse = p.lse + (int64_t{split} * gridDim.y + head) * p.rows + seq_begin;
+      const auto log_sum_exp = [&](float m, float l) {
+        return l > 0.0f ? (m * p.scale_log2 + log2f(l)) * kLn2 : -INFINITY;
+      };
+      if (row0 < seq_len) lse[row0] = log_sum_exp(m0, l0);
+      if (row1 < seq_len) lse[row1] = log_sum_exp(m1, l1);
+    }
+  };
+  if (n_tiles == 0) {  // a split past this tile's keys: nothing seen (weight 0 in the merge)
+    if (warp < kConsumerWarps) {
+      float zero[64];
+#pragma unroll
+      for (int i = 0; i < 64; ++i) zero[i] = 0.0f;
+      write_rows(zero, -INFINITY, -INFINITY, 0.0f, 0.0f);
+    }
+    return;
+  }
   if (threadIdx.x == 0) {
     s90::MbarrierInit(q_full, 1);
     for (int s = 0; s < kStages; ++s) {
@@ -197,7 +248,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     s90::TmaLoad3d(q_smem, &q_map, 0, head, seq_begin + q0, q_full);
     s90::TmaLoad3d(q_smem + kHalfBytes, &q_map, 64, head, seq_begin + q0, q_full);
     for (int it = 0; it < n_tiles; ++it) {
-      const int j = n_tiles - 1 - it, s = it % kStages, round = it / kStages;
+      const int j = hi - 1 - it, s = it % kStages, round = it / kStages;
       s90::MbarrierWait(empty(s), (round & 1) ^ 1);
       const int key_row = k_begin + j * kBlockN;
       const uint32_t ks = k_smem + s * kTileBytes, vs = v_smem + s * kTileBytes;
@@ -214,8 +265,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   // A consumer: warpgroup wg, warp wi in it; lane (g, t) holds rows row0 = g and row1 = g + 8 of
   // the warp's 16 (see wgmma_primitives.cuh).
   s90::RaiseRegisterLimit<240>();
-  const int wg = warp / 4, wi = warp % 4, g = lane / 4, t = lane % 4;
-  const int row0 = q0 + wg * 64 + wi * 16 + g, row1 = row0 + 8;  // within the sequence
   const int key_row0 = offset + row0, key_row1 = offset + row1;    // the rows' own keys
   const uint32_t q_base = q_smem + wg * 64 * 128;
   float o[64];
@@ -235,7 +284,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     IssueQk(s, q_base, k_smem);
     s90::WgmmaCommit();
     for (int it = 0; it < n_tiles; ++it) {
-      const int j = n_tiles - 1 - it, st = it % kStages, round = it / kStages;
+      const int j = hi - 1 - it, st = it % kStages, round = it / kStages;
       s90::WgmmaWait<0>();
       s90::FenceRegisters(s);
       float corr0, corr1;
@@ -275,13 +324,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     s90::FenceRegisters(s);
     {
       float corr0, corr1;
-      Softmax(s, pf, rs, corr0, corr1, (n_tiles - 1) * kBlockN, key_row0, key_row1,
-              (n_tiles - 1) * kBlockN + kBlockN - 1 > mask_from, sl2, t);
+      Softmax(s, pf, rs, corr0, corr1, (hi - 1) * kBlockN, key_row0, key_row1,
+              (hi - 1) * kBlockN + kBlockN - 1 > mask_from, sl2, t);
     }
     uint32_t pf2[32];
     // One step: S of tile it, PV of tile it - 1 from p_prev, softmax of tile it into p_next.
     auto step = [&](int it, uint32_t (&p_prev)[32], uint32_t (&p_next)[32]) {
-      const int j = n_tiles - 1 - it, st = it % kStages, round = it / kStages;
+      const int j = hi - 1 - it, st = it % kStages, round = it / kStages;
       const int prev = (it - 1) % kStages, prev_round = (it - 1) / kStages;
       s90::MbarrierWait(k_full(st), round & 1);
       s90::MbarrierWait(v_full(prev), prev_round & 1);
@@ -334,18 +383,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-  const float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
-  bf16* out_head = p.out + head * kHeadDim + 2 * t;
-  if (row0 < seq_len) {
-    uint32_t* dst = reinterpret_cast<uint32_t*>(out_head + (seq_begin + row0) * p.out_row_stride);
-#pragma unroll
-    for (int c = 0; c < 16; ++c) dst[4 * c] = PackBf16x2(o[4 * c] * inv0, o[4 * c + 1] * inv0);
-  }
-  if (row1 < seq_len) {
-    uint32_t* dst = reinterpret_cast<uint32_t*>(out_head + (seq_begin + row1) * p.out_row_stride);
-#pragma unroll
-    for (int c = 0; c < 16; ++c) dst[4 * c] = PackBf16x2(o[4 * c + 2] * inv1, o[4 * c + 3] * inv1);
-  }
+  write_rows(o, rs.m0, rs.m1, l0, l1);
 }
 #else
 template <WgmmaAttentionSchedule kSchedule, int kStages>
@@ -425,8 +463,12 @@ bool WgmmaAttentionAvailable(int device_major, int device_minor) {
 bool WgmmaAttentionCovers(const WgmmaAttentionProblem& p) {
   return p.head_dim == kHeadDim && p.hq > 0 && p.hkv > 0 && p.hq % p.hkv == 0 && p.batch > 0 &&
          p.rows > 0 && p.max_seqlen > 0 && p.q_row_stride % 8 == 0 && p.k_row_stride % 8 == 0 &&
-         p.v_row_stride % 8 == 0 && p.out_row_stride % 2 == 0 && Aligned16(p.q) &&
-         Aligned16(p.k) && Aligned16(p.v) && reinterpret_cast<uintptr_t>(p.out) % 4 == 0 &&
+         p.v_row_stride % 8 == 0 && Aligned16(p.q) && Aligned16(p.k) && Aligned16(p.v) &&
+         (p.splits == 1 ? p.out_row_stride % 2 == 0 && p.out != nullptr &&
+                              reinterpret_cast<uintptr_t>(p.out) % 4 == 0
+                        : p.splits > 1 && p.splits <= kMaxAttentionPieces &&
+                              p.partial != nullptr && Aligned16(p.partial) && p.lse != nullptr) &&
+         int64_t{p.batch} * p.splits < 65536 &&
          p.seq_begin != nullptr && p.seq_len != nullptr &&
          (p.k_seq_begin == nullptr) == (p.k_seq_len == nullptr) &&
          p.k_rows < (int64_t{1} << 31) && p.rows < (int64_t{1} << 31) &&
@@ -451,7 +493,11 @@ cudaError_t LaunchFlashAttentionWgmma(const WgmmaAttentionProblem& p, cudaStream
   kp.k_seq_len = p.k_seq_len != nullptr ? p.k_seq_len : p.seq_len;
   kp.group = p.hq / p.hkv;
   kp.scale_log2 = p.scale * 1.4426950408889634f;
-  const dim3 grid((p.max_seqlen + kBlockM - 1) / kBlockM, p.hq, p.batch);
+  kp.splits = p.splits;
+  kp.partial = p.partial;
+  kp.lse = p.lse;
+  kp.rows = p.rows;
+  const dim3 grid((p.max_seqlen + kBlockM - 1) / kBlockM, p.hq, p.batch * p.splits);
   return Dispatch(p.schedule, p.stages, [&](auto kernel, size_t smem) {
     kernel<<<grid, kThreads, smem, stream>>>(q_map, k_map, v_map, kp);
   });

@@ -53,6 +53,18 @@ struct WgmmaAttentionProblem {
   float scale = 0.0f;
   WgmmaAttentionSchedule schedule = WgmmaAttentionSchedule::kIntraOverlap;
   int stages = 3;  // K / V tiles in flight: 2 or 3 (the overlap needs 3: 0.78x at 2)
+  // Split-KV (1 .. kMaxAttentionPieces, cuda_attention_merge.h): with splits > 1 each query
+  // tile's visible key tiles are cut into `splits` near-equal runs, a CTA each, so that a chunk
+  // of few query tiles over a deep prefix fills the SMs. Split s writes its rows' attention over
+  // its own keys, not to out, but to
+  //   partial bf16 [splits, rows, hq, 128]: row r of q at (s * rows + r)
+  //   lse     f32 [splits, hq, rows]:       log of sum exp(scale * score) over its keys (-inf
+  //                                         where a row saw none; then its partial row is 0)
+  // which MergeAttentionPieces turns into the attention (per sequence: the pointers offset by its
+  // seq_begin, piece_rows and lse_rows = rows).
+  int splits = 1;
+  __nv_bfloat16* partial = nullptr;
+  float* lse = nullptr;
 };
 
 // True on devices that run the kernel's sm_90a code (compute capability 9.0) and for the
