@@ -16,6 +16,7 @@
 #include "core/buffer.h"
 #include "core/cpu_isa.h"
 #include "io/dequant.h"
+#include "ops/cpu/cpu_quant_lanes_i16.h"
 #include "ops/ops.h"
 
 namespace uniprefill::ops {
@@ -45,6 +46,8 @@ void BM_LinearDecode(benchmark::State& state) {
   lw.parts.push_back(TensorView::Contiguous(w.data(), type, {out, in}));
   lw.in_features = in;
   lw.out_features = out;
+  // What a loaded CPU model has (MakeModel): the Q8_0 lanes kernel's block sums.
+  cpu::AttachBlockQuantSums(lw, ResolveCpuIsa(isa, DetectCpuFeatures()).value());
   std::vector<float> x = testing::RandomFloats(rng, t * in), y(t * out);
   const TensorView xv = TensorView::Contiguous(x.data(), DType::kF32, {t, in});
   const TensorView yv = TensorView::Contiguous(y.data(), DType::kF32, {t, out});

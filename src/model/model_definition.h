@@ -57,7 +57,8 @@ struct ModelDefinition {
   std::vector<std::shared_ptr<void>> owners;  // mapped files / host buffers the weights point into
   // The memory-mapped model files among the owners (read-only, file-backed): DropMappedPages.
   std::vector<std::span<const uint8_t>> mapped_files;
-  size_t host_copy_bytes = 0;  // dequantised f32 copies (LoadOptions::f32_prefill_weights)
+  // dequantised f32 copies (LoadOptions::f32_prefill_weights) and the CPU's Q8_0 block sums
+  size_t host_copy_bytes = 0;
 
   // Every weight of every layer: shapes, one mixer and one FFN per layer, lengths of the norms.
   Status Check() const;

@@ -8,6 +8,7 @@
 #include "dist/communicator.h"
 #include "dist/shard_definition.h"
 #include "model/model_presets.h"
+#include "ops/cpu/cpu_quant_lanes_i16.h"
 
 namespace uniprefill {
 
@@ -130,6 +131,25 @@ std::vector<SegmentCost> TransformerModel::SegmentCosts(const std::vector<int>& 
   return costs;
 }
 
+namespace {
+
+// The Q8_0 lanes kernel's block sums, made once for every weight it reads (a batched decode
+// step's head, above all: ops::cpu::AttachBlockQuantSums); counted as host copies.
+void AttachBlockQuantSums(ModelDefinition& d, CpuIsa isa) {
+  std::vector<ops::LinearWeight*> weights = {&d.head};
+  for (LayerDefinition& L : d.layers) {
+    for (ops::LinearWeight* w : L.LinearWeights()) weights.push_back(w);
+  }
+  for (ops::LinearWeight* w : weights) {
+    ops::cpu::AttachBlockQuantSums(*w, isa);
+    for (const std::vector<int16_t>& sums : w->block_quant_sums) {
+      d.host_copy_bytes += sums.size() * sizeof(int16_t);
+    }
+  }
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Model>> MakeModel(ModelDefinition definition, DeviceContext& ctx,
                                          const LoadOptions& options) {
   dist::Communicator* comm = options.communicator;
@@ -152,6 +172,7 @@ Result<std::unique_ptr<Model>> MakeModel(ModelDefinition definition, DeviceConte
                                               /*split_vocabulary=*/true));
   }
   UP_RETURN_IF_ERROR(definition.Check());
+  if (ctx.device() == Device::kCpu) AttachBlockQuantSums(definition, ctx.cpu_isa());
   auto def = std::make_unique<const ModelDefinition>(std::move(definition));
   std::unique_ptr<LayerBackend> backend;
   if (ctx.device() == Device::kCuda) {

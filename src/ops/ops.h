@@ -52,6 +52,10 @@ struct LinearWeight {
   };
   std::vector<RandomPart> random_parts;
   bool is_random() const { return parts.empty() && !random_parts.empty(); }
+  // CPU only, per part (empty, or one entry per part): int16 [rows, in / 32] sums of each Q8_0
+  // block's 32 quants, made at load for the lanes kernel that reads them
+  // (ops::cpu::AttachBlockQuantSums, cpu_quant_lanes_i16.h); an empty entry: computed per call.
+  std::vector<std::vector<int16_t>> block_quant_sums;
 };
 
 // out f32 [T, out] = x f32 [T, in] @ W^T. `out` rows may be strided.

@@ -156,8 +156,10 @@ TEST_P(Gemma3QuantPrefillGemm, SkipsTheF32CopiesAndStaysWithinTheGoldenBounds) {
   auto model_or = LoadModel(kModel, *ctx, options);
   ASSERT_TRUE(model_or.ok()) << model_or.status().message();
   Model& model = **model_or;
-  // Every linear layer of this model has Q5_0 / Q4_K / Q6_K / Q8_0 parts: no copy at all.
-  EXPECT_EQ(model.resident_weight_bytes(), 0u);
+  // Every linear layer of this model has Q5_0 / Q4_K / Q6_K / Q8_0 parts: no f32 copy (they
+  // were ~400 MB). What stays is the Q8_0 lanes kernel's block sums where the CPU has it: 2 bytes
+  // per 34-byte block, 10.1 MiB (the head's 10 MiB; ops::cpu::AttachBlockQuantSums).
+  EXPECT_LE(model.resident_weight_bytes(), size_t{11} << 20);
   ASSERT_EQ(ref.size(), static_cast<size_t>(model.config().vocab_size));
 
   auto cache = model.NewCache(static_cast<int>(ids.size() + fp32_greedy.size() + 1));

@@ -1,10 +1,12 @@
 // The lanes kernels (cpu_quant_lanes_i16.h) at every CPU ISA level this machine has: against the
 // scalar reference (reference::Linear) on the activations they see, every lane count 1..16 and
 // weight-row counts that leave every remainder of the kernels' 4-row passes; the int32 block sums
-// at their extreme; Linear through a context on step sizes that take them; and the level check.
+// at their extreme; Q8_0 with its load-time block sums (AttachBlockQuantSums) equal to without,
+// bit for bit; Linear through a context on step sizes that take them; and the level check.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <string>
@@ -91,6 +93,8 @@ TEST_P(LanesLevelTest, LanesKernelsMatchTheReferenceForEveryLaneAndRowCount) {
       const int64_t rows = 9, row_bytes = DTypeBytes(t, in);
       std::vector<uint8_t> bytes = RandomWeights(rng, t, rows, in);
       const LinearWeight lw = OnePart(bytes, t, rows, in);
+      const std::vector<int16_t> sums =
+          t == DType::kQ8_0 ? BlockQuantSums(bytes.data(), rows, in) : std::vector<int16_t>{};
       for (int nx = 1; nx <= kI16Lanes; ++nx) {
         const QuantRows q = MakeRows(rng, nx, in);
         I16LanesBuffer buf;
@@ -101,7 +105,16 @@ TEST_P(LanesLevelTest, LanesKernelsMatchTheReferenceForEveryLaneAndRowCount) {
         for (int nw = 1; nw <= rows; ++nw) {
           const int64_t os = rows + 5;
           std::vector<float> out(nx * os, NAN);
-          lanes(bytes.data(), row_bytes, nw, buf.View(), nx, in, out.data(), os);
+          lanes(bytes.data(), row_bytes, nullptr, nw, buf.View(), nx, in, out.data(), os);
+          if (!sums.empty()) {  // the load-time sums: the same bits
+            std::vector<float> with_sums(nx * os, NAN);
+            lanes(bytes.data(), row_bytes, sums.data(), nw, buf.View(), nx, in, with_sums.data(),
+                  os);
+            for (size_t i = 0; i < out.size(); ++i) {
+              ASSERT_TRUE(std::memcmp(&out[i], &with_sums[i], 4) == 0)
+                  << "with block sums, element " << i << " nx " << nx << " nw " << nw;
+            }
+          }
           for (int r = 0; r < nx; ++r) {
             for (int64_t o = 0; o < rows; ++o) {
               const float got = out[r * os + o];
@@ -139,10 +152,30 @@ TEST_P(LanesLevelTest, LanesKernelsDoNotOverflowAtExtremeWeightsAndActivations) 
   const I16Rows rows{xq.data(), in, scale.data(), 2, bsum.data(), in / 32};
   I16LanesBuffer buf;
   TransposeRowsI16(rows, kI16Lanes, in, &buf, I16LanesLayoutOf(DType::kQ8_0));
-  std::vector<float> out(kI16Lanes, NAN);
-  lanes(w.data(), DTypeBytes(DType::kQ8_0, in), 1, buf.View(), kI16Lanes, in, out.data(), 1);
-  const double expected = in * (-128.0 / 64.0) * -32767.0;
-  for (float got : out) EXPECT_NEAR(got, expected, 1e-6 * expected);
+  const std::vector<int16_t> sums = BlockQuantSums(w.data(), 1, in);
+  for (const int16_t* block_sums : {static_cast<const int16_t*>(nullptr), sums.data()}) {
+    std::vector<float> out(kI16Lanes, NAN);
+    lanes(w.data(), DTypeBytes(DType::kQ8_0, in), block_sums, 1, buf.View(), kI16Lanes, in,
+          out.data(), 1);
+    const double expected = in * (-128.0 / 64.0) * -32767.0;
+    for (float got : out) EXPECT_NEAR(got, expected, 1e-6 * expected);
+  }
+}
+
+// The load-time sums of Q8_0 blocks: each block's 32 quants, at both extremes and at random.
+TEST(BlockQuantSumsTest, SumEachBlocksQuants) {
+  std::vector<uint8_t> w(3 * 34, 0);
+  for (int i = 0; i < 32; ++i) {
+    w[2 + i] = 0x80;            // -128: the sum -4096
+    w[34 + 2 + i] = 0x7f;       // 127: 4064
+    w[68 + 2 + i] = static_cast<uint8_t>(i * 37);
+  }
+  int third = 0;
+  for (int i = 0; i < 32; ++i) third += static_cast<int8_t>(static_cast<uint8_t>(i * 37));
+  EXPECT_EQ(BlockQuantSums(w.data(), 1, 96), (std::vector<int16_t>{-4096, 4064,
+                                                                     static_cast<int16_t>(third)}));
+  EXPECT_EQ(BlockQuantSums(w.data(), 3, 32), (std::vector<int16_t>{-4096, 4064,
+                                                                     static_cast<int16_t>(third)}));
 }
 
 // A Q8_0 and a Q5_0 part (lanes kernels at VNNI) next to a Q4_1 part (f32 activations) at step
@@ -168,6 +201,12 @@ TEST_P(LanesLevelTest, BatchedLinearWithLanesMatchesTheReference) {
     Linear(*ctx, Strided(out, t, w.out_features, os), Strided(x, t, in, xs), w);
     reference::Linear(Strided(ref, t, w.out_features, os), Strided(x, t, in, xs), w);
     EXPECT_LT(MaxErrorOverRms(out, ref), 2e-4) << "T " << t;
+    // With the Q8_0 part's load-time block sums (VNNI levels): the same bits.
+    AttachBlockQuantSums(w, isa());
+    EXPECT_EQ(!w.block_quant_sums.empty(), isa() >= CpuIsa::kAvx512Vnni);
+    std::vector<float> with_sums(t * os, 0.0f);
+    Linear(*ctx, Strided(with_sums, t, w.out_features, os), Strided(x, t, in, xs), w);
+    EXPECT_EQ(0, std::memcmp(out.data(), with_sums.data(), out.size() * 4)) << "T " << t;
   }
 }
 

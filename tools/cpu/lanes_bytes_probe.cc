@@ -148,7 +148,7 @@ int main(int argc, char** argv) {
   };
   const Variant variants[] = {
       {"pairs (the tree's Q8_0 kernel before 6232fd2)",
-       [&] { old_kernel(w.data(), row_bytes, nw, lanes, 16, n, out_old.data(), nw); }},
+       [&] { old_kernel(w.data(), row_bytes, nullptr, nw, lanes, 16, n, out_old.data(), nw); }},
       {"bytes, 8 rows a pass", bytes_kernel(&ProbeBytes<8>)},
       {"bytes, 4 rows a pass", bytes_kernel(&ProbeBytes<4>)},
       {"bytes, 4 rows, prefetch 4 passes ahead", bytes_kernel(&ProbeBytes<4, 4>)},

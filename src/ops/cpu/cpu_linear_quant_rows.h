@@ -40,18 +40,23 @@ struct Part {
   QuantDotFn f32;
   QuantDotI16LanesFn lanes;  // groups of more than Format::kRows rows, or nullptr
   unsigned lanes_layout;     // the I16LanesLayout `lanes` reads (0 without it)
+  const int16_t* block_sums;  // int16 [rows, in / 32] Q8_0 block quant sums, or nullptr
+  int64_t blocks;             // per row: in / 32
 };
 
 template <class Format>
 std::vector<Part<Format>> PlanParts(const LinearWeight& w, CpuIsa isa) {
   std::vector<Part<Format>> plan;
   int64_t col = 0;
-  for (const TensorView& p : w.parts) {
+  for (size_t i = 0; i < w.parts.size(); ++i) {
+    const TensorView& p = w.parts[i];
     const QuantDotI16LanesFn lanes = Format::Lanes(p.dtype, isa);
+    const bool sums = i < w.block_quant_sums.size() && !w.block_quant_sums[i].empty();
     plan.push_back({col, p.dim(0), static_cast<const uint8_t*>(p.data),
                     DTypeBytes(p.dtype, p.stride[0]), Format::Lookup(p.dtype, isa),
                     FusedQuantDot(p.dtype, isa), lanes,
-                    lanes != nullptr ? static_cast<unsigned>(I16LanesLayoutOf(p.dtype)) : 0u});
+                    lanes != nullptr ? static_cast<unsigned>(I16LanesLayoutOf(p.dtype)) : 0u,
+                    sums ? w.block_quant_sums[i].data() : nullptr, p.dim(1) / 32});
     col += p.dim(0);
   }
   return plan;
@@ -162,8 +167,10 @@ void Run(DeviceContext& ctx, TensorView out, TensorView x, const LinearWeight& w
       if (lo >= hi) continue;
       if (p.lanes != nullptr && nx > Format::kRows) {
         static_assert(kRowsChunk % kI16Lanes == 0, "t0 starts a group of lanes");
-        p.lanes(p.data + (lo - p.row_begin) * p.row_bytes, p.row_bytes, static_cast<int>(hi - lo),
-                lanes[t0 / kI16Lanes].View(), nx, q.in, o_base + t0 * os + lo, os);
+        p.lanes(p.data + (lo - p.row_begin) * p.row_bytes, p.row_bytes,
+                p.block_sums != nullptr ? p.block_sums + (lo - p.row_begin) * p.blocks : nullptr,
+                static_cast<int>(hi - lo), lanes[t0 / kI16Lanes].View(), nx, q.in,
+                o_base + t0 * os + lo, os);
         continue;
       }
       for (int64_t o = lo; o < hi; ++o) {

@@ -8,6 +8,36 @@
 
 namespace uniprefill::ops::cpu {
 
+std::vector<int16_t> BlockQuantSums(const uint8_t* q8_0_rows, int64_t rows, int64_t n) {
+  constexpr int64_t kBlockBytes = 34;  // f16 scale, 32 int8 quants
+  const int64_t blocks = n / 32;
+  std::vector<int16_t> sums(rows * blocks);
+  for (int64_t b = 0; b < rows * blocks; ++b) {
+    const auto* q = reinterpret_cast<const int8_t*>(q8_0_rows + b * kBlockBytes + 2);
+    int sum = 0;
+    for (int i = 0; i < 32; ++i) sum += q[i];
+    sums[b] = static_cast<int16_t>(sum);
+  }
+  return sums;
+}
+
+void AttachBlockQuantSums(LinearWeight& w, CpuIsa isa) {
+  w.block_quant_sums.clear();
+  if (!w.int16_decode_activations || w.in_features % 32 != 0 ||
+      FusedQuantDotI16Lanes(DType::kQ8_0, isa) == nullptr) {
+    return;
+  }
+  bool any = false;
+  std::vector<std::vector<int16_t>> sums(w.parts.size());
+  for (size_t p = 0; p < w.parts.size(); ++p) {
+    const TensorView& part = w.parts[p];
+    if (part.dtype != DType::kQ8_0 || part.stride[0] != part.dim(1)) continue;
+    sums[p] = BlockQuantSums(static_cast<const uint8_t*>(part.data), part.dim(0), part.dim(1));
+    any = true;
+  }
+  if (any) w.block_quant_sums = std::move(sums);
+}
+
 I16LanesLayout I16LanesLayoutOf(DType type) {
   return type == DType::kQ8_0 ? kI16LanesBytes : kI16LanesPairs;
 }

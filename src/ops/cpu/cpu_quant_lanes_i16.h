@@ -25,6 +25,7 @@
 #include "core/cpu_isa.h"
 #include "core/dtype.h"
 #include "ops/cpu/cpu_quant_dot_i16.h"
+#include "ops/ops.h"
 
 namespace uniprefill::ops::cpu {
 
@@ -61,14 +62,27 @@ void TransposeRowsI16(const I16Rows& x, int nx, int64_t n, I16LanesBuffer* lanes
 
 // out[r * os + o] = sum_i dequant(w row o)[i] * scale[r][i / kI16ScaleGroup] * xq[r][i] for
 // o < nw weight rows (row o at w + o * row_bytes) and r < nlanes: nw weight rows of n elements
-// (a multiple of 32) against the lanes of x.
-using QuantDotI16LanesFn = void (*)(const void* w, int64_t row_bytes, int nw, const I16Lanes& x,
-                                    int nlanes, int64_t n, float* out, int64_t os);
+// (a multiple of 32) against the lanes of x. block_sums: the rows' Q8_0 block quant sums
+// (int16 [nw, n / 32], AttachBlockQuantSums) for the Q8_0 kernel, or nullptr (it sums them
+// itself; the outputs are the same bits); other types ignore it.
+using QuantDotI16LanesFn = void (*)(const void* w, int64_t row_bytes, const int16_t* block_sums,
+                                    int nw, const I16Lanes& x, int nlanes, int64_t n, float* out,
+                                    int64_t os);
 
 // The lanes kernel for `type` at `isa`, or nullptr: VNNI levels have Q8_0 and Q5_0 (the
 // broadcast multiply-add is vpdpwssd's; AVX-512 without VNNI has no broadcast vpmaddwd).
 // Defined in cpu_quant_dot_dispatch.cc.
 QuantDotI16LanesFn FusedQuantDotI16Lanes(DType type, CpuIsa isa);
 std::string_view FusedQuantDotI16LanesLevel(DType type, CpuIsa isa);
+
+// The sums of every 32-quant block of a Q8_0 weight's rows: int16 [rows, n / 32] (each in
+// [-4096, 4064]). The Q8_0 lanes kernel subtracts 32768 x that sum from each block's product; a
+// table made once saves it a vpsadbw and a horizontal add per block and weight row (the head of a
+// 16-request decode step: tools/cpu/lanes_bytes_probe.cc measured ~1.2x without the term).
+std::vector<int16_t> BlockQuantSums(const uint8_t* q8_0_rows, int64_t rows, int64_t n);
+
+// Fills w.block_quant_sums for its Q8_0 parts where `isa` has the Q8_0 lanes kernel and the
+// weight runs int16 activations (2 bytes per 34-byte block); leaves it empty otherwise.
+void AttachBlockQuantSums(LinearWeight& w, CpuIsa isa);
 
 }  // namespace uniprefill::ops::cpu

@@ -30,8 +30,8 @@ namespace {
 constexpr int kLanesW = 8;
 
 template <int kBlockBytes, __m512i (*Decode)(const uint8_t*)>
-void LanesBlocks32(const void* w, int64_t row_bytes, int nw, const I16Lanes& x, int nlanes,
-                   int64_t n, float* out, int64_t os) {
+void LanesBlocks32(const void* w, int64_t row_bytes, const int16_t* /*block_sums: Q8_0's*/,
+                   int nw, const I16Lanes& x, int nlanes, int64_t n, float* out, int64_t os) {
   constexpr int kGroupBlocks = static_cast<int>(kI16ScaleGroup / 32);
   const uint8_t* base = static_cast<const uint8_t*>(w);
   for (int o0 = 0; o0 < nw; o0 += kLanesW) {
@@ -101,17 +101,24 @@ inline int BlockQuantSum(const uint8_t* quants) {
 // quants, each multiplied by the 16 rows' low and high bytes (vpdpbusd: unsigned activation bytes
 // by signed quants), then sum = 256 hi + lo - 32768 sum(q): the pairs kernel's exact block sum,
 // with the same f32 steps after it, so the outputs are LanesBlocks32's bit for bit. Four weight
-// rows a pass (eight spilled registers and ran slower: tools/cpu/lanes_bytes_probe.cc).
+// rows a pass (eight spilled registers and ran slower: tools/cpu/lanes_bytes_probe.cc). sum(q)
+// comes from the load-time table where there is one (AttachBlockQuantSums), else from vpsadbw.
 constexpr int kBytesW = 4;
 
-void LanesQ8_0Bytes(const void* w, int64_t row_bytes, int nw, const I16Lanes& x, int nlanes,
-                    int64_t n, float* out, int64_t os) {
+void LanesQ8_0Bytes(const void* w, int64_t row_bytes, const int16_t* block_sums, int nw,
+                    const I16Lanes& x, int nlanes, int64_t n, float* out, int64_t os) {
   constexpr int kBlockBytes = 34;
   const uint8_t* base = static_cast<const uint8_t*>(w);
+  const int64_t blocks = n / 32;
   for (int o0 = 0; o0 < nw; o0 += kBytesW) {
     // Rows past nw repeat the last one (results dropped): the loops keep a fixed width.
     const uint8_t* rows[kBytesW];
-    for (int j = 0; j < kBytesW; ++j) rows[j] = base + std::min(o0 + j, nw - 1) * row_bytes;
+    const int16_t* sums[kBytesW];
+    for (int j = 0; j < kBytesW; ++j) {
+      const int o = std::min(o0 + j, nw - 1);
+      rows[j] = base + o * row_bytes;
+      sums[j] = block_sums != nullptr ? block_sums + o * blocks : nullptr;
+    }
     __m512 total[kBytesW];
     for (int j = 0; j < kBytesW; ++j) total[j] = _mm512_setzero_ps();
     for (int64_t g0 = 0; g0 < n; g0 += kI16ScaleGroup) {
@@ -140,9 +147,10 @@ void LanesQ8_0Bytes(const void* w, int64_t row_bytes, int nw, const I16Lanes& x,
         }
         for (int j = 0; j < kBytesW; ++j) {
           const uint8_t* b = rows[j] + block * kBlockBytes;
+          const int quant_sum = block_sums != nullptr ? sums[j][block] : BlockQuantSum(b + 2);
           const __m512i sum =
               _mm512_sub_epi32(_mm512_add_epi32(_mm512_slli_epi32(hi[j], 8), lo[j]),
-                               _mm512_set1_epi32(BlockQuantSum(b + 2) * 32768));
+                               _mm512_set1_epi32(quant_sum * 32768));
           const __m512 ds = _mm512_mul_ps(_mm512_set1_ps(Half(b)), s);
           total[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), ds, total[j]);
         }
