@@ -230,6 +230,18 @@ size_t ModelDefinition::HostWeightBytes() const {
   return bytes;
 }
 
+void DropMappedRange(const ModelDefinition& d, const void* data, size_t bytes) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  for (std::span<const uint8_t> f : d.mapped_files) {
+    if (f.empty() || p < f.data() || p + bytes > f.data() + f.size()) continue;
+    const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+    const uintptr_t begin = reinterpret_cast<uintptr_t>(p) & ~(page - 1);
+    const uintptr_t end = reinterpret_cast<uintptr_t>(p + bytes);
+    (void)::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);  // a hint
+    return;
+  }
+}
+
 void DropMappedPages(const ModelDefinition& d) {
   const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
   for (std::span<const uint8_t> f : d.mapped_files) {

@@ -75,5 +75,8 @@ struct ModelDefinition {
 // touched on the way) and a GPU model (its weights were uploaded). Otherwise every page the loader
 // touched stays in the process's resident set for the model's life.
 void DropMappedPages(const ModelDefinition& d);
+// The same for the pages of [data, data + bytes) when they lie inside one of d's mapped files
+// (nothing otherwise: other memory would lose its contents). Pages are rounded outward.
+void DropMappedRange(const ModelDefinition& d, const void* data, size_t bytes);
 
 }  // namespace uniprefill

@@ -100,8 +100,7 @@ Result<bool> CudaBackend::WgmmaPrefixAttention(const TensorView& q, const Tensor
   if (!ops::cuda::WgmmaAttentionCovers(p)) return false;
   UP_CUDA_CHECK(ops::cuda::LaunchFlashAttentionWgmma(p, stream));
   if (splits > 1) {
-    ops::cuda::MergeAttentionPieces(ctx_, attn_rows, static_cast<const uint16_t*>(
-                                                         static_cast<void*>(p.partial)),
+    ops::cuda::MergeAttentionPieces(ctx_, attn_rows, reinterpret_cast<const uint16_t*>(p.partial),
                                     q_len, p.lse, q_len, splits);
   }
   return true;
