@@ -230,26 +230,31 @@ size_t ModelDefinition::HostWeightBytes() const {
   return bytes;
 }
 
+namespace {
+
+// madvise(MADV_DONTNEED) on the pages of [p, p + bytes), the start rounded down to a page (madvise
+// rounds the end up). A hint: failure (an old kernel) only leaves the pages resident.
+void DropPages(const uint8_t* p, size_t bytes) {
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(p) & ~(page - 1);
+  const uintptr_t end = reinterpret_cast<uintptr_t>(p + bytes);
+  (void)::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
+}  // namespace
+
 void DropMappedRange(const ModelDefinition& d, const void* data, size_t bytes) {
   const auto* p = static_cast<const uint8_t*>(data);
   for (std::span<const uint8_t> f : d.mapped_files) {
     if (f.empty() || p < f.data() || p + bytes > f.data() + f.size()) continue;
-    const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-    const uintptr_t begin = reinterpret_cast<uintptr_t>(p) & ~(page - 1);
-    const uintptr_t end = reinterpret_cast<uintptr_t>(p + bytes);
-    (void)::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);  // a hint
+    DropPages(p, bytes);
     return;
   }
 }
 
 void DropMappedPages(const ModelDefinition& d) {
-  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
   for (std::span<const uint8_t> f : d.mapped_files) {
-    if (f.empty()) continue;
-    // mmap returned a page-aligned start; the last page may be partial (madvise rounds up).
-    const uintptr_t begin = reinterpret_cast<uintptr_t>(f.data()) & ~(page - 1);
-    // A hint: failure (an old kernel) only leaves the pages resident.
-    (void)::madvise(reinterpret_cast<void*>(begin), f.size(), MADV_DONTNEED);
+    if (!f.empty()) DropPages(f.data(), f.size());
   }
 }
 

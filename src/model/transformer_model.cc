@@ -138,7 +138,7 @@ namespace {
 // weight for its sums faults in all of its mapped file pages, which a prefill would otherwise
 // touch only at its end, after its largest buffers are gone (Gemma 3's 178 MB head: peak RSS at
 // 16K 616 -> 836 MiB), so they are given back after (DropMappedRange).
-void AttachBlockQuantSums(ModelDefinition& d, CpuIsa isa) {
+void AttachCpuBlockQuantSums(ModelDefinition& d, CpuIsa isa) {
   std::vector<ops::LinearWeight*> weights = {&d.head};
   for (LayerDefinition& L : d.layers) {
     for (ops::LinearWeight* w : L.LinearWeights()) weights.push_back(w);
@@ -178,7 +178,7 @@ Result<std::unique_ptr<Model>> MakeModel(ModelDefinition definition, DeviceConte
                                               /*split_vocabulary=*/true));
   }
   UP_RETURN_IF_ERROR(definition.Check());
-  if (ctx.device() == Device::kCpu) AttachBlockQuantSums(definition, ctx.cpu_isa());
+  if (ctx.device() == Device::kCpu) AttachCpuBlockQuantSums(definition, ctx.cpu_isa());
   auto def = std::make_unique<const ModelDefinition>(std::move(definition));
   std::unique_ptr<LayerBackend> backend;
   if (ctx.device() == Device::kCuda) {
