@@ -103,6 +103,7 @@ class CudaBackend final : public LayerBackend {
     sync_every_forward_ = d.sync_every_forward;
     prefix_copy_ = d.prefix_copy;
     split_on_cudnn_ = d.split_on_cudnn;
+    untiled_price_ = d.untiled_price;
     cudnn_sdpa_ = d.cudnn_sdpa;
     if (d.attention_slowdown > 0) {  // FLOPs at that rate, no copy cost: never measured
       prefix_cost_ = PrefixAttentionCost{d.attention_slowdown, 0.0};
@@ -224,7 +225,7 @@ class CudaBackend final : public LayerBackend {
   // How many pieces split-KV cuts a chunk of q_rows queries (hq heads) over `prefix` cached keys
   // into: 0 (no split) unless every piece holds prefix_split_min_keys_ keys and either the
   // chunk's query tiles fill their last wave of SMs poorly or the prefix is deep (measured on
-  // the H200: cuda_backend_split_kv.cc).
+  // the H200: cuda_backend_split_kv.cc); 0 once cuDNN found no plan for the pieces.
   // A chunk our Hopper kernel would run whole (whole_on_cudnn false) is not split for depth alone.
   int PrefixPieces(int q_rows, int hq, int prefix, bool whole_on_cudnn) const;
   // Our Hopper kernel's key splits for a chunk of q_rows queries (hq heads) over `prefix` cached
@@ -335,6 +336,9 @@ class CudaBackend final : public LayerBackend {
   std::vector<int> serve_rows_buckets_;  // ascending
   int serve_kv_bucket_ = 0;
   int prefix_split_min_keys_ = 2048;  // LoadOptions::gpu_prefix_split_min_keys
+  // false once cuDNN found no plan for its split pieces: chunks it would split run whole. Our
+  // kernel's splits do not depend on it (they keep prefix_split_min_keys_).
+  bool cudnn_splits_usable_ = true;
   // PrepareServing's measurement (PrefixAttentionCosts) at its smallest step budget so far: the
   // budget decodes share, where a step's length matters most.
   PrefixAttentionCost prefix_cost_;
@@ -343,6 +347,7 @@ class CudaBackend final : public LayerBackend {
   dist::Communicator* comm_ = nullptr;  // tensor parallel (not owned)
   cudaEvent_t wait_event_ = nullptr;    // WaitStream's marker (tensor parallel only)
   bool prefix_copy_ = false;  // UNIPREFILL_CUDA_PREFIX_COPY: caches take no runs, copy priced
+  bool untiled_price_ = false;  // UNIPREFILL_CUDA_UNTILED_PRICE: keys priced per row, not tile
   bool split_on_cudnn_ = false;  // UNIPREFILL_CUDA_SPLIT_ON_CUDNN: our kernel's splits on cuDNN
   // UNIPREFILL_CUDNN_SDPA: the SDPA implementations cuDNN's graphs may be built with.
   ops::cuda::CudnnSdpaImplementation cudnn_sdpa_ =

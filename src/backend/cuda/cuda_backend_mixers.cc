@@ -281,7 +281,7 @@ Result<bool> CudaBackend::PrefixPrefill(int li, int hkv, const std::vector<int>&
         continue;
       }
       if (!cudnn_) return false;
-      prefix_split_min_keys_ = 0;  // cuDNN has no plan for the pieces: run chunks whole
+      cudnn_splits_usable_ = false;  // cuDNN has no plan for the pieces: run chunks whole
     }
     // Our Hopper kernel where it covers the layer (its keys, the prefix then the chunk's own, are
     // consecutive rows of k / v), else cuDNN's.

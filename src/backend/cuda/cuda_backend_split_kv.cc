@@ -40,7 +40,10 @@ constexpr int kOurQueryTile = 128;
 }  // namespace
 
 int CudaBackend::PrefixPieces(int q_rows, int hq, int prefix, bool whole_on_cudnn) const {
-  if (prefix_split_min_keys_ <= 0 || prefix < kPrefixPieces * prefix_split_min_keys_) return 0;
+  if (!cudnn_splits_usable_ || prefix_split_min_keys_ <= 0 ||
+      prefix < kPrefixPieces * prefix_split_min_keys_) {
+    return 0;
+  }
   if (whole_on_cudnn && prefix >= kDeepPrefix) return kPrefixPieces;
   const int sms = ctx_.cuda().sm_count();
   const int64_t ctas = int64_t{(q_rows + kCudnnQueryTile - 1) / kCudnnQueryTile} * hq;
@@ -138,7 +141,7 @@ Status CudaBackend::WarmSplitGraphs(const TensorView& q, const TensorView& attn,
   UP_ASSIGN_OR_RETURN(const bool ran, SplitPrefixAttention(q, attn, 0, rows, k, v, 0,
                                                            static_cast<int>(K - rows),
                                                            kPrefixPieces, params));
-  if (!ran && cudnn_) prefix_split_min_keys_ = 0;  // no plan for the pieces: chunks run whole
+  if (!ran && cudnn_) cudnn_splits_usable_ = false;  // no plan for the pieces: chunks run whole
   return OkStatus();
 }
 
