@@ -13,7 +13,9 @@
 # place), chunkedcopy (chunked's flags, the prefix copied out of the pool and priced, as before
 # caches laid layers out in runs: UNIPREFILL_CUDA_PREFIX_COPY=1), chunkedcudnnsplit (chunked's
 # flags, chunks our Hopper kernel runs split on cuDNN as before it split keys itself:
-# UNIPREFILL_CUDA_SPLIT_ON_CUDNN=1), nosplit (the same budget, no
+# UNIPREFILL_CUDA_SPLIT_ON_CUDNN=1), chunkeduntiled (chunked's flags, chunks' keys priced per
+# row instead of per whole query tile, as before: UNIPREFILL_CUDA_UNTILED_PRICE=1), nosplit (the
+# same budget, no
 # prefill-only budget, --gpu-prefix-split 0: the previous session's server), chunkedrows (the
 # budget counting rows only, --budget-counts-rows), whole (--no-chunked-prefill) and chunkedsync
 # (chunked's flags with the previous session's backend behaviour: a host sync after every forward
@@ -51,13 +53,17 @@ for variant in $variants; do
     chunkedcudnnsplit)
       flags=(--max-batched-tokens "$budget" --prefill-only-tokens "$prefill_only")
       env_vars+=(UNIPREFILL_CUDA_SPLIT_ON_CUDNN=1) ;;
+    chunkeduntiled)
+      flags=(--max-batched-tokens "$budget" --prefill-only-tokens "$prefill_only")
+      env_vars+=(UNIPREFILL_CUDA_UNTILED_PRICE=1) ;;
     chunkedsync)
       flags=(--max-batched-tokens "$budget" --prefill-only-tokens "$prefill_only")
       env_vars+=(UNIPREFILL_CUDA_SYNC_EVERY_FORWARD=1 UNIPREFILL_CUDA_ATTENTION_SLOWDOWN=1) ;;
     nosplit) flags=(--max-batched-tokens "$budget" --gpu-prefix-split 0) ;;
     chunkedrows) flags=(--max-batched-tokens "$budget" --budget-counts-rows) ;;
     whole) flags=(--no-chunked-prefill) ;;
-    *) echo "unknown variant $variant (chunked, chunkedcopy, chunkedcudnnsplit, chunkedsync," \
+    *) echo "unknown variant $variant (chunked, chunkedcopy, chunkedcudnnsplit, chunkeduntiled," \
+            "chunkedsync," \
             "nosplit, chunkedrows," \
             "whole)" >&2
        exit 2 ;;

@@ -225,6 +225,7 @@ Result<std::unique_ptr<BatchEngine>> BatchEngine::Start(Engine& engine,
     if (!whole.empty()) {
       sc.attention_key_cost = whole[0].key_cost;
       sc.prefix_key_cost = whole[0].prefix_key_cost;
+      sc.attention_query_tile = whole[0].query_tile_rows;
     }
     if (segment_chunks) {
       sc.segment_costs = core.model->SegmentCosts(core.uniprefill.active_drop_layers());

@@ -143,13 +143,21 @@ SegmentCost Scheduler::Price(int segment) const {
   if (segment >= 0 && costs.size() == static_cast<size_t>(kv_.n_segments())) {
     return costs[segment];
   }
-  return SegmentCost{1.0, config_.attention_key_cost, config_.prefix_key_cost};
+  SegmentCost whole{1.0, config_.attention_key_cost, config_.prefix_key_cost};
+  whole.query_tile_rows = config_.attention_query_tile;
+  return whole;
 }
 
 int Scheduler::ChunkCost(int segment, int prefix, int rows) const {
-  const SegmentCost c = Price(segment);
+  return PricedChunkCost(Price(segment), prefix, rows);
+}
+
+int Scheduler::PricedChunkCost(const SegmentCost& c, int prefix, int rows) {
+  // The attention's rows: whole query tiles (each tile attends as if all its rows were real).
+  const int tile = std::max(1, c.query_tile_rows);
+  const double tiled = static_cast<double>((int64_t{rows} + tile - 1) / tile * tile);
   return static_cast<int>(std::min<double>(
-      std::ceil(rows * (c.linear_share + c.key_cost * (prefix + rows / 2.0)) +
+      std::ceil(rows * c.linear_share + tiled * c.key_cost * (prefix + tiled / 2.0) +
                 c.prefix_key_cost * prefix),
       std::numeric_limits<int>::max() / 2));
 }
@@ -157,17 +165,39 @@ int Scheduler::ChunkCost(int segment, int prefix, int rows) const {
 int Scheduler::RowsWithin(int segment, int prefix, int budget) const {
   if (budget <= 0) return 0;
   const SegmentCost c = Price(segment);
-  const int cap = MaxChunkRows();
+  const int rows = PricedRowsWithin(c, prefix, budget, MaxChunkRows());
+  const int tile = c.query_tile_rows;
+  if (tile <= 1) return rows;
+  if (rows < tile) {
+    // Not one whole tile paid for: any rows run one tile, so the tile does not price them (rows
+    // per row's keys, as on the CPU; a deep prefix still advances by more than one row).
+    SegmentCost per_row = c;
+    per_row.query_tile_rows = 1;
+    return PricedRowsWithin(per_row, prefix, budget, MaxChunkRows());
+  }
+  // A last, partial tile pays for a whole tile's keys: its rows are kept only where they raise
+  // the rows per budget (shallow chunks, where the linear work dominates), else the chunk ends
+  // at its last whole tile and the step ends sooner.
+  const int whole = rows / tile * tile;
+  if (whole < rows && static_cast<double>(rows) * ChunkCost(segment, prefix, whole) <
+                          static_cast<double>(whole) * ChunkCost(segment, prefix, rows)) {
+    return whole;
+  }
+  return rows;
+}
+
+int Scheduler::PricedRowsWithin(const SegmentCost& c, int prefix, int budget, int cap) {
   const double k = c.key_cost, a = c.linear_share + k * prefix;
   const double for_rows = std::max(0.0, budget - c.prefix_key_cost * prefix);
-  // The root of rows a + k rows^2 / 2 = for_rows, then rounding fixed by ChunkCost.
+  // The root of rows a + k rows^2 / 2 = for_rows (no tiles), then rounding and tiles fixed by
+  // PricedChunkCost (the root is at least the tiled answer: at most a tile's steps down).
   // (A segment without linear work and keys, a = 0 and k = 0, costs nothing per row: the cap.)
   const double root = k > 0   ? (std::sqrt(a * a + 2.0 * k * for_rows) - a) / k
                       : a > 0 ? for_rows / a
                               : static_cast<double>(cap);
   int rows = static_cast<int>(std::clamp<double>(root, 1.0, cap));
-  while (rows > 1 && ChunkCost(segment, prefix, rows) > budget) --rows;
-  while (rows < cap && ChunkCost(segment, prefix, rows + 1) <= budget) ++rows;
+  while (rows > 1 && PricedChunkCost(c, prefix, rows) > budget) --rows;
+  while (rows < cap && PricedChunkCost(c, prefix, rows + 1) <= budget) ++rows;
   return rows;
 }
 

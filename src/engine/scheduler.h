@@ -81,6 +81,10 @@ struct SchedulerConfig {
   // Once per chunk and cached key (SegmentCost::prefix_key_cost): a dense chunk of r rows after
   // p keys then costs r (1 + attention_key_cost (p + r / 2)) + prefix_key_cost p.
   double prefix_key_cost = 0;
+  // The backend's attention query tile (SegmentCost::query_tile_rows): a chunk's keys are priced
+  // for its rows rounded up to whole tiles, so chunks that attend deep prefixes come out as whole
+  // tiles (a 400-row chunk ran 4 tiles of 128 CTAs, the last 16 rows full, for the price of 3.1).
+  int attention_query_tile = 1;
   // The budget of a step that holds no decodes (nobody's next token waits on it), when larger
   // than max_batched_tokens: a long prompt with no decodes beside it is prefilled in larger
   // chunks, at nearly the rate of a whole prefill. 0: max_batched_tokens for every step.
@@ -228,6 +232,9 @@ class Scheduler {
   // after `prefix` that `budget` pays for (>= 1 when budget > 0; at most MaxChunkRows).
   int ChunkCost(int segment, int prefix, int rows) const;
   int RowsWithin(int segment, int prefix, int budget) const;
+  // The same at price c (rows capped at `cap`).
+  static int PricedChunkCost(const SegmentCost& c, int prefix, int rows);
+  static int PricedRowsWithin(const SegmentCost& c, int prefix, int budget, int cap);
   // The price of a row and of a cached key in `segment` (-1: the whole model's).
   SegmentCost Price(int segment) const;
   // The most rows one chunk runs: the largest step budget (the device graphs and activation

@@ -2,7 +2,8 @@
 // chunk of segment s runs only that segment's layers, so it pays their share of the model's linear
 // work per row and, per cached key its rows attend, their attention (the scheduler's step budget,
 // engine/scheduler.h; Model::SegmentCosts). A chunk of r rows after p cached rows of its segment
-// costs r (linear_share + key_cost (p + r / 2)) + prefix_key_cost p.
+// costs r linear_share + t key_cost (p + t / 2) + prefix_key_cost p, t being r rounded up to
+// whole query tiles.
 #pragma once
 
 namespace uniprefill {
@@ -18,6 +19,10 @@ struct SegmentCost {
   // itself (CUDA: copying it out of the paged KV pool), in rows of the budget. 0 on the CPU.
   double prefix_key_cost = 0.0;
   int full_attention_layers = 0;  // the segment's layers that attend every cached key
+  // The backend's attention runs a chunk's rows in tiles of this many queries (the CUDA kernels'
+  // CTAs: 128), each tile costing its whole keys however few of its rows are real: a chunk's
+  // keys are priced for its rows rounded up to whole tiles (1: per row, the CPU).
+  int query_tile_rows = 1;
 };
 
 // What a backend measured of a chunk's attention over its cached prefix (LayerBackend::
@@ -26,6 +31,7 @@ struct SegmentCost {
 struct PrefixAttentionCost {
   double slowdown = 1.0;
   double copy_flops_per_key = 0.0;
+  int query_tile_rows = 1;  // SegmentCost::query_tile_rows
 };
 
 }  // namespace uniprefill

@@ -124,6 +124,7 @@ std::vector<SegmentCost> TransformerModel::SegmentCosts(const std::vector<int>& 
   const double per_row = LinearPrefillFlops(*def_, 1);
   for (SegmentCost& c : costs) {
     c.key_cost *= backend.slowdown;
+    c.query_tile_rows = std::max(1, backend.query_tile_rows);
     if (per_row > 0) {
       c.prefix_key_cost = c.full_attention_layers * backend.copy_flops_per_key / per_row;
     }

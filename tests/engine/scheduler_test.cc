@@ -254,6 +254,51 @@ TEST(SchedulerTest, ChunksDeepIntoALongPromptAreChargedForTheKeysTheyAttend) {
   EXPECT_EQ(s.kv().Usage().used_blocks, 0);
 }
 
+// SchedulerConfig::attention_query_tile: a chunk's keys are priced for its rows rounded up to
+// whole tiles of 32, so deep chunks end at a tile's end (64, then 32-row chunks where 50, 41, 35
+// would have run part-tiles for a whole tile's keys); once not one tile fits (224 keys deep: 32
+// rows would cost 109) rows are priced per row again (29, then 27; the last 20).
+TEST(SchedulerTest, DeepChunksAreWholeQueryTiles) {
+  KvCacheSpec spec = Spec({KvSegmentSpec{1, 0, 0}});
+  SchedulerConfig config = ConfigOf(/*max_batched_tokens=*/100, /*chunked_prefill=*/true, false,
+                                    /*attention_key_cost=*/0.01);
+  config.attention_query_tile = 32;
+  Scheduler s(config, KvBlockManager(spec, KvPoolSize{1000, 4, 8}));
+  SubmitAll(s, {Dense(300, 1)});
+  RunSteps(s, {
+      {Plan({C(0, 64, 0, false)})},
+      {Plan({C(0, 32, 64, false)})},
+      {Plan({C(0, 32, 96, false)})},
+      {Plan({C(0, 32, 128, false)})},
+      {Plan({C(0, 32, 160, false)})},
+      {Plan({C(0, 32, 192, false)})},
+      {Plan({C(0, 29, 224, false)})},
+      {Plan({C(0, 27, 253, false)})},
+      {Plan({C(0, 20, 280, true)}), {}, {Length(0, 1)}},
+  });
+  EXPECT_EQ(s.kv().Usage().used_blocks, 0);
+}
+
+// Cheaper keys (0.0005), tiles of 32: a last part-tile is kept where it raises the rows per
+// budget (96 keys deep: 93 rows for 100, against 64 for 69) and dropped where it does not (189
+// deep: 64 rows for 72, against 88 for 100), so shallow chunks still fill the budget and deep
+// ones end at a tile's end.
+TEST(SchedulerTest, PartTilesRunWhereTheyRaiseRowsPerBudget) {
+  KvCacheSpec spec = Spec({KvSegmentSpec{1, 0, 0}});
+  SchedulerConfig config = ConfigOf(/*max_batched_tokens=*/100, /*chunked_prefill=*/true, false,
+                                    /*attention_key_cost=*/0.0005);
+  config.attention_query_tile = 32;
+  Scheduler s(config, KvBlockManager(spec, KvPoolSize{1000, 4, 8}));
+  SubmitAll(s, {Dense(300, 1)});
+  RunSteps(s, {
+      {Plan({C(0, 96, 0, false)})},
+      {Plan({C(0, 93, 96, false)})},
+      {Plan({C(0, 64, 189, false)})},
+      {Plan({C(0, 47, 253, true)}), {}, {Length(0, 1)}},
+  });
+  EXPECT_EQ(s.kv().Usage().used_blocks, 0);
+}
+
 // SchedulerConfig::prefix_key_cost: a chunk after p cached keys pays 0.1 p once (the GPU's copy
 // of its prefix out of the pool), whatever its rows: 100, then 90 + 10, 81 + 19, the last 29.
 TEST(SchedulerTest, ChunksPayOnceForTheirPrefixKeys) {

@@ -39,6 +39,13 @@ Result<CudaDiagnostics> DiagnosticsFromEnvironment() {
     }
     d.split_on_cudnn = s == "1";
   }
+  if (const char* v = std::getenv("UNIPREFILL_CUDA_UNTILED_PRICE"); v && *v) {
+    const std::string s = v;
+    if (s != "0" && s != "1") {
+      return InvalidArgument("UNIPREFILL_CUDA_UNTILED_PRICE must be 0 or 1 (got '" + s + "')");
+    }
+    d.untiled_price = s == "1";
+  }
   if (const char* v = std::getenv("UNIPREFILL_CUDNN_SDPA"); v && *v) {
     using Impl = ops::cuda::CudnnSdpaImplementation;
     const std::string s = v;

@@ -12,6 +12,9 @@
 //   UNIPREFILL_CUDA_SPLIT_ON_CUDNN=1          chunks our Hopper kernel runs are split on cuDNN
 //                                             (8 pieces, its own call, a merge) instead of on
 //                                             our kernel, as before it split keys itself.
+//   UNIPREFILL_CUDA_UNTILED_PRICE=1           chunks' keys priced per row instead of per whole
+//                                             query tile (SegmentCost::query_tile_rows), as
+//                                             before the tiles were priced.
 //   UNIPREFILL_CUDNN_SDPA=unified|auto        cuDNN's graphs built with its UNIFIED SDPA engine
 //                                             (cuDNN >= 9.21), or with both and the faster kept,
 //                                             instead of COMPOSITE alone (cudnn_attention.h).
@@ -31,6 +34,7 @@ struct CudaDiagnostics {
   double attention_slowdown = 0;  // 0: measured
   bool prefix_copy = false;
   bool split_on_cudnn = false;
+  bool untiled_price = false;
   ops::cuda::CudnnSdpaImplementation cudnn_sdpa = ops::cuda::CudnnSdpaImplementation::kComposite;
 };
 
