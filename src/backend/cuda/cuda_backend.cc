@@ -311,7 +311,20 @@ Result<bool> CudaBackend::Begin(DeviceContext& ctx, std::span<const SequenceStep
   cur_ = 0;
   // Rows at the start and rows entering at later drop layers (segment-wise chunks past segment 0
   // start with none: their rows enter at their segment's drop layer).
-  if (trace_) UP_RETURN_IF_ERROR(trace_->Begin(stream, T_max, B));
+  if (trace_) {
+    // Each request's work unit: [segment (-1: every layer), rows, cached keys of its segment
+    // before it, ends its segment (1/0)], what the scheduler priced the step by.
+    std::string units = "[";
+    for (const Req& q : reqs) {
+      const int segment = q.chunk ? q.chunk->segment : -1;
+      const int cached = q.chunk ? q.cache->segment_length(q.chunk->segment) : q.cache->length();
+      units += (units.size() > 1 ? ", [" : "[") + std::to_string(segment) + ", " +
+               std::to_string(q.chunk ? q.chunk->rows : q.first_rows) + ", " +
+               std::to_string(cached) + ", " +
+               (q.chunk && q.chunk->ends_segment ? "1" : "0") + "]";
+    }
+    UP_RETURN_IF_ERROR(trace_->Begin(stream, T_max, B, units + "]"));
+  }
   if (GraphEligible()) UP_RETURN_IF_ERROR(BeginCapture());
   UP_ASSIGN_OR_RETURN(d_ids_, staging_.Put(ids, stream));
   UP_RETURN_IF_ERROR(UploadSegment(reqs));

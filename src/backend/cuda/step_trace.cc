@@ -35,7 +35,7 @@ StepTrace::~StepTrace() {
   std::fclose(file_);
 }
 
-Status StepTrace::Begin(cudaStream_t stream, int64_t rows, int requests) {
+Status StepTrace::Begin(cudaStream_t stream, int64_t rows, int requests, std::string units) {
   // A forward that failed before its launch ended (its end event never recorded) is dropped:
   // its times do not exist. (H200, session 7: writing it aborted a server whose forward failed.)
   if (!open_.empty() && open_.back().launched == Clock::time_point{}) {
@@ -47,6 +47,7 @@ Status StepTrace::Begin(cudaStream_t stream, int64_t rows, int requests) {
   f.begin = Clock::now();
   f.rows = rows;
   f.requests = requests;
+  f.units = std::move(units);
   UP_CUDA_CHECK(cudaEventCreate(&f.start));
   UP_CUDA_CHECK(cudaEventCreate(&f.end));
   UP_CUDA_CHECK(cudaEventRecord(f.start, stream));
@@ -90,10 +91,10 @@ Status StepTrace::Write(const Forward& f) {
   std::fprintf(file_,
                "{\"rows\": %lld, \"requests\": %d, \"synced\": %s, \"host_launch_ms\": %.3f, "
                "\"host_wait_ms\": %.3f, \"host_between_ms\": %.3f, \"gpu_ms\": %.3f, "
-               "\"gpu_idle_before_ms\": %.3f}\n",
+               "\"gpu_idle_before_ms\": %.3f, \"units\": %s}\n",
                static_cast<long long>(f.rows), f.requests, f.synced ? "true" : "false",
                Ms(f.launched - f.begin), f.synced ? Ms(f.returned - f.launched) : 0.0,
-               between_ms, gpu_ms, idle_ms);
+               between_ms, gpu_ms, idle_ms, f.units.empty() ? "[]" : f.units.c_str());
   UP_CUDA_CHECK(cudaEventDestroy(f.start));
   previous_end_ = f.end;
   previous_return_ = f.returned;

@@ -1,6 +1,6 @@
 // StepTrace: a diagnostic timeline of the CUDA backend's forwards, asked for by the environment
 // (UNIPREFILL_CUDA_STEP_TRACE=path; docs/gpu_performance.md): one JSON line per forward with its
-// rows and requests, the host's time from Begin to the last launch, the host's wait in the final
+// rows and requests (and each request's work unit), the host's time from Begin to the last launch, the host's wait in the final
 // sync (0 when the forward returned without one), the host's time since the previous forward
 // returned (the engine's scheduling and bookkeeping), and from CUDA events the GPU's time on the
 // forward and the GPU's idle time before it. What it answers: how much of a served step is the
@@ -30,8 +30,9 @@ class StepTrace {
   static Result<std::unique_ptr<StepTrace>> FromEnvironment();
   ~StepTrace();
 
-  // At a forward's start, before it enqueues anything.
-  Status Begin(cudaStream_t stream, int64_t rows, int requests);
+  // At a forward's start, before it enqueues anything; `units` (a JSON array, written as is)
+  // describes its requests' work.
+  Status Begin(cudaStream_t stream, int64_t rows, int requests, std::string units = "[]");
   // After the forward's last launch, before its host sync (if any).
   Status Launched(cudaStream_t stream, bool will_sync);
   // After the forward's host sync: writes every forward recorded so far.
@@ -44,6 +45,7 @@ class StepTrace {
   struct Forward {
     int64_t rows = 0;
     int requests = 0;
+    std::string units;
     bool synced = false;
     cudaEvent_t start = nullptr, end = nullptr;
     Clock::time_point begin, launched, returned;
