@@ -14,7 +14,9 @@
 # caches laid layers out in runs: UNIPREFILL_CUDA_PREFIX_COPY=1), chunkedcudnnsplit (chunked's
 # flags, chunks our Hopper kernel runs split on cuDNN as before it split keys itself:
 # UNIPREFILL_CUDA_SPLIT_ON_CUDNN=1), chunkeduntiled (chunked's flags, chunks' keys priced per
-# row instead of per whole query tile, as before: UNIPREFILL_CUDA_UNTILED_PRICE=1), nosplit (the
+# row instead of per whole query tile, as before: UNIPREFILL_CUDA_UNTILED_PRICE=1),
+# chunkeddecoderows (chunked's flags, a decode costing the budget its row only, its keys
+# unpriced, as before: UNIPREFILL_CUDA_DECODES_AS_ROWS=1), nosplit (the
 # same budget, no
 # prefill-only budget, --gpu-prefix-split 0: the previous session's server), chunkedrows (the
 # budget counting rows only, --budget-counts-rows), whole (--no-chunked-prefill) and chunkedsync
@@ -56,6 +58,9 @@ for variant in $variants; do
     chunkeduntiled)
       flags=(--max-batched-tokens "$budget" --prefill-only-tokens "$prefill_only")
       env_vars+=(UNIPREFILL_CUDA_UNTILED_PRICE=1) ;;
+    chunkeddecoderows)
+      flags=(--max-batched-tokens "$budget" --prefill-only-tokens "$prefill_only")
+      env_vars+=(UNIPREFILL_CUDA_DECODES_AS_ROWS=1) ;;
     chunkedsync)
       flags=(--max-batched-tokens "$budget" --prefill-only-tokens "$prefill_only")
       env_vars+=(UNIPREFILL_CUDA_SYNC_EVERY_FORWARD=1 UNIPREFILL_CUDA_ATTENTION_SLOWDOWN=1) ;;
@@ -63,7 +68,7 @@ for variant in $variants; do
     chunkedrows) flags=(--max-batched-tokens "$budget" --budget-counts-rows) ;;
     whole) flags=(--no-chunked-prefill) ;;
     *) echo "unknown variant $variant (chunked, chunkedcopy, chunkedcudnnsplit, chunkeduntiled," \
-            "chunkedsync," \
+            "chunkeddecoderows, chunkedsync," \
             "nosplit, chunkedrows," \
             "whole)" >&2
        exit 2 ;;

@@ -226,6 +226,7 @@ Result<std::unique_ptr<BatchEngine>> BatchEngine::Start(Engine& engine,
       sc.attention_key_cost = whole[0].key_cost;
       sc.prefix_key_cost = whole[0].prefix_key_cost;
       sc.attention_query_tile = whole[0].query_tile_rows;
+      sc.decode_key_cost = whole[0].decode_key_cost;
     }
     if (segment_chunks) {
       sc.segment_costs = core.model->SegmentCosts(core.uniprefill.active_drop_layers());

@@ -202,7 +202,12 @@ int Scheduler::PricedRowsWithin(const SegmentCost& c, int prefix, int budget, in
 }
 
 int Scheduler::Cost(const ScheduledRequest& s) const {
-  return s.is_prefill ? ChunkCost(s.segment, s.chunk_begin, s.num_tokens) : s.num_tokens;
+  if (s.is_prefill) return ChunkCost(s.segment, s.chunk_begin, s.num_tokens);
+  // A decode: its row, and its attention over the request's keys (the prompt and what it has
+  // generated; later segments of a UniPrefill prefill hold fewer, so this is an upper bound).
+  if (config_.decode_key_cost <= 0) return s.num_tokens;
+  const double keys = PrefillTokens(requests_.at(s.id));
+  return s.num_tokens + static_cast<int>(std::ceil(config_.decode_key_cost * keys));
 }
 
 int Scheduler::BudgetLeft(const StepPlan& plan) const {

@@ -85,6 +85,10 @@ struct SchedulerConfig {
   // for its rows rounded up to whole tiles, so chunks that attend deep prefixes come out as whole
   // tiles (a 400-row chunk ran 4 tiles of 128 CTAs, the last 16 rows full, for the price of 3.1).
   int attention_query_tile = 1;
+  // What one cached key that a decode attends costs, in rows of the budget (SegmentCost::
+  // decode_key_cost over every layer): a decode after c tokens costs 1 + decode_key_cost c. 0:
+  // a decode costs its row (the CPU; a 32K decode on the H200 took ~2 ms of a ~50 ms step).
+  double decode_key_cost = 0;
   // The budget of a step that holds no decodes (nobody's next token waits on it), when larger
   // than max_batched_tokens: a long prompt with no decodes beside it is prefilled in larger
   // chunks, at nearly the rate of a whole prefill. 0: max_batched_tokens for every step.

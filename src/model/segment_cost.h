@@ -23,6 +23,9 @@ struct SegmentCost {
   // CTAs: 128), each tile costing its whole keys however few of its rows are real: a chunk's
   // keys are priced for its rows rounded up to whole tiles (1: per row, the CPU).
   int query_tile_rows = 1;
+  // What a decode's attention costs per cached key in the segment's full-attention layers, in
+  // rows of the budget (the backend's PrefixAttentionCost::decode_flops_per_key; 0: unpriced).
+  double decode_key_cost = 0.0;
 };
 
 // What a backend measured of a chunk's attention over its cached prefix (LayerBackend::
@@ -32,6 +35,9 @@ struct PrefixAttentionCost {
   double slowdown = 1.0;
   double copy_flops_per_key = 0.0;
   int query_tile_rows = 1;  // SegmentCost::query_tile_rows
+  // A decode's attention per cached key and full-attention layer, in GEMM-FLOP equivalents (its
+  // paged decode kernel is bound by memory, not FLOPs: measured, not counted).
+  double decode_flops_per_key = 0.0;
 };
 
 }  // namespace uniprefill

@@ -127,6 +127,7 @@ std::vector<SegmentCost> TransformerModel::SegmentCosts(const std::vector<int>& 
     c.query_tile_rows = std::max(1, backend.query_tile_rows);
     if (per_row > 0) {
       c.prefix_key_cost = c.full_attention_layers * backend.copy_flops_per_key / per_row;
+      c.decode_key_cost = c.full_attention_layers * backend.decode_flops_per_key / per_row;
     }
   }
   return costs;

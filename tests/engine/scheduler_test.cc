@@ -299,6 +299,24 @@ TEST(SchedulerTest, PartTilesRunWhereTheyRaiseRowsPerBudget) {
   EXPECT_EQ(s.kv().Usage().used_blocks, 0);
 }
 
+// SchedulerConfig::decode_key_cost: a decode after c tokens costs 1 + ceil(0.02 c) of the
+// budget (A's after 101, 102, 103 tokens: 4 each), and B's chunks beside it get the rest (96).
+TEST(SchedulerTest, DecodesPayForTheKeysTheyAttend) {
+  KvCacheSpec spec = Spec({KvSegmentSpec{1, 0, 0}});
+  SchedulerConfig config = ConfigOf(/*max_batched_tokens=*/100, /*chunked_prefill=*/true, false, 0);
+  config.decode_key_cost = 0.02;
+  Scheduler s(config, KvBlockManager(spec, KvPoolSize{1000, 4, 8}));
+  SubmitAll(s, {Dense(100, 4), Dense(300, 1)});
+  RunSteps(s, {
+      {Plan({C(0, 100, 0, true)})},
+      {Plan({D(0), C(1, 96, 0, false)})},
+      {Plan({D(0), C(1, 96, 96, false)})},
+      {Plan({D(0), C(1, 96, 192, false)}), {}, {Length(0, 4)}},
+      {Plan({C(1, 12, 288, true)}), {}, {Length(1, 1)}},
+  });
+  EXPECT_EQ(s.kv().Usage().used_blocks, 0);
+}
+
 // SchedulerConfig::prefix_key_cost: a chunk after p cached keys pays 0.1 p once (the GPU's copy
 // of its prefix out of the pool), whatever its rows: 100, then 90 + 10, 81 + 19, the last 29.
 TEST(SchedulerTest, ChunksPayOnceForTheirPrefixKeys) {

@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <limits>
 #include <set>
 #include <string>
 #include <tuple>
@@ -25,6 +26,7 @@
 #include "backend/cuda/device_views.h"
 #include "backend/cuda/wgmma_attention_views.h"
 #include "ops/cuda/cuda_dense_ops.h"
+#include "ops/cuda/cuda_paged_attention.h"
 
 namespace uniprefill::cuda_backend {
 
@@ -219,6 +221,7 @@ Status CudaBackend::WarmPrefixGraph(const AttentionLayer& L, const TensorView& q
     const int bt = pool_->block_tokens();
     const int64_t copy_keys = std::min<int64_t>(K, int64_t{pool_->num_blocks()} * bt);
     float copy_ms = 0;
+    double decode_ms_per_key = 0;  // one decode's attention per cached key, this layer
     if (copy_keys >= bt && kv_dim % 8 == 0) {
       const int blocks = static_cast<int>(copy_keys / bt);
       std::vector<int32_t> table(blocks);
@@ -235,6 +238,33 @@ Status CudaBackend::WarmPrefixGraph(const AttentionLayer& L, const TensorView& q
       };
       UP_ASSIGN_OR_RETURN(const float ms, FastestMs(stream, copy));
       copy_ms = ms * static_cast<float>(K) / static_cast<float>(n);  // scaled to K keys
+      // A decode over the same n keys (one query row, the paged kernel decodes run; its query
+      // position past every key, whatever positions the pool holds, so all of them are read).
+      if (!decodes_as_rows_) {
+        UP_ASSIGN_OR_RETURN(const int32_t* d_len,
+                            staging_.Put({static_cast<int32_t>(n)}, stream));
+        UP_ASSIGN_OR_RETURN(const int32_t* d_pos,
+                            staging_.Put({std::numeric_limits<int32_t>::max() / 2}, stream));
+        ops::cuda::PagedDecodeBatch db;
+        db.block_tables = d_table;
+        db.max_blocks_per_seq = blocks;
+        db.seq_lens = d_len;
+        db.q_pos = d_pos;
+        db.max_seq_len = static_cast<int>(n);
+        UP_RETURN_IF_ERROR(Grow(decode_scratch_, ops::cuda::PagedDecodeAttentionScratchBytes(
+                                                     ctx_, 1, static_cast<int>(a.n_heads),
+                                                     static_cast<int>(Hkv), static_cast<int>(D),
+                                                     static_cast<int>(n))));
+        TensorView q1 = q, out1 = attn;
+        q1.shape[0] = out1.shape[0] = 1;
+        const auto decode = [&] {
+          ops::cuda::PagedDecodeAttention(ctx_, out1, q1, pool_->kv(), pool_->coords(true), db,
+                                          ap, decode_scratch_.data(), decode_scratch_.size());
+          return OkStatus();
+        };
+        UP_ASSIGN_OR_RETURN(const float dms, FastestMs(stream, decode));
+        decode_ms_per_key = dms / static_cast<double>(n);
+      }
     }
     const double pairs = static_cast<double>(R) * K - 0.5 * static_cast<double>(R) * R;
     const double attn_flops = 4.0 * pairs * a.n_heads * D;
@@ -251,11 +281,15 @@ Status CudaBackend::WarmPrefixGraph(const AttentionLayer& L, const TensorView& q
       // pool falls back to, measured and noted here.
       const double copy_flops_per_key = (copy_ms / K) / gemm_ms_per_flop;
       prefix_cost_.copy_flops_per_key = prefix_copy_ ? copy_flops_per_key : 0;
+      prefix_cost_.decode_flops_per_key = decode_ms_per_key / gemm_ms_per_flop;
       slowdown_rows_ = static_cast<int>(R);
       if (trace_) {
         trace_->Note("{\"attention_slowdown\": " + std::to_string(prefix_cost_.slowdown) +
                      ", \"fallback_copy_flops_per_key\": " +
-                     std::to_string(copy_flops_per_key) + ", \"rows\": " +
+                     std::to_string(copy_flops_per_key) + ", \"decode_flops_per_key\": " +
+                     std::to_string(prefix_cost_.decode_flops_per_key) +
+                     ", \"decode_us_per_1k_keys\": " +
+                     std::to_string(decode_ms_per_key * 1e6) + ", \"rows\": " +
                      std::to_string(R) + ", \"keys\": " + std::to_string(K) +
                      ", \"attention_ms\": " + std::to_string(attn_ms) + ", \"gemm_ms\": " +
                      std::to_string(gemm_ms) + ", \"copy_ms\": " + std::to_string(copy_ms) +

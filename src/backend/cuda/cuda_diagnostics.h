@@ -15,6 +15,9 @@
 //   UNIPREFILL_CUDA_UNTILED_PRICE=1           chunks' keys priced per row instead of per whole
 //                                             query tile (SegmentCost::query_tile_rows), as
 //                                             before the tiles were priced.
+//   UNIPREFILL_CUDA_DECODES_AS_ROWS=1         a decode costs the step budget its row only, its
+//                                             keys unpriced (PrefixAttentionCost::
+//                                             decode_flops_per_key not measured), as before.
 //   UNIPREFILL_CUDNN_SDPA=unified|auto        cuDNN's graphs built with its UNIFIED SDPA engine
 //                                             (cuDNN >= 9.21), or with both and the faster kept,
 //                                             instead of COMPOSITE alone (cudnn_attention.h).
@@ -35,6 +38,7 @@ struct CudaDiagnostics {
   bool prefix_copy = false;
   bool split_on_cudnn = false;
   bool untiled_price = false;
+  bool decodes_as_rows = false;
   ops::cuda::CudnnSdpaImplementation cudnn_sdpa = ops::cuda::CudnnSdpaImplementation::kComposite;
 };
 
