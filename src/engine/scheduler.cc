@@ -202,21 +202,29 @@ int Scheduler::PricedRowsWithin(const SegmentCost& c, int prefix, int budget, in
 }
 
 int Scheduler::Cost(const ScheduledRequest& s) const {
-  if (s.is_prefill) return ChunkCost(s.segment, s.chunk_begin, s.num_tokens);
-  // A decode: its row, and its attention over the request's keys (the prompt and what it has
-  // generated; later segments of a UniPrefill prefill hold fewer, so this is an upper bound).
-  if (config_.decode_key_cost <= 0) return s.num_tokens;
-  const double keys = PrefillTokens(requests_.at(s.id));
-  return s.num_tokens + static_cast<int>(std::ceil(config_.decode_key_cost * keys));
+  return s.is_prefill ? ChunkCost(s.segment, s.chunk_begin, s.num_tokens) : s.num_tokens;
+}
+
+double Scheduler::DecodeKeysCost(const ScheduledRequest& s) const {
+  // Its attention over the request's keys: the prompt and what it has generated (later segments
+  // of a UniPrefill prefill hold fewer, so this is an upper bound).
+  if (s.is_prefill || config_.decode_key_cost <= 0) return 0;
+  return config_.decode_key_cost * PrefillTokens(requests_.at(s.id));
 }
 
 int Scheduler::BudgetLeft(const StepPlan& plan) const {
   int used = 0;
+  double decode_keys = 0;
   bool decodes = false;
   for (const ScheduledRequest& s : plan.requests) {
     used += Cost(s);
+    decode_keys += DecodeKeysCost(s);
     decodes = decodes || !s.is_prefill;
   }
+  // The decodes' keys take at most half the budget: many long decodes slow their steps, but
+  // prefills (and the admissions behind them) still advance beside them instead of waiting for
+  // the decodes to finish.
+  used += static_cast<int>(std::ceil(std::min(decode_keys, config_.max_batched_tokens / 2.0)));
   // Decodes are planned first, so whether this step holds any is known before any chunk.
   const int budget = decodes ? config_.max_batched_tokens
                              : std::max(config_.max_batched_tokens, config_.prefill_only_tokens);

@@ -88,6 +88,7 @@ struct SchedulerConfig {
   // What one cached key that a decode attends costs, in rows of the budget (SegmentCost::
   // decode_key_cost over every layer): a decode after c tokens costs 1 + decode_key_cost c. 0:
   // a decode costs its row (the CPU; a 32K decode on the H200 took ~2 ms of a ~50 ms step).
+  // A step's decodes spend at most half the budget on their keys, so prefills always advance.
   double decode_key_cost = 0;
   // The budget of a step that holds no decodes (nobody's next token waits on it), when larger
   // than max_batched_tokens: a long prompt with no decodes beside it is prefilled in larger
@@ -249,6 +250,9 @@ class Scheduler {
   // What a scheduled request spends (decodes: 1), and what the plan leaves of the step's budget
   // (prefill_only_tokens when the plan holds no decodes).
   int Cost(const ScheduledRequest& s) const;
+  // A decode's keys, in rows of the budget (SchedulerConfig::decode_key_cost; 0 for chunks). A
+  // step's decodes spend at most half of max_batched_tokens on them (BudgetLeft).
+  double DecodeKeysCost(const ScheduledRequest& s) const;
   int BudgetLeft(const StepPlan& plan) const;
   // Rows the plan leaves of MaxChunkRows: a step runs no more rows than its largest budget,
   // however cheap its segment-wise chunks are (activation memory is sized by it).

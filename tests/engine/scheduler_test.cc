@@ -299,8 +299,9 @@ TEST(SchedulerTest, PartTilesRunWhereTheyRaiseRowsPerBudget) {
   EXPECT_EQ(s.kv().Usage().used_blocks, 0);
 }
 
-// SchedulerConfig::decode_key_cost: a decode after c tokens costs 1 + ceil(0.02 c) of the
-// budget (A's after 101, 102, 103 tokens: 4 each), and B's chunks beside it get the rest (96).
+// SchedulerConfig::decode_key_cost: a decode after c tokens costs 1 + 0.02 c of the budget
+// (the step's decode keys rounded up: A's after 101, 102, 103 tokens: 4 each), and B's chunks
+// beside it get the rest (96).
 TEST(SchedulerTest, DecodesPayForTheKeysTheyAttend) {
   KvCacheSpec spec = Spec({KvSegmentSpec{1, 0, 0}});
   SchedulerConfig config = ConfigOf(/*max_batched_tokens=*/100, /*chunked_prefill=*/true, false, 0);
@@ -315,6 +316,17 @@ TEST(SchedulerTest, DecodesPayForTheKeysTheyAttend) {
       {Plan({C(1, 12, 288, true)}), {}, {Length(1, 1)}},
   });
   EXPECT_EQ(s.kv().Usage().used_blocks, 0);
+  // Decode keys take at most half the budget: at 1 per key A's decode would cost 102, yet B's
+  // chunks still get 100 - 1 - 50 = 49 rows beside it.
+  config.decode_key_cost = 1.0;
+  Scheduler t(config, KvBlockManager(spec, KvPoolSize{1000, 4, 8}));
+  SubmitAll(t, {Dense(100, 3), Dense(300, 1)});
+  RunSteps(t, {
+      {Plan({C(0, 100, 0, true)})},
+      {Plan({D(0), C(1, 49, 0, false)})},
+      {Plan({D(0), C(1, 49, 49, false)}), {}, {Length(0, 3)}},
+      {Plan({C(1, 100, 98, false)})},
+  });
 }
 
 // SchedulerConfig::prefix_key_cost: a chunk after p cached keys pays 0.1 p once (the GPU's copy
