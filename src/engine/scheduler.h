@@ -83,7 +83,8 @@ struct SchedulerConfig {
   double prefix_key_cost = 0;
   // The backend's attention query tile (SegmentCost::query_tile_rows): a chunk's keys are priced
   // for its rows rounded up to whole tiles, so chunks that attend deep prefixes come out as whole
-  // tiles (a 400-row chunk ran 4 tiles of 128 CTAs, the last 16 rows full, for the price of 3.1).
+  // tiles (a 400-row chunk ran 4 tiles of 128-row CTAs, the last holding 16 rows, for the price
+  // of 3.1).
   int attention_query_tile = 1;
   // What one cached key that a decode attends costs, in rows of the budget (SegmentCost::
   // decode_key_cost over every layer): a decode after c tokens costs 1 + decode_key_cost c. 0:

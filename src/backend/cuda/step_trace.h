@@ -1,9 +1,9 @@
 // StepTrace: a diagnostic timeline of the CUDA backend's forwards, asked for by the environment
 // (UNIPREFILL_CUDA_STEP_TRACE=path; docs/gpu_performance.md): one JSON line per forward with its
-// rows and requests (and each request's work unit), the host's time from Begin to the last launch, the host's wait in the final
-// sync (0 when the forward returned without one), the host's time since the previous forward
-// returned (the engine's scheduling and bookkeeping), and from CUDA events the GPU's time on the
-// forward and the GPU's idle time before it. What it answers: how much of a served step is the
+// rows and requests (and each request's work unit), the host's time from Begin to the last
+// launch, the host's wait in the final sync (0 when the forward returned without one), the
+// host's time since the previous forward returned (the engine's scheduling and bookkeeping), and
+// from CUDA events the GPU's time on the forward and the GPU's idle time before it. What it answers: how much of a served step is the
 // host's, and whether the GPU waits for it. Lines are written at the host syncs, so a forward
 // without one is written with the next synced forward.
 //
