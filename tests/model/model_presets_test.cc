@@ -6,18 +6,21 @@
 // - an unknown preset names the known ones; an expert count applies to MoE presets only;
 // - fewer layers keep the first layers' weights; materialised weights are RandomBf16Bits exactly,
 //   with f32 copies of the same values, and carry the seeds the CUDA model fills from;
-// - the tiny presets run on the CPU model with finite logits, with and without a drop.
+// - the tiny presets run on the CPU model with finite logits, with and without a drop;
+// - segment prices split the model at its drop layers and carry what its backend measured.
 #include "model/model_presets.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "core/random_bf16.h"
+#include "model/layer_backend.h"
 #include "model/llama.h"
 #include "model/transformer_model.h"
 #include "sparsity/uniprefill_config.h"
@@ -415,6 +418,66 @@ TEST(ModelPresetTest, SegmentCostsSplitTheModelAtItsDropLayers) {
   ASSERT_EQ(whole.size(), 1u);
   EXPECT_NEAR(whole[0].linear_share, 1.0, 1e-12);
   EXPECT_NEAR(whole[0].key_cost, AttentionKeyCost(d), 1e-15);
+}
+
+// A backend that only reports prices (TransformerModel::SegmentCosts reads nothing else).
+class PricedBackend final : public LayerBackend {
+ public:
+  explicit PricedBackend(PrefixAttentionCost cost) : cost_(cost) {}
+  Device device() const override { return Device::kCpu; }
+  size_t resident_weight_bytes() const override { return 0; }
+  std::unique_ptr<SequenceCache> NewCache(const CacheLayout&, int) const override {
+    return nullptr;
+  }
+  Status FixCachePool(const CacheLayout&, int, int) override { return OkStatus(); }
+  Result<bool> Begin(DeviceContext&, std::span<const SequenceStep>, const UniPrefillConfig&, int,
+                     ForwardStats*) override {
+    return false;
+  }
+  Status Embed() override { return OkStatus(); }
+  Status NormInput(int, NormSlot) override { return OkStatus(); }
+  Status NormOutput(int, NormSlot) override { return OkStatus(); }
+  Status Attention(int, const DropLayer*) override { return OkStatus(); }
+  Status DeltaNet(int) override { return OkStatus(); }
+  Status GatedFfn(int) override { return OkStatus(); }
+  Status Moe(int) override { return OkStatus(); }
+  Status Finish() override { return OkStatus(); }
+  PrefixAttentionCost PrefixAttentionCosts() const override { return cost_; }
+
+ private:
+  PrefixAttentionCost cost_;
+};
+
+// The model's segment prices with what its backend measured: keys times the attention slowdown,
+// the prefix copy and a decode's keys per full-attention layer over a row's linear FLOPs, and the
+// backend's query tile, in every segment and in the whole model's price.
+TEST(ModelPresetTest, SegmentCostsCarryTheBackendsMeasuredPrices) {
+  PrefixAttentionCost measured;
+  measured.slowdown = 1.25;
+  measured.copy_flops_per_key = 3e6;
+  measured.query_tile_rows = 128;
+  measured.decode_flops_per_key = 1.5e6;
+  const TransformerModel model(std::make_unique<const ModelDefinition>(Preset("llama-3.1-8b")),
+                               std::make_unique<PricedBackend>(measured));
+  const ModelDefinition d = Preset("llama-3.1-8b");
+  const std::vector<int> drops = {7, 11, 15, 19, 23, 27};
+  const std::vector<SegmentCost> flops = SegmentCosts(d, drops);
+  const std::vector<SegmentCost> priced = model.SegmentCosts(drops);
+  ASSERT_EQ(priced.size(), flops.size());
+  const double per_row = LinearPrefillFlops(d, 1);
+  for (size_t s = 0; s < priced.size(); ++s) {
+    SCOPED_TRACE("segment " + std::to_string(s));
+    const int layers = flops[s].full_attention_layers;
+    EXPECT_DOUBLE_EQ(priced[s].linear_share, flops[s].linear_share);
+    EXPECT_DOUBLE_EQ(priced[s].key_cost, 1.25 * flops[s].key_cost);
+    EXPECT_DOUBLE_EQ(priced[s].prefix_key_cost, layers * 3e6 / per_row);
+    EXPECT_DOUBLE_EQ(priced[s].decode_key_cost, layers * 1.5e6 / per_row);
+    EXPECT_EQ(priced[s].query_tile_rows, 128);
+  }
+  const std::vector<SegmentCost> whole = model.SegmentCosts({});
+  ASSERT_EQ(whole.size(), 1u);
+  EXPECT_DOUBLE_EQ(whole[0].decode_key_cost, 32 * 1.5e6 / per_row);
+  EXPECT_EQ(whole[0].query_tile_rows, 128);
 }
 
 }  // namespace
