@@ -46,6 +46,14 @@ class DeviceBoundaryRows final : public BoundaryStorage {
 };
 
 // One request of a forward, as the host tracks it.
+// Query rows per CTA of the kernels that run a chunk over its cached prefix: each CTA attends
+// every key for its tile however few of its rows are real. Ours: flash_attention_wgmma.cu's
+// kBlockM. cuDNN's fused kernel on sm_90 (head dim 128): chunks of 256 / 384 / 512 rows over 32K
+// keys ran at 287 / 424 / 553 TFLOP/s (64 / 96 / 128 CTAs on 132 SMs). Used to count waves
+// (cuda_backend_split_kv.cc) and to price chunks in whole tiles (PrefixAttentionCosts).
+inline constexpr int kOurQueryTile = 128;
+inline constexpr int kCudnnQueryTile = 128;
+
 struct Req {
   int step = 0;
   CudaSequenceCache* cache = nullptr;

@@ -35,9 +35,6 @@ namespace {
 // The prefix length the prefix graphs are timed at when built (their plans serve every length up
 // to the context): long enough to rank the plans the way long prompts' chunks run them.
 constexpr int kWarmPrefixRows = 16384;
-// Queries per CTA of the kernels that run chunks over a prefix (ours: flash_attention_wgmma.cu's
-// kBlockM; cuDNN's at head dim 128: cuda_backend_split_kv.cc's kCudnnQueryTile).
-constexpr int kPrefixQueryTile = 128;
 
 // The fastest of three runs of `work` on `stream`, in ms (after the warm-up the caller did).
 template <typename Work>
@@ -273,9 +270,8 @@ Status CudaBackend::WarmPrefixGraph(const AttentionLayer& L, const TensorView& q
       // Clamped: a disturbed measurement must not starve or flood the steps.
       const double gemm_ms_per_flop = gemm_ms / gemm_flops;
       prefix_cost_.slowdown = std::clamp((attn_ms / attn_flops) / gemm_ms_per_flop, 0.5, 4.0);
-      // Ours and cuDNN's prefix kernels run 128 queries per CTA (a whole tile's keys however few
-      // of its rows are real): the scheduler prices chunks in whole tiles.
-      prefix_cost_.query_tile_rows = untiled_price_ ? 1 : kPrefixQueryTile;
+      // The scheduler prices chunks in whole query tiles of the kernel priced here.
+      prefix_cost_.query_tile_rows = untiled_price_ ? 1 : ours ? kOurQueryTile : kCudnnQueryTile;
       // A chunk reads its prefix in place (PrefixPrefill: a prefill told to its cache
       // takes one run of blocks per layer), so the copy is not priced: it is what a fragmented
       // pool falls back to, measured and noted here.

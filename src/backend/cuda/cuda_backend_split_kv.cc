@@ -23,9 +23,6 @@ namespace {
 // split. Measured on the H200 (8B shape, 32/8 heads x 128; CudnnSplitPrefixThroughputTest): 4
 // and 8 pieces within 3% of each other, 15 slower.
 constexpr int kPrefixPieces = 8;
-// Query rows per CTA of cuDNN's fused kernel on sm_90, for counting its waves: chunks of 256 /
-// 384 / 512 rows over 32K keys ran at 287 / 424 / 553 TFLOP/s (64 / 96 / 128 CTAs on 132 SMs).
-constexpr int kCudnnQueryTile = 128;
 // Split when the last wave of (query tile, head) CTAs fills less than this share of it ...
 constexpr double kMinWaveFill = 0.9;
 // ... or, where cuDNN would run the chunk whole, when the prefix is at least this deep: over 128K
@@ -34,9 +31,6 @@ constexpr double kMinWaveFill = 0.9;
 // a whole prefill faster than cuDNN (8B shape, 128K: 10.6 vs 11.6 s): served beside 16 short
 // decodes, a 130K prompt whose deep chunks were split on cuDNN took 1.28x its whole prefill.
 constexpr int kDeepPrefix = 65536;
-// Query rows per CTA of our Hopper kernel (ops/cuda/sm90/flash_attention_wgmma.cu).
-constexpr int kOurQueryTile = 128;
-
 }  // namespace
 
 int CudaBackend::PrefixPieces(int q_rows, int hq, int prefix, bool whole_on_cudnn) const {
