@@ -3,12 +3,25 @@
 #include <cblas.h>
 
 #include <cassert>
+#include <cstdlib>
 
 #ifdef UNIPREFILL_WITH_CUDA
 #include "core/cuda/cuda_context.h"
 #endif
 
 namespace uniprefill {
+namespace {
+
+// OpenBLAS's own thread count for a context whose pool has `pool_threads`: 1, since
+// ops::cpu::PoolSgemm splits every GEMM over our pool (cpu_sgemm.h says why);
+// UNIPREFILL_OPENBLAS_OWN_THREADS=1 lets OpenBLAS thread each call itself again (the earlier
+// behaviour, kept for same-binary comparisons).
+int OpenBlasThreads(int pool_threads) {
+  const char* own = std::getenv("UNIPREFILL_OPENBLAS_OWN_THREADS");
+  return own != nullptr && own[0] == '1' ? pool_threads : 1;
+}
+
+}  // namespace
 
 #ifndef UNIPREFILL_WITH_CUDA
 // Without CUDA there is no CudaContext to hold; an empty type keeps unique_ptr<CudaContext>
@@ -23,8 +36,7 @@ std::unique_ptr<DeviceContext> DeviceContext::Cpu(int n_threads, CpuIsa isa) {
   const Result<CpuIsa> resolved = ResolveCpuIsa(isa, DetectCpuFeatures());
   assert(resolved.ok() && "DeviceContext::Cpu: a CPU ISA level this CPU lacks");
   auto pool = std::make_unique<ThreadPool>(n_threads);
-  // OpenBLAS keeps its own threads; match their number to ours so GEMMs use every core too.
-  openblas_set_num_threads(pool->size());
+  openblas_set_num_threads(OpenBlasThreads(pool->size()));
   return std::unique_ptr<DeviceContext>(new DeviceContext(
       Device::kCpu, std::move(pool), resolved.ok() ? *resolved : CpuIsa::kAvx2));
 }
@@ -34,7 +46,7 @@ std::unique_ptr<DeviceContext> DeviceContext::Cpu(int n_threads, CpuIsa isa) {
 Result<std::unique_ptr<DeviceContext>> DeviceContext::Cuda(int device_index, int n_threads) {
   UP_ASSIGN_OR_RETURN(std::unique_ptr<CudaContext> cuda, CudaContext::Create(device_index));
   auto pool = std::make_unique<ThreadPool>(n_threads);
-  openblas_set_num_threads(pool->size());
+  openblas_set_num_threads(OpenBlasThreads(pool->size()));
   // Host-side CPU work of a GPU context runs at the best level this CPU has.
   auto ctx = std::unique_ptr<DeviceContext>(new DeviceContext(
       Device::kCuda, std::move(pool), BestCpuIsa(DetectCpuFeatures())));

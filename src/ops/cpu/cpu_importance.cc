@@ -1,13 +1,11 @@
 // UniPrefill attention importance on the CPU.
 //
-// Per query head h: S = scale * Q_h K_kv(h)^T, f32 [n, N], by one cblas_sgemm reading q and k in
+// Per query head h: S = scale * Q_h K_kv(h)^T, f32 [n, N], by one PoolSgemm reading q and k in
 // place (strided). Then per query row: the visible keys are a prefix [0, hi_j) (k_pos ascending),
 // softmax over it in fp32 with the vectorised Exp, and the probabilities are added into a per-thread
 // importance partial. Partials are summed in thread order at the end, so the result does not depend
 // on scheduling. n is small (the observation window, 128), so S for one head is n * N floats
 // (8 MiB at N = 16K); heads run one after another.
-#include <cblas.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cassert>
@@ -17,6 +15,7 @@
 
 #include "ops/cpu/cpu_math.h"
 #include "ops/cpu/cpu_ops.h"
+#include "ops/cpu/cpu_sgemm.h"
 
 namespace uniprefill::ops::cpu {
 
@@ -37,9 +36,7 @@ void AttentionImportance(DeviceContext& ctx, float* importance, TensorView q, Te
   for (int64_t h = 0; h < hq; ++h) {
     const float* qh = q.as<float>() + h * d;
     const float* kh = k.as<float>() + (h / group) * d;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n), static_cast<int>(N),
-                static_cast<int>(d), scale, qh, static_cast<int>(q.stride[0]), kh,
-                static_cast<int>(k.stride[0]), 0.0f, s.data(), static_cast<int>(N));
+    PoolSgemm(ctx, n, N, d, scale, qh, q.stride[0], kh, k.stride[0], s.data(), N);
     ctx.pool().ParallelFor(n, 1, [&](int64_t b, int64_t e, int tid) {
       float* acc = partial[tid].data();
       for (int64_t j = b; j < e; ++j) {

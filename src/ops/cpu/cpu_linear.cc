@@ -10,13 +10,12 @@
 //   the stored quantised weights read once per chunk of rows; with
 //   LinearWeight::int8_rows_activations (--prefill-gemm int8) and CanRunLinearInt8Rows (VNNI)
 //   LinearInt8Rows instead (cpu_linear_int8_rows.h), the same on int8 activations.
-// - T >= kGemmMinRows and an f32 copy of W exists: one cblas_sgemm (OpenBLAS threads itself);
+// - T >= kGemmMinRows and an f32 copy of W exists: sgemm split over the pool (PoolSgemm);
 //   with LinearWeight::f32_on_call the copy is made for the call (DequantiseForGemm) and freed.
 // - otherwise (one decode row; AVX2; weights without int16 multi-row kernels): a fused
 //   dequantise-and-dot matvec over the stored parts (the variant of DeviceContext::cpu_isa()),
 //   split over output rows with the thread pool; up to kQuantDotMaxRows rows of x share one pass
 //   over the weights.
-#include <cblas.h>
 #include <immintrin.h>
 
 #include <algorithm>
@@ -32,6 +31,7 @@
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cpu/cpu_quant_dot.h"
 #include "ops/cpu/cpu_quant_dot_i16.h"
+#include "ops/cpu/cpu_sgemm.h"
 
 namespace uniprefill::ops::cpu {
 namespace {
@@ -184,11 +184,8 @@ void Linear(DeviceContext& ctx, TensorView out, TensorView x, const LinearWeight
     if (w.f32.size() == 0) on_call = DequantiseForGemm(ctx, w);
     const float* f32 = w.f32.size() > 0 ? w.f32.as<float>() : on_call.get();
     // out [T, out] = x [T, in] * f32[out, in]^T
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(T),
-                static_cast<int>(w.out_features), static_cast<int>(w.in_features), 1.0f,
-                x.as<float>(), static_cast<int>(x.stride[0]), f32,
-                static_cast<int>(w.in_features), 0.0f, out.as<float>(),
-                static_cast<int>(out.stride[0]));
+    PoolSgemm(ctx, T, w.out_features, w.in_features, 1.0f, x.as<float>(), x.stride[0], f32,
+              w.in_features, out.as<float>(), out.stride[0]);
     return;
   }
   const std::vector<PartPlan> plan = PlanParts(w, ctx.cpu_isa());
