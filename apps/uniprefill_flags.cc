@@ -106,6 +106,11 @@ void AddDeviceFlags(CLI::App& cmd, DeviceFlags& flags) {
                  "AMX tiles where the CPU has them)")
       ->check(CLI::IsMember({"sgemm", "int16", "int8", "bf16"}))
       ->capture_default_str();
+  cmd.add_option("--kv-cache-dtype", flags.kv_cache_dtype,
+                 "CPU: element type of the cached keys and values: f16 (half the memory and the "
+                 "bytes each decode step reads; llama.cpp's default) or f32. GPU caches are bf16")
+      ->check(CLI::IsMember({"f16", "f32"}))
+      ->capture_default_str();
 }
 
 void AddCpuIsaFlag(CLI::App& cmd, std::string& cpu_isa) {

@@ -40,9 +40,11 @@ struct DeviceFlags {
   double tensor_parallel_timeout_s = 60;  // --tensor-parallel-timeout (EngineOptions)
   std::string cpu_isa = "auto";  // --cpu-isa or UNIPREFILL_CPU_ISA (EngineOptions::cpu_isa)
   std::string prefill_gemm = "sgemm";  // --prefill-gemm (EngineOptions::prefill_gemm)
+  std::string kv_cache_dtype = "f16";  // --kv-cache-dtype (EngineOptions::kv_cache_dtype)
   void ApplyTo(EngineOptions& eo) const {
     eo.cpu_isa = cpu_isa;
     eo.prefill_gemm = prefill_gemm;
+    eo.kv_cache_dtype = kv_cache_dtype;
     eo.device = device;
     eo.gpu_attention = gpu_attention;
     eo.gpu_decode_graphs = cuda_graphs;

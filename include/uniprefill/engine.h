@@ -53,6 +53,9 @@ struct EngineOptions {
   // and attention, on bf16 with AMX tiles where the CPU has them). docs/performance.md has the
   // trade.
   std::string prefill_gemm = "sgemm";
+  // CPU: element type of the cached keys and values, "f16" (half the bytes a decode step streams
+  // per cached token and half the KV memory; llama.cpp's default cache type) or "f32".
+  std::string kv_cache_dtype = "f16";
   // CPU, Engine::Generate: a dense prompt (no UniPrefill drop active) is prefilled in chunks of at
   // most this many tokens, each attending the cached prefix plus itself (the same attention), so
   // sliding-window layers keep window - 1 + chunk rows and the activations are sized by the chunk,

@@ -99,6 +99,11 @@ Result<std::unique_ptr<Engine>> EngineLoader::Load(const EngineOptions& options,
   lo.int16_prefill_gemm = options.prefill_gemm != "sgemm";
   lo.int8_rows_activations = options.prefill_gemm == "int8";
   lo.bf16_prefill_gemm = options.prefill_gemm == "bf16";
+  if (options.kv_cache_dtype != "f16" && options.kv_cache_dtype != "f32") {
+    return InvalidArgument("kv_cache_dtype '" + options.kv_cache_dtype +
+                           "' is not one of: f16, f32 (--kv-cache-dtype)");
+  }
+  lo.cpu_kv_dtype = options.kv_cache_dtype == "f32" ? DType::kF32 : DType::kF16;
   lo.gpu_decode_graphs = options.gpu_decode_graphs;
   lo.gpu_prefix_split_min_keys = options.gpu_prefix_split_min_keys;
   const std::optional<GpuAttention> attention = GpuAttentionFromName(options.gpu_attention);

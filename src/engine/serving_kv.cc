@@ -3,6 +3,8 @@
 
 #include <chrono>
 
+#include "kv/kv_rows.h"
+
 namespace uniprefill {
 
 Result<ServingKv> SizeServingKv(const Model& model, const UniPrefillConfig& uniprefill,
@@ -10,7 +12,8 @@ Result<ServingKv> SizeServingKv(const Model& model, const UniPrefillConfig& unip
   ServingKv kv;
   kv.layout = model.CacheLayoutFor(uniprefill.active_drop_layers());
   const bool on_device = model.device() == Device::kCuda;
-  UP_ASSIGN_OR_RETURN(kv.spec, KvCacheSpec::FromLayout(kv.layout, on_device ? 2 : sizeof(float)));
+  const int element_bytes = on_device ? 2 : KvElementBytes(kv.layout.kv_dtype);  // device: bf16
+  UP_ASSIGN_OR_RETURN(kv.spec, KvCacheSpec::FromLayout(kv.layout, element_bytes));
   const KvCacheConfig config{options.kv_cache_memory, options.kv_block_tokens,
                              options.max_num_seqs};
   UP_ASSIGN_OR_RETURN(kv.size, KvBlockManager::SizePool(kv.spec, config));

@@ -11,7 +11,8 @@ KvArena::KvArena(const CacheLayout& layout, const KvPoolSize& size)
 KvArena::KvArena(const CacheLayout& layout, int num_blocks, int block_tokens, int state_slots)
     : num_blocks_(std::max(0, num_blocks)),
       block_tokens_(std::max(1, block_tokens)),
-      state_slots_(std::max(0, state_slots)) {
+      state_slots_(std::max(0, state_slots)),
+      dtype_(layout.kv_dtype) {
   linear_of_layer_.assign(layout.layers.size(), -1);
   for (size_t i = 0; i < layout.layers.size(); ++i) {
     const CacheLayerSpec& spec = layout.layers[i];
@@ -32,17 +33,18 @@ KvArena::KvArena(const CacheLayout& layout, int num_blocks, int block_tokens, in
   states_.resize(static_cast<size_t>(state_slots_) * linear_layers_.size());
 }
 
-float* KvArena::k(int block, int row, int kv_dim) const {
+void* KvArena::k(int block, int row, int kv_dim) const {
   assert(block >= 0 && block < num_blocks_ && row >= 0 && row < block_tokens_);
   assert(kv_dim > 0 && kv_dim <= max_kv_dim_);
-  const size_t half = static_cast<size_t>(block_tokens_) * max_kv_dim_;  // floats of K (or V)
-  return kv_.as<float>() + static_cast<size_t>(block) * 2 * half +
-         static_cast<size_t>(row) * kv_dim;
+  const size_t elem = KvElementBytes(dtype_);
+  const size_t half = static_cast<size_t>(block_tokens_) * max_kv_dim_ * elem;  // bytes of K
+  return kv_.as<char>() + static_cast<size_t>(block) * 2 * half +
+         static_cast<size_t>(row) * kv_dim * elem;
 }
 
-float* KvArena::v(int block, int row, int kv_dim) const {
-  const size_t half = static_cast<size_t>(block_tokens_) * max_kv_dim_;
-  return k(block, row, kv_dim) + half;
+void* KvArena::v(int block, int row, int kv_dim) const {
+  const size_t half = static_cast<size_t>(block_tokens_) * max_kv_dim_ * KvElementBytes(dtype_);
+  return static_cast<char*>(k(block, row, kv_dim)) + half;
 }
 
 int32_t* KvArena::pos(int block, int row) const {

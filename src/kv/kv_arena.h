@@ -4,10 +4,11 @@
 //
 // Blocks. One allocation of num_blocks * block_bytes, block_bytes = block_tokens *
 // layer_token_bytes exactly as KvBlockManager::SizePool budgeted it (layer_token_bytes = K + V of
-// one token of the widest attention layer, f32). Block b starts at byte b * block_bytes and holds
-//   K f32 [block_tokens, max_kv_dim], then V f32 [block_tokens, max_kv_dim].
+// one token of the widest attention layer in the layout's kv_dtype, f32 or f16). Block b starts at
+// byte b * block_bytes and holds
+//   K kv_dtype [block_tokens, max_kv_dim], then V kv_dtype [block_tokens, max_kv_dim].
 // A layer with kv_dim < max_kv_dim packs its rows at the start of each half (row stride = its own
-// kv_dim), so a run of rows of one block is always one contiguous f32 [count, kv_dim] chunk.
+// kv_dim), so a run of rows of one block is always one contiguous [count, kv_dim] chunk.
 // Each token slot also carries its original position and alive index (int32 pos[block_tokens],
 // index[block_tokens] per block, a second allocation): 8 bytes per token slot on top of the
 // budget, which counts K and V only (for Gemma 3 270M, 8 of 2048 bytes per token and layer).
@@ -18,7 +19,7 @@
 //
 // Invariants: the arena never decides who owns a block or slot (the manager does); accessors take
 // ids in range (checked with assert). Not thread-safe: Linear() may allocate; the engine drives
-// forwards from one thread. Not for: host/device transfers, quantised KV, swapping.
+// forwards from one thread. Not for: host/device transfers, quantised (int8 / int4) KV, swapping.
 #pragma once
 
 #include <cstddef>
@@ -28,6 +29,7 @@
 
 #include "core/buffer.h"
 #include "kv/kv_block_manager.h"
+#include "kv/kv_rows.h"
 #include "kv/linear_state.h"
 #include "kv/sequence_cache.h"
 
@@ -46,18 +48,21 @@ class KvArena {
   int block_tokens() const { return block_tokens_; }
   int state_slots() const { return state_slots_; }
   int max_kv_dim() const { return max_kv_dim_; }
+  DType dtype() const { return dtype_; }  // of every K / V element (CacheLayout::kv_dtype)
   // K + V bytes of one block (KvBlockManager::block_bytes() for the same layout and block size).
-  int64_t block_bytes() const { return int64_t{2} * block_tokens_ * max_kv_dim_ * 4; }
+  int64_t block_bytes() const {
+    return int64_t{2} * block_tokens_ * max_kv_dim_ * KvElementBytes(dtype_);
+  }
   // Bytes of one slot's state over all linear layers (allocated or not).
   int64_t slot_state_bytes() const { return slot_state_bytes_; }
   int linear_layers() const { return static_cast<int>(linear_layers_.size()); }
 
-  // Row `row` of block `block` for a layer of `kv_dim` floats per row: f32 [kv_dim], followed by
-  // the block's later rows (stride kv_dim). The two-argument forms use max_kv_dim.
-  float* k(int block, int row, int kv_dim) const;
-  float* v(int block, int row, int kv_dim) const;
-  float* k(int block, int row) const { return k(block, row, max_kv_dim_); }
-  float* v(int block, int row) const { return v(block, row, max_kv_dim_); }
+  // Row `row` of block `block` for a layer of `kv_dim` values per row: dtype() [kv_dim], followed
+  // by the block's later rows (stride kv_dim). The two-argument forms use max_kv_dim.
+  void* k(int block, int row, int kv_dim) const;
+  void* v(int block, int row, int kv_dim) const;
+  void* k(int block, int row) const { return k(block, row, max_kv_dim_); }
+  void* v(int block, int row) const { return v(block, row, max_kv_dim_); }
   // The position / alive index of token slot `row` of `block` (then the block's later rows).
   int32_t* pos(int block, int row) const;
   int32_t* index(int block, int row) const;
@@ -73,7 +78,8 @@ class KvArena {
 
  private:
   int num_blocks_ = 0, block_tokens_ = 0, state_slots_ = 0, max_kv_dim_ = 0;
-  Buffer kv_;                   // f32 [num_blocks, 2 (K, V), block_tokens, max_kv_dim]
+  DType dtype_ = DType::kF32;
+  Buffer kv_;                   // dtype_ [num_blocks, 2 (K, V), block_tokens, max_kv_dim]
   Buffer meta_;                 // int32 [num_blocks, 2 (pos, index), block_tokens]
   std::vector<int> linear_of_layer_;  // [n_layers]: ordinal among linear layers, or -1
   std::vector<LinearStateShape> linear_layers_;  // [linear layers]

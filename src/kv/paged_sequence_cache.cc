@@ -17,7 +17,7 @@ Status CheckMatches(const CacheLayout& layout, int max_tokens, const KvBlockMana
     return InvalidArgument("paged cache: no block manager or KV arena");
   }
   if (max_tokens < 0) return InvalidArgument("paged cache: max_tokens " + Str(max_tokens) + " < 0");
-  UP_ASSIGN_OR_RETURN(KvCacheSpec spec, KvCacheSpec::FromLayout(layout, 4));
+  UP_ASSIGN_OR_RETURN(KvCacheSpec spec, KvCacheSpec::FromLayout(layout, KvElementBytes(layout.kv_dtype)));
   const KvCacheSpec& want = manager->spec();
   if (spec.n_segments() != want.n_segments()) {
     return InvalidArgument("paged cache: the layout has " + Str(spec.n_segments()) +
@@ -40,6 +40,11 @@ Status CheckMatches(const CacheLayout& layout, int max_tokens, const KvBlockMana
                            " bytes per token and layer and " + Str(spec.linear_layers) +
                            " linear layers; the KV block manager was sized for " +
                            Str(want.layer_token_bytes) + " and " + Str(want.linear_layers));
+  }
+  if (arena->dtype() != layout.kv_dtype) {
+    return InvalidArgument(std::string("paged cache: the KV arena holds ") +
+                           DTypeName(arena->dtype()) + " keys and values, the layout asks for " +
+                           DTypeName(layout.kv_dtype));
   }
   if (arena->block_tokens() != manager->block_tokens() ||
       arena->block_bytes() != manager->block_bytes() ||
@@ -130,15 +135,15 @@ Result<KvAppendSlot> PagedSequenceCache::AppendKv(int layer, int n, const int32_
                     "block manager reserved " + Str(reserved) +
                     " (blocks must be allocated before the forward)");
   }
-  const size_t row = static_cast<size_t>(l.kv_dim);
+  const size_t row = static_cast<size_t>(l.kv_dim) * KvElementBytes(layout_.kv_dtype);  // bytes
   const size_t rows = static_cast<size_t>(l.staged) + n;
   l.k.resize(rows * row);
   l.v.resize(rows * row);
   l.pos.insert(l.pos.end(), pos, pos + n);
   l.index.insert(l.index.end(), index, index + n);
   KvAppendSlot slot;
-  slot.k = TensorView::Contiguous(l.k.data() + l.staged * row, DType::kF32, {n, l.kv_dim});
-  slot.v = TensorView::Contiguous(l.v.data() + l.staged * row, DType::kF32, {n, l.kv_dim});
+  slot.k = TensorView::Contiguous(l.k.data() + l.staged * row, layout_.kv_dtype, {n, l.kv_dim});
+  slot.v = TensorView::Contiguous(l.v.data() + l.staged * row, layout_.kv_dtype, {n, l.kv_dim});
   l.staged += n;
   return slot;
 }
@@ -147,6 +152,7 @@ KvLayerView PagedSequenceCache::Layer(int layer) const {
   const LayerState& l = layers_[layer];
   KvLayerView view;
   view.kv_dim = l.kv_dim;
+  view.dtype = layout_.kv_dtype;
   if (!l.attention) return view;
   const std::span<const int> table = Table(l);
   const int bt = arena_->block_tokens();
@@ -173,7 +179,7 @@ void PagedSequenceCache::Scatter(int layer) {
   LayerState& l = layers_[layer];
   const std::span<const int> table = Table(l);
   const int bt = arena_->block_tokens();
-  const size_t row_bytes = sizeof(float) * l.kv_dim;
+  const size_t row_bytes = static_cast<size_t>(KvElementBytes(layout_.kv_dtype)) * l.kv_dim;
   // One run per block: rows j .. j + run - 1 go to consecutive rows of one block.
   for (int j = 0; j < l.staged;) {
     const int a = l.committed + j;  // alive index
@@ -187,10 +193,8 @@ void PagedSequenceCache::Scatter(int layer) {
                            "tables changed during the step); its keys and values were lost");
       }
     } else {
-      std::memcpy(arena_->k(block, r, l.kv_dim), l.k.data() + static_cast<size_t>(j) * l.kv_dim,
-                  row_bytes * run);
-      std::memcpy(arena_->v(block, r, l.kv_dim), l.v.data() + static_cast<size_t>(j) * l.kv_dim,
-                  row_bytes * run);
+      std::memcpy(arena_->k(block, r, l.kv_dim), l.k.data() + j * row_bytes, row_bytes * run);
+      std::memcpy(arena_->v(block, r, l.kv_dim), l.v.data() + j * row_bytes, row_bytes * run);
       std::memcpy(arena_->pos(block, r), l.pos.data() + j, sizeof(int32_t) * run);
       std::memcpy(arena_->index(block, r), l.index.data() + j, sizeof(int32_t) * run);
     }
@@ -201,9 +205,9 @@ void PagedSequenceCache::Scatter(int layer) {
   l.pos.clear();
   l.index.clear();
   // Keep a decode-sized buffer for the next step; give a prefill's rows back.
-  if (l.k.capacity() > static_cast<size_t>(bt) * l.kv_dim) {
-    std::vector<float>().swap(l.k);
-    std::vector<float>().swap(l.v);
+  if (l.k.capacity() > static_cast<size_t>(bt) * row_bytes) {
+    std::vector<uint8_t>().swap(l.k);
+    std::vector<uint8_t>().swap(l.v);
     std::vector<int32_t>().swap(l.pos);
     std::vector<int32_t>().swap(l.index);
   } else {

@@ -48,8 +48,9 @@ namespace uniprefill {
 class PagedSequenceCache final : public SequenceCache {
  public:
   // Checks the preconditions of the constructor: the layout gives the manager's spec
-  // (KvCacheSpec::FromLayout(layout, 4)), the arena backs the manager's pool (same block size and
-  // block bytes, at least as many blocks, state slots and linear layers) and `id` holds blocks.
+  // (KvCacheSpec::FromLayout(layout, KvElementBytes(layout.kv_dtype))), the arena backs the
+  // manager's pool (same block size, block bytes and K / V dtype, at least as many blocks, state
+  // slots and linear layers) and `id` holds blocks.
   static Result<std::unique_ptr<PagedSequenceCache>> Create(CacheLayout layout, int max_tokens,
                                                             const KvBlockManager* manager,
                                                             RequestId id, KvArena* arena);
@@ -88,7 +89,7 @@ class PagedSequenceCache final : public SequenceCache {
     int kv_dim = 0;
     int committed = 0;       // entries in blocks: alive indices 0 .. committed - 1
     int staged = 0;          // entries appended since the last Commit
-    std::vector<float> k, v;             // f32 [staged, kv_dim]
+    std::vector<uint8_t> k, v;           // layout's kv_dtype [staged, kv_dim]
     std::vector<int32_t> pos, index;     // [staged]
   };
 

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <string>
 
+#include "kv/kv_rows.h"
+
 namespace uniprefill {
 
 CacheLayout CacheLayout::WithDropLayers(std::vector<CacheLayerSpec> layers,
@@ -50,7 +52,8 @@ Status ContiguousSequenceCache::Reserve(int layer, int needed) {
   LayerStore& l = kv_[layer];
   if (needed <= l.capacity) return OkStatus();
   const int cap = std::max(needed, std::min(max_tokens_, l.capacity * 2));
-  const size_t row = static_cast<size_t>(layout_.layers[layer].kv_dim) * sizeof(float);
+  const size_t row =
+      static_cast<size_t>(layout_.layers[layer].kv_dim) * KvElementBytes(layout_.kv_dtype);
   Buffer k(row * cap), v(row * cap);
   if (l.count) {
     std::memcpy(k.data(), l.k.data(), row * l.count);
@@ -74,7 +77,7 @@ Result<KvAppendSlot> ContiguousSequenceCache::AppendKv(int layer, int n, const i
                       std::to_string(l.count) + " entries and " + std::to_string(n) +
                       " more exceed the context length " + std::to_string(max_tokens_));
   }
-  const size_t row = static_cast<size_t>(spec.kv_dim) * sizeof(float);
+  const size_t row = static_cast<size_t>(spec.kv_dim) * KvElementBytes(layout_.kv_dtype);
   if (spec.kind == CacheLayerKind::kSlidingAttention && l.count + n > l.capacity) {
     // The first new query (alive index i) sees indices > i - W: W - 1 older entries suffice.
     const int keep = std::min(l.count, spec.window - 1);
@@ -91,8 +94,8 @@ Result<KvAppendSlot> ContiguousSequenceCache::AppendKv(int layer, int n, const i
   l.pos.insert(l.pos.end(), pos, pos + n);
   l.index.insert(l.index.end(), index, index + n);
   KvAppendSlot slot;
-  slot.k = TensorView::Contiguous(l.k.as<char>() + row * l.count, DType::kF32, {n, spec.kv_dim});
-  slot.v = TensorView::Contiguous(l.v.as<char>() + row * l.count, DType::kF32, {n, spec.kv_dim});
+  slot.k = TensorView::Contiguous(l.k.as<char>() + row * l.count, layout_.kv_dtype, {n, spec.kv_dim});
+  slot.v = TensorView::Contiguous(l.v.as<char>() + row * l.count, layout_.kv_dtype, {n, spec.kv_dim});
   l.count += n;
   return slot;
 }
@@ -109,7 +112,7 @@ void ContiguousSequenceCache::TrimWindow(int layer) {
   // A prompt-sized buffer (a prefill, or a chunk, longer than the headroom): copy the window into
   // a small one and free it.
   const int drop = l.count - keep;
-  const size_t row = static_cast<size_t>(spec.kv_dim) * sizeof(float);
+  const size_t row = static_cast<size_t>(spec.kv_dim) * KvElementBytes(layout_.kv_dtype);
   Buffer k(row * cap), v(row * cap);
   std::memcpy(k.data(), l.k.as<char>() + row * drop, row * keep);
   std::memcpy(v.data(), l.v.as<char>() + row * drop, row * keep);
@@ -127,8 +130,9 @@ KvLayerView ContiguousSequenceCache::Layer(int layer) const {
   const LayerStore& l = kv_[layer];
   KvLayerView view;
   view.kv_dim = layout_.layers[layer].kv_dim;
+  view.dtype = layout_.kv_dtype;
   if (l.count > 0) {
-    view.chunks.push_back({l.k.as<float>(), l.v.as<float>(), l.pos.data(), l.index.data(), l.count});
+    view.chunks.push_back({l.k.data(), l.v.data(), l.pos.data(), l.index.data(), l.count});
   }
   return view;
 }

@@ -47,6 +47,9 @@ struct CacheLayout {
   std::vector<CacheLayerSpec> layers;
   std::vector<int> segment_of_layer;  // [n_layers], non-decreasing from 0
   int n_segments = 1;
+  // Element type of host caches' keys and values (ContiguousSequenceCache, KvArena): kF32, or
+  // kF16 (kv/kv_rows.h; the CPU models' default, Model::kv_dtype). Device caches keep bf16.
+  DType kv_dtype = DType::kF32;
   // Builds segment_of_layer from ascending drop layers (empty: one segment).
   static CacheLayout WithDropLayers(std::vector<CacheLayerSpec> layers,
                                     const std::vector<int>& drop_layers);
@@ -54,8 +57,8 @@ struct CacheLayout {
 
 // A contiguous run of cached entries of one layer.
 struct KvChunk {
-  const float* k = nullptr;       // f32 [count, kv_dim]
-  const float* v = nullptr;       // f32 [count, kv_dim]
+  const void* k = nullptr;        // KvLayerView::dtype [count, kv_dim]
+  const void* v = nullptr;        // KvLayerView::dtype [count, kv_dim]
   const int32_t* pos = nullptr;   // [count] original positions, ascending
   const int32_t* index = nullptr; // [count] alive indices in the layer's segment, ascending
   int count = 0;
@@ -64,10 +67,11 @@ struct KvChunk {
 struct KvLayerView {
   std::vector<KvChunk> chunks;  // in order; total = count()
   int kv_dim = 0;
+  DType dtype = DType::kF32;    // of every chunk's k and v (CacheLayout::kv_dtype)
   int count() const;
 };
 
-// Where a step's new entries go: f32 [n, kv_dim] views to fill.
+// Where a step's new entries go: views [n, kv_dim] of the cache's dtype to fill (StoreKvValues).
 struct KvAppendSlot {
   TensorView k, v;
 };
@@ -167,7 +171,7 @@ class ContiguousSequenceCache final : public SequenceCache {
 
  private:
   struct LayerStore {
-    Buffer k, v;                 // f32 [capacity, kv_dim]
+    Buffer k, v;                 // kv_dtype [capacity, kv_dim]
     std::vector<int32_t> pos, index;
     int capacity = 0;
     int count = 0;

@@ -24,7 +24,9 @@ std::optional<GpuAttention> GpuAttentionFromName(const std::string& name) {
 }
 
 CacheLayout Model::CacheLayoutFor(const std::vector<int>& drop_layers) const {
-  return ModelCacheLayout(config(), drop_layers);
+  CacheLayout layout = ModelCacheLayout(config(), drop_layers);
+  if (device() == Device::kCpu) layout.kv_dtype = kv_dtype_;
+  return layout;
 }
 
 CacheLayout ModelCacheLayout(const ModelConfig& c, const std::vector<int>& drop_layers) {

@@ -50,8 +50,12 @@ class Model {
 
   // The cache layout of this model with the given ascending drop layers (one segment per drop
   // layer + 1): what NewCache builds, and what a paged cache (KvCacheSpec::FromLayout, KvArena,
-  // PagedSequenceCache) is sized and checked against.
+  // PagedSequenceCache) is sized and checked against. Its kv_dtype is kv_dtype() on the CPU.
   CacheLayout CacheLayoutFor(const std::vector<int>& drop_layers) const;
+  // Element type of a CPU model's cached keys and values (LoadOptions::cpu_kv_dtype). Device
+  // models keep bf16 caches of their own and ignore it.
+  DType kv_dtype() const { return kv_dtype_; }
+  void set_kv_dtype(DType dtype) { kv_dtype_ = dtype; }
   // A cache for one request of at most max_tokens tokens, with one segment per drop layer + 1
   // (host memory for CPU models; a device model's own device cache).
   virtual std::unique_ptr<SequenceCache> NewCache(int max_tokens,
@@ -97,6 +101,9 @@ class Model {
   // One request, dense (no drop layers).
   Status Forward(DeviceContext& ctx, std::span<const int32_t> tokens, SequenceCache& cache,
                  float* logits, const ProgressFn& progress = nullptr);
+
+ private:
+  DType kv_dtype_ = DType::kF32;
 };
 
 // Which Gated DeltaNet delta-rule kernel the GPU runs (diagnostics; kAuto picks by chunk length:
@@ -162,6 +169,10 @@ struct LoadOptions {
   // cut into pieces of at least this many keys when the chunk's query tiles alone would not fill
   // the GPU twice over (a chunk of a few hundred rows deep in a long prompt). 0: never split.
   int gpu_prefix_split_min_keys = 2048;
+  // CPU only: the element type of cached keys and values: kF32 (exact: what the model-level
+  // tests compare computation orders with), or kF16 (half the bytes a decode step streams per
+  // cached token; the engine's default, EngineOptions::kv_cache_dtype, as llama.cpp's cache).
+  DType cpu_kv_dtype = DType::kF32;
   // Tensor parallel: this process's rank of the world (not owned; it must outlive the model).
   // The model is this rank's shard (dist/shard_definition.h) and every forward is a collective
   // (all ranks run the same steps in the same order). A world of one runs the same path (the

@@ -196,8 +196,9 @@ Result<std::unique_ptr<Model>> MakeModel(ModelDefinition definition, DeviceConte
   // in the resident set (measured in docs/scaling.md). A single CPU process reads its weights in
   // place, so it keeps them.
   if (comm != nullptr || ctx.device() == Device::kCuda) DropMappedPages(*def);
-  return std::unique_ptr<Model>(
-      std::make_unique<TransformerModel>(std::move(def), std::move(backend), comm));
+  auto model = std::make_unique<TransformerModel>(std::move(def), std::move(backend), comm);
+  model->set_kv_dtype(options.cpu_kv_dtype);
+  return std::unique_ptr<Model>(std::move(model));
 }
 
 }  // namespace uniprefill

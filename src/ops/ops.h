@@ -105,8 +105,9 @@ struct AttentionParams {
 void Attention(DeviceContext& ctx, TensorView out, TensorView q, TensorView k, TensorView v,
                const int32_t* q_pos, const int32_t* k_pos, const AttentionParams& params);
 
-// One run of consecutive keys of a paged cache: k, v f32 [count, Hkv, D] (row stride may exceed
-// Hkv * D), read in place.
+// One run of consecutive keys of a paged cache: k, v f32 or f16 [count, Hkv, D] (row stride may
+// exceed Hkv * D; every run of a call the same dtype), read in place (f16 is widened to f32 a key
+// tile at a time: the result equals f32 runs holding the same values).
 struct KvRun {
   TensorView k, v;
 };

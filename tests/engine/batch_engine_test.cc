@@ -102,6 +102,10 @@ class BatchEngineTest : public ::testing::Test {
     o.model_path = testing::WriteTempFile("batch_engine_tiny.gguf", testing::BuildTinyGemma3(tiny));
     o.threads = 2;
     o.f32_decode = true;  // one-row and many-row matmuls then share f32 arithmetic
+    // f32 keys and values: batched and alone runs sum in different orders, and an f16 cache
+    // would round a last-bit difference of a key into a 1e-3 one (logprobs then differ by
+    // ~1e-4, measured); the pool sizes below count 4-byte elements too.
+    o.kv_cache_dtype = "f32";
     o.uniprefill.drop_layers = std::vector<int>{5};
     o.uniprefill.mode = SelectionMode::kFixedRatio;
     o.uniprefill.keep_ratio = 0.5f;

@@ -49,8 +49,8 @@ std::vector<int> Held(const ContiguousSequenceCache& cache, int layer) {
   for (const KvChunk& c : cache.Layer(layer).chunks) {
     for (int i = 0; i < c.count; ++i) {
       EXPECT_EQ(c.index[i], c.pos[i]);
-      EXPECT_EQ(c.k[i * kDim], static_cast<float>(c.pos[i]));
-      EXPECT_EQ(c.v[i * kDim + kDim - 1], -static_cast<float>(c.pos[i]));
+      EXPECT_EQ(static_cast<const float*>(c.k)[i * kDim], static_cast<float>(c.pos[i]));
+      EXPECT_EQ(static_cast<const float*>(c.v)[i * kDim + kDim - 1], -static_cast<float>(c.pos[i]));
       out.push_back(c.pos[i]);
     }
   }

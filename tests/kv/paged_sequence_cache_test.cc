@@ -21,6 +21,7 @@
 
 #include "engine/scheduler.h"
 #include "kv/kv_arena.h"
+#include "kv/kv_rows.h"
 #include "kv/kv_block_manager.h"
 #include "model/model.h"
 #include "testing/tiny_gemma3.h"
@@ -48,7 +49,7 @@ CacheLayout TestLayout(int window = 3, std::vector<int> drops = {2}) {
 
 KvBlockManager ManagerFor(const CacheLayout& layout, int num_blocks, int block_tokens,
                           int slots = 4) {
-  Result<KvCacheSpec> spec = KvCacheSpec::FromLayout(layout, 4);
+  Result<KvCacheSpec> spec = KvCacheSpec::FromLayout(layout, KvElementBytes(layout.kv_dtype));
   EXPECT_TRUE(spec.ok()) << spec.status().message();
   return KvBlockManager(*spec, KvPoolSize{num_blocks, block_tokens, slots});
 }
@@ -90,9 +91,9 @@ Flat Flatten(const KvLayerView& view, int layer) {
       f.index.push_back(c.index[i]);
       f.pos.push_back(c.pos[i]);
       for (int col = 0; col < kDim; ++col) {
-        EXPECT_EQ(c.k[i * kDim + col], Val(layer, c.index[i], col))
+        EXPECT_EQ(static_cast<const float*>(c.k)[i * kDim + col], Val(layer, c.index[i], col))
             << "layer " << layer << " index " << c.index[i];
-        EXPECT_EQ(c.v[i * kDim + col], -Val(layer, c.index[i], col))
+        EXPECT_EQ(static_cast<const float*>(c.v)[i * kDim + col], -Val(layer, c.index[i], col))
             << "layer " << layer << " index " << c.index[i];
       }
     }
@@ -121,20 +122,20 @@ TEST(KvArenaTest, BlocksAreSizedAsTheManagerBudgetsThem) {
 
 TEST(KvArenaTest, BlockRowsLiveAtTheirOffsets) {
   KvArena arena(TestLayout(), /*num_blocks=*/3, /*block_tokens=*/4, /*state_slots=*/1);
-  float* base = arena.k(0, 0);
+  float* base = static_cast<float*>(arena.k(0, 0));
   for (int b = 0; b < 3; ++b) {
     for (int r = 0; r < 4; ++r) {
       // Block b at byte b * block_bytes: K [4, kDim], then V [4, kDim].
-      EXPECT_EQ(arena.k(b, r), base + b * (arena.block_bytes() / 4) + r * kDim);
-      EXPECT_EQ(arena.v(b, r), arena.k(b, r) + 4 * kDim);
+      EXPECT_EQ(static_cast<float*>(arena.k(b, r)), base + b * (arena.block_bytes() / 4) + r * kDim);
+      EXPECT_EQ(static_cast<float*>(arena.v(b, r)), static_cast<float*>(arena.k(b, r)) + 4 * kDim);
       EXPECT_EQ(arena.index(b, r), arena.pos(b, r) + 4);
       EXPECT_EQ(arena.pos(b, r), arena.pos(0, 0) + b * 8 + r);
-      EXPECT_EQ(*arena.k(b, r), 0.0f);  // zeroed
+      EXPECT_EQ(*static_cast<float*>(arena.k(b, r)), 0.0f);  // zeroed
     }
   }
   // A narrower layer packs its rows at the block's start.
-  EXPECT_EQ(arena.k(1, 3, 2), arena.k(1, 0) + 6);
-  EXPECT_EQ(arena.v(1, 3, 2), arena.v(1, 0) + 6);
+  EXPECT_EQ(static_cast<float*>(arena.k(1, 3, 2)), static_cast<float*>(arena.k(1, 0)) + 6);
+  EXPECT_EQ(static_cast<float*>(arena.v(1, 3, 2)), static_cast<float*>(arena.v(1, 0)) + 6);
 }
 
 TEST(KvArenaTest, LinearStatesAreLazyPerSlotAndReset) {
@@ -205,8 +206,8 @@ TEST(PagedSequenceCacheTest, RoundTripPlacesRowsInTheTablesBlocks) {
                                            {2, 0, 1, 0}, {2, 5, 3, 1}, {1, 2, 4, 2}, {1, 5, 5, 1},
                                            {3, 3, 6, 3}, {4, 0, 8, 0}, {4, 3, 8, 3}}) {
     SCOPED_TRACE("layer " + std::to_string(w.layer) + " index " + std::to_string(w.index));
-    EXPECT_EQ(arena.k(w.block, w.row)[1], Val(w.layer, w.index, 1));
-    EXPECT_EQ(arena.v(w.block, w.row)[3], -Val(w.layer, w.index, 3));
+    EXPECT_EQ(static_cast<float*>(arena.k(w.block, w.row))[1], Val(w.layer, w.index, 1));
+    EXPECT_EQ(static_cast<float*>(arena.v(w.block, w.row))[3], -Val(w.layer, w.index, 3));
     EXPECT_EQ(*arena.index(w.block, w.row), w.index);
     EXPECT_EQ(*arena.pos(w.block, w.row), w.layer < 3 ? w.index : kept_pos[w.index]);
   }
@@ -554,13 +555,21 @@ void ExpectPagedMatchesContiguous(Model& m, DeviceContext& ctx, const UniPrefill
   EXPECT_EQ(pool.manager.free_blocks(), pool.manager.num_blocks());
 }
 
+// f32 and f16 keys and values (Model::set_kv_dtype: both caches take the model's layout): the
+// arena's f16 blocks, the staging and the scatter keep the same rounded values as the contiguous
+// f16 buffers, so the logits stay equal bit for bit.
 TEST(PagedSequenceCacheModelTest, DenseMatchesContiguousBitForBit) {
   auto ctx = DeviceContext::Cpu(2);
   auto m = LoadTiny(*ctx);
   ASSERT_NE(m, nullptr);
-  for (int block_tokens : {4, 16}) {
-    SCOPED_TRACE("block_tokens " + std::to_string(block_tokens));
-    ExpectPagedMatchesContiguous(*m, *ctx, Dense(), RandomTokens(37, 1), 12, block_tokens, false);
+  for (DType kv : {DType::kF32, DType::kF16}) {
+    m->set_kv_dtype(kv);
+    for (int block_tokens : {4, 16}) {
+      SCOPED_TRACE(std::string(DTypeName(kv)) + " KV, block_tokens " +
+                   std::to_string(block_tokens));
+      ExpectPagedMatchesContiguous(*m, *ctx, Dense(), RandomTokens(37, 1), 12, block_tokens,
+                                   false);
+    }
   }
 }
 
@@ -568,12 +577,16 @@ TEST(PagedSequenceCacheModelTest, UniPrefillDropsMatchContiguousBitForBit) {
   auto ctx = DeviceContext::Cpu(2);
   auto m = LoadTiny(*ctx);
   ASSERT_NE(m, nullptr);
-  for (WindowMode mode : {WindowMode::kAliveIndex, WindowMode::kPosition}) {
-    for (int block_tokens : {4, 16}) {
-      SCOPED_TRACE("block_tokens " + std::to_string(block_tokens) +
-                   (mode == WindowMode::kPosition ? ", position windows" : ""));
-      ExpectPagedMatchesContiguous(*m, *ctx, Dropping(mode), RandomTokens(100, 2), 10,
-                                   block_tokens, true);
+  for (DType kv : {DType::kF32, DType::kF16}) {
+    m->set_kv_dtype(kv);
+    for (WindowMode mode : {WindowMode::kAliveIndex, WindowMode::kPosition}) {
+      for (int block_tokens : {4, 16}) {
+        SCOPED_TRACE(std::string(DTypeName(kv)) + " KV, block_tokens " +
+                     std::to_string(block_tokens) +
+                     (mode == WindowMode::kPosition ? ", position windows" : ""));
+        ExpectPagedMatchesContiguous(*m, *ctx, Dropping(mode), RandomTokens(100, 2), 10,
+                                     block_tokens, true);
+      }
     }
   }
 }

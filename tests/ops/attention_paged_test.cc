@@ -3,7 +3,7 @@
 // scalar reference.
 // Random run lengths (empty runs, single keys, 16-key blocks), each run in its own buffer with
 // its own row stride; prefill, chunked prefill and decode (key splits) shapes; GQA; windows;
-// 1 and 2 threads at every ISA level this CPU has.
+// f32 and f16 keys and values; 1 and 2 threads at every ISA level this CPU has.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/cpu_isa.h"
+#include "kv/kv_rows.h"
 #include "ops/ops.h"
 #include "ops/reference.h"
 #include "ops_test_util.h"
@@ -138,6 +139,67 @@ TEST_P(AttentionPagedTest, RandomRunsMatchTheGatheredKeys) {
     // The same key tiles and the same order of sums as one buffer: equal bit for bit.
     EXPECT_EQ(r.paged, r.gathered) << what;
     EXPECT_LT(MaxErrorOverRms(r.paged, r.reference), 5e-5) << what;
+  }
+}
+
+// f16 runs (the CPU caches' default element type): each run's K and V rounded to f16 in buffers
+// of their own (strides of their own, in f16 elements), against the gathered f32 copy of the
+// same rounded values: equal bit for bit (the kernel widens a key tile to f32 and runs the f32
+// kernels on it), and near the reference on the unrounded keys (f16 keeps 11 significant bits).
+TEST_P(AttentionPagedTest, F16RunsEqualF32RunsOfTheRoundedValues) {
+  const Case cases[] = {
+      {1, 1, 4, 1, 32, 0, 3},       {7, 7, 2, 1, 17, 0, 5},        {65, 300, 4, 2, 24, 0, 40},
+      {130, 130, 4, 1, 64, 50, 0},  {33, 500, 8, 2, 40, 128, 200}, {1, 3000, 4, 1, 64, 0, 0},
+      {1, 3000, 4, 1, 64, 512, 37}, {2, 2500, 2, 2, 33, 0, 300},   {1, 700, 4, 1, 256, 0, 16},
+  };
+  for (const Case& c : cases) {
+    Inputs in = MakeInputs(c, rng_);
+    const int64_t row = c.hkv * c.d;
+    std::vector<std::vector<uint16_t>> k16, v16;
+    std::vector<KvRun> runs16;
+    std::vector<float> k_round, v_round;  // gathered f32 [tk, Hkv, D] of the rounded values
+    for (const KvRun& r : in.runs) {
+      const int64_t n = r.k.dim(0), ks = r.k.stride[0], vs = r.v.stride[0];
+      k16.emplace_back(std::max<int64_t>(n * ks, 1));
+      v16.emplace_back(std::max<int64_t>(n * vs, 1));
+      if (n > 0) {
+        StoreKvValues(k16.back().data(), DType::kF16, r.k.as<float>(), n * ks);
+        StoreKvValues(v16.back().data(), DType::kF16, r.v.as<float>(), n * vs);
+      }
+      TensorView k = TensorView::Contiguous(n > 0 ? k16.back().data() : nullptr, DType::kF16,
+                                            {n, c.hkv, c.d});
+      TensorView v = TensorView::Contiguous(n > 0 ? v16.back().data() : nullptr, DType::kF16,
+                                            {n, c.hkv, c.d});
+      k.stride[0] = ks;
+      v.stride[0] = vs;
+      runs16.push_back({k, v});
+      std::vector<float> wide(row);
+      for (int64_t j = 0; j < n; ++j) {
+        LoadKvValues(wide.data(), k16.back().data() + j * ks, DType::kF16, row);
+        k_round.insert(k_round.end(), wide.begin(), wide.end());
+        LoadKvValues(wide.data(), v16.back().data() + j * vs, DType::kF16, row);
+        v_round.insert(v_round.end(), wide.begin(), wide.end());
+      }
+    }
+    const TensorView qv = TensorView::Contiguous(in.q.data(), DType::kF32, {c.tq, c.hq, c.d});
+    const AttentionParams params = Params(c);
+    std::vector<float> got(c.tq * c.hq * c.d, 7.0f), want(got.size(), 7.0f), ref(got.size());
+    auto view = [&](std::vector<float>& o) {
+      return TensorView::Contiguous(o.data(), DType::kF32, {c.tq, c.hq, c.d});
+    };
+    AttentionPaged(*ctx_, view(got), qv, runs16, in.q_pos.data(), in.k_pos.data(), params);
+    Attention(*ctx_, view(want), qv,
+              TensorView::Contiguous(k_round.data(), DType::kF32, {c.tk, c.hkv, c.d}),
+              TensorView::Contiguous(v_round.data(), DType::kF32, {c.tk, c.hkv, c.d}),
+              in.q_pos.data(), in.k_pos.data(), params);
+    reference::Attention(
+        view(ref), qv, TensorView::Contiguous(in.k_all.data(), DType::kF32, {c.tk, c.hkv, c.d}),
+        TensorView::Contiguous(in.v_all.data(), DType::kF32, {c.tk, c.hkv, c.d}),
+        in.q_pos.data(), in.k_pos.data(), params);
+    const std::string what = "tq " + std::to_string(c.tq) + " tk " + std::to_string(c.tk) +
+                             " d " + std::to_string(c.d) + " window " + std::to_string(c.window);
+    EXPECT_EQ(got, want) << what;
+    EXPECT_LT(MaxErrorOverRms(got, ref), 3e-3) << what;
   }
 }
 

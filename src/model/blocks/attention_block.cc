@@ -6,14 +6,15 @@
 #include <string>
 
 #include "dist/communicator.h"
+#include "kv/kv_rows.h"
 #include "sparsity/drop_plan.h"
 #include "sparsity/token_selection.h"
 
 namespace uniprefill {
 namespace {
 
-// A layer's cached keys/values of one request as contiguous views: the single chunk in place, or
-// the chunks gathered into `scratch` (paged caches).
+// A layer's cached keys/values of one request as contiguous f32 views: the single f32 chunk in
+// place, or the chunks gathered (and f16 ones widened) into `scratch` (paged or f16 caches).
 struct ContiguousKv {
   TensorView k, v;                 // f32 [N, Hkv, D]
   const int32_t* pos = nullptr;    // [N]
@@ -26,10 +27,10 @@ struct ContiguousKv {
 void ViewKv(const KvLayerView& view, int n_kv_heads, int head_dim, ContiguousKv* out) {
   const int n = view.count();
   out->n = n;
-  if (view.chunks.size() == 1) {
+  if (view.chunks.size() == 1 && view.dtype == DType::kF32) {
     const KvChunk& c = view.chunks[0];
-    out->k = TensorView::Contiguous(const_cast<float*>(c.k), DType::kF32, {n, n_kv_heads, head_dim});
-    out->v = TensorView::Contiguous(const_cast<float*>(c.v), DType::kF32, {n, n_kv_heads, head_dim});
+    out->k = TensorView::Contiguous(const_cast<void*>(c.k), DType::kF32, {n, n_kv_heads, head_dim});
+    out->v = TensorView::Contiguous(const_cast<void*>(c.v), DType::kF32, {n, n_kv_heads, head_dim});
     out->pos = c.pos;
     out->index = c.index;
     return;
@@ -40,8 +41,8 @@ void ViewKv(const KvLayerView& view, int n_kv_heads, int head_dim, ContiguousKv*
   float* v = k + row * n;
   size_t at = 0;
   for (const KvChunk& c : view.chunks) {
-    std::memcpy(k + at * row, c.k, sizeof(float) * row * c.count);
-    std::memcpy(v + at * row, c.v, sizeof(float) * row * c.count);
+    LoadKvValues(k + at * row, c.k, view.dtype, static_cast<int64_t>(row) * c.count);
+    LoadKvValues(v + at * row, c.v, view.dtype, static_cast<int64_t>(row) * c.count);
     out->pos_copy.insert(out->pos_copy.end(), c.pos, c.pos + c.count);
     out->index_copy.insert(out->index_copy.end(), c.index, c.index + c.count);
     at += c.count;
@@ -56,7 +57,7 @@ void ViewKv(const KvLayerView& view, int n_kv_heads, int head_dim, ContiguousKv*
 // read in place, and the keys' masking coordinates (alive indices, or positions) in one array:
 // copied only with several chunks, 4 bytes per key against K and V's 8 * kv_dim.
 struct KvRuns {
-  std::vector<ops::KvRun> runs;  // each k, v f32 [count, Hkv, D]
+  std::vector<ops::KvRun> runs;  // each k, v (f32 or f16) [count, Hkv, D]
   const int32_t* mask = nullptr;  // [sum of counts]
   std::vector<int32_t> mask_copy;
 };
@@ -65,14 +66,14 @@ void ViewKvRuns(const KvLayerView& view, int n_kv_heads, int head_dim, bool by_p
                 KvRuns* out) {
   for (const KvChunk& c : view.chunks) {
     out->runs.push_back(
-        {TensorView::Contiguous(const_cast<float*>(c.k), DType::kF32,
+        {TensorView::Contiguous(const_cast<void*>(c.k), view.dtype,
                                 {c.count, n_kv_heads, head_dim}),
-         TensorView::Contiguous(const_cast<float*>(c.v), DType::kF32,
+         TensorView::Contiguous(const_cast<void*>(c.v), view.dtype,
                                 {c.count, n_kv_heads, head_dim})});
   }
   if (view.chunks.empty()) {  // no key: one empty run carries the head count
-    out->runs.push_back({TensorView::Contiguous(nullptr, DType::kF32, {0, n_kv_heads, head_dim}),
-                         TensorView::Contiguous(nullptr, DType::kF32, {0, n_kv_heads, head_dim})});
+    out->runs.push_back({TensorView::Contiguous(nullptr, view.dtype, {0, n_kv_heads, head_dim}),
+                         TensorView::Contiguous(nullptr, view.dtype, {0, n_kv_heads, head_dim})});
   }
   if (view.chunks.size() == 1) {
     out->mask = by_position ? view.chunks[0].pos : view.chunks[0].index;
@@ -204,8 +205,8 @@ Status AttentionForward(DeviceContext& ctx, const AttentionWeights& w, int layer
     UP_ASSIGN_OR_RETURN(KvAppendSlot slot,
                         s.cache->AppendKv(layer, s.rows(), batch.positions() + s.begin,
                                           batch.indices() + s.begin));
-    std::memcpy(slot.k.data, k2.row<float>(s.begin), sizeof(float) * kvd * s.rows());
-    std::memcpy(slot.v.data, v2.row<float>(s.begin), sizeof(float) * kvd * s.rows());
+    StoreKvValues(slot.k.data, slot.k.dtype, k2.row<float>(s.begin), kvd * s.rows());
+    StoreKvValues(slot.v.data, slot.v.dtype, v2.row<float>(s.begin), kvd * s.rows());
   }
 
   // The query rows that get an output, with their masking coordinate in this layer's segment.

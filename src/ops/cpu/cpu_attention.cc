@@ -12,7 +12,9 @@
 // With AttentionParams::bf16_tiles at the amx-bf16 level both products run on AMX bf16 tiles
 // instead (KeyTileAmx: Q, K, P, V rounded to bf16, f32 sums, the softmax unchanged).
 // Key tiles are those of one contiguous buffer whatever the runs; a tile spanning runs reads
-// each part in place (results equal bit for bit).
+// each part in place (results equal bit for bit). f16 keys and values (a CPU cache's default,
+// kv/kv_rows.h) are widened to f32 a key tile at a time into the worker's buffers, so the
+// kernels are the f32 ones and results equal an f32 cache holding the same (rounded) values.
 // Memory is linear in context: besides the inputs and output, each worker holds one Q tile, one
 // packed K tile, one S tile [rows, kKeyTile] and one O tile (O(tile) floats, independent of Tk),
 // plus O(Tq) visible ranges; key splits (decode) add partial O tiles per split, again O(tile).
@@ -25,6 +27,7 @@
 #include <optional>
 #include <vector>
 
+#include "kv/kv_rows.h"
 #include "ops/cpu/cpu_gemm_bf16_amx.h"
 #include "ops/cpu/cpu_gemm_tile.h"
 #include "ops/cpu/cpu_math.h"
@@ -38,8 +41,8 @@ constexpr int kKeyTile = 128;          // keys per S tile
 constexpr int64_t kMinSplitKeys = 1024;  // a key split (decode) covers at least this many keys
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-// Keys [begin, begin + count) of the problem's key index space: k, v f32 [count, Hkv, D] rows in
-// place (one run for Attention, one per cache block for AttentionPaged); never empty.
+// Keys [begin, begin + count) of the problem's key index space: k, v (f32 or f16) [count, Hkv, D]
+// rows in place (one run for Attention, one per cache block for AttentionPaged); never empty.
 struct KeyRun {
   TensorView k, v;
   int64_t begin = 0, count = 0;
@@ -52,6 +55,7 @@ struct Problem {
   // AttentionParams::bf16_tiles at the amx-bf16 level, D a multiple of 32: query tiles of more
   // than kDotRowsMax rows run S = Q K^T and P V on AMX bf16 tiles (KeyTileAmx).
   bool amx = false;
+  bool f16 = false;  // the runs hold f16 keys and values (widened a key tile at a time)
   int64_t tq = 0, tk = 0, hq = 0, hkv = 0, group = 0, d = 0;
   int64_t dp = 0;  // O tile row stride: d rounded up to kPanel
   int64_t queries_per_tile = 0, tiles = 0, splits = 1;
@@ -79,9 +83,16 @@ struct Workspace {
   std::vector<uint16_t> q16, p16, kpanels, vpanels;
   std::vector<float> pv;
   std::vector<const float*> krows, vrows;
+  // f16 keys / values: the key tile's rows of one kv head widened to f32 [kKeyTile, d]; the
+  // segments then point here, so every kernel below reads f32 as from an f32 cache.
+  std::vector<float> kwide, vwide;
   explicit Workspace(const Problem& p) {
     const int64_t rows = p.queries_per_tile * p.group;
     ones.assign(rows, 1.0f);
+    if (p.f16) {
+      kwide.resize(kKeyTile * p.d);
+      vwide.resize(kKeyTile * p.d);
+    }
     segments.reserve(kKeyTile);
     q.resize(rows * p.d);
     kpack.resize(kKeyTile * p.d);
@@ -144,7 +155,13 @@ void PrefetchRows(const float* base, int64_t stride, int n, int d) {
   }
 }
 
-// The segments of key tile [j0, j0 + nk) for kv head kh, into ws.segments.
+// Widens n rows of d f16 values (row stride `stride` elements) to f32 rows of d.
+void WidenRows(float* dst, const uint16_t* src, int64_t stride, int n, int d) {
+  for (int i = 0; i < n; ++i) LoadKvValues(dst + int64_t{i} * d, src + i * stride, DType::kF16, d);
+}
+
+// The segments of key tile [j0, j0 + nk) for kv head kh, into ws.segments (f16 runs: their rows
+// widened into ws.kwide / ws.vwide at the key's place in the tile).
 void TileSegments(const Problem& p, int64_t kh, int64_t j0, int nk, Workspace& ws) {
   ws.segments.clear();
   auto run = std::upper_bound(p.runs.begin(), p.runs.end(), j0,
@@ -152,10 +169,21 @@ void TileSegments(const Problem& p, int64_t kh, int64_t j0, int nk, Workspace& w
   for (int64_t j = j0; j < j0 + nk; ++run) {
     const int64_t off = j - run->begin;
     const int n = static_cast<int>(std::min(j0 + nk, run->begin + run->count) - j);
-    ws.segments.push_back(
-        {j, n, run->k.as<float>() + kh * run->k.stride[1] + off * run->k.stride[0],
-         run->v.as<float>() + kh * run->v.stride[1] + off * run->v.stride[0], run->k.stride[0],
-         run->v.stride[0]});
+    if (p.f16) {
+      const int d = static_cast<int>(p.d);
+      float* k = ws.kwide.data() + (j - j0) * p.d;
+      float* v = ws.vwide.data() + (j - j0) * p.d;
+      WidenRows(k, run->k.as<uint16_t>() + kh * run->k.stride[1] + off * run->k.stride[0],
+                run->k.stride[0], n, d);
+      WidenRows(v, run->v.as<uint16_t>() + kh * run->v.stride[1] + off * run->v.stride[0],
+                run->v.stride[0], n, d);
+      ws.segments.push_back({j, n, k, v, p.d, p.d});
+    } else {
+      ws.segments.push_back(
+          {j, n, run->k.as<float>() + kh * run->k.stride[1] + off * run->k.stride[0],
+           run->v.as<float>() + kh * run->v.stride[1] + off * run->v.stride[0], run->k.stride[0],
+           run->v.stride[0]});
+    }
     j += n;
   }
 }
@@ -169,8 +197,11 @@ void KeyTile(const Problem& p, Workspace& ws, int rows, int64_t j0, int nk) {
   // f32 [rows, kKeyTile] = Q [rows, d] K_tile^T
   if (rows <= kDotRowsMax) {
     // Decode: the PV kernel walks V a column panel at a time (a 1 KB stride for D = 256) with
-    // too few rows to hide DRAM latency; prefetch the V tile into L2 while the scores run.
-    for (const Segment& g : ws.segments) PrefetchRows(g.v, g.v_stride, g.n, d);
+    // too few rows to hide DRAM latency; prefetch the V tile into L2 while the scores run (f16:
+    // the widened tile was just written, so it is in cache already).
+    if (!p.f16) {
+      for (const Segment& g : ws.segments) PrefetchRows(g.v, g.v_stride, g.n, d);
+    }
     for (const Segment& g : ws.segments) {
       p.gemm->dot_rows(ws.s.data() + (g.j - j0), kKeyTile, ws.q.data(), d, g.k, g.k_stride, rows,
                        g.n, d);
@@ -321,8 +352,11 @@ Problem MakeProblem(DeviceContext& ctx, TensorView out, TensorView q,
   p.hq = q.dim(1);
   p.d = q.dim(2);
   p.hkv = runs.front().k.dim(1);
+  p.f16 = runs.front().k.dtype == DType::kF16;
   for (const KvRun& r : runs) {
     assert(r.k.dim(1) == p.hkv && r.k.dim(2) == p.d && r.v.dim(0) == r.k.dim(0));
+    assert(r.k.dtype == runs.front().k.dtype && r.v.dtype == r.k.dtype);
+    assert(r.k.dtype == DType::kF32 || r.k.dtype == DType::kF16);
     if (r.k.dim(0) > 0) p.runs.push_back({r.k, r.v, p.tk, r.k.dim(0)});
     p.tk += r.k.dim(0);
   }
