@@ -376,10 +376,12 @@ int ServeCommand(const ServeOptions& o) {
   }
 
   const ServingMetrics m = batch->Metrics();
+  // A device model's pool is bf16 whatever --kv-cache-dtype says (that option is the CPU's).
+  const std::string kv_type = o.device.device == "cuda" ? "bf16" : o.device.kv_cache_dtype;
   std::fprintf(stderr,
-               "kv cache: %d blocks of %d tokens, %s (--kv-cache-memory %s); up to %d requests "
-               "at once, %d tokens per step (%d with no decodes)\n",
-               m.kv_blocks_total, so.kv_block_tokens,
+               "kv cache: %d blocks of %d tokens (%s keys and values), %s (--kv-cache-memory %s); "
+               "up to %d requests at once, %d tokens per step (%d with no decodes)\n",
+               m.kv_blocks_total, so.kv_block_tokens, kv_type.c_str(),
                FormatBytes(int64_t{m.kv_blocks_total} * m.kv_block_bytes).c_str(),
                FormatBytes(o.kv_cache_memory).c_str(), so.max_num_seqs, so.max_batched_tokens,
                std::max(so.max_batched_tokens, so.prefill_only_tokens));
