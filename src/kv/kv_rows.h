@@ -1,5 +1,6 @@
 // Rows of cached keys / values in the cache's element type: f32, or f16 (half the bytes a
-// decode step streams per cached token; the CPU caches' default, as llama.cpp's). Converting
+// decode step streams per cached token; the engine's default for CPU caches, as llama.cpp's
+// default cache type). Converting
 // writes and reads live here so caches, the attention block and the attention kernel agree.
 // F16C (the build's baseline, -mf16c) converts 8 values per instruction; f32 -> f16 rounds to
 // nearest even and clamps to +-65504, so a key or value past f16's range saturates instead of

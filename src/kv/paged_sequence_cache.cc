@@ -17,7 +17,8 @@ Status CheckMatches(const CacheLayout& layout, int max_tokens, const KvBlockMana
     return InvalidArgument("paged cache: no block manager or KV arena");
   }
   if (max_tokens < 0) return InvalidArgument("paged cache: max_tokens " + Str(max_tokens) + " < 0");
-  UP_ASSIGN_OR_RETURN(KvCacheSpec spec, KvCacheSpec::FromLayout(layout, KvElementBytes(layout.kv_dtype)));
+  UP_ASSIGN_OR_RETURN(KvCacheSpec spec,
+                      KvCacheSpec::FromLayout(layout, KvElementBytes(layout.kv_dtype)));
   const KvCacheSpec& want = manager->spec();
   if (spec.n_segments() != want.n_segments()) {
     return InvalidArgument("paged cache: the layout has " + Str(spec.n_segments()) +

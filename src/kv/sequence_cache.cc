@@ -94,8 +94,10 @@ Result<KvAppendSlot> ContiguousSequenceCache::AppendKv(int layer, int n, const i
   l.pos.insert(l.pos.end(), pos, pos + n);
   l.index.insert(l.index.end(), index, index + n);
   KvAppendSlot slot;
-  slot.k = TensorView::Contiguous(l.k.as<char>() + row * l.count, layout_.kv_dtype, {n, spec.kv_dim});
-  slot.v = TensorView::Contiguous(l.v.as<char>() + row * l.count, layout_.kv_dtype, {n, spec.kv_dim});
+  slot.k =
+      TensorView::Contiguous(l.k.as<char>() + row * l.count, layout_.kv_dtype, {n, spec.kv_dim});
+  slot.v =
+      TensorView::Contiguous(l.v.as<char>() + row * l.count, layout_.kv_dtype, {n, spec.kv_dim});
   l.count += n;
   return slot;
 }

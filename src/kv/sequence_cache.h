@@ -48,7 +48,8 @@ struct CacheLayout {
   std::vector<int> segment_of_layer;  // [n_layers], non-decreasing from 0
   int n_segments = 1;
   // Element type of host caches' keys and values (ContiguousSequenceCache, KvArena): kF32, or
-  // kF16 (kv/kv_rows.h; the CPU models' default, Model::kv_dtype). Device caches keep bf16.
+  // kF16 (kv/kv_rows.h; the engine's default for CPU models, set through Model::kv_dtype).
+  // Device caches keep bf16.
   DType kv_dtype = DType::kF32;
   // Builds segment_of_layer from ascending drop layers (empty: one segment).
   static CacheLayout WithDropLayers(std::vector<CacheLayerSpec> layers,

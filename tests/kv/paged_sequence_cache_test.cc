@@ -126,7 +126,8 @@ TEST(KvArenaTest, BlockRowsLiveAtTheirOffsets) {
   for (int b = 0; b < 3; ++b) {
     for (int r = 0; r < 4; ++r) {
       // Block b at byte b * block_bytes: K [4, kDim], then V [4, kDim].
-      EXPECT_EQ(static_cast<float*>(arena.k(b, r)), base + b * (arena.block_bytes() / 4) + r * kDim);
+      EXPECT_EQ(static_cast<float*>(arena.k(b, r)),
+                base + b * (arena.block_bytes() / 4) + r * kDim);
       EXPECT_EQ(static_cast<float*>(arena.v(b, r)), static_cast<float*>(arena.k(b, r)) + 4 * kDim);
       EXPECT_EQ(arena.index(b, r), arena.pos(b, r) + 4);
       EXPECT_EQ(arena.pos(b, r), arena.pos(0, 0) + b * 8 + r);
