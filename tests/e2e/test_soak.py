@@ -32,7 +32,7 @@ from server_harness import (CONFIG, MetricsPoller, Server, compare_with_alone, l
 BOS = 2
 
 # Burst: (requests, prompt tokens, output tokens, --kv-cache-memory). Gemma 3 270M holds 2 KiB (f32
-# K + V) per token per attention layer, 18 layers (15 sliding with window 512): a block of 16
+# K + V; the server runs with --kv-cache-dtype f32) per token per attention layer, 18 layers (15 sliding with window 512): a block of 16
 # tokens of one layer is 32 KiB. Prompt and output stay inside the window, so every layer grows by
 # a block each 16 tokens: a 96-token prompt is admitted when 18 * 6 = 108 blocks are free, and at
 # its last token (143) holds 18 * 9 = 162. The pool (768 / 1536 / 2304 blocks) admits about
@@ -107,8 +107,10 @@ class BurstTest(unittest.TestCase):
         # --f32-decode: a recompute prefills the tokens a request had decoded, and only with f32
         # decodes do both paths share their arithmetic (int16 decode activations would make a
         # recomputed request's logits differ from its alone run's by more than rounding).
-        with Server(["--kv-cache-memory", kv, "--max-num-seqs", "64", "--f32-decode"],
-                    name="burst") as srv:
+        # --kv-cache-dtype f32 for the same reason (f16 keys round a last-bit difference into
+        # ~1e-3), and the pool sizes above count f32 blocks (f16 would hold twice the tokens).
+        with Server(["--kv-cache-memory", kv, "--max-num-seqs", "64", "--f32-decode",
+                     "--kv-cache-dtype", "f32"], name="burst") as srv:
             m0 = srv.metrics()
             blocks_total = m0.get("uniprefill_kv_blocks_total", default=-1)
             model = json.loads(srv.get_text("/v1/models")[1])["data"][0]["id"]
