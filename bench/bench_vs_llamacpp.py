@@ -78,9 +78,9 @@ def run_child_llamacpp(args, ids_file: str) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
-def run_uniprefill(args, ids_file: str) -> dict:
+def run_uniprefill(args, ids_file: str, binary: str = "") -> dict:
     with tempfile.NamedTemporaryFile(suffix=".json") as jf:
-        cmd = [str(ROOT / "build" / "uniprefill"), "run", "--model", args.model, "--prompt-tokens-file",
+        cmd = [binary or str(ROOT / "build" / "uniprefill"), "run", "--model", args.model, "--prompt-tokens-file",
                ids_file, "--max-tokens", str(args.decode_tokens + 1), "--ignore-eos", "--quiet",
                "--threads", str(args.threads), "--json", jf.name] + shlex.split(args.ours_args)
         subprocess.run(cmd, check=True, capture_output=True, text=True)
@@ -99,6 +99,9 @@ def main() -> None:
     ap.add_argument("--flash-attn", action="store_true", help="llama.cpp with flash attention on")
     ap.add_argument("--out", default=str(ROOT / "out" / "bench_vs_llamacpp.json"))
     ap.add_argument("--ours-args", default="", help="extra flags for `uniprefill run` (one string)")
+    ap.add_argument("--baseline-bin", default="",
+                    help="an earlier uniprefill binary run in every repeat beside ours and llama.cpp "
+                         "(same flags): old, new and the peer in one invocation")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--ids-file", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -112,8 +115,11 @@ def main() -> None:
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
             json.dump(ids, f)
             ids_file = f.name
-        ours, peer = [], []
+        ours, peer, base = [], [], []
         for rep in range(args.repeats):
+            if args.baseline_bin:
+                print(f"[{n} tokens] repeat {rep + 1}/{args.repeats}: baseline...", file=sys.stderr, flush=True)
+                base.append(run_uniprefill(args, ids_file, args.baseline_bin))
             print(f"[{n} tokens] repeat {rep + 1}/{args.repeats}: uniprefill...", file=sys.stderr, flush=True)
             ours.append(run_uniprefill(args, ids_file))
             print(f"[{n} tokens] repeat {rep + 1}/{args.repeats}: llama.cpp...", file=sys.stderr, flush=True)
@@ -131,6 +137,11 @@ def main() -> None:
         for k in ("prefill", "decode"):
             row[f"{k}_ratio_paired_median"] = statistics.median(
                 o[f"{k}_tok_s"] / p[f"{k}_tok_s"] for o, p in zip(ours, peer))
+        if base:
+            row["baseline"] = {k: med(base, k) for k in ("prefill_tok_s", "decode_tok_s", "peak_rss_mib")}
+            row["runs"]["baseline"] = base
+            for k in ("prefill", "decode"):
+                row[f"baseline_{k}_ratio"] = row["baseline"][f"{k}_tok_s"] / row["llama_cpp"][f"{k}_tok_s"]
         rows.append(row)
         print(json.dumps({k: v for k, v in row.items() if k != "runs"}), file=sys.stderr, flush=True)
 
@@ -139,6 +150,7 @@ def main() -> None:
     result = {"machine": {"cpu": cpu, "cores": os.cpu_count(), "platform": platform.platform()},
               "threads": args.threads, "repeats": args.repeats, "decode_tokens": args.decode_tokens,
               "llama_cpp_flash_attn": args.flash_attn, "ours_args": args.ours_args,
+              "baseline_bin": args.baseline_bin,
               "model": args.model, "rows": rows}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2))
@@ -153,6 +165,12 @@ def main() -> None:
               f"{u['decode_tok_s']:>17.1f} {l['decode_tok_s']:>10.1f} "
               f"{r['decode_ratio']:>6.2f} {r['decode_ratio_paired_median']:>6.2f} | "
               f"{u['peak_rss_mib']:>12.0f} {l['peak_rss_mib']:>10.0f}")
+    for r in rows:
+        if "baseline" in r:
+            b = r["baseline"]
+            print(f"{r['prompt_tokens']:>7} baseline ({args.baseline_bin}): prefill {b['prefill_tok_s']:.1f} tok/s "
+                  f"({r['baseline_prefill_ratio']:.2f}x llama.cpp), decode {b['decode_tok_s']:.1f} "
+                  f"({r['baseline_decode_ratio']:.2f}x), RSS {b['peak_rss_mib']:.0f} MiB")
     print("ratio: median ours / median llama.cpp; paired: median over repeats of ours / llama.cpp")
     print(f"wrote {args.out}")
 

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <iterator>
 #include <memory>
 #include <random>
 #include <string>
@@ -125,13 +126,15 @@ class AttentionPagedTest : public ::testing::TestWithParam<std::tuple<int, CpuIs
   std::mt19937 rng_{777};
 };
 
+// Prefill, chunked prefill and decode shapes with random runs (both the f32 and the f16 tests).
+constexpr Case kRandomRunCases[] = {
+    {1, 1, 4, 1, 32, 0, 3},       {7, 7, 2, 1, 17, 0, 5},        {65, 300, 4, 2, 24, 0, 40},
+    {130, 130, 4, 1, 64, 50, 0},  {33, 500, 8, 2, 40, 128, 200}, {1, 3000, 4, 1, 64, 0, 0},
+    {1, 3000, 4, 1, 64, 512, 37}, {2, 2500, 2, 2, 33, 0, 300},   {3, 40, 4, 4, 16, 5, 1},
+};
+
 TEST_P(AttentionPagedTest, RandomRunsMatchTheGatheredKeys) {
-  const Case cases[] = {
-      {1, 1, 4, 1, 32, 0, 3},       {7, 7, 2, 1, 17, 0, 5},        {65, 300, 4, 2, 24, 0, 40},
-      {130, 130, 4, 1, 64, 50, 0},  {33, 500, 8, 2, 40, 128, 200}, {1, 3000, 4, 1, 64, 0, 0},
-      {1, 3000, 4, 1, 64, 512, 37}, {2, 2500, 2, 2, 33, 0, 300},   {3, 40, 4, 4, 16, 5, 1},
-  };
-  for (const Case& c : cases) {
+  for (const Case& c : kRandomRunCases) {
     const Outputs r = RunCase(*ctx_, c, rng_);
     const std::string what = "tq " + std::to_string(c.tq) + " tk " + std::to_string(c.tk) +
                              " window " + std::to_string(c.window) + " max_run " +
@@ -147,11 +150,8 @@ TEST_P(AttentionPagedTest, RandomRunsMatchTheGatheredKeys) {
 // same rounded values: equal bit for bit (the kernel widens a key tile to f32 and runs the f32
 // kernels on it), and near the reference on the unrounded keys (f16 keeps 11 significant bits).
 TEST_P(AttentionPagedTest, F16RunsEqualF32RunsOfTheRoundedValues) {
-  const Case cases[] = {
-      {1, 1, 4, 1, 32, 0, 3},       {7, 7, 2, 1, 17, 0, 5},        {65, 300, 4, 2, 24, 0, 40},
-      {130, 130, 4, 1, 64, 50, 0},  {33, 500, 8, 2, 40, 128, 200}, {1, 3000, 4, 1, 64, 0, 0},
-      {1, 3000, 4, 1, 64, 512, 37}, {2, 2500, 2, 2, 33, 0, 300},   {1, 700, 4, 1, 256, 0, 16},
-  };
+  std::vector<Case> cases(std::begin(kRandomRunCases), std::end(kRandomRunCases));
+  cases.push_back({1, 700, 4, 1, 256, 0, 16});  // Gemma 3's head size, paged blocks
   for (const Case& c : cases) {
     Inputs in = MakeInputs(c, rng_);
     const int64_t row = c.hkv * c.d;
