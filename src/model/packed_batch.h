@@ -104,6 +104,9 @@ struct ForwardStats {
   // Device models: attentions of a chunk over its cached prefix that read the prefix in place
   // (its pages one run of pool blocks), not from a copy (per layer and request).
   int prefix_reads_in_place = 0;
+  // Rows the LM head ran on: the forward's requests that want logits or a token (a prefill chunk
+  // before its last wants neither, so a forward of such chunks runs no head).
+  int head_rows = 0;
   // Benchmarks only: with time_phases the walk waits for the backend after every step and adds
   // its wall time to phase_s[WalkPhase] (the waits cost some speed: compare like with like).
   bool time_phases = false;

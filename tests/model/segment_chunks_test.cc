@@ -265,6 +265,31 @@ TEST_P(SegmentChunksTest, BadChunksAreRejectedWithAReason) {
   EXPECT_NE(st.message().find("must hold them"), std::string::npos) << st.message();
 }
 
+// Only a forward whose requests want logits runs the LM head (ForwardStats::head_rows): dense
+// chunks before the last want none, the last chunk and a decode one row each.
+TEST_P(SegmentChunksTest, OnlyRowsThatWantLogitsRunTheHead) {
+  Model& m = *model_;
+  const UniPrefillConfig dense;
+  auto cache = m.NewCache(400, {});
+  const std::vector<int32_t> prompt = RandomTokens(300, m.config().vocab_size, 17);
+  std::vector<float> logits(m.config().vocab_size);
+  ForwardStats stats;
+  for (size_t at = 0; at < prompt.size(); at += 97) {
+    const size_t n = std::min<size_t>(97, prompt.size() - at);
+    const bool last = at + n == prompt.size();
+    SequenceStep s{cache.get(), std::span<const int32_t>(prompt).subspan(at, n),
+                   last ? logits.data() : nullptr};
+    ASSERT_TRUE(m.ForwardBatch(*ctx_, std::span<const SequenceStep>(&s, 1), dense, nullptr, &stats)
+                    .ok());
+    EXPECT_EQ(stats.head_rows, last ? 1 : 0) << "after the chunk at " << at;
+  }
+  const std::vector<int32_t> next = {Argmax(logits)};
+  SequenceStep d{cache.get(), next, logits.data()};
+  ASSERT_TRUE(m.ForwardBatch(*ctx_, std::span<const SequenceStep>(&d, 1), dense, nullptr, &stats)
+                  .ok());
+  EXPECT_EQ(stats.head_rows, 2);
+}
+
 TEST(SegmentChunksGemma3_270mTest, ChunkedEqualsUnchunkedOnARealDocument) {
   const std::string model_path = std::string(UP_SOURCE_DIR) + "/models/gemma-3-270m-q4_k_m.gguf";
   const std::string prompt_path =

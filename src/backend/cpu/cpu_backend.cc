@@ -43,7 +43,9 @@ class CpuBackend final : public LayerBackend {
   Result<bool> Begin(DeviceContext& ctx, std::span<const SequenceStep> steps,
                      const UniPrefillConfig& uniprefill, int n_segments,
                      ForwardStats* stats) override {
-    (void)stats;  // drop timings are recorded by the attention block through DropLayer
+    // Drop timings are recorded by the attention block through DropLayer; Finish counts the
+    // head's rows here.
+    stats_ = stats;
     for (size_t r = 0; r < steps.size(); ++r) {
       if (steps[r].sampling) {
         return InvalidArgument("request " + std::to_string(r) +
@@ -203,6 +205,7 @@ class CpuBackend final : public LayerBackend {
     }
     if (!last.empty()) {
       const int64_t R = static_cast<int64_t>(last.size()), H = c_.hidden, V = c_.vocab_size;
+      if (stats_ != nullptr) stats_->head_rows += static_cast<int>(R);
       // f32 [R, V], kept across steps up to kKeptLogitsBytes (16 rows of Gemma 3's vocabulary):
       // a fresh mapping per step cost a page fault per 4 KB and the kernel's zeroing on every
       // batched decode step; larger steps (rare) take a buffer of their own.
@@ -295,6 +298,7 @@ class CpuBackend final : public LayerBackend {
   // The forward in progress.
   DeviceContext* ctx_ = nullptr;
   std::span<const SequenceStep> steps_;
+  ForwardStats* stats_ = nullptr;  // this forward's, or nullptr
   WindowMode window_mode_ = WindowMode::kAliveIndex;
   PackedBatch batch_;
   Buffer normed_;  // f32 [rows, hidden]: the current block's normalised input

@@ -437,33 +437,25 @@ Status CudaBackend::Moe(int layer) {
   return OkStatus();
 }
 
-Status CudaBackend::Finish() {
+// The final norm of each request's last row (residual += out first), then the head: logits_f32_
+// f32 [B, vocab] (a request without rows, a chunk whose rows all left at a drop, gets a zero row;
+// its logits are not wanted).
+Status CudaBackend::ComputeLogits() {
   const ModelConfig& c = cfg_;
   const int64_t T = rows_, H = c.hidden;
   const int B = static_cast<int>(reqs_.size());
-  std::vector<Req>& reqs = reqs_;
-  std::span<const SequenceStep> steps = steps_;
-  const std::vector<int>& drops = drops_;
   cudaStream_t stream = ctx_.cuda().stream();
-  // (A drop at the last layer opens no segment that holds layers: segment_ is then past them.)
-  for (Req& q : reqs) {
-    if (segment_ < static_cast<int>(q.added.size())) q.added[segment_] += q.rows();
-  }
-
-  // Final norm, each request's last row, logits.
   TensorView normed = normed_.View(DType::kBF16, {T, H});
   oc::AddRmsNorm(ctx_, normed, residual_[cur_].View(DType::kBF16, {T, H}),
                  out_.View(DType::kBF16, {T, H}), output_norm_.as<float>(), c.rms_eps);
-  has_out_ = false;
   const int32_t* d_last = nullptr;
   if (bounded_) {  // each request's last true row, from the device counts
     UP_ASSIGN_OR_RETURN(auto last, staging_.Scratch(B));
     oc::SegmentTailRows(ctx_, last.first, d_cu_, d_counts_, B, 1);
     d_last = last.first;
   } else {
-    // A chunk whose rows left at a drop has none: a zero row (its logits are not wanted).
     std::vector<int32_t> last;
-    for (const Req& q : reqs) last.push_back(q.rows() > 0 ? q.begin + q.rows() - 1 : -1);
+    for (const Req& q : reqs_) last.push_back(q.rows() > 0 ? q.begin + q.rows() - 1 : -1);
     UP_ASSIGN_OR_RETURN(d_last, staging_.Put(last, stream));
   }
   TensorView last_h = last_hidden_.View(DType::kBF16, {B, H});
@@ -488,6 +480,34 @@ Status CudaBackend::Finish() {
   }
   oc::Bf16ToF32(ctx_, logits_f32_.as<float>(), logits_.data(),
                 static_cast<int64_t>(B) * c.vocab_size);
+  return OkStatus();
+}
+
+Status CudaBackend::Finish() {
+  const ModelConfig& c = cfg_;
+  const int B = static_cast<int>(reqs_.size());
+  std::vector<Req>& reqs = reqs_;
+  std::span<const SequenceStep> steps = steps_;
+  const std::vector<int>& drops = drops_;
+  cudaStream_t stream = ctx_.cuda().stream();
+  // (A drop at the last layer opens no segment that holds layers: segment_ is then past them.)
+  for (Req& q : reqs) {
+    if (segment_ < static_cast<int>(q.added.size())) q.added[segment_] += q.rows();
+  }
+
+  // Final norm, each request's last row, logits: only when a request wants them. A prefill
+  // chunk before its last wants none, and its head would be a 1 GB read at the 8B shape (0.24 ms
+  // on an H200) for nothing. A vocabulary-split head always runs: its all-gather needs every
+  // rank, and a follower's steps never ask for logits (rank 0 samples).
+  const bool head_wanted =
+      def_.vocab_sharded() || std::any_of(reqs.begin(), reqs.end(), [&](const Req& q) {
+        return steps[q.step].logits != nullptr || steps[q.step].sampling != nullptr;
+      });
+  has_out_ = false;
+  if (head_wanted) {
+    UP_RETURN_IF_ERROR(ComputeLogits());
+    if (stats_ != nullptr) stats_->head_rows += B;
+  }
   const TensorView logits_f32 = logits_f32_.View(DType::kF32, {B, c.vocab_size});
   // Only what the steps ask for travels back: chosen ids, and logits rows where wanted.
   int32_t* h_ids = nullptr;

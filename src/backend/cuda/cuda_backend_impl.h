@@ -155,6 +155,7 @@ class CudaBackend final : public LayerBackend {
 
  private:
   const DeviceBuffer& NormWeight(int layer, NormSlot slot) const;
+  Status ComputeLogits();  // Finish's final norm and head (logits_f32_ f32 [requests, vocab])
   Status EnsureWork(int64_t rows, int batch);
   // During a graph capture the replaced buffer stays alive until the step's sync: nodes captured
   // before the growth still point into it.

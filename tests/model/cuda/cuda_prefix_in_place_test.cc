@@ -29,6 +29,7 @@ namespace {
 struct ChunkedRun {
   std::vector<std::vector<float>> logits;  // the prefill's, then each decode's
   int in_place = 0, split = 0;             // ForwardStats over the run
+  int head_rows = 0;                       // over the prefill's chunks: the last one's row only
   int contiguous_pages = 0, pages = 0;     // of the full-attention layer after the prefill
 };
 
@@ -58,6 +59,7 @@ ChunkedRun RunChunked(Model& m, DeviceContext& ctx, const std::vector<int32_t>& 
   }
   run.in_place = stats.prefix_reads_in_place;
   run.split = stats.split_prefix_attentions;
+  run.head_rows = stats.head_rows;
   const auto* device_cache = dynamic_cast<const CudaSequenceCache*>(cache.get());
   EXPECT_NE(device_cache, nullptr);
   for (int layer = 0; device_cache && layer < m.config().n_layers; ++layer) {
@@ -95,6 +97,7 @@ TEST(CudaPrefixInPlaceTest, ChunksReadingTheirPrefixInPlaceEqualCopyingItBitForB
     EXPECT_EQ(copied.in_place, 0);
     EXPECT_EQ(read.in_place, 10);  // chunks 2..11 of the one full-attention layer
     EXPECT_EQ(read.split, copied.split);
+    EXPECT_EQ(read.head_rows, 1) << "chunks before the last want no logits: no head";
     if (split_min_keys == 64) {
       EXPECT_GT(read.split, 0) << "split-KV should have run";
     }
