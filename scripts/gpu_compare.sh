@@ -7,7 +7,9 @@
 #          (.old_src is git-ignored via .git/info/exclude; carry it and .gpu_deps)
 #   there: bash scripts/gpu_compare.sh .old_src OUTDIR [STAGE...]
 #          stages: build (both trees, in parallel), tests (the new CUDA tests), llama (Llama-3.1-8B
-#          shape at 8K/32K/128K), others (Gemma-3-12B and Qwen3-Next shapes at 32K); default all.
+#          shape at 8K/32K/128K), others (Gemma-3-12B and Qwen3-Next shapes at 32K), decode (the
+#          8B shape's decode steps, graphs and device sampling as served: 1 and 32 requests at 1K,
+#          1 and 4 at 32K; OUTDIR/decode_compare.txt); default all but decode.
 # Builds land in build-dev-new/ and build-dev-old/ (git-ignored, kept while the machine stays
 # warm). Each shape runs dense and keep 0.5, the old binary and the new one back to back (the order
 # alternates between shapes), and OUTDIR/compare.txt lists new / old per point.
@@ -48,6 +50,35 @@ bench() {
 if [[ $stages == *" llama "* ]]; then
   bench "$old_build" old llama-3.1-8b 8192,32768,131072
   bench "$new_build" new llama-3.1-8b 8192,32768,131072
+fi
+# decode BUILD NAME CONTEXT BATCHES
+decode() {
+  "$1/uniprefill" bench gpu-decode --shape llama-3.1-8b --contexts "$3" --batch-sizes "$4" \
+    --sampling device --graphs on --steps 64 --json "$out/decode_$2_$3.json" \
+    >"$out/decode_$2_$3.txt" 2>&1 || { cat "$out/decode_$2_$3.txt"; return 1; }
+}
+if [[ $stages == *" decode "* ]]; then
+  decode "$old_build" old 1024 1,32
+  decode "$new_build" new 1024 1,32
+  decode "$new_build" new 32768 1,4
+  decode "$old_build" old 32768 1,4
+  python3 - "$out" <<'PY' | tee "$out/decode_compare.txt"
+import json, pathlib, sys
+out = pathlib.Path(sys.argv[1])
+print(f"{'context':>7} {'batch':>5} {'old ms':>8} {'new ms':>8} {'new/old':>8}")
+for new in sorted(out.glob("decode_new_*.json")):
+    old = out / new.name.replace("decode_new_", "decode_old_", 1)
+    if not old.exists():
+        continue
+    rows = lambda p: {(r["context"], r["batch"]): r for r in json.load(open(p))["rows"]}
+    o, n = rows(old), rows(new)
+    for key in sorted(n):
+        if key in o:
+            a, b = o[key].get("itl_ms_median", 0), n[key].get("itl_ms_median", 0)
+            if not a or not b:
+                continue
+            print(f"{key[0]:>7} {key[1]:>5} {a:8.2f} {b:8.2f} {b / a:8.3f}")
+PY
 fi
 if [[ $stages == *" others "* ]]; then
   bench "$new_build" new gemma-3-12b 32768

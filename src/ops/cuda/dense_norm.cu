@@ -87,11 +87,17 @@ __global__ void RmsNormVecKernel(NormArgs a) {
   const bf16* xr = a.x.Row(t, h);
   bf16* rr = kAdd ? a.residual.Row(t, h) : nullptr;
   float v[kMaxVec][kBf16PerVec];
+  // The weights are loaded with the row, before the sum: after it, their load was a second
+  // memory latency in series (a one-row decode norm is nothing but latency).
+  float4 w[kMaxVec][2];
+  const float4* w4 = reinterpret_cast<const float4*>(a.weight);
   float ss = 0.0f;
 #pragma unroll
   for (int j = 0; j < kMaxVec; ++j) {
     const int c = tid + j * group;
     if (c < n_vec) {
+      w[j][0] = w4[2 * c];
+      w[j][1] = w4[2 * c + 1];
       detail::LoadBf16x8(xr + c * kBf16PerVec, v[j]);
       if constexpr (kAdd) {
         float r[kBf16PerVec];
@@ -111,16 +117,15 @@ __global__ void RmsNormVecKernel(NormArgs a) {
   }
   const float inv = 1.0f / sqrtf(ss / static_cast<float>(a.d) + a.eps);
   bf16* orow = a.out.Row(t, h);
-  const float4* w4 = reinterpret_cast<const float4*>(a.weight);
 #pragma unroll
   for (int j = 0; j < kMaxVec; ++j) {
     const int c = tid + j * group;
     if (c < n_vec) {
-      const float4 w0 = w4[2 * c], w1 = w4[2 * c + 1];
-      const float w[kBf16PerVec] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+      const float4 w0 = w[j][0], w1 = w[j][1];
+      const float wk[kBf16PerVec] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
       float o[kBf16PerVec];
 #pragma unroll
-      for (int k = 0; k < kBf16PerVec; ++k) o[k] = v[j][k] * inv * w[k];
+      for (int k = 0; k < kBf16PerVec; ++k) o[k] = v[j][k] * inv * wk[k];
       detail::StoreBf16x8(orow + c * kBf16PerVec, o);
     }
   }

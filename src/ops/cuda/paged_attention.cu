@@ -273,7 +273,10 @@ __global__ void __launch_bounds__(kThreads) PagedDecodeKernel(const DecodeArgs a
 }
 
 // Merges the splits of one (head, request): out = sum_s 2^(lse_s - M) o_s / sum_s 2^(lse_s - M).
-// One thread per dim (blockDim.x == D).
+// One thread per dim (blockDim.x == D, a multiple of 32). The first warp finds M and the weights
+// with one load per lane and split (a single thread walking the splits' log-sum-exps took ~10 us
+// of an H200 decode layer: two serial passes of dependent global loads); the weights' sum stays
+// serial in split order, so the output's bits are those of the serial form.
 __global__ void SplitReduceKernel(bf16* out, int64_t o_row, int64_t o_head, const float* part_o,
                                   const float* part_lse, const int32_t* seq_lens, int hq, int d,
                                   int splits, int keys_per_split) {
@@ -283,16 +286,21 @@ __global__ void SplitReduceKernel(bf16* out, int64_t o_row, int64_t o_head, cons
   const int seq = seq_lens[b];
   const int used = seq <= 0 ? 0 : min(splits, (seq + keys_per_split - 1) / keys_per_split);
   const int64_t slot0 = (static_cast<int64_t>(b) * hq + h) * splits;
-  if (threadIdx.x == 0) {
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
     float mm = kNegInf;
-    for (int s = 0; s < used; ++s) mm = fmaxf(mm, part_lse[slot0 + s]);
-    float sum = 0.0f;
-    for (int s = 0; s < used; ++s) {
-      const float w = mm == kNegInf ? 0.0f : Exp2(part_lse[slot0 + s] - mm);
-      s_w[s] = w;
-      sum += w;
+    for (int s = lane; s < used; s += 32) mm = fmaxf(mm, part_lse[slot0 + s]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mm = fmaxf(mm, __shfl_xor_sync(0xffffffffu, mm, o));
+    for (int s = lane; s < used; s += 32) {
+      s_w[s] = mm == kNegInf ? 0.0f : Exp2(part_lse[slot0 + s] - mm);
     }
-    s_sum = sum;
+    __syncwarp();
+    if (lane == 0) {
+      float sum = 0.0f;
+      for (int s = 0; s < used; ++s) sum += s_w[s];
+      s_sum = sum;
+    }
   }
   __syncthreads();
   const int i = threadIdx.x;
