@@ -16,7 +16,9 @@
 # UNIPREFILL_CUDA_SPLIT_ON_CUDNN=1), chunkeduntiled (chunked's flags, chunks' keys priced per
 # row instead of per whole query tile, as before: UNIPREFILL_CUDA_UNTILED_PRICE=1),
 # chunkeddecoderows (chunked's flags, a decode costing the budget its row only, its keys
-# unpriced, as before: UNIPREFILL_CUDA_DECODES_AS_ROWS=1), nosplit (the
+# unpriced, as before: UNIPREFILL_CUDA_DECODES_AS_ROWS=1), chunkedfloor (chunked's flags,
+# layers that only a step's decodes run priced at their weights' stream:
+# UNIPREFILL_CUDA_WEIGHT_FLOOR=1, not yet the default), nosplit (the
 # same budget, no
 # prefill-only budget, --gpu-prefix-split 0: the previous session's server), chunkedrows (the
 # budget counting rows only, --budget-counts-rows), whole (--no-chunked-prefill) and chunkedsync
@@ -61,6 +63,9 @@ for variant in $variants; do
     chunkeddecoderows)
       flags=(--max-batched-tokens "$budget" --prefill-only-tokens "$prefill_only")
       env_vars+=(UNIPREFILL_CUDA_DECODES_AS_ROWS=1) ;;
+    chunkedfloor)
+      flags=(--max-batched-tokens "$budget" --prefill-only-tokens "$prefill_only")
+      env_vars+=(UNIPREFILL_CUDA_WEIGHT_FLOOR=1) ;;
     chunkedsync)
       flags=(--max-batched-tokens "$budget" --prefill-only-tokens "$prefill_only")
       env_vars+=(UNIPREFILL_CUDA_SYNC_EVERY_FORWARD=1 UNIPREFILL_CUDA_ATTENTION_SLOWDOWN=1) ;;
@@ -68,7 +73,7 @@ for variant in $variants; do
     chunkedrows) flags=(--max-batched-tokens "$budget" --budget-counts-rows) ;;
     whole) flags=(--no-chunked-prefill) ;;
     *) echo "unknown variant $variant (chunked, chunkedcopy, chunkedcudnnsplit, chunkeduntiled," \
-            "chunkeddecoderows, chunkedsync," \
+            "chunkeddecoderows, chunkedfloor, chunkedsync," \
             "nosplit, chunkedrows," \
             "whole)" >&2
        exit 2 ;;

@@ -148,24 +148,25 @@ SegmentCost Scheduler::Price(int segment) const {
   return whole;
 }
 
-int Scheduler::ChunkCost(int segment, int prefix, int rows) const {
-  return PricedChunkCost(Price(segment), prefix, rows);
+int Scheduler::ChunkCost(int segment, int prefix, int rows, int free_rows) const {
+  return PricedChunkCost(Price(segment), prefix, rows, free_rows);
 }
 
-int Scheduler::PricedChunkCost(const SegmentCost& c, int prefix, int rows) {
+int Scheduler::PricedChunkCost(const SegmentCost& c, int prefix, int rows, int free_rows) {
   // The attention's rows: whole query tiles (each tile attends as if all its rows were real).
   const int tile = std::max(1, c.query_tile_rows);
   const double tiled = static_cast<double>((int64_t{rows} + tile - 1) / tile * tile);
+  const double linear_rows = std::max(0, rows - std::max(0, free_rows));
   return static_cast<int>(std::min<double>(
-      std::ceil(rows * c.linear_share + tiled * c.key_cost * (prefix + tiled / 2.0) +
+      std::ceil(linear_rows * c.linear_share + tiled * c.key_cost * (prefix + tiled / 2.0) +
                 c.prefix_key_cost * prefix),
       std::numeric_limits<int>::max() / 2));
 }
 
-int Scheduler::RowsWithin(int segment, int prefix, int budget) const {
+int Scheduler::RowsWithin(int segment, int prefix, int budget, int free_rows) const {
   if (budget <= 0) return 0;
   const SegmentCost c = Price(segment);
-  const int rows = PricedRowsWithin(c, prefix, budget, MaxChunkRows());
+  const int rows = PricedRowsWithin(c, prefix, budget, MaxChunkRows(), free_rows);
   const int tile = c.query_tile_rows;
   if (tile <= 1) return rows;
   if (rows < tile) {
@@ -173,22 +174,26 @@ int Scheduler::RowsWithin(int segment, int prefix, int budget) const {
     // per row's keys, as on the CPU; a deep prefix still advances by more than one row).
     SegmentCost per_row = c;
     per_row.query_tile_rows = 1;
-    return PricedRowsWithin(per_row, prefix, budget, MaxChunkRows());
+    return PricedRowsWithin(per_row, prefix, budget, MaxChunkRows(), free_rows);
   }
   // A last, partial tile pays for a whole tile's keys: its rows are kept only where they raise
   // the rows per budget (shallow chunks, where the linear work dominates), else the chunk ends
   // at its last whole tile and the step ends sooner.
   const int whole = rows / tile * tile;
-  if (whole < rows && static_cast<double>(rows) * ChunkCost(segment, prefix, whole) <
-                          static_cast<double>(whole) * ChunkCost(segment, prefix, rows)) {
+  if (whole < rows &&
+      static_cast<double>(rows) * ChunkCost(segment, prefix, whole, free_rows) <
+          static_cast<double>(whole) * ChunkCost(segment, prefix, rows, free_rows)) {
     return whole;
   }
   return rows;
 }
 
-int Scheduler::PricedRowsWithin(const SegmentCost& c, int prefix, int budget, int cap) {
+int Scheduler::PricedRowsWithin(const SegmentCost& c, int prefix, int budget, int cap,
+                                int free_rows) {
   const double k = c.key_cost, a = c.linear_share + k * prefix;
-  const double for_rows = std::max(0.0, budget - c.prefix_key_cost * prefix);
+  // Free rows cost no linear work: as if the budget held their linear share more.
+  const double for_rows = std::max(
+      0.0, budget - c.prefix_key_cost * prefix + c.linear_share * std::max(0, free_rows));
   // The root of rows a + k rows^2 / 2 = for_rows (no tiles), then rounding and tiles fixed by
   // PricedChunkCost (the root is at least the tiled answer: at most a tile's steps down).
   // (A segment without linear work and keys, a = 0 and k = 0, costs nothing per row: the cap.)
@@ -196,9 +201,63 @@ int Scheduler::PricedRowsWithin(const SegmentCost& c, int prefix, int budget, in
                       : a > 0 ? for_rows / a
                               : static_cast<double>(cap);
   int rows = static_cast<int>(std::clamp<double>(root, 1.0, cap));
-  while (rows > 1 && PricedChunkCost(c, prefix, rows) > budget) --rows;
-  while (rows < cap && PricedChunkCost(c, prefix, rows + 1) <= budget) ++rows;
+  while (rows > 1 && PricedChunkCost(c, prefix, rows, free_rows) > budget) --rows;
+  while (rows < cap && PricedChunkCost(c, prefix, rows + 1, free_rows) <= budget) ++rows;
   return rows;
+}
+
+namespace {
+
+// Rows each segment's layers run in the plan (decodes run all of them), `self` left out; the
+// segment-wise chunks by their segment, every other prefill in every segment. Without a price
+// per segment (per_segment false) every chunk is priced as the whole model: one pool of rows.
+std::vector<int> SegmentRows(const StepPlan& plan, int n_segments, bool per_segment,
+                             const ScheduledRequest* self) {
+  std::vector<int> rows(per_segment ? std::max(1, n_segments) : 1, 0);
+  for (const ScheduledRequest& s : plan.requests) {
+    if (&s == self) continue;
+    if (per_segment && s.is_prefill && s.segment >= 0 &&
+        s.segment < static_cast<int>(rows.size())) {
+      rows[s.segment] += s.num_tokens;
+    } else {
+      for (int& r : rows) r += s.num_tokens;
+    }
+  }
+  return rows;
+}
+
+bool HasDecodes(const StepPlan& plan) {
+  return std::any_of(plan.requests.begin(), plan.requests.end(),
+                     [](const ScheduledRequest& s) { return !s.is_prefill; });
+}
+
+}  // namespace
+
+int Scheduler::FreeRows(const StepPlan& plan, int segment, const ScheduledRequest* self) const {
+  const int floor = static_cast<int>(config_.weight_floor_rows);
+  if (floor <= 0 || !HasDecodes(plan)) return 0;
+  const bool per_segment = PricedPerSegment();
+  const std::vector<int> rows = SegmentRows(plan, kv_.n_segments(), per_segment, self);
+  int free_rows = floor;
+  for (size_t s = 0; s < rows.size(); ++s) {
+    if (!per_segment || segment < 0 || static_cast<int>(s) == segment) {
+      free_rows = std::min(free_rows, std::max(0, floor - rows[s]));
+    }
+  }
+  return free_rows;
+}
+
+double Scheduler::WeightFloorSlack(const StepPlan& plan) const {
+  const double floor = config_.weight_floor_rows;
+  if (floor <= 0 || !HasDecodes(plan)) return 0;
+  const bool per_segment = PricedPerSegment();
+  const std::vector<int> rows = SegmentRows(plan, kv_.n_segments(), per_segment, nullptr);
+  double slack = 0;
+  for (size_t s = 0; s < rows.size(); ++s) {
+    const double share = per_segment ? config_.segment_costs[s].linear_share : 1.0;
+    slack += share * std::max(0.0, floor - rows[s]);
+  }
+  return slack;
 }
 
 int Scheduler::Cost(const ScheduledRequest& s) const {
@@ -224,7 +283,8 @@ int Scheduler::BudgetLeft(const StepPlan& plan) const {
   // The decodes' keys take at most half the budget: many long decodes slow their steps, but
   // prefills (and the admissions behind them) still advance beside them instead of waiting for
   // the decodes to finish.
-  used += static_cast<int>(std::ceil(std::min(decode_keys, config_.max_batched_tokens / 2.0)));
+  used += static_cast<int>(std::ceil(std::min(decode_keys, config_.max_batched_tokens / 2.0) +
+                                     WeightFloorSlack(plan)));
   // Decodes are planned first, so whether this step holds any is known before any chunk.
   const int budget = decodes ? config_.max_batched_tokens
                              : std::max(config_.max_batched_tokens, config_.prefill_only_tokens);
@@ -277,7 +337,8 @@ void Scheduler::ContinueChunkedPrefills(StepPlan& plan) {
                            WaitingPrefillWork(requests_.at(waiting_.front())) < oldest_left;
   int parties = static_cast<int>(sharing.size()) + (head_shares ? 1 : 0);
   auto schedule = [&](RequestId id, int budget) {
-    const ScheduledRequest s = NextChunk(requests_.at(id), budget, RowsLeft(plan));
+    const RequestInfo& r = requests_.at(id);
+    const ScheduledRequest s = NextChunk(r, budget, RowsLeft(plan), FreeRows(plan, r.segment));
     plan.requests.push_back(s);
     if (s.segment <= 0) stats_.prefill_tokens += s.num_tokens;  // later segments: same tokens
   };
@@ -295,12 +356,13 @@ void Scheduler::ContinueChunkedPrefills(StepPlan& plan) {
   }
 }
 
-ScheduledRequest Scheduler::NextChunk(const RequestInfo& r, int budget, int max_rows) const {
+ScheduledRequest Scheduler::NextChunk(const RequestInfo& r, int budget, int max_rows,
+                                      int free_rows) const {
   ScheduledRequest s{r.id, 0, true, false};
   if (r.segment < 0) {  // dense chunks: every layer, tokens in order
     s.chunk_begin = r.prefilled;
-    s.num_tokens =
-        std::min({RowsWithin(-1, r.prefilled, budget), max_rows, r.prefill_target - r.prefilled});
+    s.num_tokens = std::min({RowsWithin(-1, r.prefilled, budget, free_rows), max_rows,
+                             r.prefill_target - r.prefilled});
     s.last_chunk = s.prefill_tokens() == r.prefill_target;
     return s;
   }
@@ -309,7 +371,8 @@ ScheduledRequest Scheduler::NextChunk(const RequestInfo& r, int budget, int max_
   s.segment_rows = r.segment_rows;
   s.chunk_begin = r.segment_done;
   s.num_tokens = NextSegmentChunkRows(r.segment_rows - r.segment_done,
-                                      std::min(RowsWithin(r.segment, r.segment_done, budget),
+                                      std::min(RowsWithin(r.segment, r.segment_done, budget,
+                                                          free_rows),
                                                max_rows),
                                       std::min(r.selection_queries, r.segment_rows));
   s.last_chunk = s.ends_segment() && r.segment + 1 == kv_.n_segments();
@@ -324,9 +387,11 @@ void Scheduler::TopUpChunkedPrefills(StepPlan& plan) {
     if (s.ends_segment()) continue;
     // The chunk grows to what its own cost and the budget left pay for (a segment-wise one up
     // to its segment's end, keeping the tail rule).
-    const int n =
-        NextChunk(requests_.at(s.id), Cost(s) + budget_left, s.num_tokens + RowsLeft(plan))
-            .num_tokens;
+    const int free_rows = FreeRows(plan, s.segment, &s);
+    const int own = ChunkCost(s.segment, s.chunk_begin, s.num_tokens, free_rows);
+    const int n = NextChunk(requests_.at(s.id), own + budget_left, s.num_tokens + RowsLeft(plan),
+                            free_rows)
+                      .num_tokens;
     if (n <= s.num_tokens) continue;
     if (s.segment <= 0) stats_.prefill_tokens += n - s.num_tokens;
     s.num_tokens = n;
@@ -343,7 +408,7 @@ void Scheduler::AdmitWaiting(StepPlan& plan) {
     const int n = PrefillTokens(r);
     // A UniPrefill prefill that fits runs whole (exactly the unchunked path); a longer one runs
     // segment-wise when the model can.
-    const bool fits = ChunkCost(-1, 0, n) <= budget_left;
+    const bool fits = ChunkCost(-1, 0, n, FreeRows(plan, -1)) <= budget_left;
     const bool chunked = config_.chunked_prefill &&
                          (!r.uniprefill || (config_.segment_chunks && !fits));
     if (chunked) {
@@ -365,11 +430,11 @@ void Scheduler::AdmitWaiting(StepPlan& plan) {
         r.segment_rows = n;
         r.segment_done = 0;
       }
-      s = NextChunk(r, budget_left, RowsLeft(plan));
+      s = NextChunk(r, budget_left, RowsLeft(plan), FreeRows(plan, r.segment));
     }
     plan.requests.push_back(s);
     stats_.prefill_tokens += s.num_tokens;
-    budget_left -= Cost(s);
+    budget_left = BudgetLeft(plan);
     any_admitted = true;
   }
 }

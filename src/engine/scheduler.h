@@ -91,6 +91,17 @@ struct SchedulerConfig {
   // a decode costs its row (the CPU; a 32K decode on the H200 took ~2 ms of a ~50 ms step).
   // A step's decodes spend at most half the budget on their keys, so prefills always advance.
   double decode_key_cost = 0;
+  // The rows at which a step's linear layers stop being bound by streaming their weights (the
+  // backend's measurement, SegmentCost::weight_floor_rows): in a step that holds decodes every
+  // layer runs (the decodes need all of them), so each segment's layers cost at least this many
+  // rows of their share, however few rows run them. A segment-wise chunk covers only its
+  // segment's layers: beside decodes, the other segments cost their weights' stream, which the
+  // budget then pays (on the H200 a served step's fit gave ~0.07 ms per layer so run, ~1.8 ms of
+  // a ~45 ms UniPrefill step, unpriced before). A chunk's first rows in a segment that already
+  // pays its floor are free. 0: rows only (the CPU, and the CUDA backend unless
+  // UNIPREFILL_CUDA_WEIGHT_FLOOR=1 until served runs have measured it; dense chunks are
+  // unaffected where they run at least this many rows).
+  double weight_floor_rows = 0;
   // The budget of a step that holds no decodes (nobody's next token waits on it), when larger
   // than max_batched_tokens: a long prompt with no decodes beside it is prefilled in larger
   // chunks, at nearly the rate of a whole prefill. 0: max_batched_tokens for every step.
@@ -236,13 +247,28 @@ class Scheduler {
   // The budget a prefill chunk of `rows` rows after `prefix` cached keys spends in `segment`
   // (-1: a dense chunk, every layer; rows when nothing is priced but rows), and the most rows
   // after `prefix` that `budget` pays for (>= 1 when budget > 0; at most MaxChunkRows).
-  int ChunkCost(int segment, int prefix, int rows) const;
-  int RowsWithin(int segment, int prefix, int budget) const;
+  // `free_rows` of them cost no linear work (FreeRows: the step already pays for them).
+  int ChunkCost(int segment, int prefix, int rows, int free_rows = 0) const;
+  int RowsWithin(int segment, int prefix, int budget, int free_rows = 0) const;
   // The same at price c (rows capped at `cap`).
-  static int PricedChunkCost(const SegmentCost& c, int prefix, int rows);
-  static int PricedRowsWithin(const SegmentCost& c, int prefix, int budget, int cap);
+  static int PricedChunkCost(const SegmentCost& c, int prefix, int rows, int free_rows = 0);
+  static int PricedRowsWithin(const SegmentCost& c, int prefix, int budget, int cap,
+                              int free_rows = 0);
+  // The rows a chunk of `segment` (-1: every layer) can add to the plan for no linear work:
+  // with decodes in the plan, each segment's layers cost at least weight_floor_rows rows
+  // (SchedulerConfig::weight_floor_rows), so the rows below that floor are paid already; the
+  // fewest over the segments the chunk runs. `self` (a chunk being grown) is not counted as the
+  // plan's. 0 without decodes or a floor.
+  int FreeRows(const StepPlan& plan, int segment, const ScheduledRequest* self = nullptr) const;
+  // Rows of the budget the plan pays for segments' weights beyond the rows that run them (the
+  // floor's slack summed over segments at their shares; 0 without decodes or a floor).
+  double WeightFloorSlack(const StepPlan& plan) const;
   // The price of a row and of a cached key in `segment` (-1: the whole model's).
   SegmentCost Price(int segment) const;
+  // Whether each segment has its own price (SchedulerConfig::segment_costs), as Price reads it.
+  bool PricedPerSegment() const {
+    return config_.segment_costs.size() == static_cast<size_t>(kv_.n_segments());
+  }
   // The most rows one chunk runs: the largest step budget (the device graphs and activation
   // buffers are sized for it), though a cheap segment's chunk may cost less than its rows.
   int MaxChunkRows() const {
@@ -271,7 +297,8 @@ class Scheduler {
   void ScheduleDecodes(StepPlan& plan);
   // The next chunk of r's chunked prefill that `budget` pays for (ChunkCost), of at most
   // max_rows rows.
-  ScheduledRequest NextChunk(const RequestInfo& r, int budget, int max_rows) const;
+  ScheduledRequest NextChunk(const RequestInfo& r, int budget, int max_rows,
+                             int free_rows = 0) const;
   void ContinueChunkedPrefills(StepPlan& plan);
   void TopUpChunkedPrefills(StepPlan& plan);
   void AdmitWaiting(StepPlan& plan);

@@ -26,6 +26,10 @@ struct SegmentCost {
   // What a decode's attention costs per cached key in the segment's full-attention layers, in
   // rows of the budget (the backend's PrefixAttentionCost::decode_flops_per_key; 0: unpriced).
   double decode_key_cost = 0.0;
+  // The rows below which a layer's linear work costs the stream of its weights (the backend's
+  // PrefixAttentionCost::weight_floor_rows; 0: unpriced). The same in every segment: a segment's
+  // layers cost linear_share times at least this many rows in a step that runs them.
+  double weight_floor_rows = 0.0;
 };
 
 // What a backend measured of a chunk's attention over its cached prefix (LayerBackend::
@@ -38,6 +42,9 @@ struct PrefixAttentionCost {
   // A decode's attention per cached key and full-attention layer, in GEMM-FLOP equivalents (its
   // paged decode kernel is bound by memory, not FLOPs: measured, not counted).
   double decode_flops_per_key = 0.0;
+  // The rows at which a GEMM over a layer's weights takes as long as streaming them (bf16: a
+  // GEMM of fewer rows costs the same as one of this many). 0: unmeasured.
+  double weight_floor_rows = 0.0;
 };
 
 }  // namespace uniprefill

@@ -1,6 +1,7 @@
 // The one layer walk: the recipe of model_definition.h, step by step on the model's backend.
 #include "model/transformer_model.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "backend/cpu/cpu_backend.h"
@@ -122,9 +123,15 @@ std::vector<SegmentCost> TransformerModel::SegmentCosts(const std::vector<int>& 
   std::vector<SegmentCost> costs = uniprefill::SegmentCosts(*def_, drop_layers);
   const PrefixAttentionCost backend = backend_->PrefixAttentionCosts();
   const double per_row = LinearPrefillFlops(*def_, 1);
+  // A few rows through an MoE layer stream only their experts' weights, not the layer's share of
+  // the FLOPs per row over the whole layer: the floor (measured on a dense GEMM) would overprice
+  // them, so MoE models leave it unpriced.
+  const bool any_moe = std::any_of(def_->layers.begin(), def_->layers.end(),
+                                   [](const LayerDefinition& L) { return L.moe.has_value(); });
   for (SegmentCost& c : costs) {
     c.key_cost *= backend.slowdown;
     c.query_tile_rows = std::max(1, backend.query_tile_rows);
+    c.weight_floor_rows = any_moe ? 0.0 : backend.weight_floor_rows;
     if (per_row > 0) {
       c.prefix_key_cost = c.full_attention_layers * backend.copy_flops_per_key / per_row;
       c.decode_key_cost = c.full_attention_layers * backend.decode_flops_per_key / per_row;

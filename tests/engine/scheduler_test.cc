@@ -370,6 +370,46 @@ TEST(SchedulerTest, SegmentChunksPayForTheirSegmentsLayersOnly) {
   });
 }
 
+// SchedulerConfig::weight_floor_rows: beside a decode every segment's layers cost at least 20
+// rows of their share (their weights' stream). The test above with that floor: segment 0's chunks
+// still reach the row cap (19 of their rows are free, 80 more cost 20), but a segment-1 chunk
+// now pays for segment 0's layers, which only the decode runs: 40 = 1 + 0.25 * 19 (segment 0's
+// slack, 5) + 0.75 * (45 - 19) (34), so 45 rows instead of 52. Dense chunks run every layer and
+// cover the floor with their own rows: their sizes do not change.
+TEST(SchedulerTest, LayersOnlyDecodesRunCostTheirWeightsStream) {
+  KvCacheSpec spec = Spec(std::vector<KvSegmentSpec>(2, KvSegmentSpec{1, 0, 0}));
+  SchedulerConfig config = ConfigOf(/*max_batched_tokens=*/40, /*chunked_prefill=*/true,
+                                    /*segment_chunks=*/true, 0);
+  config.prefill_only_tokens = 100;
+  config.segment_costs = {SegmentCost{0.25, 0.0}, SegmentCost{0.75, 0.0}};
+  config.weight_floor_rows = 20;
+  Scheduler s(config, KvBlockManager(spec, KvPoolSize{1000, 4, 8}));
+  SubmitAll(s, {Dense(5, 20), {300, 1, true, 8}});
+  RunSteps(s, {
+      {Plan({C(0, 5, 0, true), SC(1, 95, 0, 0, 300)})},  // no decode: no floor
+      {Plan({D(0), SC(1, 99, 95, 0, 300)})},
+      {Plan({D(0), SC(1, 98, 194, 0, 300)})},
+      {Plan({D(0), SC(1, 8, 292, 0, 300)}), {Kept(1, 120)}},
+      {Plan({D(0), SC(1, 45, 0, 1, 120)})},
+      {Plan({D(0), SC(1, 45, 45, 1, 120)})},
+      {Plan({D(0), SC(1, 30, 90, 1, 120, true)}), {{1, {300, 120}, false}}, {Length(1, 1)}},
+  });
+  EXPECT_EQ(s.kv().Usage().used_blocks, 6);  // A, still decoding: 12 tokens, 3 blocks a segment
+  // Dense chunks beside a decode: 99 rows of 100, with or without a floor of 30.
+  KvCacheSpec one = Spec({KvSegmentSpec{1, 0, 0}});
+  SchedulerConfig dense = ConfigOf(/*max_batched_tokens=*/100, /*chunked_prefill=*/true, false, 0);
+  dense.weight_floor_rows = 30;
+  Scheduler t(dense, KvBlockManager(one, KvPoolSize{1000, 4, 8}));
+  SubmitAll(t, {Dense(100, 3), Dense(300, 1)});
+  RunSteps(t, {
+      {Plan({C(0, 100, 0, true)})},
+      {Plan({D(0), C(1, 99, 0, false)})},
+      {Plan({D(0), C(1, 99, 99, false)}), {}, {Length(0, 3)}},
+      {Plan({C(1, 100, 198, false)})},
+      {Plan({C(1, 2, 298, true)}), {}, {Length(1, 1)}},
+  });
+}
+
 // SchedulerConfig::prefill_only_tokens: a step with no decodes spends the larger budget; once a
 // request decodes, its steps are back to max_batched_tokens.
 TEST(SchedulerTest, StepsWithoutDecodesSpendThePrefillOnlyBudget) {

@@ -457,6 +457,7 @@ TEST(ModelPresetTest, SegmentCostsCarryTheBackendsMeasuredPrices) {
   measured.copy_flops_per_key = 3e6;
   measured.query_tile_rows = 128;
   measured.decode_flops_per_key = 1.5e6;
+  measured.weight_floor_rows = 190;
   const TransformerModel model(std::make_unique<const ModelDefinition>(Preset("llama-3.1-8b")),
                                std::make_unique<PricedBackend>(measured));
   const ModelDefinition d = Preset("llama-3.1-8b");
@@ -473,11 +474,18 @@ TEST(ModelPresetTest, SegmentCostsCarryTheBackendsMeasuredPrices) {
     EXPECT_DOUBLE_EQ(priced[s].prefix_key_cost, layers * 3e6 / per_row);
     EXPECT_DOUBLE_EQ(priced[s].decode_key_cost, layers * 1.5e6 / per_row);
     EXPECT_EQ(priced[s].query_tile_rows, 128);
+    EXPECT_DOUBLE_EQ(priced[s].weight_floor_rows, 190);
   }
   const std::vector<SegmentCost> whole = model.SegmentCosts({});
   ASSERT_EQ(whole.size(), 1u);
   EXPECT_DOUBLE_EQ(whole[0].decode_key_cost, 32 * 1.5e6 / per_row);
   EXPECT_EQ(whole[0].query_tile_rows, 128);
+  EXPECT_DOUBLE_EQ(whole[0].weight_floor_rows, 190);
+  // An MoE model leaves the floor unpriced: a few rows stream only their experts' weights.
+  const TransformerModel moe(
+      std::make_unique<const ModelDefinition>(Preset("tiny-hybrid")),
+      std::make_unique<PricedBackend>(measured));
+  for (const SegmentCost& c : moe.SegmentCosts({3})) EXPECT_DOUBLE_EQ(c.weight_floor_rows, 0);
 }
 
 }  // namespace

@@ -214,6 +214,19 @@ Status CudaBackend::WarmPrefixGraph(const AttentionLayer& L, const TensorView& q
     };
     UP_ASSIGN_OR_RETURN(const float attn_ms, FastestMs(stream, prefix_attention));
     UP_ASSIGN_OR_RETURN(const float gemm_ms, FastestMs(stream, ffn_gemm));
+    // The same GEMM on a few rows (a step's decodes alone) streams the weights and computes
+    // next to nothing: the rows whose compute takes as long are the layers' weight floor, what a
+    // layer run only by decodes costs (SchedulerConfig::weight_floor_rows).
+    constexpr int64_t kFewRows = 8;
+    float few_ms = 0;
+    if (R > kFewRows) {
+      const auto few_gemm = [&] {
+        ops::cuda::Gemm(ctx_, y.View(DType::kBF16, {kFewRows, ffn->out}),
+                        x.View(DType::kBF16, {kFewRows, ffn->in}), ffn->view());
+        return OkStatus();
+      };
+      UP_ASSIGN_OR_RETURN(few_ms, FastestMs(stream, few_gemm));
+    }
     // The copy: K keys of one sequence from pool blocks 0.. (whatever they hold) into prefix.
     const int bt = pool_->block_tokens();
     const int64_t copy_keys = std::min<int64_t>(K, int64_t{pool_->num_blocks()} * bt);
@@ -278,6 +291,9 @@ Status CudaBackend::WarmPrefixGraph(const AttentionLayer& L, const TensorView& q
       const double copy_flops_per_key = (copy_ms / K) / gemm_ms_per_flop;
       prefix_cost_.copy_flops_per_key = prefix_copy_ ? copy_flops_per_key : 0;
       prefix_cost_.decode_flops_per_key = decode_ms_per_key / gemm_ms_per_flop;
+      const double floor_rows =
+          std::clamp(static_cast<double>(R) * few_ms / gemm_ms, 0.0, static_cast<double>(R));
+      prefix_cost_.weight_floor_rows = weight_floor_ ? floor_rows : 0.0;
       slowdown_rows_ = static_cast<int>(R);
       if (trace_) {
         trace_->Note("{\"attention_slowdown\": " + std::to_string(prefix_cost_.slowdown) +
@@ -285,7 +301,10 @@ Status CudaBackend::WarmPrefixGraph(const AttentionLayer& L, const TensorView& q
                      std::to_string(copy_flops_per_key) + ", \"decode_flops_per_key\": " +
                      std::to_string(prefix_cost_.decode_flops_per_key) +
                      ", \"decode_us_per_1k_keys\": " +
-                     std::to_string(decode_ms_per_key * 1e6) + ", \"rows\": " +
+                     std::to_string(decode_ms_per_key * 1e6) + ", \"weight_floor_rows\": " +
+                     std::to_string(floor_rows) + ", \"weight_floor_priced\": " +
+                     (weight_floor_ ? "true" : "false") +
+                     ", \"few_rows_gemm_ms\": " + std::to_string(few_ms) + ", \"rows\": " +
                      std::to_string(R) + ", \"keys\": " + std::to_string(K) +
                      ", \"attention_ms\": " + std::to_string(attn_ms) + ", \"gemm_ms\": " +
                      std::to_string(gemm_ms) + ", \"copy_ms\": " + std::to_string(copy_ms) +

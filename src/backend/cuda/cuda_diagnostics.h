@@ -18,6 +18,11 @@
 //   UNIPREFILL_CUDA_DECODES_AS_ROWS=1         a decode costs the step budget its row only, its
 //                                             keys unpriced (PrefixAttentionCost::
 //                                             decode_flops_per_key not measured), as before.
+//   UNIPREFILL_CUDA_WEIGHT_FLOOR=1            layers that only a step's decodes run are priced
+//                                             at their weights' stream (PrefixAttentionCost::
+//                                             weight_floor_rows, measured by PrepareServing
+//                                             either way; not yet the default: unmeasured in
+//                                             served runs, docs/serving.md).
 //   UNIPREFILL_CUDNN_SDPA=unified|auto        cuDNN's graphs built with its UNIFIED SDPA engine
 //                                             (cuDNN >= 9.21), or with both and the faster kept,
 //                                             instead of COMPOSITE alone (cudnn_attention.h).
@@ -39,6 +44,7 @@ struct CudaDiagnostics {
   bool split_on_cudnn = false;
   bool untiled_price = false;
   bool decodes_as_rows = false;
+  bool weight_floor = false;
   ops::cuda::CudnnSdpaImplementation cudnn_sdpa = ops::cuda::CudnnSdpaImplementation::kComposite;
 };
 

@@ -4,6 +4,9 @@
 // at different segments and a decode sharing forwards equal each alone.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
+
 #include "testing/cuda_model_fixtures.h"
 
 namespace uniprefill {
@@ -213,6 +216,31 @@ TEST(CudaModelTinyGgufTest, SegmentChunkedPrefillEqualsWholeOnServingGraphs) {
   const Status st = p.gpu->PrepareServing(97, 800);
   ASSERT_TRUE(st.ok()) << st.message();
   ExpectSegmentChunkedEqualsWhole(ctx, p, "tiny gguf", /*one_chunk_exact=*/false);
+}
+
+// PrepareServing measures the weights' floor (a GEMM of 8 rows against one of the step's rows:
+// the rows whose compute takes as long as streaming a layer's weights) and prices it only when
+// UNIPREFILL_CUDA_WEIGHT_FLOOR=1 asks (SchedulerConfig::weight_floor_rows): within (0, rows].
+TEST(CudaModelTinyGgufTest, PrepareServingPricesTheWeightFloorWhenAsked) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  for (const bool asked : {false, true}) {
+    if (asked) setenv("UNIPREFILL_CUDA_WEIGHT_FLOOR", "1", 1);
+    Pair p = LoadTinyGguf12(ctx);
+    unsetenv("UNIPREFILL_CUDA_WEIGHT_FLOOR");
+    ASSERT_TRUE(p.gpu);
+    const Status st = p.gpu->PrepareServing(97, 800);
+    ASSERT_TRUE(st.ok()) << st.message();
+    const std::vector<SegmentCost> whole = p.gpu->SegmentCosts({});
+    ASSERT_EQ(whole.size(), 1u);
+    std::printf("weight floor %s: %.1f rows\n", asked ? "priced" : "unpriced",
+                whole[0].weight_floor_rows);
+    if (asked) {
+      EXPECT_GT(whole[0].weight_floor_rows, 0.0);
+      EXPECT_LE(whole[0].weight_floor_rows, 97.0);
+    } else {
+      EXPECT_EQ(whole[0].weight_floor_rows, 0.0);
+    }
+  }
 }
 
 // The same with split-KV on every chunk over 32 or more cached keys (pieces of at least 4 keys;
