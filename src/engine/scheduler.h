@@ -98,7 +98,8 @@ struct SchedulerConfig {
   // segment's layers: beside decodes, the other segments cost their weights' stream, which the
   // budget then pays (on the H200 a served step's fit gave ~0.07 ms per layer so run, ~1.8 ms of
   // a ~45 ms UniPrefill step, unpriced before). A chunk's first rows in a segment that already
-  // pays its floor are free. 0: rows only (the CPU, and the CUDA backend unless
+  // pays its floor are free. At most a quarter of max_batched_tokens counts (a step's decodes
+  // then leave prefills at least a quarter, their keys taking at most half). 0: rows only (the CPU, and the CUDA backend unless
   // UNIPREFILL_CUDA_WEIGHT_FLOOR=1 until served runs have measured it; dense chunks are
   // unaffected where they run at least this many rows).
   double weight_floor_rows = 0;
@@ -263,6 +264,9 @@ class Scheduler {
   // Rows of the budget the plan pays for segments' weights beyond the rows that run them (the
   // floor's slack summed over segments at their shares; 0 without decodes or a floor).
   double WeightFloorSlack(const StepPlan& plan) const;
+  // weight_floor_rows, at most a quarter of max_batched_tokens: with the decodes' keys (at most
+  // half) a step's decodes leave prefills at least a quarter of the budget.
+  double WeightFloor() const;
   // The price of a row and of a cached key in `segment` (-1: the whole model's).
   SegmentCost Price(int segment) const;
   // Whether each segment has its own price (SchedulerConfig::segment_costs), as Price reads it.
