@@ -123,9 +123,9 @@ std::vector<SegmentCost> TransformerModel::SegmentCosts(const std::vector<int>& 
   std::vector<SegmentCost> costs = uniprefill::SegmentCosts(*def_, drop_layers);
   const PrefixAttentionCost backend = backend_->PrefixAttentionCosts();
   const double per_row = LinearPrefillFlops(*def_, 1);
-  // A few rows through an MoE layer stream only their experts' weights, not the layer's share of
-  // the FLOPs per row over the whole layer: the floor (measured on a dense GEMM) would overprice
-  // them, so MoE models leave it unpriced.
+  // The floor assumes a dense layer, whose few rows stream all of its weights; through an MoE
+  // layer they stream only the experts they route to (a number that grows with the rows), which
+  // one floor in rows does not describe: MoE models leave it unpriced.
   const bool any_moe = std::any_of(def_->layers.begin(), def_->layers.end(),
                                    [](const LayerDefinition& L) { return L.moe.has_value(); });
   for (SegmentCost& c : costs) {
