@@ -18,7 +18,8 @@
 # chunkeddecoderows (chunked's flags, a decode costing the budget its row only, its keys
 # unpriced, as before: UNIPREFILL_CUDA_DECODES_AS_ROWS=1), chunkedfloor (chunked's flags,
 # layers that only a step's decodes run priced at their weights' stream:
-# UNIPREFILL_CUDA_WEIGHT_FLOOR=1, not yet the default), nosplit (the
+# UNIPREFILL_CUDA_WEIGHT_FLOOR=1, not yet the default), chunkedpieces (chunked's flags, chunks
+# of less than a query tile allowed beside another prompt's, as before: UNIPREFILL_CUDA_SMALL_PIECES=1), nosplit (the
 # same budget, no
 # prefill-only budget, --gpu-prefix-split 0: the previous session's server), chunkedrows (the
 # budget counting rows only, --budget-counts-rows), whole (--no-chunked-prefill) and chunkedsync
@@ -66,6 +67,9 @@ for variant in $variants; do
     chunkedfloor)
       flags=(--max-batched-tokens "$budget" --prefill-only-tokens "$prefill_only")
       env_vars+=(UNIPREFILL_CUDA_WEIGHT_FLOOR=1) ;;
+    chunkedpieces)
+      flags=(--max-batched-tokens "$budget" --prefill-only-tokens "$prefill_only")
+      env_vars+=(UNIPREFILL_CUDA_SMALL_PIECES=1) ;;
     chunkedsync)
       flags=(--max-batched-tokens "$budget" --prefill-only-tokens "$prefill_only")
       env_vars+=(UNIPREFILL_CUDA_SYNC_EVERY_FORWARD=1 UNIPREFILL_CUDA_ATTENTION_SLOWDOWN=1) ;;
@@ -73,7 +77,7 @@ for variant in $variants; do
     chunkedrows) flags=(--max-batched-tokens "$budget" --budget-counts-rows) ;;
     whole) flags=(--no-chunked-prefill) ;;
     *) echo "unknown variant $variant (chunked, chunkedcopy, chunkedcudnnsplit, chunkeduntiled," \
-            "chunkeddecoderows, chunkedfloor, chunkedsync," \
+            "chunkeddecoderows, chunkedfloor, chunkedpieces, chunkedsync," \
             "nosplit, chunkedrows," \
             "whole)" >&2
        exit 2 ;;

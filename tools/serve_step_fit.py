@@ -4,7 +4,8 @@ GPU time (a UNIPREFILL_CUDA_STEP_TRACE trace with `units`) over what the schedul
 what it does not: linear rows in budget units (a segment's share per row), attention pairs in
 whole 128-row query tiles, decode keys (1K), segment ends, layers that only the step's decodes
 run (a segment-wise chunk covers its segment's layers; the others stream their weights for the
-decodes alone: SchedulerConfig::weight_floor_rows), and a constant per forward. Prints the
+decodes alone: SchedulerConfig::weight_floor_rows), chunks of fewer than 128 rows that do not
+end their segment (SchedulerConfig::min_extra_chunk_rows), and a constant per forward. Prints the
 coefficients for all forwards, dense ones and segment-wise ones, and the slowest forwards holding
 decodes with their units. The model's shape is the Llama-3.1-8B preset served by
 scripts/gpu_serve_mixed.sh (32 layers, 32 heads of 128, drop layers 7, 11, ..., 27; linear FLOPs
@@ -26,7 +27,7 @@ TILE = 128
 
 
 def features(units):
-    linear = pairs = decode_keys = ends = 0.0
+    linear = pairs = decode_keys = ends = pieces = 0.0
     decodes = False
     covered = set()  # segments some prefill chunk runs (-1: all)
     for segment, rows, cached, end in units:
@@ -41,10 +42,11 @@ def features(units):
         linear += rows * (1.0 if segment == -1 else SHARE[segment])
         pairs += layers * PAIR * tiled * (cached + tiled / 2)
         ends += end
+        pieces += rows < TILE and not end
     decode_only_layers = 0.0
     if decodes:
         decode_only_layers = float(sum(n for s, n in enumerate(ATTENTION_LAYERS) if s not in covered))
-    return [linear, pairs, decode_keys, ends, decode_only_layers]
+    return [linear, pairs, decode_keys, ends, decode_only_layers, pieces]
 
 
 def fit(x, y):
@@ -60,7 +62,7 @@ def main(path):
     y = np.array([f['gpu_ms'] for f in forwards])
     segmentwise = np.array([any(u[0] >= 0 for u in f['units']) for f in forwards])
     names = ('ms per linear row-unit, per attention unit, per 1K decode keys, per segment end, '
-             'per decode-only layer, const')
+             'per decode-only layer, per sub-tile piece, const')
     print(names)
     for label, mask in (('all', np.ones(len(y), bool)), ('dense', ~segmentwise),
                         ('segment-wise', segmentwise)):

@@ -228,6 +228,7 @@ Result<std::unique_ptr<BatchEngine>> BatchEngine::Start(Engine& engine,
       sc.attention_query_tile = whole[0].query_tile_rows;
       sc.decode_key_cost = whole[0].decode_key_cost;
       sc.weight_floor_rows = whole[0].weight_floor_rows;
+      sc.min_extra_chunk_rows = whole[0].min_extra_chunk_rows;
     }
     if (segment_chunks) {
       sc.segment_costs = core.model->SegmentCosts(core.uniprefill.active_drop_layers());

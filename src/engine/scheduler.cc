@@ -343,6 +343,7 @@ void Scheduler::ContinueChunkedPrefills(StepPlan& plan) {
   auto schedule = [&](RequestId id, int budget) {
     const RequestInfo& r = requests_.at(id);
     const ScheduledRequest s = NextChunk(r, budget, RowsLeft(plan), FreeRows(plan, r.segment));
+    if (!WorthItsOwnUnit(plan, s)) return;  // its budget tops up the others' chunks
     plan.requests.push_back(s);
     if (s.segment <= 0) stats_.prefill_tokens += s.num_tokens;  // later segments: same tokens
   };
@@ -358,6 +359,14 @@ void Scheduler::ContinueChunkedPrefills(StepPlan& plan) {
     if (budget_left <= 0 || RowsLeft(plan) <= 0) return;
     schedule(id, budget_left);
   }
+}
+
+bool Scheduler::WorthItsOwnUnit(const StepPlan& plan, const ScheduledRequest& s) const {
+  if (s.num_tokens >= config_.min_extra_chunk_rows || s.last_chunk || s.ends_segment()) {
+    return true;
+  }
+  return std::none_of(plan.requests.begin(), plan.requests.end(),
+                      [](const ScheduledRequest& p) { return p.is_prefill; });
 }
 
 ScheduledRequest Scheduler::NextChunk(const RequestInfo& r, int budget, int max_rows,
@@ -423,22 +432,25 @@ void Scheduler::AdmitWaiting(StepPlan& plan) {
     } else if (any_admitted && !fits) {
       break;  // a whole prefill must fit, unless it is the step's first admission
     }
+    ScheduledRequest s{r.id, n, true, r.uniprefill};
+    RequestInfo started = r;  // its chunked prefill's state, kept once it is admitted
+    if (chunked) {
+      started.prefill_target = n;
+      started.prefilled = 0;
+      if (r.uniprefill) {
+        started.segment = 0;
+        started.segment_rows = n;
+        started.segment_done = 0;
+      }
+      s = NextChunk(started, budget_left, RowsLeft(plan), FreeRows(plan, started.segment));
+      if (!WorthItsOwnUnit(plan, s)) break;  // too few rows beside other prefills: next step
+    }
     const std::vector<int> dense(kv_.n_segments(), n);
     if (!kv_.CanAllocate(dense) || !kv_.Allocate(r.id, dense).ok()) break;
     waiting_.pop_front();
     running_.push_back(r.id);
+    if (chunked) r = started;
     r.state = RequestState::kRunning;
-    ScheduledRequest s{r.id, n, true, r.uniprefill};
-    if (chunked) {
-      r.prefill_target = n;
-      r.prefilled = 0;
-      if (r.uniprefill) {
-        r.segment = 0;
-        r.segment_rows = n;
-        r.segment_done = 0;
-      }
-      s = NextChunk(r, budget_left, RowsLeft(plan), FreeRows(plan, r.segment));
-    }
     plan.requests.push_back(s);
     stats_.prefill_tokens += s.num_tokens;
     budget_left = BudgetLeft(plan);

@@ -99,10 +99,16 @@ struct SchedulerConfig {
   // budget then pays (on the H200 a served step's fit gave ~0.07 ms per layer so run, ~1.8 ms of
   // a ~45 ms UniPrefill step, unpriced before). A chunk's first rows in a segment that already
   // pays its floor are free. At most a quarter of max_batched_tokens counts (a step's decodes
-  // then leave prefills at least a quarter, their keys taking at most half). 0: rows only (the CPU, and the CUDA backend unless
-  // UNIPREFILL_CUDA_WEIGHT_FLOOR=1 until served runs have measured it; dense chunks are
-  // unaffected where they run at least this many rows).
+  // then leave prefills at least a quarter, their keys taking at most half). 0: rows only (the
+  // CPU, and the CUDA backend unless UNIPREFILL_CUDA_WEIGHT_FLOOR=1 until served runs have
+  // measured it; dense chunks are unaffected where they run at least this many rows).
   double weight_floor_rows = 0;
+  // A prefill chunk of fewer rows that neither ends its segment nor its prefill is scheduled
+  // only as the step's first prefill (the backend's SegmentCost::min_extra_chunk_rows): beside
+  // another prompt's chunk it would pay a request's fixed per-layer costs for little work. On
+  // the H200 each such piece (median 57 rows) added ~3.5 ms to its step, and 26 of the 29 steps
+  // with decodes over 50 ms held one (the 19th session's 4 x 32K traces). 0: any size.
+  int min_extra_chunk_rows = 0;
   // The budget of a step that holds no decodes (nobody's next token waits on it), when larger
   // than max_batched_tokens: a long prompt with no decodes beside it is prefilled in larger
   // chunks, at nearly the rate of a whole prefill. 0: max_batched_tokens for every step.
@@ -298,6 +304,8 @@ class Scheduler {
   // The same for a waiting request not yet admitted: its whole prefill, segment-wise when
   // AdmitWaiting would cut it so.
   double WaitingPrefillWork(const RequestInfo& r) const;
+  // Whether chunk s earns a place in the plan (SchedulerConfig::min_extra_chunk_rows).
+  bool WorthItsOwnUnit(const StepPlan& plan, const ScheduledRequest& s) const;
   void ScheduleDecodes(StepPlan& plan);
   // The next chunk of r's chunked prefill that `budget` pays for (ChunkCost), of at most
   // max_rows rows.

@@ -30,6 +30,8 @@ struct SegmentCost {
   // PrefixAttentionCost::weight_floor_rows; 0: unpriced). The same in every segment: a segment's
   // layers cost linear_share times at least this many rows in a step that runs them.
   double weight_floor_rows = 0.0;
+  // The backend's PrefixAttentionCost::min_extra_chunk_rows (SchedulerConfig's field).
+  int min_extra_chunk_rows = 0;
 };
 
 // What a backend measured of a chunk's attention over its cached prefix (LayerBackend::
@@ -45,6 +47,10 @@ struct PrefixAttentionCost {
   // The rows at which a GEMM over a layer's weights takes as long as streaming them (bf16: a
   // GEMM of fewer rows costs the same as one of this many). 0: unmeasured.
   double weight_floor_rows = 0.0;
+  // A prefill chunk beside another prompt's pays that request's fixed costs in every layer it runs
+  // (its own attention launches, its rows' bookkeeping): below this many rows, unless it ends
+  // its segment or prompt, it is not worth a place in a step that already prefills. 0: any.
+  int min_extra_chunk_rows = 0;
 };
 
 }  // namespace uniprefill

@@ -411,6 +411,37 @@ TEST(SchedulerTest, LayersOnlyDecodesRunCostTheirWeightsStream) {
   });
 }
 
+// SchedulerConfig::min_extra_chunk_rows: a chunk of fewer rows that does not end its prefill
+// joins no step that already prefills another prompt. B's 10-row piece beside A's prompt waits
+// for the next step (it ran without the rule); a step's first chunk, and a last chunk of any
+// size (C's 5-token prompt, which shares B's steps as a shorter job), still run.
+TEST(SchedulerTest, SmallPiecesWaitForAStepOfTheirOwn) {
+  KvCacheSpec spec = Spec({KvSegmentSpec{1, 0, 0}});
+  for (int min_rows : {0, 16}) {
+    SCOPED_TRACE("min_extra_chunk_rows " + std::to_string(min_rows));
+    SchedulerConfig config = ConfigOf(/*max_batched_tokens=*/100, /*chunked_prefill=*/true);
+    config.min_extra_chunk_rows = min_rows;
+    Scheduler s(config, KvBlockManager(spec, KvPoolSize{1000, 4, 8}));
+    SubmitAll(s, {Dense(90, 2), Dense(205, 1), Dense(5, 1)});
+    if (min_rows == 0) {
+      RunSteps(s, {
+          {Plan({C(0, 90, 0, true), C(1, 10, 0, false)})},
+          {Plan({D(0), C(1, 94, 10, false), C(2, 5, 0, true)}), {}, {Length(0, 2), Length(2, 1)}},
+          {Plan({C(1, 100, 104, false)})},
+          {Plan({C(1, 1, 204, true)}), {}, {Length(1, 1)}},
+      });
+    } else {
+      RunSteps(s, {
+          {Plan({C(0, 90, 0, true)})},
+          {Plan({D(0), C(1, 99, 0, false)}), {}, {Length(0, 2)}},
+          {Plan({C(1, 95, 99, false), C(2, 5, 0, true)}), {}, {Length(2, 1)}},
+          {Plan({C(1, 11, 194, true)}), {}, {Length(1, 1)}},
+      });
+    }
+    EXPECT_EQ(s.kv().Usage().used_blocks, 0);
+  }
+}
+
 // SchedulerConfig::prefill_only_tokens: a step with no decodes spends the larger budget; once a
 // request decodes, its steps are back to max_batched_tokens.
 TEST(SchedulerTest, StepsWithoutDecodesSpendThePrefillOnlyBudget) {
@@ -847,8 +878,12 @@ TEST(SchedulerTest, RandomizedSimulationFinishesEveryRequestOnceWithoutLeaks) {
     // Costlier chunks run fewer requests at once: a smaller pool keeps preemptions in play.
     SchedulerConfig config = ConfigOf(budget, true, segment_chunks, key_cost);
     // Seeds 9 and 10 price layers that only decodes run at a weight floor (200 asked, 64
-    // counted); seed 10 prices each segment's linear share.
-    if (seed >= 9) config.weight_floor_rows = 200;
+    // counted) and keep chunks under 32 rows out of steps that already prefill; seed 10 prices
+    // each segment's linear share.
+    if (seed >= 9) {
+      config.weight_floor_rows = 200;
+      config.min_extra_chunk_rows = 32;
+    }
     if (seed == 10) {
       config.segment_costs = {SegmentCost{0.5, 0.0}, SegmentCost{0.3, 0.0}, SegmentCost{0.2, 0.0}};
     }

@@ -458,6 +458,7 @@ TEST(ModelPresetTest, SegmentCostsCarryTheBackendsMeasuredPrices) {
   measured.query_tile_rows = 128;
   measured.decode_flops_per_key = 1.5e6;
   measured.weight_floor_rows = 190;
+  measured.min_extra_chunk_rows = 128;
   const TransformerModel model(std::make_unique<const ModelDefinition>(Preset("llama-3.1-8b")),
                                std::make_unique<PricedBackend>(measured));
   const ModelDefinition d = Preset("llama-3.1-8b");
@@ -475,6 +476,7 @@ TEST(ModelPresetTest, SegmentCostsCarryTheBackendsMeasuredPrices) {
     EXPECT_DOUBLE_EQ(priced[s].decode_key_cost, layers * 1.5e6 / per_row);
     EXPECT_EQ(priced[s].query_tile_rows, 128);
     EXPECT_DOUBLE_EQ(priced[s].weight_floor_rows, 190);
+    EXPECT_EQ(priced[s].min_extra_chunk_rows, 128);
   }
   const std::vector<SegmentCost> whole = model.SegmentCosts({});
   ASSERT_EQ(whole.size(), 1u);

@@ -114,6 +114,7 @@ class CudaBackend final : public LayerBackend {
     untiled_price_ = d.untiled_price;
     decodes_as_rows_ = d.decodes_as_rows;
     weight_floor_ = d.weight_floor;
+    small_pieces_ = d.small_pieces;
     cudnn_sdpa_ = d.cudnn_sdpa;
     if (d.attention_slowdown > 0) {  // FLOPs at that rate, no copy cost: never measured
       prefix_cost_ = PrefixAttentionCost{d.attention_slowdown, 0.0};
@@ -361,6 +362,7 @@ class CudaBackend final : public LayerBackend {
   bool untiled_price_ = false;  // UNIPREFILL_CUDA_UNTILED_PRICE: keys priced per row, not tile
   bool decodes_as_rows_ = false;  // UNIPREFILL_CUDA_DECODES_AS_ROWS: a decode's keys unpriced
   bool weight_floor_ = false;  // UNIPREFILL_CUDA_WEIGHT_FLOOR: prefix_cost_.weight_floor_rows set
+  bool small_pieces_ = false;  // UNIPREFILL_CUDA_SMALL_PIECES: no min_extra_chunk_rows
   bool split_on_cudnn_ = false;  // UNIPREFILL_CUDA_SPLIT_ON_CUDNN: our kernel's splits on cuDNN
   // UNIPREFILL_CUDNN_SDPA: the SDPA implementations cuDNN's graphs may be built with.
   ops::cuda::CudnnSdpaImplementation cudnn_sdpa_ =

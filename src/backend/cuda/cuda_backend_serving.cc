@@ -285,6 +285,11 @@ Status CudaBackend::WarmPrefixGraph(const AttentionLayer& L, const TensorView& q
       prefix_cost_.slowdown = std::clamp((attn_ms / attn_flops) / gemm_ms_per_flop, 0.5, 4.0);
       // The scheduler prices chunks in whole query tiles of the kernel priced here.
       prefix_cost_.query_tile_rows = untiled_price_ ? 1 : ours ? kOurQueryTile : kCudnnQueryTile;
+      // A chunk of less than a query tile beside another prompt's: a part-empty tile of CTAs
+      // and the request's own attention launches in every layer (~3.5 ms a step on the H200 for
+      // ~57 rows, the served step fit) for little work.
+      prefix_cost_.min_extra_chunk_rows =
+          small_pieces_ ? 0 : ours ? kOurQueryTile : kCudnnQueryTile;
       // A chunk reads its prefix in place (PrefixPrefill: a prefill told to its cache
       // takes one run of blocks per layer), so the copy is not priced: it is what a fragmented
       // pool falls back to, measured and noted here.

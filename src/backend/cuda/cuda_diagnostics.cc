@@ -60,6 +60,13 @@ Result<CudaDiagnostics> DiagnosticsFromEnvironment() {
     }
     d.weight_floor = s == "1";
   }
+  if (const char* v = std::getenv("UNIPREFILL_CUDA_SMALL_PIECES"); v && *v) {
+    const std::string s = v;
+    if (s != "0" && s != "1") {
+      return InvalidArgument("UNIPREFILL_CUDA_SMALL_PIECES must be 0 or 1 (got '" + s + "')");
+    }
+    d.small_pieces = s == "1";
+  }
   if (const char* v = std::getenv("UNIPREFILL_CUDNN_SDPA"); v && *v) {
     using Impl = ops::cuda::CudnnSdpaImplementation;
     const std::string s = v;

@@ -23,6 +23,9 @@
 //                                             weight_floor_rows, measured by PrepareServing
 //                                             either way; not yet the default: unmeasured in
 //                                             served runs, docs/serving.md).
+//   UNIPREFILL_CUDA_SMALL_PIECES=1            chunks of less than a query tile may join a step
+//                                             that already prefills another prompt (Prefix-
+//                                             AttentionCost::min_extra_chunk_rows 0), as before.
 //   UNIPREFILL_CUDNN_SDPA=unified|auto        cuDNN's graphs built with its UNIFIED SDPA engine
 //                                             (cuDNN >= 9.21), or with both and the faster kept,
 //                                             instead of COMPOSITE alone (cudnn_attention.h).
@@ -45,6 +48,7 @@ struct CudaDiagnostics {
   bool untiled_price = false;
   bool decodes_as_rows = false;
   bool weight_floor = false;
+  bool small_pieces = false;
   ops::cuda::CudnnSdpaImplementation cudnn_sdpa = ops::cuda::CudnnSdpaImplementation::kComposite;
 };
 

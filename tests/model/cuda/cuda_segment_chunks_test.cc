@@ -221,6 +221,8 @@ TEST(CudaModelTinyGgufTest, SegmentChunkedPrefillEqualsWholeOnServingGraphs) {
 // PrepareServing measures the weights' floor (a GEMM of 8 rows against one of the step's rows:
 // the rows whose compute takes as long as streaming a layer's weights) and prices it only when
 // UNIPREFILL_CUDA_WEIGHT_FLOOR=1 asks (SchedulerConfig::weight_floor_rows): within (0, rows].
+// Either way chunks of less than a query tile stay out of steps that already prefill
+// (min_extra_chunk_rows: the tile).
 TEST(CudaModelTinyGgufTest, PrepareServingPricesTheWeightFloorWhenAsked) {
   UP_CUDA_TEST_CONTEXT(ctx);
   for (const bool asked : {false, true}) {
@@ -234,6 +236,8 @@ TEST(CudaModelTinyGgufTest, PrepareServingPricesTheWeightFloorWhenAsked) {
     ASSERT_EQ(whole.size(), 1u);
     std::printf("weight floor %s: %.1f rows\n", asked ? "priced" : "unpriced",
                 whole[0].weight_floor_rows);
+    EXPECT_EQ(whole[0].min_extra_chunk_rows, whole[0].query_tile_rows);
+    EXPECT_GT(whole[0].min_extra_chunk_rows, 1);
     if (asked) {
       EXPECT_GT(whole[0].weight_floor_rows, 0.0);
       EXPECT_LE(whole[0].weight_floor_rows, 97.0);

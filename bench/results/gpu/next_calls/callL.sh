@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Prepared in the 21st session: issue 18's 4 x 32K served goals, whole / chunked / chunked with
-# the weight floor priced (UNIPREFILL_CUDA_WEIGHT_FLOOR=1), dense and UniPrefill, step traces on
+# sub-tile pieces beside other prompts' chunks (UNIPREFILL_CUDA_SMALL_PIECES=1, as before) /
+# chunked with the weight floor priced (UNIPREFILL_CUDA_WEIGHT_FLOOR=1), dense and UniPrefill,
+# step traces on
 # (README.md beside this file). Reuses build-dev-new from call K when the machine stayed warm.
 t0=$(date +%s)
 mkdir -p $OUT
@@ -16,10 +18,10 @@ wait $ck
 tail -1 /tmp/ckpt.txt
 left=$(( 585 - ($(date +%s) - t0) ))
 TRACE=1 BUDGET=2048 PREFILL_ONLY=8192 WORKLOADS="long4" UP_CKPT=/tmp/l8b \
-  timeout $left bash scripts/gpu_serve_mixed.sh build-dev-new/uniprefill /tmp/s whole chunked chunkedfloor \
+  timeout $left bash scripts/gpu_serve_mixed.sh build-dev-new/uniprefill /tmp/s whole chunked chunkedpieces chunkedfloor \
   > $OUT/serve.txt 2>&1
 echo "serve rc $? at $(( $(date +%s) - t0 )) s"
 rm -f /tmp/s/memory_*.csv
 tar -C /tmp -cJf $OUT/servers.tar.xz s
 python3 tools/serve_summary.py /tmp/s 2>&1 | tail -30
-for v in chunked chunkedfloor; do python3 tools/serve_step_fit.py /tmp/s/trace_$v.jsonl 2>&1 | head -4; done
+for v in chunked chunkedpieces chunkedfloor; do python3 tools/serve_step_fit.py /tmp/s/trace_$v.jsonl 2>&1 | head -4; done
