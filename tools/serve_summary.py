@@ -2,7 +2,10 @@
 """Summarises a directory of served GPU runs (scripts/gpu_serve_mixed.sh's OUTDIR, or a results
 folder of them): per serve_<variant>_<workload>.json and mode, each class's TTFT p50 and ITL
 p50 / p99; per trace_<variant>.jsonl[.xz] (UNIPREFILL_CUDA_STEP_TRACE), what PrepareServing
-measured, the GPU's time in forwards and idle between them, and the host's launch time.
+measured, the GPU's time in forwards and idle between them, the host's launch time, and the
+forwards holding a prefill chunk of fewer than 128 rows that does not end its segment beside
+another prompt's chunk (SchedulerConfig::min_extra_chunk_rows keeps them out on CUDA; a dense
+prompt's last chunk, which the rule allows, counts too: the trace does not mark it).
 
     python3 tools/serve_summary.py DIR
 """
@@ -47,6 +50,14 @@ def traces(root):
               f" s; "
               f"forwards of >= 256 rows: host launch p50 {median('host_launch_ms'):.2f} ms, GPU "
               f"idle before p50 {median('gpu_idle_before_ms'):.2f} ms")
+        prefill = lambda u: not (u[0] == -1 and u[1] == 1)  # a decode: segment -1, one row
+        pieces = [r for r in fw
+                  if sum(map(prefill, r.get('units', []))) > 1 and
+                  any(prefill(u) and u[1] < 128 and not u[3] for u in r['units'])]
+        if any('units' in r for r in fw):
+            print(f"  forwards with a sub-tile chunk beside another prompt's: {len(pieces)}, "
+                  f"median {sorted(r['gpu_ms'] for r in pieces)[len(pieces) // 2] if pieces else 0:.1f}"
+                  f" ms (forwards of >= 256 rows: median {median('gpu_ms'):.1f} ms)")
         for n in notes:
             print('  measured:', json.dumps(n))
 
