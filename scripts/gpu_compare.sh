@@ -51,6 +51,28 @@ if [[ $stages == *" llama "* ]]; then
   bench "$old_build" old llama-3.1-8b 8192,32768,131072
   bench "$new_build" new llama-3.1-8b 8192,32768,131072
 fi
+# compare PREFIX METRIC: new / old for each row of every PREFIXnew_*.json with a PREFIXold_ twin
+# (rows matched by context, batch and mode or sampling).
+compare() {
+  python3 - "$out" "$1" "$2" <<'PY'
+import json, pathlib, sys
+out, prefix, metric = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+print(f"{'run':<20} {'context':>7} {'batch':>5} {'mode':<9} {'old ms':>9} {'new ms':>9} {'new/old':>8}")
+key = lambda r: (r["context"], r["batch"], r.get("mode", r.get("sampling", "")))
+rows = lambda p: {key(r): r for r in json.load(open(p))["rows"]}
+for new in sorted(out.glob(prefix + "new_*.json")):
+    old = out / new.name.replace(prefix + "new_", prefix + "old_", 1)
+    if not old.exists():
+        continue
+    o, n = rows(old), rows(new)
+    for k in sorted(n):
+        a, b = o.get(k, {}).get(metric), n[k].get(metric)
+        if a and b:
+            print(f"{new.stem[len(prefix) + 4:]:<20} {k[0]:>7} {k[1]:>5} {k[2]:<9} "
+                  f"{a:9.2f} {b:9.2f} {b / a:8.3f}")
+PY
+}
+
 # decode BUILD NAME CONTEXT BATCHES
 decode() {
   "$1/uniprefill" bench gpu-decode --shape llama-3.1-8b --contexts "$3" --batch-sizes "$4" \
@@ -62,23 +84,7 @@ if [[ $stages == *" decode "* ]]; then
   decode "$new_build" new 1024 1,32
   decode "$new_build" new 32768 1,4
   decode "$old_build" old 32768 1,4
-  python3 - "$out" <<'PY' | tee "$out/decode_compare.txt"
-import json, pathlib, sys
-out = pathlib.Path(sys.argv[1])
-print(f"{'context':>7} {'batch':>5} {'old ms':>8} {'new ms':>8} {'new/old':>8}")
-for new in sorted(out.glob("decode_new_*.json")):
-    old = out / new.name.replace("decode_new_", "decode_old_", 1)
-    if not old.exists():
-        continue
-    rows = lambda p: {(r["context"], r["batch"]): r for r in json.load(open(p))["rows"]}
-    o, n = rows(old), rows(new)
-    for key in sorted(n):
-        if key in o:
-            a, b = o[key].get("itl_ms_median", 0), n[key].get("itl_ms_median", 0)
-            if not a or not b:
-                continue
-            print(f"{key[0]:>7} {key[1]:>5} {a:8.2f} {b:8.2f} {b / a:8.3f}")
-PY
+  compare decode_ itl_ms_median | tee "$out/decode_compare.txt"
 fi
 if [[ $stages == *" others "* ]]; then
   bench "$new_build" new gemma-3-12b 32768
@@ -86,18 +92,4 @@ if [[ $stages == *" others "* ]]; then
   bench "$old_build" old qwen3-next-80b-a3b 32768
   bench "$new_build" new qwen3-next-80b-a3b 32768
 fi
-python3 - "$out" <<'PY' | tee "$out/compare.txt"
-import json, pathlib, sys
-out = pathlib.Path(sys.argv[1])
-print(f"{'shape':<20} {'context':>7} {'mode':<9} {'old ms':>9} {'new ms':>9} {'new/old':>8}")
-for new in sorted(out.glob("new_*.json")):
-    old = out / new.name.replace("new_", "old_", 1)
-    if not old.exists():
-        continue
-    rows = lambda p: {(r["context"], r["batch"], r["mode"]): r for r in json.load(open(p))["rows"]}
-    o, n = rows(old), rows(new)
-    for key in sorted(n):
-        if key in o:
-            a, b = o[key]["ttft_ms_median"], n[key]["ttft_ms_median"]
-            print(f"{new.stem[4:]:<20} {key[0]:>7} {key[2]:<9} {a:9.1f} {b:9.1f} {b / a:8.3f}")
-PY
+compare "" ttft_ms_median | tee "$out/compare.txt"

@@ -47,41 +47,33 @@ if [ ! -f "$ckpt/config.json" ]; then
   python3 tools/make_synthetic_checkpoint.py --preset llama-3.1-8b --dtype bf16 --out "$ckpt"
   echo "checkpoint written in $(( $(date +%s) - t0 )) s"
 fi
+# The chunked variants: the environment each adds to chunked's (cuda_diagnostics.h).
+declare -A chunked_env=(
+  [chunked]=""
+  [chunkedcopy]="UNIPREFILL_CUDA_PREFIX_COPY=1"
+  [chunkedcudnnsplit]="UNIPREFILL_CUDA_SPLIT_ON_CUDNN=1"
+  [chunkeduntiled]="UNIPREFILL_CUDA_UNTILED_PRICE=1"
+  [chunkeddecoderows]="UNIPREFILL_CUDA_DECODES_AS_ROWS=1"
+  [chunkedfloor]="UNIPREFILL_CUDA_WEIGHT_FLOOR=1"
+  [chunkedpieces]="UNIPREFILL_CUDA_SMALL_PIECES=1"
+  [chunkedsync]="UNIPREFILL_CUDA_SYNC_EVERY_FORWARD=1 UNIPREFILL_CUDA_ATTENTION_SLOWDOWN=1"
+)
 for variant in $variants; do
   env_vars=()
   [ "${TRACE:-0}" = 1 ] && env_vars+=("UNIPREFILL_CUDA_STEP_TRACE=$out/trace_$variant.jsonl")
-  case "$variant" in
-    chunked) flags=(--max-batched-tokens "$budget" --prefill-only-tokens "$prefill_only") ;;
-    chunkedcopy)
-      flags=(--max-batched-tokens "$budget" --prefill-only-tokens "$prefill_only")
-      env_vars+=(UNIPREFILL_CUDA_PREFIX_COPY=1) ;;
-    chunkedcudnnsplit)
-      flags=(--max-batched-tokens "$budget" --prefill-only-tokens "$prefill_only")
-      env_vars+=(UNIPREFILL_CUDA_SPLIT_ON_CUDNN=1) ;;
-    chunkeduntiled)
-      flags=(--max-batched-tokens "$budget" --prefill-only-tokens "$prefill_only")
-      env_vars+=(UNIPREFILL_CUDA_UNTILED_PRICE=1) ;;
-    chunkeddecoderows)
-      flags=(--max-batched-tokens "$budget" --prefill-only-tokens "$prefill_only")
-      env_vars+=(UNIPREFILL_CUDA_DECODES_AS_ROWS=1) ;;
-    chunkedfloor)
-      flags=(--max-batched-tokens "$budget" --prefill-only-tokens "$prefill_only")
-      env_vars+=(UNIPREFILL_CUDA_WEIGHT_FLOOR=1) ;;
-    chunkedpieces)
-      flags=(--max-batched-tokens "$budget" --prefill-only-tokens "$prefill_only")
-      env_vars+=(UNIPREFILL_CUDA_SMALL_PIECES=1) ;;
-    chunkedsync)
-      flags=(--max-batched-tokens "$budget" --prefill-only-tokens "$prefill_only")
-      env_vars+=(UNIPREFILL_CUDA_SYNC_EVERY_FORWARD=1 UNIPREFILL_CUDA_ATTENTION_SLOWDOWN=1) ;;
-    nosplit) flags=(--max-batched-tokens "$budget" --gpu-prefix-split 0) ;;
-    chunkedrows) flags=(--max-batched-tokens "$budget" --budget-counts-rows) ;;
-    whole) flags=(--no-chunked-prefill) ;;
-    *) echo "unknown variant $variant (chunked, chunkedcopy, chunkedcudnnsplit, chunkeduntiled," \
-            "chunkeddecoderows, chunkedfloor, chunkedpieces, chunkedsync," \
-            "nosplit, chunkedrows," \
-            "whole)" >&2
-       exit 2 ;;
-  esac
+  if [[ -v chunked_env[$variant] ]]; then  # chunked's flags, and what the variant changes
+    flags=(--max-batched-tokens "$budget" --prefill-only-tokens "$prefill_only")
+    read -r -a extra <<< "${chunked_env[$variant]}"
+    env_vars+=("${extra[@]}")
+  else
+    case "$variant" in
+      nosplit) flags=(--max-batched-tokens "$budget" --gpu-prefix-split 0) ;;
+      chunkedrows) flags=(--max-batched-tokens "$budget" --budget-counts-rows) ;;
+      whole) flags=(--no-chunked-prefill) ;;
+      *) echo "unknown variant $variant (${!chunked_env[*]} nosplit chunkedrows whole)" >&2
+         exit 2 ;;
+    esac
+  fi
   env "${env_vars[@]}" "$cli" serve --model "$ckpt" --device cuda --port "$port" \
     --kv-cache-memory 48GiB --quiet "${flags[@]}" 2> "$out/server_$variant.log" &
   server=$!

@@ -5,17 +5,26 @@
 #include <string>
 
 namespace uniprefill::cuda_backend {
+namespace {
+
+// A 0 / 1 variable: *on = (value == "1"); unset or empty leaves *on alone.
+Status ReadFlag(const char* name, bool* on) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return OkStatus();
+  const std::string s = v;
+  if (s != "0" && s != "1") {
+    return InvalidArgument(std::string(name) + " must be 0 or 1 (got '" + s + "')");
+  }
+  *on = s == "1";
+  return OkStatus();
+}
+
+}  // namespace
 
 Result<CudaDiagnostics> DiagnosticsFromEnvironment() {
   CudaDiagnostics d;
   UP_ASSIGN_OR_RETURN(d.trace, StepTrace::FromEnvironment());
-  if (const char* v = std::getenv("UNIPREFILL_CUDA_SYNC_EVERY_FORWARD"); v && *v) {
-    const std::string s = v;
-    if (s != "0" && s != "1") {
-      return InvalidArgument("UNIPREFILL_CUDA_SYNC_EVERY_FORWARD must be 0 or 1 (got '" + s + "')");
-    }
-    d.sync_every_forward = s == "1";
-  }
+  UP_RETURN_IF_ERROR(ReadFlag("UNIPREFILL_CUDA_SYNC_EVERY_FORWARD", &d.sync_every_forward));
   if (const char* v = std::getenv("UNIPREFILL_CUDA_ATTENTION_SLOWDOWN"); v && *v) {
     char* end = nullptr;
     const double x = std::strtod(v, &end);
@@ -25,48 +34,12 @@ Result<CudaDiagnostics> DiagnosticsFromEnvironment() {
     }
     d.attention_slowdown = x;
   }
-  if (const char* v = std::getenv("UNIPREFILL_CUDA_PREFIX_COPY"); v && *v) {
-    const std::string s = v;
-    if (s != "0" && s != "1") {
-      return InvalidArgument("UNIPREFILL_CUDA_PREFIX_COPY must be 0 or 1 (got '" + s + "')");
-    }
-    d.prefix_copy = s == "1";
-  }
-  if (const char* v = std::getenv("UNIPREFILL_CUDA_SPLIT_ON_CUDNN"); v && *v) {
-    const std::string s = v;
-    if (s != "0" && s != "1") {
-      return InvalidArgument("UNIPREFILL_CUDA_SPLIT_ON_CUDNN must be 0 or 1 (got '" + s + "')");
-    }
-    d.split_on_cudnn = s == "1";
-  }
-  if (const char* v = std::getenv("UNIPREFILL_CUDA_UNTILED_PRICE"); v && *v) {
-    const std::string s = v;
-    if (s != "0" && s != "1") {
-      return InvalidArgument("UNIPREFILL_CUDA_UNTILED_PRICE must be 0 or 1 (got '" + s + "')");
-    }
-    d.untiled_price = s == "1";
-  }
-  if (const char* v = std::getenv("UNIPREFILL_CUDA_DECODES_AS_ROWS"); v && *v) {
-    const std::string s = v;
-    if (s != "0" && s != "1") {
-      return InvalidArgument("UNIPREFILL_CUDA_DECODES_AS_ROWS must be 0 or 1 (got '" + s + "')");
-    }
-    d.decodes_as_rows = s == "1";
-  }
-  if (const char* v = std::getenv("UNIPREFILL_CUDA_WEIGHT_FLOOR"); v && *v) {
-    const std::string s = v;
-    if (s != "0" && s != "1") {
-      return InvalidArgument("UNIPREFILL_CUDA_WEIGHT_FLOOR must be 0 or 1 (got '" + s + "')");
-    }
-    d.weight_floor = s == "1";
-  }
-  if (const char* v = std::getenv("UNIPREFILL_CUDA_SMALL_PIECES"); v && *v) {
-    const std::string s = v;
-    if (s != "0" && s != "1") {
-      return InvalidArgument("UNIPREFILL_CUDA_SMALL_PIECES must be 0 or 1 (got '" + s + "')");
-    }
-    d.small_pieces = s == "1";
-  }
+  UP_RETURN_IF_ERROR(ReadFlag("UNIPREFILL_CUDA_PREFIX_COPY", &d.prefix_copy));
+  UP_RETURN_IF_ERROR(ReadFlag("UNIPREFILL_CUDA_SPLIT_ON_CUDNN", &d.split_on_cudnn));
+  UP_RETURN_IF_ERROR(ReadFlag("UNIPREFILL_CUDA_UNTILED_PRICE", &d.untiled_price));
+  UP_RETURN_IF_ERROR(ReadFlag("UNIPREFILL_CUDA_DECODES_AS_ROWS", &d.decodes_as_rows));
+  UP_RETURN_IF_ERROR(ReadFlag("UNIPREFILL_CUDA_WEIGHT_FLOOR", &d.weight_floor));
+  UP_RETURN_IF_ERROR(ReadFlag("UNIPREFILL_CUDA_SMALL_PIECES", &d.small_pieces));
   if (const char* v = std::getenv("UNIPREFILL_CUDNN_SDPA"); v && *v) {
     using Impl = ops::cuda::CudnnSdpaImplementation;
     const std::string s = v;
