@@ -6,6 +6,7 @@
 #include "bench_gpu_prefill_command.h"
 #include "bench_prefill_command.h"
 #include "bench_serve_command.h"
+#include "bench_step_command.h"
 #include "calibrate_command.h"
 #include "eval_fidelity_command.h"
 #include "eval_qa_command.h"
@@ -43,7 +44,8 @@ int main(int argc, char** argv) {
   uniprefill::cli::AddCalibrateCommand(app, calibrate);
   uniprefill::cli::ServeOptions serve;
   uniprefill::cli::AddServeCommand(app, serve);
-  CLI::App* bench_group = app.add_subcommand("bench", "Benchmarks: a running server, or GPU prefill");
+  CLI::App* bench_group = app.add_subcommand("bench",
+                                             "Benchmarks: a running server, GPU prefill and decode, one forward's mix of work");
   bench_group->require_subcommand(1);
   uniprefill::cli::BenchServeOptions bench_serve;
   CLI::App* bench_serve_cmd = uniprefill::cli::AddBenchServeCommand(*bench_group, bench_serve);
@@ -52,6 +54,8 @@ int main(int argc, char** argv) {
   uniprefill::cli::BenchGpuDecodeOptions bench_gpu_decode;
   CLI::App* bench_gpu_decode_cmd =
       uniprefill::cli::AddBenchGpuDecodeCommand(*bench_group, bench_gpu_decode);
+  uniprefill::cli::BenchStepOptions bench_step;
+  CLI::App* bench_step_cmd = uniprefill::cli::AddBenchStepCommand(*bench_group, bench_step);
   bool known = false;
   for (const CLI::App* sub : app.get_subcommands({})) known |= argc > 1 && sub->get_name() == argv[1];
   if (argc > 1 && argv[1][0] != '-' && !known) {
@@ -85,5 +89,6 @@ int main(int argc, char** argv) {
   if (bench_gpu_decode_cmd->parsed()) {
     return uniprefill::cli::BenchGpuDecodeCommand(bench_gpu_decode);
   }
+  if (bench_step_cmd->parsed()) return uniprefill::cli::BenchStepCommand(bench_step);
   return 2;
 }

@@ -67,6 +67,10 @@ CudaContext& DeviceContext::cuda() const {
   return *cuda_;
 }
 
+void DeviceContext::Synchronize() const {
+  if (cuda_) cuda_->Synchronize();
+}
+
 #else  // built without CUDA
 
 Result<std::unique_ptr<DeviceContext>> DeviceContext::Cuda(int, int) {
@@ -86,6 +90,8 @@ CudaContext& DeviceContext::cuda() const {
   assert(false && "DeviceContext::cuda() in a build without CUDA");
   return *cuda_;
 }
+
+void DeviceContext::Synchronize() const {}
 
 #endif
 

@@ -39,6 +39,8 @@ class DeviceContext {
   CpuIsa cpu_isa() const { return cpu_isa_; }
   // The CUDA state; only for a context made by Cuda() (asserted).
   CudaContext& cuda() const;
+  // Waits for the work queued on the device (a CPU context's work is done when its calls return).
+  void Synchronize() const;
 
  private:
   // Out of line: CudaContext.
