@@ -44,8 +44,8 @@ int main(int argc, char** argv) {
   uniprefill::cli::AddCalibrateCommand(app, calibrate);
   uniprefill::cli::ServeOptions serve;
   uniprefill::cli::AddServeCommand(app, serve);
-  CLI::App* bench_group = app.add_subcommand("bench",
-                                             "Benchmarks: a running server, GPU prefill and decode, one forward's mix of work");
+  CLI::App* bench_group = app.add_subcommand(
+      "bench", "Benchmarks: a running server, GPU prefill and decode, one forward's mix of work");
   bench_group->require_subcommand(1);
   uniprefill::cli::BenchServeOptions bench_serve;
   CLI::App* bench_serve_cmd = uniprefill::cli::AddBenchServeCommand(*bench_group, bench_serve);

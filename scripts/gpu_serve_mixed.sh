@@ -19,13 +19,15 @@
 # unpriced, as before: UNIPREFILL_CUDA_DECODES_AS_ROWS=1), chunkedfloor (chunked's flags,
 # layers that only a step's decodes run priced at their weights' stream:
 # UNIPREFILL_CUDA_WEIGHT_FLOOR=1, not yet the default), chunkedpieces (chunked's flags, chunks
-# of less than a query tile allowed beside another prompt's, as before: UNIPREFILL_CUDA_SMALL_PIECES=1), nosplit (the
-# same budget, no
-# prefill-only budget, --gpu-prefix-split 0: the previous session's server), chunkedrows (the
-# budget counting rows only, --budget-counts-rows), whole (--no-chunked-prefill) and chunkedsync
-# (chunked's flags with the previous session's backend behaviour: a host sync after every forward
-# and chunks priced by FLOPs alone, UNIPREFILL_CUDA_SYNC_EVERY_FORWARD=1 and
-# UNIPREFILL_CUDA_ATTENTION_SLOWDOWN=1; src/backend/cuda/cuda_diagnostics.h).
+# of less than a query tile allowed beside another prompt's, as before:
+# UNIPREFILL_CUDA_SMALL_PIECES=1), chunkedonelaunch (chunked's flags, the chunks of a step's
+# prompts in one launch of our attention kernel: UNIPREFILL_CUDA_PREFIX_ONE_LAUNCH=1, not yet the
+# default), nosplit (the same budget, no prefill-only budget, --gpu-prefix-split 0: the
+# previous session's server), chunkedrows (the budget counting rows only,
+# --budget-counts-rows), whole (--no-chunked-prefill) and chunkedsync (chunked's flags with
+# the previous session's backend behaviour: a host sync after every forward and chunks priced
+# by FLOPs alone, UNIPREFILL_CUDA_SYNC_EVERY_FORWARD=1 and UNIPREFILL_CUDA_ATTENTION_SLOWDOWN=1;
+# src/backend/cuda/cuda_diagnostics.h).
 # TRACE=1: each server writes its forwards' timeline to OUTDIR/trace_<variant>.jsonl.
 # Each server's GPU memory is sampled every 100 ms (nvidia-smi); its peak is printed per run.
 #   bash scripts/gpu_serve_mixed.sh CLI OUTDIR [VARIANT...]     (on the GPU machine)
@@ -56,6 +58,7 @@ declare -A chunked_env=(
   [chunkeddecoderows]="UNIPREFILL_CUDA_DECODES_AS_ROWS=1"
   [chunkedfloor]="UNIPREFILL_CUDA_WEIGHT_FLOOR=1"
   [chunkedpieces]="UNIPREFILL_CUDA_SMALL_PIECES=1"
+  [chunkedonelaunch]="UNIPREFILL_CUDA_PREFIX_ONE_LAUNCH=1"
   [chunkedsync]="UNIPREFILL_CUDA_SYNC_EVERY_FORWARD=1 UNIPREFILL_CUDA_ATTENTION_SLOWDOWN=1"
 )
 for variant in $variants; do

@@ -115,6 +115,7 @@ class CudaBackend final : public LayerBackend {
     decodes_as_rows_ = d.decodes_as_rows;
     weight_floor_ = d.weight_floor;
     small_pieces_ = d.small_pieces;
+    prefix_one_launch_ = d.prefix_one_launch;
     cudnn_sdpa_ = d.cudnn_sdpa;
     if (d.attention_slowdown > 0) {  // FLOPs at that rate, no copy cost: never measured
       prefix_cost_ = PrefixAttentionCost{d.attention_slowdown, 0.0};
@@ -244,6 +245,8 @@ class CudaBackend final : public LayerBackend {
   // keys: 1 (whole) when its (query tile, head) CTAs fill their last wave of SMs well, else the
   // fewest splits (each of at least prefix_split_min_keys_ keys) that fill the waves best.
   int WgmmaPrefixSplits(int q_rows, int hq, int prefix) const;
+  // The same for `ctas` (query tile, head) CTAs whose longest walk covers `keys` keys.
+  int WgmmaSplitsFor(int64_t ctas, int64_t keys) const;
   // Our Hopper kernel on one request's chunk over its cached prefix (q_len rows from q_row of q
   // and attn; keys from row kv_row of k / v, the prefix's then the chunk's own) in `splits` key
   // splits (1: whole, written to attn directly; else partial outputs merged into attn). false
@@ -251,6 +254,17 @@ class CudaBackend final : public LayerBackend {
   Result<bool> WgmmaPrefixAttention(const TensorView& q, const TensorView& attn, int q_row,
                                     int q_len, const TensorView& k, const TensorView& v,
                                     int kv_row, int kv_len, int splits, float scale);
+  // Our Hopper kernel on several requests' chunks in one launch (UNIPREFILL_CUDA_PREFIX_ONE_LAUNCH):
+  // request i's queries are rows [q_begin[i], + q_len[i]) of q and attn, its keys rows
+  // [kv_row[i], + kv_len[i]) of k / v (one buffer for all: the pool's K and V planes, or the
+  // gathered copy; rows past a request's keys are read and masked, so they must hold finite
+  // values: the pool is zeroed when allocated), split alike (WgmmaSplitsFor over all their query
+  // tiles) and merged per request. false when the kernel does not cover the views.
+  Result<bool> WgmmaPrefixBatch(const TensorView& q, const TensorView& attn,
+                                const std::vector<int32_t>& q_begin,
+                                const std::vector<int32_t>& q_len, const TensorView& k,
+                                const TensorView& v, const std::vector<int32_t>& kv_row,
+                                const std::vector<int32_t>& kv_len, float scale);
   // Serving: the smallest prepared step budget that holds `rows` query rows (the query-row bucket
   // of the graphs built for it), or 0 (none: graphs keyed by powers of two).
   int ServeRowsBucket(int rows) const;
@@ -364,6 +378,7 @@ class CudaBackend final : public LayerBackend {
   bool weight_floor_ = false;  // UNIPREFILL_CUDA_WEIGHT_FLOOR: prefix_cost_.weight_floor_rows set
   bool small_pieces_ = false;  // UNIPREFILL_CUDA_SMALL_PIECES: no min_extra_chunk_rows
   bool split_on_cudnn_ = false;  // UNIPREFILL_CUDA_SPLIT_ON_CUDNN: our kernel's splits on cuDNN
+  bool prefix_one_launch_ = false;  // UNIPREFILL_CUDA_PREFIX_ONE_LAUNCH: WgmmaPrefixBatch
   // UNIPREFILL_CUDNN_SDPA: the SDPA implementations cuDNN's graphs may be built with.
   ops::cuda::CudnnSdpaImplementation cudnn_sdpa_ =
       ops::cuda::CudnnSdpaImplementation::kComposite;

@@ -258,7 +258,43 @@ Result<bool> CudaBackend::PrefixPrefill(int li, int hkv, const std::vector<int>&
   // build autotunes and stalls its step. A server keys them by its budget and context instead
   // (PrepareServing): one graph per attention shape, built before the first request.
   const int64_t gathered_keys = gather_begin.back();
+  // UNIPREFILL_CUDA_PREFIX_ONE_LAUNCH: the requests whose keys are in one buffer (the pool's
+  // planes, read in place, or the gathered copy) in one launch of our kernel, instead of one
+  // launch (with its uploads, and its split merge) each.
+  std::vector<char> done(n, 0);
+  if (prefix_one_launch_ && n > 1 && HopperKernelCovers(d, params.window) &&
+      !(split_on_cudnn_ && cudnn_)) {
+    const uint16_t* planes = static_cast<const uint16_t*>(pool.data);
+    for (const bool place : {true, false}) {
+      std::vector<int32_t> begins, lens, key_rows, key_lens;
+      std::vector<int> group;
+      for (int i = 0; i < n; ++i) {
+        if (static_cast<bool>(in_place[i]) != place) continue;
+        group.push_back(i);
+        begins.push_back(q_begin[i]);
+        lens.push_back(q_len[i]);
+        key_lens.push_back(kv_len[i]);
+        // In place: the request's first key is row (block * block_tokens) of the planes.
+        key_rows.push_back(place ? static_cast<int32_t>((k_base[i] - planes) / kv_dim)
+                                 : kv_row[i]);
+      }
+      if (group.size() < 2) continue;
+      const int64_t rows = place ? pool.stride[1] / kv_dim : gathered_keys;
+      const uint16_t* k_rows = place ? planes : k_base[group[0]];
+      const uint16_t* v_rows = place ? planes + pool.stride[1] : v_base[group[0]];
+      const TensorView k = Heads(const_cast<uint16_t*>(k_rows), rows, hkv, d, kv_dim);
+      const TensorView v = Heads(const_cast<uint16_t*>(v_rows), rows, hkv, d, kv_dim);
+      UP_ASSIGN_OR_RETURN(const bool ran, WgmmaPrefixBatch(q, attn, begins, lens, k, v, key_rows,
+                                                           key_lens, params.scale));
+      if (!ran) continue;  // the loop below runs them one by one
+      for (int i : group) {
+        done[i] = 1;
+        if (place && stats_ != nullptr) ++stats_->prefix_reads_in_place;
+      }
+    }
+  }
   for (int i = 0; i < n; ++i) {
+    if (done[i]) continue;
     // Heads of the request's rows: [rows, Hkv, D], rows kv_dim apart (kv_dim >= Hkv * D).
     const int64_t rows = in_place[i] ? kv_len[i] : gathered_keys;
     const TensorView k = Heads(const_cast<uint16_t*>(k_base[i]), rows, hkv, d, kv_dim);

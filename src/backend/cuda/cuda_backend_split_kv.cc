@@ -47,9 +47,13 @@ int CudaBackend::PrefixPieces(int q_rows, int hq, int prefix, bool whole_on_cudn
 }
 
 int CudaBackend::WgmmaPrefixSplits(int q_rows, int hq, int prefix) const {
+  const int64_t tiles = int64_t{(q_rows + kOurQueryTile - 1) / kOurQueryTile} * hq;
+  return WgmmaSplitsFor(tiles, int64_t{prefix} + q_rows);
+}
+
+int CudaBackend::WgmmaSplitsFor(int64_t tiles, int64_t keys) const {
   if (prefix_split_min_keys_ <= 0) return 1;
   const int sms = ctx_.cuda().sm_count();
-  const int64_t tiles = int64_t{(q_rows + kOurQueryTile - 1) / kOurQueryTile} * hq;
   // A wave's time is one CTA's (one CTA per SM, each over its split's keys): the time of s splits
   // is waves(s) / s of the whole chunk's wave time, i.e. 1 / fill(s) up to a constant.
   const auto fill = [&](int splits) {
@@ -57,8 +61,8 @@ int CudaBackend::WgmmaPrefixSplits(int q_rows, int hq, int prefix) const {
     return static_cast<double>(ctas) / static_cast<double>(waves * sms);
   };
   int best = 1;
-  const int most = std::min(ops::cuda::kMaxAttentionPieces, (prefix + q_rows) /
-                                                                prefix_split_min_keys_);
+  const int most = static_cast<int>(
+      std::min<int64_t>(ops::cuda::kMaxAttentionPieces, keys / prefix_split_min_keys_));
   for (int splits = 2; splits <= most && fill(best) < kMinWaveFill; ++splits) {
     if (fill(splits) > fill(best)) best = splits;
   }
@@ -137,6 +141,60 @@ Status CudaBackend::WarmSplitGraphs(const TensorView& q, const TensorView& attn,
                                                            kPrefixPieces, params));
   if (!ran && cudnn_) cudnn_splits_usable_ = false;  // no plan for the pieces: chunks run whole
   return OkStatus();
+}
+
+Result<bool> CudaBackend::WgmmaPrefixBatch(const TensorView& q, const TensorView& attn,
+                                           const std::vector<int32_t>& q_begin,
+                                           const std::vector<int32_t>& q_len, const TensorView& k,
+                                           const TensorView& v,
+                                           const std::vector<int32_t>& kv_row,
+                                           const std::vector<int32_t>& kv_len, float scale) {
+  cudaStream_t stream = ctx_.cuda().stream();
+  const int n = static_cast<int>(q_len.size());
+  const int64_t hq = q.dim(1), d = q.dim(2), rows = q.dim(0);
+  // The whole packed q / attn (rows of other requests are neither read into any output nor
+  // written) and the whole k / v buffer; each request addressed by its row offsets.
+  ops::cuda::WgmmaAttentionProblem p = WgmmaProblemOf(q, k, v, attn, scale);
+  int max_q = 0;
+  int64_t tiles = 0, max_keys = 0;
+  for (int i = 0; i < n; ++i) {
+    max_q = std::max(max_q, q_len[i]);
+    max_keys = std::max<int64_t>(max_keys, kv_len[i]);
+    tiles += int64_t{(q_len[i] + kOurQueryTile - 1) / kOurQueryTile} * hq;
+  }
+  UP_ASSIGN_OR_RETURN(p.seq_begin, staging_.Put(q_begin, stream));
+  UP_ASSIGN_OR_RETURN(p.seq_len, staging_.Put(q_len, stream));
+  UP_ASSIGN_OR_RETURN(p.k_seq_begin, staging_.Put(kv_row, stream));
+  UP_ASSIGN_OR_RETURN(p.k_seq_len, staging_.Put(kv_len, stream));
+  p.batch = n;
+  p.max_seqlen = max_q;
+  // One split count for all: a short request's splits past its keys write only that (weight 0).
+  const int splits = WgmmaSplitsFor(tiles, max_keys);
+  if (splits > 1) {
+    // bf16 [splits, rows, Hq, D] partial outputs, then f32 [splits, Hq, rows] log-sum-exps, over
+    // all of q's rows (the kernel indexes them by each request's first row).
+    const size_t partial_bytes = static_cast<size_t>(splits * rows * hq * d * 2);
+    UP_RETURN_IF_ERROR(Grow(split_scratch_, partial_bytes + static_cast<size_t>(splits * hq *
+                                                                                rows * 4)));
+    p.splits = splits;
+    p.partial = static_cast<__nv_bfloat16*>(split_scratch_.data());
+    p.lse = reinterpret_cast<float*>(static_cast<unsigned char*>(split_scratch_.data()) +
+                                     partial_bytes);
+  }
+  if (!ops::cuda::WgmmaAttentionCovers(p)) return false;
+  UP_CUDA_CHECK(ops::cuda::LaunchFlashAttentionWgmma(p, stream));
+  if (splits > 1) {
+    const auto* partial = reinterpret_cast<const uint16_t*>(p.partial);
+    for (int i = 0; i < n; ++i) {
+      TensorView out = attn;
+      out.data = static_cast<uint16_t*>(attn.data) + q_begin[i] * attn.stride[0];
+      out.shape[0] = q_len[i];
+      ops::cuda::MergeAttentionPieces(ctx_, out, partial + q_begin[i] * hq * d, rows,
+                                      p.lse + q_begin[i], rows, splits);
+    }
+    if (stats_ != nullptr) stats_->split_prefix_attentions += n;
+  }
+  return true;
 }
 
 }  // namespace uniprefill::cuda_backend

@@ -40,6 +40,7 @@ Result<CudaDiagnostics> DiagnosticsFromEnvironment() {
   UP_RETURN_IF_ERROR(ReadFlag("UNIPREFILL_CUDA_DECODES_AS_ROWS", &d.decodes_as_rows));
   UP_RETURN_IF_ERROR(ReadFlag("UNIPREFILL_CUDA_WEIGHT_FLOOR", &d.weight_floor));
   UP_RETURN_IF_ERROR(ReadFlag("UNIPREFILL_CUDA_SMALL_PIECES", &d.small_pieces));
+  UP_RETURN_IF_ERROR(ReadFlag("UNIPREFILL_CUDA_PREFIX_ONE_LAUNCH", &d.prefix_one_launch));
   if (const char* v = std::getenv("UNIPREFILL_CUDNN_SDPA"); v && *v) {
     using Impl = ops::cuda::CudnnSdpaImplementation;
     const std::string s = v;

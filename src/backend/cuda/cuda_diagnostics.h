@@ -26,6 +26,11 @@
 //   UNIPREFILL_CUDA_SMALL_PIECES=1            chunks of less than a query tile may join a step
 //                                             that already prefills another prompt (Prefix-
 //                                             AttentionCost::min_extra_chunk_rows 0), as before.
+//   UNIPREFILL_CUDA_PREFIX_ONE_LAUNCH=1       the chunks of a step's prompts that our Hopper
+//                                             kernel runs over their cached prefixes share one
+//                                             launch per layer (CudaBackend::WgmmaPrefixBatch)
+//                                             instead of one each; not yet the default: written
+//                                             without a GPU (22nd session), unmeasured.
 //   UNIPREFILL_CUDNN_SDPA=unified|auto        cuDNN's graphs built with its UNIFIED SDPA engine
 //                                             (cuDNN >= 9.21), or with both and the faster kept,
 //                                             instead of COMPOSITE alone (cudnn_attention.h).
@@ -49,6 +54,7 @@ struct CudaDiagnostics {
   bool decodes_as_rows = false;
   bool weight_floor = false;
   bool small_pieces = false;
+  bool prefix_one_launch = false;
   ops::cuda::CudnnSdpaImplementation cudnn_sdpa = ops::cuda::CudnnSdpaImplementation::kComposite;
 };
 

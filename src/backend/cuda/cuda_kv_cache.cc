@@ -45,6 +45,10 @@ Status CudaKvPool::GrowBlocks(int num_blocks) {
   }
   UP_ASSIGN_OR_RETURN(DeviceBuffer meta, DeviceBuffer::Allocate(std::max<size_t>(meta_bytes, 16)));
   cudaStream_t stream = ctx_.cuda().stream();
+  // Zeros, so that every row holds finite values before it is written: attention kernels read
+  // the rows past a request's last key within their last key tile and mask them, and 0 x NaN
+  // would not vanish (CudaBackend::WgmmaPrefixBatch reads the planes so).
+  UP_CUDA_CHECK(cudaMemsetAsync(kv->data(), 0, kv_bytes, stream));
   if (num_blocks_ > 0) {
     // Each plane (K, then V) keeps its blocks at the start of the new plane.
     const size_t plane = static_cast<size_t>(num_blocks_) * block_bytes() / 2;

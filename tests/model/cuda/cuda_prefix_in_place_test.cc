@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <span>
@@ -159,6 +160,116 @@ TEST(CudaPrefixInPlaceTest, ChunksWithoutCudnnRunTheHopperKernelOverTheirPrefix)
       const double err = testing::RelativeL2Error(read.logits[i], cache_kernel.logits[i]);
       std::printf("logits %zu: Hopper kernel vs cache kernel, relative L2 %.2e\n", i, err);
       EXPECT_LT(err, 2e-2) << "logits " << i << ", split-KV from " << split_min_keys << " keys";
+    }
+  }
+}
+
+// Prompts of different lengths chunked side by side (each forward holds a chunk of every
+// unfinished prompt, chunk sizes odd and different), then decoded together: every request's
+// logits, in request order.
+struct TogetherRun {
+  std::vector<std::vector<float>> logits;  // per request: the prefill's, then each decode's
+  int in_place = 0, split = 0;
+};
+
+TogetherRun RunTogether(Model& m, DeviceContext& ctx, const std::vector<std::vector<int32_t>>& ps,
+                        const std::vector<int>& chunks, bool in_place) {
+  TogetherRun run;
+  const size_t n = ps.size();
+  std::vector<std::unique_ptr<SequenceCache>> caches;
+  std::vector<std::vector<float>> logits(n, std::vector<float>(m.config().vocab_size));
+  std::vector<size_t> at(n, 0);
+  for (size_t r = 0; r < n; ++r) {
+    caches.push_back(m.NewCache(static_cast<int>(ps[r].size()) + 8, {}));
+    if (in_place) caches[r]->ExpectPrefill(static_cast<int>(ps[r].size()), true);
+  }
+  const UniPrefillConfig dense;
+  ForwardStats stats;
+  for (;;) {
+    std::vector<SequenceStep> steps;
+    std::vector<size_t> took(n, 0);
+    for (size_t r = 0; r < n; ++r) {
+      if (at[r] == ps[r].size()) continue;
+      took[r] = std::min(ps[r].size() - at[r], static_cast<size_t>(chunks[r]));
+      const bool last = at[r] + took[r] == ps[r].size();
+      steps.push_back({caches[r].get(), std::span<const int32_t>(ps[r].data() + at[r], took[r]),
+                       last ? logits[r].data() : nullptr, nullptr});
+    }
+    if (steps.empty()) break;
+    EXPECT_TRUE(m.ForwardBatch(ctx, steps, dense, nullptr, &stats).ok());
+    for (size_t r = 0; r < n; ++r) at[r] += took[r];
+  }
+  run.logits = logits;
+  for (int step = 0; step < 2; ++step) {
+    std::vector<int32_t> next(n);
+    std::vector<SequenceStep> steps;
+    for (size_t r = 0; r < n; ++r) {
+      next[r] = static_cast<int32_t>(std::max_element(logits[r].begin(), logits[r].end()) -
+                                     logits[r].begin());
+      steps.push_back({caches[r].get(), std::span<const int32_t>(&next[r], 1), logits[r].data(),
+                       nullptr});
+    }
+    EXPECT_TRUE(m.ForwardBatch(ctx, steps, dense).ok());
+    for (size_t r = 0; r < n; ++r) {
+      run.logits.push_back(logits[r]);
+    }
+  }
+  run.in_place = stats.prefix_reads_in_place;
+  run.split = stats.split_prefix_attentions;
+  return run;
+}
+
+// UNIPREFILL_CUDA_PREFIX_ONE_LAUNCH=1: the chunks of several prompts in one step share one launch
+// of our Hopper kernel (CudaBackend::WgmmaPrefixBatch) over the pool's planes (in place) or the
+// gathered rows. Without key splits each (query tile, head) CTA computes exactly what its own
+// launch computed: equal bit for bit to a launch per request; with splits from 64 keys the split
+// count is chosen for all the chunks together, so the logits stay within the bound of two bf16
+// attention kernels of the per-request run. Three prompts (1000, 700, 333 tokens) in chunks of
+// 97, 61 and 128 rows.
+TEST(CudaPrefixInPlaceTest, ChunksOfSeveralPromptsShareOneLaunchWhenAsked) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  const cudaDeviceProp& props = ctx.cuda().properties();
+  if (!ops::cuda::WgmmaAttentionAvailable(props.major, props.minor)) {
+    GTEST_SKIP() << "the Hopper kernel needs compute capability 9.0";
+  }
+  const std::string path =
+      testing::WriteTempFile("cuda_prefix_one_launch_gemma3.gguf", testing::BuildTinyGemma3());
+  const std::vector<int32_t> whole = TestPrompt();
+  const std::vector<std::vector<int32_t>> prompts = {
+      whole, std::vector<int32_t>(whole.begin() + 100, whole.begin() + 800),
+      std::vector<int32_t>(whole.begin() + 7, whole.begin() + 340)};
+  const std::vector<int> chunks = {97, 61, 128};
+  for (int split_min_keys : {2048, 64}) {
+    LoadOptions lo;
+    lo.gpu_attention = GpuAttention::kOurs;
+    lo.gpu_prefix_split_min_keys = split_min_keys;
+    auto apart = LoadModel(path, ctx, lo);
+    ASSERT_TRUE(apart.ok()) << apart.status().message();
+    ASSERT_EQ(setenv("UNIPREFILL_CUDA_PREFIX_ONE_LAUNCH", "1", 1), 0);
+    auto together = LoadModel(path, ctx, lo);  // the backend reads the variable when made
+    unsetenv("UNIPREFILL_CUDA_PREFIX_ONE_LAUNCH");
+    ASSERT_TRUE(together.ok()) << together.status().message();
+    for (bool in_place : {true, false}) {
+      const TogetherRun a = RunTogether(**apart, ctx, prompts, chunks, in_place);
+      const TogetherRun b = RunTogether(**together, ctx, prompts, chunks, in_place);
+      std::printf("split from %d keys, %s: in place %d / %d, split %d / %d (apart / together)\n",
+                  split_min_keys, in_place ? "in place" : "copied", a.in_place, b.in_place,
+                  a.split, b.split);
+      EXPECT_EQ(a.in_place, b.in_place);
+      EXPECT_EQ(a.in_place, in_place ? 10 + 11 + 2 : 0);  // chunks after each prompt's first
+      ASSERT_EQ(a.logits.size(), b.logits.size());
+      for (size_t i = 0; i < a.logits.size(); ++i) {
+        if (split_min_keys == 2048) {
+          EXPECT_EQ(0, std::memcmp(a.logits[i].data(), b.logits[i].data(), a.logits[i].size() * 4))
+              << "logits " << i << (in_place ? " in place" : " copied");
+        } else {
+          const double err = testing::RelativeL2Error(b.logits[i], a.logits[i]);
+          EXPECT_LT(err, 2e-2) << "logits " << i << (in_place ? " in place" : " copied");
+        }
+      }
+      if (split_min_keys == 64) {
+        EXPECT_GT(b.split, 0) << "the batched launch should have split";
+      }
     }
   }
 }
