@@ -245,8 +245,8 @@ class CudaBackend final : public LayerBackend {
   // keys: 1 (whole) when its (query tile, head) CTAs fill their last wave of SMs well, else the
   // fewest splits (each of at least prefix_split_min_keys_ keys) that fill the waves best.
   int WgmmaPrefixSplits(int q_rows, int hq, int prefix) const;
-  // The same for `ctas` (query tile, head) CTAs whose longest walk covers `keys` keys.
-  int WgmmaSplitsFor(int64_t ctas, int64_t keys) const;
+  // The same for `tiles` (query tile, head) pairs, the longest walk over `keys` keys.
+  int WgmmaSplitsFor(int64_t tiles, int64_t keys) const;
   // Our Hopper kernel on one request's chunk over its cached prefix (q_len rows from q_row of q
   // and attn; keys from row kv_row of k / v, the prefix's then the chunk's own) in `splits` key
   // splits (1: whole, written to attn directly; else partial outputs merged into attn). false
