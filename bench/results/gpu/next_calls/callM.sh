@@ -9,7 +9,8 @@
 #   the layers only decodes run: a segment-0 chunk (layers up to the first drop layer's
 #   attention) alone and beside 4 decodes, against the dense chunk beside them;
 #   the LM head: a prompt's last chunk against a chunk before its last;
-#   then the two-prompt mixes again with UNIPREFILL_CUDA_PREFIX_ONE_LAUNCH=1.
+#   then the two-prompt mixes again with UNIPREFILL_CUDA_PREFIX_ONE_LAUNCH=1;
+#   then 10 of call L's served forwards replayed alone (tools/trace_to_mixes.py).
 # Reuses build-dev-new from calls K / L when the machine stayed warm.
 t0=$(date +%s)
 mkdir -p $OUT
@@ -40,4 +41,18 @@ UNIPREFILL_CUDA_PREFIX_ONE_LAUNCH=1 timeout $left $B bench step $COMMON \
 echo "bench step (one launch) rc $? at $(( $(date +%s) - t0 )) s"
 cat $OUT/step.txt $OUT/step_onelaunch.txt; tail -3 $OUT/step.err
 python3 tools/step_marginals.py $OUT/step.json $OUT/step_onelaunch.json
-xz -9 $OUT/trace_steps.jsonl
+# Served steps replayed alone: 10 forwards of call L's chunked 4 x 32K trace (when this machine
+# is the one call L ran on) timed as bench step mixes, against their served GPU times.
+if [ -f /tmp/s/trace_chunked.jsonl ]; then
+  python3 tools/trace_to_mixes.py mixes /tmp/s/trace_chunked.jsonl $OUT/replay_served.json \
+    --count 10 > /tmp/replay_mixes.txt
+  left=$(( 585 - ($(date +%s) - t0) ))
+  # (bench step times wall clock from an idle GPU; the replay's own trace holds its GPU times)
+  UNIPREFILL_CUDA_STEP_TRACE=$OUT/trace_replay.jsonl timeout $left \
+    $B bench step --device cuda --shape llama-3.1-8b --budget 2048 --warmup 1 \
+    --repeats 5 --commit $COMMIT --mixes "$(cat /tmp/replay_mixes.txt)" \
+    --json $OUT/replay.json > $OUT/replay.txt 2>> $OUT/step.err
+  echo "replay rc $? at $(( $(date +%s) - t0 )) s"
+  python3 tools/trace_to_mixes.py compare $OUT/replay_served.json $OUT/replay.json
+fi
+xz -9 $OUT/trace_steps.jsonl $OUT/trace_replay.jsonl 2>/dev/null
