@@ -10,6 +10,7 @@
 #   attention) alone and beside 4 decodes, against the dense chunk beside them;
 #   the LM head: a prompt's last chunk against a chunk before its last;
 #   then the two-prompt mixes again with UNIPREFILL_CUDA_PREFIX_ONE_LAUNCH=1;
+#   deep chunks (256-512 rows over 60-104K keys) as the 130K dense prompt's served steps;
 #   then 10 of call L's served forwards replayed alone (tools/trace_to_mixes.py).
 # Reuses build-dev-new from calls K / L when the machine stayed warm.
 t0=$(date +%s)
@@ -21,7 +22,7 @@ if [ ! -x build-dev-new/uniprefill ]; then
 fi
 B=build-dev-new/uniprefill
 COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-COMMON="--device cuda --shape llama-3.1-8b --budget 2048 --warmup 2 --repeats 9 --commit $COMMIT"
+COMMON="--device cuda --shape llama-3.1-8b --budget 2048 --warmup 2 --repeats 7 --commit $COMMIT"
 MIXES="c1024@16384; c256@16384; c512@16384; c1024@16384; c1536@16384; c2048@16384; l1024@16384;"
 MIXES+=" d1@32768; d4@32768; c1024@16384+d1@32768; c1024@16384+d4@32768;"
 MIXES+=" d16@1024; c1024@16384+d16@1024;"
@@ -41,6 +42,16 @@ UNIPREFILL_CUDA_PREFIX_ONE_LAUNCH=1 timeout $left $B bench step $COMMON \
 echo "bench step (one launch) rc $? at $(( $(date +%s) - t0 )) s"
 cat $OUT/step.txt $OUT/step_onelaunch.txt; tail -3 $OUT/step.err
 python3 tools/step_marginals.py $OUT/step.json $OUT/step_onelaunch.json
+# Deep chunks as the 130K dense prompt's served steps ran them (call G's trace: 256-512 rows over
+# 60-104K keys beside ~9 short decodes took 1.2-1.3x what whole-prefill rates predict): fewer
+# repeats, each repeat prefills its prefix again (~8 s at 104K).
+left=$(( 585 - ($(date +%s) - t0) ))
+timeout $left $B bench step --device cuda --shape llama-3.1-8b --budget 2048 --warmup 1 \
+  --repeats 3 --commit $COMMIT \
+  --mixes "c512@60160; c384@80256; d9@600; c384@80256+d9@600; c256@103808" \
+  --json $OUT/step_deep.json > $OUT/step_deep.txt 2>> $OUT/step.err
+echo "bench step (deep) rc $? at $(( $(date +%s) - t0 )) s"; cat $OUT/step_deep.txt
+python3 tools/step_marginals.py $OUT/step_deep.json
 # Served steps replayed alone: 10 forwards of call L's chunked 4 x 32K trace (when this machine
 # is the one call L ran on) timed as bench step mixes, against their served GPU times.
 if [ -f /tmp/s/trace_chunked.jsonl ]; then
