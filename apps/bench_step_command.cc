@@ -9,6 +9,7 @@
 
 #include "bench_common.h"
 #include "core/device_context.h"
+#include "core/memory_check.h"
 #include "loadgen/step_mix.h"
 #include "model/model_presets.h"
 #include "model/transformer_model.h"
@@ -126,7 +127,7 @@ int BenchStepCommand(const BenchStepOptions& o) {
   RandomModelOptions ro;
   ro.n_layers = o.layers;
   ro.n_experts = o.experts;
-  ro.materialize = !cuda;  // the CPU model needs host tensors; the GPU fills its own
+  // Described by seeds first (cheap): the CPU model's host tensors are made only once they fit.
   Result<ModelDefinition> def = RandomModelDefinition(o.shape, ro);
   if (!def.ok()) {
     std::fprintf(stderr, "error: --shape %s: %s\n", o.shape.c_str(),
@@ -142,6 +143,34 @@ int BenchStepCommand(const BenchStepOptions& o) {
   so.uniprefill.enabled = true;
   so.uniprefill.selection.mode = SelectionMode::kFixedRatio;
   so.uniprefill.selection.keep_ratio = static_cast<float>(o.keep_ratio);
+  int64_t mix_tokens = 0;  // cache tokens of the largest mix
+  for (const StepMix& m : *mixes) mix_tokens = std::max(mix_tokens, StepMixCacheTokens(m, so));
+  if (!cuda) {
+    // On the CPU the weights live on the host (bf16, and f32 copies for the prefill GEMMs: ~6
+    // bytes a parameter) beside f32 caches: refuse what this machine cannot hold, before any of
+    // it is allocated, instead of being killed half-way.
+    int attention_layers = 0;
+    for (LayerKind k : config.layer_kinds) attention_layers += k != LayerKind::kLinearAttention;
+    const int64_t weights = 6 * ParameterCount(*def);
+    const int64_t caches = mix_tokens * attention_layers * 2 * config.kv_dim() * 4;
+    const int64_t available = HostAvailableBytes();
+    if (weights + caches > available) {
+      std::fprintf(stderr,
+                   "error: --device cpu: the %s model's weights (~%s) and the largest mix's "
+                   "caches (~%s) need more than this machine's %s available; use a smaller "
+                   "--shape (tiny), fewer --layers, shorter mixes or --device cuda\n",
+                   o.shape.c_str(), FormatGib(weights).c_str(), FormatGib(caches).c_str(),
+                   FormatGib(available).c_str());
+      return 1;
+    }
+    ro.materialize = true;  // the CPU model needs host tensors; the GPU fills its own
+    def = RandomModelDefinition(o.shape, ro);
+    if (!def.ok()) {
+      std::fprintf(stderr, "error: --shape %s: %s\n", o.shape.c_str(),
+                   def.status().message().c_str());
+      return 1;
+    }
+  }
   LoadOptions lo;
   // --attention was checked against the names by CLI11.
   lo.gpu_attention = GpuAttentionFromName(o.attention).value_or(GpuAttention::kAuto);

@@ -139,20 +139,6 @@ void AddLimitFlags(CLI::App& cmd, ServeOptions& o) {
       "Seconds SIGTERM / SIGINT give requests in flight before they are aborted");
 }
 
-// Bytes of memory this machine can still give (MemAvailable; physical memory when unknown).
-int64_t HostAvailableBytes() {
-  if (FILE* f = std::fopen("/proc/meminfo", "r")) {
-    char line[256];
-    long long kib = -1;
-    while (std::fgets(line, sizeof(line), f)) {
-      if (std::sscanf(line, "MemAvailable: %lld kB", &kib) == 1) break;
-    }
-    std::fclose(f);
-    if (kib > 0) return static_cast<int64_t>(kib) * 1024;
-  }
-  return static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
-}
-
 }  // namespace
 
 bool ParseByteSize(const std::string& text, int64_t* bytes) {

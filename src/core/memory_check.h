@@ -22,6 +22,13 @@ struct DeviceMemoryInfo {
 // context). Errors: built without CUDA (Unimplemented), no usable GPU or a bad index (Unavailable).
 Result<DeviceMemoryInfo> CudaMemoryInfo(int device_index);
 
+// Bytes of memory this machine can still give (MemAvailable of /proc/meminfo; its physical memory
+// when that is unknown).
+int64_t HostAvailableBytes();
+
+// "12.50 GiB" (or TiB): sizes in error messages.
+std::string FormatGib(int64_t bytes);
+
 // OK when `requested` bytes of KV cache fit in the `available` bytes of `where` ("this machine",
 // "GPU 0"), or when `available` is unknown (<= 0); otherwise ResourceExhausted naming
 // --kv-cache-memory, both sizes and a size that would fit.

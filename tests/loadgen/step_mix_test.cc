@@ -240,6 +240,14 @@ TEST(BenchStepCliTest, BadMixesAndAMissingGpuAreOneErrorLine) {
   const CliResult none = RunCli("bench step --shape tiny --mixes ''");
   EXPECT_EQ(none.exit_code, 1);
   EXPECT_NE(none.err.find("no step mix given"), std::string::npos) << none.err;
+  // Caches of 1024 decodes over 16M tokens each: refused before anything is allocated.
+  const CliResult huge = RunCli("bench step --shape tiny --mixes 'd1024@16000000'");
+  EXPECT_EQ(huge.exit_code, 1);
+  EXPECT_FALSE(huge.crashed);
+  EXPECT_NE(huge.err.find("error: --device cpu: the tiny model's weights"), std::string::npos)
+      << huge.err;
+  EXPECT_NE(huge.err.find("available; use a smaller --shape (tiny)"), std::string::npos)
+      << huge.err;
   if (!DeviceContext::CudaAvailable()) {
     const CliResult gpu = RunCli("bench step --shape tiny --device cuda --mixes 'c8@8'");
     EXPECT_EQ(gpu.exit_code, 1);
