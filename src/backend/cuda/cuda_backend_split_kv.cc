@@ -151,18 +151,30 @@ Result<bool> CudaBackend::WgmmaPrefixBatch(const TensorView& q, const TensorView
                                            const std::vector<int32_t>& kv_len, float scale) {
   cudaStream_t stream = ctx_.cuda().stream();
   const int n = static_cast<int>(q_len.size());
-  const int64_t hq = q.dim(1), d = q.dim(2), rows = q.dim(0);
-  // The whole packed q / attn (rows of other requests are neither read into any output nor
-  // written) and the whole k / v buffer; each request addressed by its row offsets.
-  ops::cuda::WgmmaAttentionProblem p = WgmmaProblemOf(q, k, v, attn, scale);
+  const int64_t hq = q.dim(1), d = q.dim(2);
+  // The rows of q / attn from the first request's to the last's (rows between them, e.g. another
+  // request's, are neither read into any output nor written; the split's partial outputs are
+  // sized by these rows) and the whole k / v buffer; each request addressed by its row offsets.
+  int first = q_begin[0], last = q_begin[0] + q_len[0];
   int max_q = 0;
   int64_t tiles = 0, max_keys = 0;
   for (int i = 0; i < n; ++i) {
+    first = std::min(first, q_begin[i]);
+    last = std::max(last, q_begin[i] + q_len[i]);
     max_q = std::max(max_q, q_len[i]);
     max_keys = std::max<int64_t>(max_keys, kv_len[i]);
     tiles += int64_t{(q_len[i] + kOurQueryTile - 1) / kOurQueryTile} * hq;
   }
-  UP_ASSIGN_OR_RETURN(p.seq_begin, staging_.Put(q_begin, stream));
+  const int64_t rows = last - first;
+  TensorView q_span = q, attn_span = attn;
+  q_span.data = static_cast<uint16_t*>(q.data) + first * q.stride[0];
+  q_span.shape[0] = rows;
+  attn_span.data = static_cast<uint16_t*>(attn.data) + first * attn.stride[0];
+  attn_span.shape[0] = rows;
+  std::vector<int32_t> begin(q_begin);
+  for (int32_t& b : begin) b -= first;
+  ops::cuda::WgmmaAttentionProblem p = WgmmaProblemOf(q_span, k, v, attn_span, scale);
+  UP_ASSIGN_OR_RETURN(p.seq_begin, staging_.Put(begin, stream));
   UP_ASSIGN_OR_RETURN(p.seq_len, staging_.Put(q_len, stream));
   UP_ASSIGN_OR_RETURN(p.k_seq_begin, staging_.Put(kv_row, stream));
   UP_ASSIGN_OR_RETURN(p.k_seq_len, staging_.Put(kv_len, stream));
@@ -172,7 +184,7 @@ Result<bool> CudaBackend::WgmmaPrefixBatch(const TensorView& q, const TensorView
   const int splits = WgmmaSplitsFor(tiles, max_keys);
   if (splits > 1) {
     // bf16 [splits, rows, Hq, D] partial outputs, then f32 [splits, Hq, rows] log-sum-exps, over
-    // all of q's rows (the kernel indexes them by each request's first row).
+    // the span's rows (the kernel indexes them by each request's first row in it).
     const size_t partial_bytes = static_cast<size_t>(splits * rows * hq * d * 2);
     UP_RETURN_IF_ERROR(Grow(split_scratch_, partial_bytes + static_cast<size_t>(splits * hq *
                                                                                 rows * 4)));
@@ -186,11 +198,11 @@ Result<bool> CudaBackend::WgmmaPrefixBatch(const TensorView& q, const TensorView
   if (splits > 1) {
     const auto* partial = reinterpret_cast<const uint16_t*>(p.partial);
     for (int i = 0; i < n; ++i) {
-      TensorView out = attn;
-      out.data = static_cast<uint16_t*>(attn.data) + q_begin[i] * attn.stride[0];
+      TensorView out = attn_span;
+      out.data = static_cast<uint16_t*>(attn_span.data) + begin[i] * attn.stride[0];
       out.shape[0] = q_len[i];
-      ops::cuda::MergeAttentionPieces(ctx_, out, partial + q_begin[i] * hq * d, rows,
-                                      p.lse + q_begin[i], rows, splits);
+      ops::cuda::MergeAttentionPieces(ctx_, out, partial + begin[i] * hq * d, rows,
+                                      p.lse + begin[i], rows, splits);
     }
     if (stats_ != nullptr) stats_->split_prefix_attentions += n;
   }
