@@ -143,6 +143,7 @@ int BenchStepCommand(const BenchStepOptions& o) {
   so.uniprefill.enabled = true;
   so.uniprefill.selection.mode = SelectionMode::kFixedRatio;
   so.uniprefill.selection.keep_ratio = static_cast<float>(o.keep_ratio);
+  const auto load_start = std::chrono::steady_clock::now();  // weights made and loaded
   int64_t mix_tokens = 0;  // cache tokens of the largest mix
   for (const StepMix& m : *mixes) mix_tokens = std::max(mix_tokens, StepMixCacheTokens(m, so));
   if (!cuda) {
@@ -175,7 +176,6 @@ int BenchStepCommand(const BenchStepOptions& o) {
   // --attention was checked against the names by CLI11.
   lo.gpu_attention = GpuAttentionFromName(o.attention).value_or(GpuAttention::kAuto);
   lo.gpu_prefix_split_min_keys = o.prefix_split;
-  const auto load_start = std::chrono::steady_clock::now();
   Result<std::unique_ptr<Model>> model_or = MakeModel(std::move(*def), *ctx, lo);
   if (!model_or.ok()) {
     std::fprintf(stderr, "error: %s\n", model_or.status().message().c_str());
