@@ -253,10 +253,11 @@ Result<bool> CudaBackend::PrefixPrefill(int li, int hkv, const std::vector<int>&
                     d_begin, static_cast<int>(gathered.size()), max_kv);
     for (int i : gathered) k_base[i] = k_data, v_base[i] = v_data;
   }
-  // One call per request: graphs are keyed by batch size, query-row bucket and key-row bucket,
-  // and a server's mix of chunks would otherwise meet every batch size too; each graph's first
-  // build autotunes and stalls its step. A server keys them by its budget and context instead
-  // (PrepareServing): one graph per attention shape, built before the first request.
+  // One call per request (cuDNN's graphs are keyed by batch size, query-row bucket and key-row
+  // bucket, and a server's mix of chunks would otherwise meet every batch size too; each graph's
+  // first build autotunes and stalls its step. A server keys them by its budget and context
+  // instead, PrepareServing: one graph per attention shape, built before the first request),
+  // except that our kernel, which builds nothing, may take them all at once (below).
   const int64_t gathered_keys = gather_begin.back();
   // UNIPREFILL_CUDA_PREFIX_ONE_LAUNCH: the requests whose keys are in one buffer (the pool's
   // planes, read in place, or the gathered copy) in one launch of our kernel, instead of one
