@@ -249,8 +249,8 @@ class CudaBackend final : public LayerBackend {
   int WgmmaSplitsFor(int64_t tiles, int64_t keys) const;
   // Our Hopper kernel on one request's chunk over its cached prefix (q_len rows from q_row of q
   // and attn; keys from row kv_row of k / v, the prefix's then the chunk's own) in `splits` key
-  // splits (1: whole, written to attn directly; else partial outputs merged into attn). false
-  // when the kernel does not cover the views.
+  // splits (1: whole, written to attn directly; else partial outputs merged into attn): a
+  // WgmmaPrefixBatch of one. false when the kernel does not cover the views.
   Result<bool> WgmmaPrefixAttention(const TensorView& q, const TensorView& attn, int q_row,
                                     int q_len, const TensorView& k, const TensorView& v,
                                     int kv_row, int kv_len, int splits, float scale);
@@ -258,13 +258,14 @@ class CudaBackend final : public LayerBackend {
   // request i's queries are rows [q_begin[i], + q_len[i]) of q and attn, its keys rows
   // [kv_row[i], + kv_len[i]) of k / v (one buffer for all: the pool's K and V planes, or the
   // gathered copy; rows past a request's keys are read and masked, so they must hold finite
-  // values: the pool is zeroed when allocated), split alike (WgmmaSplitsFor over all their query
-  // tiles) and merged per request. false when the kernel does not cover the views.
+  // values: the pool is zeroed when allocated), in `splits` key splits alike (0: WgmmaSplitsFor
+  // over all their query tiles), merged per request (ForwardStats::split_prefix_attentions counts
+  // each). false when the kernel does not cover the views.
   Result<bool> WgmmaPrefixBatch(const TensorView& q, const TensorView& attn,
                                 const std::vector<int32_t>& q_begin,
                                 const std::vector<int32_t>& q_len, const TensorView& k,
                                 const TensorView& v, const std::vector<int32_t>& kv_row,
-                                const std::vector<int32_t>& kv_len, float scale);
+                                const std::vector<int32_t>& kv_len, int splits, float scale);
   // Serving: the smallest prepared step budget that holds `rows` query rows (the query-row bucket
   // of the graphs built for it), or 0 (none: graphs keyed by powers of two).
   int ServeRowsBucket(int rows) const;

@@ -286,7 +286,7 @@ Result<bool> CudaBackend::PrefixPrefill(int li, int hkv, const std::vector<int>&
       const TensorView k = Heads(const_cast<uint16_t*>(k_rows), rows, hkv, d, kv_dim);
       const TensorView v = Heads(const_cast<uint16_t*>(v_rows), rows, hkv, d, kv_dim);
       UP_ASSIGN_OR_RETURN(const bool ran, WgmmaPrefixBatch(q, attn, begins, lens, k, v, key_rows,
-                                                           key_lens, params.scale));
+                                                           key_lens, 0, params.scale));
       if (!ran) continue;  // the loop below runs them one by one
       for (int i : group) {
         done[i] = 1;
@@ -327,10 +327,7 @@ Result<bool> CudaBackend::PrefixPrefill(int li, int hkv, const std::vector<int>&
       UP_ASSIGN_OR_RETURN(const bool ran,
                           WgmmaPrefixAttention(q, attn, q_begin[i], q_len[i], k, v, kv_row[i],
                                                kv_len[i], splits, params.scale));
-      if (ran) {
-        if (splits > 1 && stats_ != nullptr) ++stats_->split_prefix_attentions;
-        continue;
-      }
+      if (ran) continue;  // (split ones counted by WgmmaPrefixBatch)
     }
     if (!cudnn_) return false;
     ops::cuda::CudnnPrefixBatch pb;

@@ -73,38 +73,8 @@ Result<bool> CudaBackend::WgmmaPrefixAttention(const TensorView& q, const Tensor
                                                int q_row, int q_len, const TensorView& k,
                                                const TensorView& v, int kv_row, int kv_len,
                                                int splits, float scale) {
-  cudaStream_t stream = ctx_.cuda().stream();
-  // The chunk's rows alone (bf16 [q_len, Hq, D]): the partial outputs hold no other rows.
-  TensorView q_rows = q, attn_rows = attn;
-  q_rows.data = static_cast<uint16_t*>(q.data) + q_row * q.stride[0];
-  q_rows.shape[0] = q_len;
-  attn_rows.data = static_cast<uint16_t*>(attn.data) + q_row * attn.stride[0];
-  attn_rows.shape[0] = q_len;
-  ops::cuda::WgmmaAttentionProblem p = WgmmaProblemOf(q_rows, k, v, attn_rows, scale);
-  UP_ASSIGN_OR_RETURN(p.seq_begin, staging_.Put(std::vector<int32_t>{0}, stream));
-  UP_ASSIGN_OR_RETURN(p.seq_len, staging_.Put(std::vector<int32_t>{q_len}, stream));
-  UP_ASSIGN_OR_RETURN(p.k_seq_begin, staging_.Put(std::vector<int32_t>{kv_row}, stream));
-  UP_ASSIGN_OR_RETURN(p.k_seq_len, staging_.Put(std::vector<int32_t>{kv_len}, stream));
-  p.batch = 1;
-  p.max_seqlen = q_len;
-  const int64_t hq = q.dim(1), d = q.dim(2);
-  if (splits > 1) {
-    // bf16 [splits, q_len, Hq, D] partial outputs, then f32 [splits, Hq, q_len] log-sum-exps.
-    const size_t partial_bytes = static_cast<size_t>(splits * q_len * hq * d * 2);
-    UP_RETURN_IF_ERROR(Grow(split_scratch_, partial_bytes + static_cast<size_t>(splits * hq *
-                                                                                q_len * 4)));
-    p.splits = splits;
-    p.partial = static_cast<__nv_bfloat16*>(split_scratch_.data());
-    p.lse = reinterpret_cast<float*>(static_cast<unsigned char*>(split_scratch_.data()) +
-                                     partial_bytes);
-  }
-  if (!ops::cuda::WgmmaAttentionCovers(p)) return false;
-  UP_CUDA_CHECK(ops::cuda::LaunchFlashAttentionWgmma(p, stream));
-  if (splits > 1) {
-    ops::cuda::MergeAttentionPieces(ctx_, attn_rows, reinterpret_cast<const uint16_t*>(p.partial),
-                                    q_len, p.lse, q_len, splits);
-  }
-  return true;
+  // One request is a batch of one over its own rows: the same problem, uploads and merge.
+  return WgmmaPrefixBatch(q, attn, {q_row}, {q_len}, k, v, {kv_row}, {kv_len}, splits, scale);
 }
 
 Result<bool> CudaBackend::SplitPrefixAttention(const TensorView& q, const TensorView& attn,
@@ -148,7 +118,8 @@ Result<bool> CudaBackend::WgmmaPrefixBatch(const TensorView& q, const TensorView
                                            const std::vector<int32_t>& q_len, const TensorView& k,
                                            const TensorView& v,
                                            const std::vector<int32_t>& kv_row,
-                                           const std::vector<int32_t>& kv_len, float scale) {
+                                           const std::vector<int32_t>& kv_len, int splits,
+                                           float scale) {
   cudaStream_t stream = ctx_.cuda().stream();
   const int n = static_cast<int>(q_len.size());
   const int64_t hq = q.dim(1), d = q.dim(2);
@@ -181,7 +152,7 @@ Result<bool> CudaBackend::WgmmaPrefixBatch(const TensorView& q, const TensorView
   p.batch = n;
   p.max_seqlen = max_q;
   // One split count for all: a short request's splits past its keys write only that (weight 0).
-  const int splits = WgmmaSplitsFor(tiles, max_keys);
+  if (splits <= 0) splits = WgmmaSplitsFor(tiles, max_keys);
   if (splits > 1) {
     // bf16 [splits, rows, Hq, D] partial outputs, then f32 [splits, Hq, rows] log-sum-exps, over
     // the span's rows (the kernel indexes them by each request's first row in it).
