@@ -16,9 +16,9 @@
 # UNIPREFILL_CUDA_SPLIT_ON_CUDNN=1), chunkeduntiled (chunked's flags, chunks' keys priced per
 # row instead of per whole query tile, as before: UNIPREFILL_CUDA_UNTILED_PRICE=1),
 # chunkeddecoderows (chunked's flags, a decode costing the budget its row only, its keys
-# unpriced, as before: UNIPREFILL_CUDA_DECODES_AS_ROWS=1), chunkedfloor (chunked's flags,
-# layers that only a step's decodes run priced at their weights' stream:
-# UNIPREFILL_CUDA_WEIGHT_FLOOR=1, not yet the default), chunkedpieces (chunked's flags, chunks
+# unpriced, as before: UNIPREFILL_CUDA_DECODES_AS_ROWS=1), chunkednofloor (chunked's flags,
+# layers that only a step's decodes run not priced at their weights' stream, as before the 23rd
+# session: UNIPREFILL_CUDA_WEIGHT_FLOOR=0), chunkedpieces (chunked's flags, chunks
 # of less than a query tile allowed beside another prompt's, as before:
 # UNIPREFILL_CUDA_SMALL_PIECES=1), chunkedonelaunch (chunked's flags, the chunks of a step's
 # prompts in one launch of our attention kernel: UNIPREFILL_CUDA_PREFIX_ONE_LAUNCH=1, not yet the
@@ -56,7 +56,7 @@ declare -A chunked_env=(
   [chunkedcudnnsplit]="UNIPREFILL_CUDA_SPLIT_ON_CUDNN=1"
   [chunkeduntiled]="UNIPREFILL_CUDA_UNTILED_PRICE=1"
   [chunkeddecoderows]="UNIPREFILL_CUDA_DECODES_AS_ROWS=1"
-  [chunkedfloor]="UNIPREFILL_CUDA_WEIGHT_FLOOR=1"
+  [chunkednofloor]="UNIPREFILL_CUDA_WEIGHT_FLOOR=0"
   [chunkedpieces]="UNIPREFILL_CUDA_SMALL_PIECES=1"
   [chunkedonelaunch]="UNIPREFILL_CUDA_PREFIX_ONE_LAUNCH=1"
   [chunkedsync]="UNIPREFILL_CUDA_SYNC_EVERY_FORWARD=1 UNIPREFILL_CUDA_ATTENTION_SLOWDOWN=1"

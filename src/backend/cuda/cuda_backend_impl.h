@@ -376,7 +376,7 @@ class CudaBackend final : public LayerBackend {
   bool prefix_copy_ = false;  // UNIPREFILL_CUDA_PREFIX_COPY: caches take no runs, copy priced
   bool untiled_price_ = false;  // UNIPREFILL_CUDA_UNTILED_PRICE: keys priced per row, not tile
   bool decodes_as_rows_ = false;  // UNIPREFILL_CUDA_DECODES_AS_ROWS: a decode's keys unpriced
-  bool weight_floor_ = false;  // UNIPREFILL_CUDA_WEIGHT_FLOOR: prefix_cost_.weight_floor_rows set
+  bool weight_floor_ = true;  // UNIPREFILL_CUDA_WEIGHT_FLOOR=0: prefix_cost_.weight_floor_rows 0
   bool small_pieces_ = false;  // UNIPREFILL_CUDA_SMALL_PIECES: no min_extra_chunk_rows
   bool split_on_cudnn_ = false;  // UNIPREFILL_CUDA_SPLIT_ON_CUDNN: our kernel's splits on cuDNN
   bool prefix_one_launch_ = false;  // UNIPREFILL_CUDA_PREFIX_ONE_LAUNCH: WgmmaPrefixBatch

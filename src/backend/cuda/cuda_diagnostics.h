@@ -18,11 +18,11 @@
 //   UNIPREFILL_CUDA_DECODES_AS_ROWS=1         a decode costs the step budget its row only, its
 //                                             keys unpriced (PrefixAttentionCost::
 //                                             decode_flops_per_key not measured), as before.
-//   UNIPREFILL_CUDA_WEIGHT_FLOOR=1            layers that only a step's decodes run are priced
-//                                             at their weights' stream (PrefixAttentionCost::
-//                                             weight_floor_rows, measured by PrepareServing
-//                                             either way; not yet the default: unmeasured in
-//                                             served runs, docs/serving.md).
+//   UNIPREFILL_CUDA_WEIGHT_FLOOR=0            layers that only a step's decodes run are not
+//                                             priced at their weights' stream (PrefixAttention-
+//                                             Cost::weight_floor_rows 0; measured by Prepare-
+//                                             Serving either way), as before the 23rd session
+//                                             made it the default (docs/serving.md).
 //   UNIPREFILL_CUDA_SMALL_PIECES=1            chunks of less than a query tile may join a step
 //                                             that already prefills another prompt (Prefix-
 //                                             AttentionCost::min_extra_chunk_rows 0), as before.
@@ -52,7 +52,7 @@ struct CudaDiagnostics {
   bool split_on_cudnn = false;
   bool untiled_price = false;
   bool decodes_as_rows = false;
-  bool weight_floor = false;
+  bool weight_floor = true;
   bool small_pieces = false;
   bool prefix_one_launch = false;
   ops::cuda::CudnnSdpaImplementation cudnn_sdpa = ops::cuda::CudnnSdpaImplementation::kComposite;

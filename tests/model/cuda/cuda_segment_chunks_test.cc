@@ -219,14 +219,14 @@ TEST(CudaModelTinyGgufTest, SegmentChunkedPrefillEqualsWholeOnServingGraphs) {
 }
 
 // PrepareServing measures the weights' floor (a GEMM of 8 rows against one of the step's rows:
-// the rows whose compute takes as long as streaming a layer's weights) and prices it only when
-// UNIPREFILL_CUDA_WEIGHT_FLOOR=1 asks (SchedulerConfig::weight_floor_rows): within (0, rows].
-// Either way chunks of less than a query tile stay out of steps that already prefill
-// (min_extra_chunk_rows: the tile).
-TEST(CudaModelTinyGgufTest, PrepareServingPricesTheWeightFloorWhenAsked) {
+// the rows whose compute takes as long as streaming a layer's weights) and prices it
+// (SchedulerConfig::weight_floor_rows, within (0, rows]) unless UNIPREFILL_CUDA_WEIGHT_FLOOR=0
+// asks not to (0 rows). Either way chunks of less than a query tile stay out of steps that
+// already prefill (min_extra_chunk_rows: the tile).
+TEST(CudaModelTinyGgufTest, PrepareServingPricesTheWeightFloorUnlessAskedNotTo) {
   UP_CUDA_TEST_CONTEXT(ctx);
-  for (const bool asked : {false, true}) {
-    if (asked) setenv("UNIPREFILL_CUDA_WEIGHT_FLOOR", "1", 1);
+  for (const bool priced : {true, false}) {
+    if (!priced) setenv("UNIPREFILL_CUDA_WEIGHT_FLOOR", "0", 1);
     Pair p = LoadTinyGguf12(ctx);
     unsetenv("UNIPREFILL_CUDA_WEIGHT_FLOOR");
     ASSERT_TRUE(p.gpu);
@@ -234,11 +234,11 @@ TEST(CudaModelTinyGgufTest, PrepareServingPricesTheWeightFloorWhenAsked) {
     ASSERT_TRUE(st.ok()) << st.message();
     const std::vector<SegmentCost> whole = p.gpu->SegmentCosts({});
     ASSERT_EQ(whole.size(), 1u);
-    std::printf("weight floor %s: %.1f rows\n", asked ? "priced" : "unpriced",
+    std::printf("weight floor %s: %.1f rows\n", priced ? "priced" : "unpriced",
                 whole[0].weight_floor_rows);
     EXPECT_EQ(whole[0].min_extra_chunk_rows, whole[0].query_tile_rows);
     EXPECT_GT(whole[0].min_extra_chunk_rows, 1);
-    if (asked) {
+    if (priced) {
       EXPECT_GT(whole[0].weight_floor_rows, 0.0);
       EXPECT_LE(whole[0].weight_floor_rows, 97.0);
     } else {
