@@ -247,6 +247,12 @@ class CudaBackend final : public LayerBackend {
   int WgmmaPrefixSplits(int q_rows, int hq, int prefix) const;
   // The same for `tiles` (query tile, head) pairs, the longest walk over `keys` keys.
   int WgmmaSplitsFor(int64_t tiles, int64_t keys) const;
+  // Several requests' chunks in one launch (q_len[i] rows over kv_len[i] keys each, hq heads):
+  // the split count whose modelled launch is shortest (ops::PlanKeySplits: chunks of different
+  // depths have CTAs of different lengths, which the fill rule above does not see). Remembered
+  // for the last problem, which every full-attention layer of a forward repeats.
+  int WgmmaBatchSplits(const std::vector<int32_t>& q_len, const std::vector<int32_t>& kv_len,
+                       int hq);
   // Our Hopper kernel on one request's chunk over its cached prefix (q_len rows from q_row of q
   // and attn; keys from row kv_row of k / v, the prefix's then the chunk's own) in `splits` key
   // splits (1: whole, written to attn directly; else partial outputs merged into attn): a
@@ -259,7 +265,7 @@ class CudaBackend final : public LayerBackend {
   // [kv_row[i], + kv_len[i]) of k / v (one buffer for all: the pool's K and V planes, or the
   // gathered copy; rows past a request's keys are read and masked, so they must hold finite
   // values: the pool is zeroed when allocated), in `splits` key splits alike (0: WgmmaSplitsFor
-  // over all their query tiles), merged per request (ForwardStats::split_prefix_attentions counts
+  // for one request, WgmmaBatchSplits for several), merged per request (ForwardStats::split_prefix_attentions counts
   // each). false when the kernel does not cover the views.
   Result<bool> WgmmaPrefixBatch(const TensorView& q, const TensorView& attn,
                                 const std::vector<int32_t>& q_begin,
@@ -363,6 +369,9 @@ class CudaBackend final : public LayerBackend {
   std::vector<int> serve_rows_buckets_;  // ascending
   int serve_kv_bucket_ = 0;
   int prefix_split_min_keys_ = 2048;  // LoadOptions::gpu_prefix_split_min_keys
+  // WgmmaBatchSplits' last problem (q_len, kv_len pairs and heads) and its answer.
+  std::vector<int64_t> batch_splits_for_;
+  int batch_splits_ = 1;
   // false once cuDNN found no plan for its split pieces: chunks it would split run whole. Our
   // kernel's splits do not depend on it (they keep prefix_split_min_keys_).
   bool cudnn_splits_usable_ = true;

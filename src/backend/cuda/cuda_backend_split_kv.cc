@@ -1,5 +1,6 @@
 // Split-KV for prefill chunks over a deep cached prefix: on our Hopper kernel
-// (WgmmaPrefixSplits, when; WgmmaPrefixAttention, how: the kernel's own key splits and a merge),
+// (WgmmaPrefixSplits, when; WgmmaPrefixAttention, how: the kernel's own key splits and a merge;
+// several requests in one launch: WgmmaBatchSplits, WgmmaPrefixBatch),
 // else on cuDNN (PrefixPieces, when; ops/cuda/cudnn_split_prefix.h, how; the why
 // ops/cuda/cudnn_attention.h).
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include "backend/cuda/device_views.h"
 #include "backend/cuda/wgmma_attention_views.h"
 #include "core/cuda/cuda_check.h"
+#include "ops/attention_split_plan.h"
 #include "ops/cuda/cuda_attention_merge.h"
 #include "ops/cuda/cudnn_split_prefix.h"
 #include "ops/cuda/sm90/flash_attention_wgmma.h"
@@ -67,6 +69,30 @@ int CudaBackend::WgmmaSplitsFor(int64_t tiles, int64_t keys) const {
     if (fill(splits) > fill(best)) best = splits;
   }
   return best;
+}
+
+int CudaBackend::WgmmaBatchSplits(const std::vector<int32_t>& q_len,
+                                  const std::vector<int32_t>& kv_len, int hq) {
+  if (prefix_split_min_keys_ <= 0) return 1;
+  std::vector<int64_t> problem{hq};
+  std::vector<ops::SplitPlanChunk> chunks;
+  int64_t max_keys = 0;
+  for (size_t i = 0; i < q_len.size(); ++i) {
+    problem.push_back(q_len[i]);
+    problem.push_back(kv_len[i]);
+    chunks.push_back({q_len[i], kv_len[i]});
+    max_keys = std::max<int64_t>(max_keys, kv_len[i]);
+  }
+  if (problem == batch_splits_for_) return batch_splits_;
+  ops::SplitPlanShape shape;
+  shape.heads = hq;
+  shape.sms = ctx_.cuda().sm_count();
+  shape.tile_rows = kOurQueryTile;
+  shape.max_splits = static_cast<int>(
+      std::min<int64_t>(ops::cuda::kMaxAttentionPieces, max_keys / prefix_split_min_keys_));
+  batch_splits_ = std::max(1, ops::PlanKeySplits(chunks, shape));
+  batch_splits_for_ = std::move(problem);
+  return batch_splits_;
 }
 
 Result<bool> CudaBackend::WgmmaPrefixAttention(const TensorView& q, const TensorView& attn,
@@ -152,7 +178,10 @@ Result<bool> CudaBackend::WgmmaPrefixBatch(const TensorView& q, const TensorView
   p.batch = n;
   p.max_seqlen = max_q;
   // One split count for all: a short request's splits past its keys write only that (weight 0).
-  if (splits <= 0) splits = WgmmaSplitsFor(tiles, max_keys);
+  if (splits <= 0) {
+    splits = n > 1 ? WgmmaBatchSplits(q_len, kv_len, static_cast<int>(hq))
+                   : WgmmaSplitsFor(tiles, max_keys);
+  }
   if (splits > 1) {
     // bf16 [splits, rows, Hq, D] partial outputs, then f32 [splits, Hq, rows] log-sum-exps, over
     // the span's rows (the kernel indexes them by each request's first row in it).
