@@ -20,7 +20,10 @@
 # layers that only a step's decodes run not priced at their weights' stream, as before the 23rd
 # session: UNIPREFILL_CUDA_WEIGHT_FLOOR=0), chunkedpieces (chunked's flags, chunks
 # of less than a query tile allowed beside another prompt's, as before:
-# UNIPREFILL_CUDA_SMALL_PIECES=1), chunkedonelaunch (chunked's flags, the chunks of a step's
+# UNIPREFILL_CUDA_SMALL_PIECES=1), chunkedaligned (chunked's flags, a step's rows aligned to the
+# GEMMs' 128-row tiles: UNIPREFILL_CUDA_ALIGN_STEP_ROWS=1, not yet the default;
+# chunkedalignedonelaunch adds UNIPREFILL_CUDA_PREFIX_ONE_LAUNCH=1), chunkedonelaunch (chunked's
+# flags, the chunks of a step's
 # prompts in one launch of our attention kernel: UNIPREFILL_CUDA_PREFIX_ONE_LAUNCH=1, not yet the
 # default), nosplit (the same budget, no prefill-only budget, --gpu-prefix-split 0: the
 # previous session's server), chunkedrows (the budget counting rows only,
@@ -59,6 +62,8 @@ declare -A chunked_env=(
   [chunkednofloor]="UNIPREFILL_CUDA_WEIGHT_FLOOR=0"
   [chunkedpieces]="UNIPREFILL_CUDA_SMALL_PIECES=1"
   [chunkedonelaunch]="UNIPREFILL_CUDA_PREFIX_ONE_LAUNCH=1"
+  [chunkedaligned]="UNIPREFILL_CUDA_ALIGN_STEP_ROWS=1"
+  [chunkedalignedonelaunch]="UNIPREFILL_CUDA_ALIGN_STEP_ROWS=1 UNIPREFILL_CUDA_PREFIX_ONE_LAUNCH=1"
   [chunkedsync]="UNIPREFILL_CUDA_SYNC_EVERY_FORWARD=1 UNIPREFILL_CUDA_ATTENTION_SLOWDOWN=1"
 )
 for variant in $variants; do

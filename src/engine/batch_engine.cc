@@ -229,6 +229,7 @@ Result<std::unique_ptr<BatchEngine>> BatchEngine::Start(Engine& engine,
       sc.decode_key_cost = whole[0].decode_key_cost;
       sc.weight_floor_rows = whole[0].weight_floor_rows;
       sc.min_extra_chunk_rows = whole[0].min_extra_chunk_rows;
+      sc.linear_row_tile = whole[0].linear_row_tile;
     }
     if (segment_chunks) {
       sc.segment_costs = core.model->SegmentCosts(core.uniprefill.active_drop_layers());

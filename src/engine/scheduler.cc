@@ -108,6 +108,7 @@ Result<StepPlan> Scheduler::Schedule() {
   ContinueChunkedPrefills(plan);
   if (plan.preempted.empty()) AdmitWaiting(plan);
   TopUpChunkedPrefills(plan);
+  AlignStepRows(plan);
   open_step_ = plan;
   return plan;
 }
@@ -411,6 +412,36 @@ void Scheduler::TopUpChunkedPrefills(StepPlan& plan) {
     s.last_chunk = s.segment >= 0 ? s.ends_segment() && s.segment + 1 == kv_.n_segments()
                                   : s.prefill_tokens() == requests_.at(s.id).prefill_target;
   }
+}
+
+void Scheduler::AlignStepRows(StepPlan& plan) {
+  const int tile = config_.linear_row_tile;
+  if (tile <= 1) return;
+  // The step's rows per layer are one count only when no segment-wise chunk covers part of the
+  // layers (a dense chunk beside a segment-s one runs more rows in segment s's layers).
+  int rows = 0;
+  ScheduledRequest* chunk = nullptr;
+  for (ScheduledRequest& s : plan.requests) {
+    if (s.is_prefill && s.segment >= 0) return;
+    rows += s.num_tokens;
+    if (s.is_prefill && !s.last_chunk) chunk = &s;
+  }
+  const int over = rows % tile;
+  if (chunk == nullptr || rows < tile || over == 0) return;
+  const int keep = chunk->num_tokens - over;
+  if (keep < std::max({tile, config_.attention_query_tile, config_.min_extra_chunk_rows})) return;
+  // Kept, the chunk's R rows cost the step's price P plus the unpriced rest of a tile (tile -
+  // over); given up, R - over rows cost about P - over (its keys are priced in whole query
+  // tiles, which stay). Fewer rows win when R / (P + tile - over) < (R - over) / (P - over),
+  // i.e. R tile > over (P + tile - over).
+  const int budget = HasDecodes(plan)
+                         ? config_.max_batched_tokens
+                         : std::max(config_.max_batched_tokens, config_.prefill_only_tokens);
+  const double price = std::max(1, budget - BudgetLeft(plan));
+  const double r = chunk->num_tokens;
+  if (r * tile <= over * (price + tile - over)) return;
+  chunk->num_tokens = keep;
+  stats_.prefill_tokens -= over;
 }
 
 void Scheduler::AdmitWaiting(StepPlan& plan) {

@@ -110,6 +110,13 @@ struct SchedulerConfig {
   // the H200 each such piece (median 57 rows) added ~3.5 ms to its step, and 26 of the 29 steps
   // with decodes over 50 ms held one (the 19th session's 4 x 32K traces). 0: any size.
   int min_extra_chunk_rows = 0;
+  // The backend's GEMM row tile (SegmentCost::linear_row_tile): a step of whole tiles plus r rows
+  // runs a whole tile more of linear work for r rows (on the H200 one decode beside a 1024-row
+  // chunk added 2.6 ms to its 43 ms, four at 32K 6.1 ms; bench step, 23rd session). A chunk that
+  // ends neither its segment nor its prompt gives up those r rows when that raises the step's
+  // prefill rows per cost (AlignStepRows): in a step that runs them anyway, the decodes' rows
+  // then fill the last tile. 0: off.
+  int linear_row_tile = 0;
   // The budget of a step that holds no decodes (nobody's next token waits on it), when larger
   // than max_batched_tokens: a long prompt with no decodes beside it is prefilled in larger
   // chunks, at nearly the rate of a whole prefill. 0: max_batched_tokens for every step.
@@ -314,6 +321,9 @@ class Scheduler {
                              int free_rows = 0) const;
   void ContinueChunkedPrefills(StepPlan& plan);
   void TopUpChunkedPrefills(StepPlan& plan);
+  // SchedulerConfig::linear_row_tile: the step's last chunk that neither ends its segment nor its
+  // prompt gives up the rows past the step's last whole tile when its rows per cost rise.
+  void AlignStepRows(StepPlan& plan);
   void AdmitWaiting(StepPlan& plan);
   void Preempt(RequestId id, StepPlan& plan);
   void Finish(RequestId id, FinishReason reason, std::vector<FinishedRequest>& out);

@@ -32,6 +32,8 @@ struct SegmentCost {
   double weight_floor_rows = 0.0;
   // The backend's PrefixAttentionCost::min_extra_chunk_rows (SchedulerConfig's field).
   int min_extra_chunk_rows = 0;
+  // The backend's PrefixAttentionCost::linear_row_tile (SchedulerConfig's field).
+  int linear_row_tile = 0;
 };
 
 // What a backend measured of a chunk's attention over its cached prefix (LayerBackend::
@@ -51,6 +53,9 @@ struct PrefixAttentionCost {
   // (its own attention launches, its rows' bookkeeping): below this many rows, unless it ends
   // its segment or prompt, it is not worth a place in a step that already prefills. 0: any.
   int min_extra_chunk_rows = 0;
+  // The backend's GEMMs run a step's rows in tiles of this many (the H200's cuBLASLt kernels:
+  // 128): a step a few rows past whole tiles pays a whole tile more of linear work. 0: per row.
+  int linear_row_tile = 0;
 };
 
 }  // namespace uniprefill

@@ -116,6 +116,7 @@ class CudaBackend final : public LayerBackend {
     weight_floor_ = d.weight_floor;
     small_pieces_ = d.small_pieces;
     prefix_one_launch_ = d.prefix_one_launch;
+    align_step_rows_ = d.align_step_rows;
     cudnn_sdpa_ = d.cudnn_sdpa;
     if (d.attention_slowdown > 0) {  // FLOPs at that rate, no copy cost: never measured
       prefix_cost_ = PrefixAttentionCost{d.attention_slowdown, 0.0};
@@ -389,6 +390,7 @@ class CudaBackend final : public LayerBackend {
   bool small_pieces_ = false;  // UNIPREFILL_CUDA_SMALL_PIECES: no min_extra_chunk_rows
   bool split_on_cudnn_ = false;  // UNIPREFILL_CUDA_SPLIT_ON_CUDNN: our kernel's splits on cuDNN
   bool prefix_one_launch_ = false;  // UNIPREFILL_CUDA_PREFIX_ONE_LAUNCH: WgmmaPrefixBatch
+  bool align_step_rows_ = false;  // UNIPREFILL_CUDA_ALIGN_STEP_ROWS: linear_row_tile set
   // UNIPREFILL_CUDNN_SDPA: the SDPA implementations cuDNN's graphs may be built with.
   ops::cuda::CudnnSdpaImplementation cudnn_sdpa_ =
       ops::cuda::CudnnSdpaImplementation::kComposite;

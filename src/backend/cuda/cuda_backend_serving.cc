@@ -290,6 +290,9 @@ Status CudaBackend::WarmPrefixGraph(const AttentionLayer& L, const TensorView& q
       // ~57 rows, the served step fit) for little work.
       prefix_cost_.min_extra_chunk_rows =
           small_pieces_ ? 0 : ours ? kOurQueryTile : kCudnnQueryTile;
+      // cuBLASLt's bf16 GEMMs at these shapes run 128-row tiles (H200: one row past 1024 added
+      // 2.6 ms to a 43 ms step of the 8B shape, bench step); opt-in until served.
+      prefix_cost_.linear_row_tile = align_step_rows_ ? 128 : 0;
       // A chunk reads its prefix in place (PrefixPrefill: a prefill told to its cache
       // takes one run of blocks per layer), so the copy is not priced: it is what a fragmented
       // pool falls back to, measured and noted here.
@@ -308,9 +311,10 @@ Status CudaBackend::WarmPrefixGraph(const AttentionLayer& L, const TensorView& q
                      ", \"decode_us_per_1k_keys\": " +
                      std::to_string(decode_ms_per_key * 1e6) + ", \"weight_floor_rows\": " +
                      std::to_string(floor_rows) + ", \"weight_floor_priced\": " +
-                     (weight_floor_ ? "true" : "false") +
-                     ", \"few_rows_gemm_ms\": " + std::to_string(few_ms) + ", \"rows\": " +
-                     std::to_string(R) + ", \"keys\": " + std::to_string(K) +
+                     (weight_floor_ ? "true" : "false") + ", \"linear_row_tile\": " +
+                     std::to_string(prefix_cost_.linear_row_tile) + ", \"few_rows_gemm_ms\": " +
+                     std::to_string(few_ms) + ", \"rows\": " + std::to_string(R) +
+                     ", \"keys\": " + std::to_string(K) +
                      ", \"attention_ms\": " + std::to_string(attn_ms) + ", \"gemm_ms\": " +
                      std::to_string(gemm_ms) + ", \"copy_ms\": " + std::to_string(copy_ms) +
                      "}");

@@ -31,6 +31,11 @@
 //                                             launch per layer (CudaBackend::WgmmaPrefixBatch)
 //                                             instead of one each; not yet the default: written
 //                                             without a GPU (22nd session), unmeasured.
+//   UNIPREFILL_CUDA_ALIGN_STEP_ROWS=1         the scheduler aligns a step's rows to the GEMMs'
+//                                             128-row tiles (PrefixAttentionCost::
+//                                             linear_row_tile): a chunk gives up the rows past
+//                                             the last whole tile where that pays; written
+//                                             without a GPU (23rd session), unmeasured served.
 //   UNIPREFILL_CUDNN_SDPA=unified|auto        cuDNN's graphs built with its UNIFIED SDPA engine
 //                                             (cuDNN >= 9.21), or with both and the faster kept,
 //                                             instead of COMPOSITE alone (cudnn_attention.h).
@@ -55,6 +60,7 @@ struct CudaDiagnostics {
   bool weight_floor = true;
   bool small_pieces = false;
   bool prefix_one_launch = false;
+  bool align_step_rows = false;
   ops::cuda::CudnnSdpaImplementation cudnn_sdpa = ops::cuda::CudnnSdpaImplementation::kComposite;
 };
 

@@ -247,6 +247,23 @@ TEST(CudaModelTinyGgufTest, PrepareServingPricesTheWeightFloorUnlessAskedNotTo) 
   }
 }
 
+// UNIPREFILL_CUDA_ALIGN_STEP_ROWS=1 asks the scheduler to align steps to the GEMMs' 128-row
+// tiles (SegmentCost::linear_row_tile); unasked it stays 0.
+TEST(CudaModelTinyGgufTest, PrepareServingSetsTheLinearRowTileOnlyWhenAsked) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  for (const bool asked : {false, true}) {
+    if (asked) setenv("UNIPREFILL_CUDA_ALIGN_STEP_ROWS", "1", 1);
+    Pair p = LoadTinyGguf12(ctx);
+    unsetenv("UNIPREFILL_CUDA_ALIGN_STEP_ROWS");
+    ASSERT_TRUE(p.gpu);
+    const Status st = p.gpu->PrepareServing(97, 800);
+    ASSERT_TRUE(st.ok()) << st.message();
+    const std::vector<SegmentCost> whole = p.gpu->SegmentCosts({});
+    ASSERT_EQ(whole.size(), 1u);
+    EXPECT_EQ(whole[0].linear_row_tile, asked ? 128 : 0);
+  }
+}
+
 // The same with split-KV on every chunk over 32 or more cached keys (pieces of at least 4 keys;
 // the default splits only prefixes of 16K keys and more; the tiny model's few heads never fill
 // the SMs): the prefix in 8 non-causal pieces and the chunk's own keys, merged
