@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Summarises a directory of served GPU runs (scripts/gpu_serve_mixed.sh's OUTDIR, or a results
-folder of them): per serve_<variant>_<workload>.json and mode, each class's TTFT p50 and ITL
+folder of them): per serve_<variant>_<workload>.json and mode, each class's TTFT p50 (and its
+ratio to the `whole` variant's of the same workload, mode and class, issue 18's measure) and ITL
 p50 / p99; per trace_<variant>.jsonl[.xz] (UNIPREFILL_CUDA_STEP_TRACE), what PrepareServing
 measured, the GPU's time in forwards and idle between them, the host's launch time, and the
 forwards holding a prefill chunk of fewer than 128 rows that does not end its segment beside
@@ -17,20 +18,28 @@ import sys
 
 
 def runs(root):
+    rows = []  # (variant, workload, mode, class, summary or None)
     for f in sorted(glob.glob(os.path.join(root, 'serve_*.json'))):
         name = os.path.basename(f)[len('serve_'):-len('.json')]
+        variant, _, workload = name.rpartition('_')
         if os.path.getsize(f) == 0:  # its server died before the workload finished
             print(f"{name:24s} (empty: no result)")
             continue
         for m in json.load(open(f))['modes']:
             classes = m.get('classes') or {'all': m['summary']}
             for c, v in classes.items():
-                ttft, itl = v['ttft_s'], v['itl_s']
-                if ttft.get('p50') is None or itl.get('p50') is None:  # every request failed
-                    print(f"{name:24s} {m['mode']:10s} {c:5s} no request finished")
-                    continue
-                print(f"{name:24s} {m['mode']:10s} {c:5s} TTFT p50 {ttft['p50']:7.3f} s  "
-                      f"ITL p50 {itl['p50'] * 1e3:5.1f} p99 {itl['p99'] * 1e3:6.1f} ms")
+                rows.append((variant, workload, m['mode'], c, v))
+    whole = {(w, m, c): v['ttft_s'].get('p50') for (var, w, m, c, v) in rows if var == 'whole'}
+    for variant, workload, mode, c, v in rows:
+        name = f"{variant}_{workload}"
+        ttft, itl = v['ttft_s'], v['itl_s']
+        if ttft.get('p50') is None or itl.get('p50') is None:  # every request failed
+            print(f"{name:24s} {mode:10s} {c:5s} no request finished")
+            continue
+        base = whole.get((workload, mode, c))
+        ratio = f" ({ttft['p50'] / base:.3f}x whole)" if base and variant != 'whole' else ""
+        print(f"{name:24s} {mode:10s} {c:5s} TTFT p50 {ttft['p50']:7.3f} s{ratio}  "
+              f"ITL p50 {itl['p50'] * 1e3:5.1f} p99 {itl['p99'] * 1e3:6.1f} ms")
 
 
 def traces(root):
