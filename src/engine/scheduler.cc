@@ -417,31 +417,42 @@ void Scheduler::TopUpChunkedPrefills(StepPlan& plan) {
 void Scheduler::AlignStepRows(StepPlan& plan) {
   const int tile = config_.linear_row_tile;
   if (tile <= 1) return;
-  // The step's rows per layer are one count only when no segment-wise chunk covers part of the
-  // layers (a dense chunk beside a segment-s one runs more rows in segment s's layers).
-  int rows = 0;
-  ScheduledRequest* chunk = nullptr;
+  ScheduledRequest* chunk = nullptr;  // the step's last chunk that ends neither segment nor prompt
   for (ScheduledRequest& s : plan.requests) {
-    if (s.is_prefill && s.segment >= 0) return;
-    rows += s.num_tokens;
-    if (s.is_prefill && !s.last_chunk) chunk = &s;
+    if (s.is_prefill && !s.last_chunk && !s.ends_segment()) chunk = &s;
+  }
+  if (chunk == nullptr) return;
+  // The rows of the layers the chunk runs: decodes and dense prefills run every layer; a
+  // segment-wise chunk its segment's. Beside a segment-wise chunk a dense one's layers run
+  // different counts: left alone.
+  int rows = 0;
+  for (const ScheduledRequest& s : plan.requests) {
+    if (!s.is_prefill || s.segment < 0) {
+      rows += s.num_tokens;
+    } else if (chunk->segment < 0) {
+      return;
+    } else if (s.segment == chunk->segment) {
+      rows += s.num_tokens;
+    }
   }
   const int over = rows % tile;
-  if (chunk == nullptr || rows < tile || over == 0) return;
+  if (rows < tile || over == 0) return;
   const int keep = chunk->num_tokens - over;
   if (keep < std::max({tile, config_.attention_query_tile, config_.min_extra_chunk_rows})) return;
-  // Kept, the chunk's R rows cost the step's price P plus the unpriced rest of a tile (tile -
-  // over); given up, R - over rows cost about P - over (its keys are priced in whole query
-  // tiles, which stay). Fewer rows win when R / (P + tile - over) < (R - over) / (P - over),
-  // i.e. R tile > over (P + tile - over).
+  // Kept, the chunk's R rows (linear work R share) cost the step's price P plus the unpriced
+  // rest of a tile, (tile - over) share; given up, R - over rows cost about P - over share (its
+  // keys are priced in whole query tiles, which stay). Fewer rows win when
+  // R share / (P + (tile - over) share) < (R - over) share / (P - over share), i.e.
+  // R tile share > over (P + (tile - over) share).
   const int budget = HasDecodes(plan)
                          ? config_.max_batched_tokens
                          : std::max(config_.max_batched_tokens, config_.prefill_only_tokens);
   const double price = std::max(1, budget - BudgetLeft(plan));
+  const double share = Price(chunk->segment).linear_share;
   const double r = chunk->num_tokens;
-  if (r * tile <= over * (price + tile - over)) return;
+  if (r * tile * share <= over * (price + (tile - over) * share)) return;
   chunk->num_tokens = keep;
-  stats_.prefill_tokens -= over;
+  if (chunk->segment <= 0) stats_.prefill_tokens -= over;  // later segments: same tokens
 }
 
 void Scheduler::AdmitWaiting(StepPlan& plan) {

@@ -114,8 +114,8 @@ struct SchedulerConfig {
   // runs a whole tile more of linear work for r rows (on the H200 one decode beside a 1024-row
   // chunk added 2.6 ms to its 43 ms, four at 32K 6.1 ms; bench step, 23rd session). A chunk that
   // ends neither its segment nor its prompt gives up those r rows when that raises the step's
-  // prefill rows per cost (AlignStepRows): in a step that runs them anyway, the decodes' rows
-  // then fill the last tile. 0: off.
+  // prefill rows per cost (AlignStepRows; a segment-wise chunk by the rows of its segment's
+  // layers): in a step that runs them anyway, the decodes' rows then fill the last tile. 0: off.
   int linear_row_tile = 0;
   // The budget of a step that holds no decodes (nobody's next token waits on it), when larger
   // than max_batched_tokens: a long prompt with no decodes beside it is prefilled in larger
@@ -322,7 +322,8 @@ class Scheduler {
   void ContinueChunkedPrefills(StepPlan& plan);
   void TopUpChunkedPrefills(StepPlan& plan);
   // SchedulerConfig::linear_row_tile: the step's last chunk that neither ends its segment nor its
-  // prompt gives up the rows past the step's last whole tile when its rows per cost rise.
+  // prompt gives up the rows past the last whole tile of its layers' rows when its rows per cost
+  // rise.
   void AlignStepRows(StepPlan& plan);
   void AdmitWaiting(StepPlan& plan);
   void Preempt(RequestId id, StepPlan& plan);

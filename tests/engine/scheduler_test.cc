@@ -512,6 +512,25 @@ TEST(SchedulerTest, StepRowsAlignToTheLinearTileWhereItPays) {
   });
 }
 
+// The same for segment-wise chunks, by the rows of their segment's layers (the decodes' and
+// their own): 100 rows a step over 2 segments, tile 16; a chunk that ends its segment keeps
+// its rows.
+TEST(SchedulerTest, SegmentChunksAlignTheirSegmentsRowsToTheLinearTile) {
+  KvCacheSpec spec = Spec({KvSegmentSpec{1, 0, 0}, KvSegmentSpec{1, 0, 0}});
+  SchedulerConfig config = ConfigOf(/*max_batched_tokens=*/100, /*chunked_prefill=*/true);
+  config.linear_row_tile = 16;
+  Scheduler s(config, KvBlockManager(spec, KvPoolSize{1000, 4, 8}));
+  SubmitAll(s, {Dense(3, 4), {250, 1, true, 8}});
+  RunSteps(s, {
+      {Plan({P(0, 3, false), SC(1, 93, 0, 0, 250)})},  // 96 rows, not 100
+      {Plan({D(0), SC(1, 95, 93, 0, 250)})},
+      {Plan({D(0), SC(1, 62, 188, 0, 250)}), {Kept(1, 120)}},  // ends segment 0: kept whole
+      {Plan({D(0), SC(1, 95, 0, 1, 120)}), {}, {Length(0, 4)}},
+      {Plan({SC(1, 25, 95, 1, 120, true)}), {}, {Length(1, 1)}},
+  });
+  EXPECT_EQ(s.kv().Usage().used_blocks, 0);
+}
+
 TEST(SchedulerTest, ChunkedPrefillOffRunsDensePrefillsWhole) {
   KvCacheSpec spec = Spec({KvSegmentSpec{1, 0, 0}});
   Scheduler s(ConfigOf(16, /*chunked_prefill=*/false),
