@@ -10,10 +10,12 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <vector>
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_context.h"
 #include "ops/cuda/cuda_dense_ops.h"
+#include "ops/cuda/gemm_algos.h"
 
 namespace uniprefill::ops::cuda {
 namespace {
@@ -29,8 +31,8 @@ uint32_t PointerAlignment(const void* p) {
   return align;
 }
 
-BlasLtMatmulPlan MakePlan(cublasLtHandle_t handle, const BlasLtMatmulKey& key,
-                          size_t workspace_bytes) {
+// The plan's descriptors for key (no algorithm yet).
+BlasLtMatmulPlan MakeDescriptors(const BlasLtMatmulKey& key) {
   BlasLtMatmulPlan plan;
   UP_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
@@ -42,7 +44,14 @@ BlasLtMatmulPlan MakePlan(cublasLtHandle_t handle, const BlasLtMatmulKey& key,
   UP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.a, CUDA_R_16BF, key.k, key.m, key.lda));
   UP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.b, CUDA_R_16BF, key.k, key.n, key.ldb));
   UP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.c, CUDA_R_16BF, key.m, key.n, key.ldc));
+  return plan;
+}
 
+// Up to `max` of the heuristic's algorithms for the plan's descriptors, best first.
+std::vector<cublasLtMatmulHeuristicResult_t> HeuristicResults(cublasLtHandle_t handle,
+                                                              const BlasLtMatmulPlan& plan,
+                                                              const BlasLtMatmulKey& key,
+                                                              size_t workspace_bytes, int max) {
   cublasLtMatmulPreference_t pref = nullptr;
   UP_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   const uint64_t max_workspace = workspace_bytes;
@@ -56,12 +65,22 @@ BlasLtMatmulPlan MakePlan(cublasLtHandle_t handle, const BlasLtMatmulKey& key,
     UP_CUBLAS_CHECK(
         cublasLtMatmulPreferenceSetAttribute(pref, align_attrs[i], &aligns[i], sizeof(aligns[i])));
   }
-  cublasLtMatmulHeuristicResult_t result{};
+  std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(std::max(max, 1)));
   int found = 0;
   UP_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle, plan.op, plan.a, plan.b, plan.c, plan.c,
-                                                 pref, 1, &result, &found));
+                                                 pref, static_cast<int>(results.size()),
+                                                 results.data(), &found));
   UP_CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
-  if (found == 0) {
+  results.resize(static_cast<size_t>(found));
+  return results;
+}
+
+BlasLtMatmulPlan MakePlan(cublasLtHandle_t handle, const BlasLtMatmulKey& key,
+                          size_t workspace_bytes) {
+  BlasLtMatmulPlan plan = MakeDescriptors(key);
+  const std::vector<cublasLtMatmulHeuristicResult_t> results =
+      HeuristicResults(handle, plan, key, workspace_bytes, 1);
+  if (results.empty()) {
     std::fprintf(stderr,
                  "cuBLASLt has no bf16 algorithm for out [%lld, %lld] = x [%lld, %lld] @ w^T "
                  "(row strides out %lld, x %lld, w %lld; pointer alignments %u/%u/%u bytes)\n",
@@ -71,22 +90,16 @@ BlasLtMatmulPlan MakePlan(cublasLtHandle_t handle, const BlasLtMatmulKey& key,
                  static_cast<long long>(key.lda), key.align_c, key.align_b, key.align_a);
     std::abort();
   }
-  plan.algo = result.algo;
+  plan.algo = results[0].algo;
   return plan;
 }
 
-}  // namespace
-
-void Gemm(DeviceContext& ctx, TensorView out, TensorView x, TensorView w) {
-  // out bf16 [M, N]; x bf16 [M, K]; w bf16 [N, K].
+// Gemm's problem: out bf16 [M, N] = x bf16 [M, K] @ w bf16 [N, K]^T, column-major.
+BlasLtMatmulKey KeyOf(TensorView out, TensorView x, TensorView w) {
   const int64_t M = x.dim(0), K = x.dim(1), N = w.dim(0);
   assert(x.dtype == DType::kBF16 && w.dtype == DType::kBF16 && out.dtype == DType::kBF16);
   assert(w.dim(1) == K && out.dim(0) == M && out.dim(1) == N);
   assert(x.stride[1] == 1 && w.stride[1] == 1 && out.stride[1] == 1);
-  if (M == 0) return;
-  assert(N > 0 && K > 0);
-  CudaContext& cuda = ctx.cuda();
-
   BlasLtMatmulKey key;
   key.kind = kKindBf16TN;
   key.m = N;
@@ -101,7 +114,26 @@ void Gemm(DeviceContext& ctx, TensorView out, TensorView x, TensorView w) {
   key.align_a = PointerAlignment(w.data);
   key.align_b = PointerAlignment(x.data);
   key.align_c = PointerAlignment(out.data);
+  return key;
+}
 
+void RunMatmul(CudaContext& cuda, const BlasLtMatmulPlan& plan, const cublasLtMatmulAlgo_t& algo,
+               TensorView out, TensorView x, TensorView w) {
+  const float alpha = 1.0f, beta = 0.0f;
+  UP_CUBLAS_CHECK(cublasLtMatmul(cuda.blas_lt(), plan.op, &alpha, w.data, plan.a, x.data, plan.b,
+                                 &beta, out.data, plan.c, out.data, plan.c, &algo,
+                                 cuda.blas_workspace(), cuda.blas_workspace_bytes(),
+                                 cuda.stream()));
+}
+
+}  // namespace
+
+void Gemm(DeviceContext& ctx, TensorView out, TensorView x, TensorView w) {
+  // out bf16 [M, N]; x bf16 [M, K]; w bf16 [N, K].
+  if (x.dim(0) == 0) return;
+  assert(w.dim(0) > 0 && x.dim(1) > 0);
+  CudaContext& cuda = ctx.cuda();
+  const BlasLtMatmulKey key = KeyOf(out, x, w);
   const BlasLtMatmulPlan* plan = cuda.FindMatmulPlan(key);
   BlasLtMatmulPlan one_off;  // owned here only when the cache is full
   bool owned = false;
@@ -113,13 +145,32 @@ void Gemm(DeviceContext& ctx, TensorView out, TensorView x, TensorView w) {
       owned = true;
     }
   }
-  const float alpha = 1.0f, beta = 0.0f;
-  UP_CUBLAS_CHECK(cublasLtMatmul(cuda.blas_lt(), plan->op, &alpha, w.data, plan->a, x.data, plan->b,
-                                 &beta, out.data, plan->c, out.data, plan->c, &plan->algo,
-                                 cuda.blas_workspace(), cuda.blas_workspace_bytes(),
-                                 cuda.stream()));
+  RunMatmul(cuda, *plan, plan->algo, out, x, w);
   // cublasLtMatmul has read the descriptors by the time it returns.
   if (owned) DestroyBlasLtMatmulPlan(one_off);
+}
+
+std::vector<GemmAlgo> GemmHeuristicAlgos(DeviceContext& ctx, TensorView out, TensorView x,
+                                         TensorView w, int max) {
+  CudaContext& cuda = ctx.cuda();
+  const BlasLtMatmulKey key = KeyOf(out, x, w);
+  const BlasLtMatmulPlan plan = MakeDescriptors(key);
+  std::vector<GemmAlgo> algos;
+  for (const cublasLtMatmulHeuristicResult_t& r :
+       HeuristicResults(cuda.blas_lt(), plan, key, cuda.blas_workspace_bytes(), max)) {
+    algos.push_back({r.algo, r.workspaceSize, r.wavesCount});
+  }
+  DestroyBlasLtMatmulPlan(plan);
+  return algos;
+}
+
+void GemmWithAlgo(DeviceContext& ctx, TensorView out, TensorView x, TensorView w,
+                  const GemmAlgo& algo) {
+  if (x.dim(0) == 0) return;
+  CudaContext& cuda = ctx.cuda();
+  const BlasLtMatmulPlan plan = MakeDescriptors(KeyOf(out, x, w));
+  RunMatmul(cuda, plan, algo.algo, out, x, w);
+  DestroyBlasLtMatmulPlan(plan);
 }
 
 }  // namespace uniprefill::ops::cuda

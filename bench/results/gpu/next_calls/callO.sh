@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Prepared in the 23rd session (after its device time was spent): this tree's CUDA suite, then
-# `bench step` on the two things written after the 23rd session's calls, then the deep chunk's
-# attention under Nsight Compute with memory counters (README.md beside this file).
+# Prepared in the 23rd session (after its device time was spent): this tree's CUDA suite, the
+# GEMM algorithm sweep, then `bench step` on the two things written after the 23rd session's
+# calls, then the deep chunk's attention under Nsight Compute with memory counters (README.md
+# beside this file). 8 files back: gpu.txt build.txt cuda_tests.log.xz gemm_algos.txt step.txt
+# step_onelaunch.txt step_deep.txt step_data.tar.xz.
 t0=$(date +%s)
 mkdir -p $OUT
 export NCCL_NVLS_ENABLE=0
@@ -14,6 +16,10 @@ UNIPREFILL_ALLOW_MISSING_ASSETS=1 UP_SOURCE_DIR=$PWD timeout $left build-dev-new
 echo "cuda tests rc $? at $(( $(date +%s) - t0 )) s"
 grep -E "^\[  PASSED|^\[  FAILED|FAILED  \]|tests from .* ran" $OUT/cuda_tests.log | head -20
 xz -9 $OUT/cuda_tests.log
+# cuBLASLt's first proposal against the fastest of 16 at the 8B GEMMs and served rows (~10 s).
+timeout 120 build-dev-new/uniprefill_cuda_tests --gtest_also_run_disabled_tests \
+  --gtest_filter='CudaGemmAlgoThroughputTest.*' > $OUT/gemm_algos.txt 2>&1
+echo "gemm algos rc $? at $(( $(date +%s) - t0 )) s"; grep -E "^layer" $OUT/gemm_algos.txt
 B=build-dev-new/uniprefill
 COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 COMMON="--device cuda --shape llama-3.1-8b --budget 2048 --warmup 2 --repeats 7 --commit $COMMIT"
