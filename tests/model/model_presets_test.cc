@@ -459,6 +459,7 @@ TEST(ModelPresetTest, SegmentCostsCarryTheBackendsMeasuredPrices) {
   measured.decode_flops_per_key = 1.5e6;
   measured.weight_floor_rows = 190;
   measured.min_extra_chunk_rows = 128;
+  measured.linear_row_tile = 128;
   const TransformerModel model(std::make_unique<const ModelDefinition>(Preset("llama-3.1-8b")),
                                std::make_unique<PricedBackend>(measured));
   const ModelDefinition d = Preset("llama-3.1-8b");
@@ -477,12 +478,14 @@ TEST(ModelPresetTest, SegmentCostsCarryTheBackendsMeasuredPrices) {
     EXPECT_EQ(priced[s].query_tile_rows, 128);
     EXPECT_DOUBLE_EQ(priced[s].weight_floor_rows, 190);
     EXPECT_EQ(priced[s].min_extra_chunk_rows, 128);
+    EXPECT_EQ(priced[s].linear_row_tile, 128);
   }
   const std::vector<SegmentCost> whole = model.SegmentCosts({});
   ASSERT_EQ(whole.size(), 1u);
   EXPECT_DOUBLE_EQ(whole[0].decode_key_cost, 32 * 1.5e6 / per_row);
   EXPECT_EQ(whole[0].query_tile_rows, 128);
   EXPECT_DOUBLE_EQ(whole[0].weight_floor_rows, 190);
+  EXPECT_EQ(whole[0].linear_row_tile, 128);
   // An MoE model leaves the floor unpriced: a few rows stream only their experts' weights.
   const TransformerModel moe(
       std::make_unique<const ModelDefinition>(Preset("tiny-hybrid")),
