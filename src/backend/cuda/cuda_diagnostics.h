@@ -29,8 +29,10 @@
 //   UNIPREFILL_CUDA_PREFIX_ONE_LAUNCH=1       the chunks of a step's prompts that our Hopper
 //                                             kernel runs over their cached prefixes share one
 //                                             launch per layer (CudaBackend::WgmmaPrefixBatch)
-//                                             instead of one each; not yet the default: written
-//                                             without a GPU (22nd session), unmeasured.
+//                                             instead of one each; not yet the default: mixed
+//                                             in bench step (23rd session: -2.4 ms on one
+//                                             two-prompt mix, +1.4 on another; its split count
+//                                             now planned, ops::PlanKeySplits, unmeasured).
 //   UNIPREFILL_CUDA_ALIGN_STEP_ROWS=1         the scheduler aligns a step's rows to the GEMMs'
 //                                             128-row tiles (PrefixAttentionCost::
 //                                             linear_row_tile): a chunk gives up the rows past
