@@ -6,7 +6,9 @@ Forwards are told apart by the embedding kernel each starts with; the last forwa
 the timed one when the bench ran one mix with --warmup 0 --repeats 1 (the forwards before it
 prefill the chunks' prefixes and the decodes' contexts).
 
-  python3 tools/ncu_step_kernels.py LOG.csv [--forward K]   (K: index from the end, default 1)
+  python3 tools/ncu_step_kernels.py LOG.csv [--forward K] [--names N]
+      K: the forward's index from the end (default 1); N: also list the N kernels (by name,
+      summed over the forward) that took longest
 """
 import collections
 import csv
@@ -69,6 +71,15 @@ def main():
           f"kernels, {total / 1e3:.3f} ms")
     for kind, (n, us) in sorted(by_kind.items(), key=lambda kv: -kv[1][1]):
         print(f"  {kind:<30} {n:5d} kernels {us / 1e3:9.3f} ms  {100 * us / total:5.1f}%")
+    top = int(sys.argv[sys.argv.index("--names") + 1]) if "--names" in sys.argv else 0
+    if top > 0:
+        by_name = collections.defaultdict(lambda: [0, 0.0])
+        for name, us in forward:
+            short = re.sub(r"\(.*", "", name)[:90]
+            by_name[short][0] += 1
+            by_name[short][1] += us
+        for name, (n, us) in sorted(by_name.items(), key=lambda kv: -kv[1][1])[:top]:
+            print(f"    {n:5d} x {us / n:8.1f} us = {us / 1e3:8.3f} ms  {name}")
 
 
 if __name__ == "__main__":
