@@ -22,7 +22,9 @@
 # of less than a query tile allowed beside another prompt's, as before:
 # UNIPREFILL_CUDA_SMALL_PIECES=1), chunkedaligned (chunked's flags, a step's rows aligned to the
 # GEMMs' 128-row tiles: UNIPREFILL_CUDA_ALIGN_STEP_ROWS=1, not yet the default;
-# chunkedalignedonelaunch adds UNIPREFILL_CUDA_PREFIX_ONE_LAUNCH=1), chunkedonelaunch (chunked's
+# chunkedalignedonelaunch adds UNIPREFILL_CUDA_PREFIX_ONE_LAUNCH=1), chunkedtuned (chunked's
+# flags, the GEMMs' algorithms tuned per weight shape and 64-row bucket at start-up:
+# UNIPREFILL_CUDA_GEMM_TUNE=1, not yet the default), chunkedonelaunch (chunked's
 # flags, the chunks of a step's
 # prompts in one launch of our attention kernel: UNIPREFILL_CUDA_PREFIX_ONE_LAUNCH=1, not yet the
 # default), nosplit (the same budget, no prefill-only budget, --gpu-prefix-split 0: the
@@ -64,6 +66,7 @@ declare -A chunked_env=(
   [chunkedonelaunch]="UNIPREFILL_CUDA_PREFIX_ONE_LAUNCH=1"
   [chunkedaligned]="UNIPREFILL_CUDA_ALIGN_STEP_ROWS=1"
   [chunkedalignedonelaunch]="UNIPREFILL_CUDA_ALIGN_STEP_ROWS=1 UNIPREFILL_CUDA_PREFIX_ONE_LAUNCH=1"
+  [chunkedtuned]="UNIPREFILL_CUDA_GEMM_TUNE=1"
   [chunkedsync]="UNIPREFILL_CUDA_SYNC_EVERY_FORWARD=1 UNIPREFILL_CUDA_ATTENTION_SLOWDOWN=1"
 )
 for variant in $variants; do

@@ -117,6 +117,7 @@ class CudaBackend final : public LayerBackend {
     small_pieces_ = d.small_pieces;
     prefix_one_launch_ = d.prefix_one_launch;
     align_step_rows_ = d.align_step_rows;
+    gemm_tune_ = d.gemm_tune;
     cudnn_sdpa_ = d.cudnn_sdpa;
     if (d.attention_slowdown > 0) {  // FLOPs at that rate, no copy cost: never measured
       prefix_cost_ = PrefixAttentionCost{d.attention_slowdown, 0.0};
@@ -209,6 +210,9 @@ class CudaBackend final : public LayerBackend {
                                const KeptQueries& kq, const ops::AttentionParams& params,
                                int rows_bucket);
   bool CudnnRan(const Status& st, const char* what);
+  // PrepareServing with UNIPREFILL_CUDA_GEMM_TUNE=1: ops::cuda::TuneGemms over every layer's
+  // weights at 64-row buckets up to the step budget (at most 2048 rows), once.
+  Status TuneLinearGemms(int step_rows);
   // PrepareServing: with cuDNN loaded, builds the prefix graph of layer L's shape by one
   // RunPrefix of q's rows (the last of K zero keys) into attn; vb holds q's and attn's offsets.
   // With `ffn` (a dense FFN's gate | up weight, or null) it also measures PrefixAttentionCosts:
@@ -391,6 +395,8 @@ class CudaBackend final : public LayerBackend {
   bool split_on_cudnn_ = false;  // UNIPREFILL_CUDA_SPLIT_ON_CUDNN: our kernel's splits on cuDNN
   bool prefix_one_launch_ = false;  // UNIPREFILL_CUDA_PREFIX_ONE_LAUNCH: WgmmaPrefixBatch
   bool align_step_rows_ = false;  // UNIPREFILL_CUDA_ALIGN_STEP_ROWS: linear_row_tile set
+  bool gemm_tune_ = false;        // UNIPREFILL_CUDA_GEMM_TUNE: TuneGemms in PrepareServing
+  int64_t gemm_tuned_rows_ = 0;   // the step rows TuneGemms ran for (0: not run)
   // UNIPREFILL_CUDNN_SDPA: the SDPA implementations cuDNN's graphs may be built with.
   ops::cuda::CudnnSdpaImplementation cudnn_sdpa_ =
       ops::cuda::CudnnSdpaImplementation::kComposite;

@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <limits>
 #include <set>
 #include <string>
@@ -26,6 +27,7 @@
 #include "backend/cuda/device_views.h"
 #include "backend/cuda/wgmma_attention_views.h"
 #include "ops/cuda/cuda_dense_ops.h"
+#include "ops/cuda/gemm_algos.h"
 #include "ops/cuda/cuda_paged_attention.h"
 
 namespace uniprefill::cuda_backend {
@@ -77,6 +79,7 @@ Status CudaBackend::PrepareServing(int max_step_rows, int max_context) {
   if (serve_kv_bucket_ > 0 && serve_kv_bucket_ != max_context) {
     return InvalidArgument("PrepareServing: every step budget must share one context");
   }
+  if (gemm_tune_ && gemm_tuned_rows_ == 0) UP_RETURN_IF_ERROR(TuneLinearGemms(step_rows));
   serve_kv_bucket_ = max_context;
   if (std::find(serve_rows_buckets_.begin(), serve_rows_buckets_.end(), step_rows) !=
       serve_rows_buckets_.end()) {
@@ -142,6 +145,45 @@ Status CudaBackend::PrepareServing(int max_step_rows, int max_context) {
     // The buffers are freed at scope end: the stream must be done with them.
     UP_CUDA_CHECK(cudaStreamSynchronize(stream));
   }
+  return OkStatus();
+}
+
+Status CudaBackend::TuneLinearGemms(int step_rows) {
+  // Served steps' rows, up to a 2048-row budget: past it (prefill-only steps, whole prefills)
+  // GEMMs are large enough that the heuristic's first was within ~1% (24th session's sweep at
+  // 1024-1536 rows), and timing 8192-row buckets would take a minute.
+  constexpr int64_t kMaxTunedRows = 2048;
+  std::vector<TensorView> weights;
+  const auto add = [&](const DeviceLinear& l) {
+    if (l.out > 0) weights.push_back(l.view());
+  };
+  for (const Layer& layer : layers_) {
+    if (layer.attention) {
+      add(layer.attention->qkv);
+      add(layer.attention->o);
+    }
+    if (layer.delta) {
+      add(layer.delta->in_proj);
+      add(layer.delta->out_proj);
+    }
+    if (layer.moe) {
+      add(layer.moe->shared_gate_up);
+      add(layer.moe->shared_down);
+    }
+    add(layer.gate_up);
+    add(layer.down);
+  }
+  ops::GemmTuneRows rows;
+  rows.step = 64;
+  rows.max_rows = std::min<int64_t>(step_rows, kMaxTunedRows);
+  UP_ASSIGN_OR_RETURN(const ops::cuda::GemmTuneReport r,
+                      ops::cuda::TuneGemms(ctx_, weights, rows));
+  gemm_tuned_rows_ = rows.max_rows;
+  std::fprintf(stderr,
+               "GEMM tuning: %d weight shapes x %lld-row buckets to %lld rows in %.1f s: another "
+               "algorithm kept for %d of %d, their sum %.3f -> %.3f ms\n",
+               r.shapes, static_cast<long long>(rows.step), static_cast<long long>(rows.max_rows),
+               r.seconds, r.kept_other, r.problems, r.first_ms, r.kept_ms);
   return OkStatus();
 }
 

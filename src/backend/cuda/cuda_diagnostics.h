@@ -29,15 +29,20 @@
 //   UNIPREFILL_CUDA_PREFIX_ONE_LAUNCH=1       the chunks of a step's prompts that our Hopper
 //                                             kernel runs over their cached prefixes share one
 //                                             launch per layer (CudaBackend::WgmmaPrefixBatch)
-//                                             instead of one each; not yet the default: mixed
-//                                             in bench step (23rd session: -2.4 ms on one
-//                                             two-prompt mix, +1.4 on another; its split count
-//                                             now planned, ops::PlanKeySplits, unmeasured).
+//                                             instead of one each; not the default: 1.4-3.9%
+//                                             shorter in bench step (24th session, split count
+//                                             from ops::PlanKeySplits), 1-2% more TTFT served.
 //   UNIPREFILL_CUDA_ALIGN_STEP_ROWS=1         the scheduler aligns a step's rows to the GEMMs'
 //                                             128-row tiles (PrefixAttentionCost::
 //                                             linear_row_tile): a chunk gives up the rows past
 //                                             the last whole tile where that pays; written
-//                                             without a GPU (23rd session), unmeasured served.
+//                                             without a GPU (23rd session); served in the
+//                                             24th: no change, so it stays opt-in.
+//   UNIPREFILL_CUDA_GEMM_TUNE=1               PrepareServing times cuBLASLt's proposals for
+//                                             every weight shape at row buckets of 64 up to the
+//                                             step budget and keeps the fastest (ops/cuda/
+//                                             gemm_algos.h TuneGemms); written without a GPU
+//                                             (24th session), not yet measured.
 //   UNIPREFILL_CUDNN_SDPA=unified|auto        cuDNN's graphs built with its UNIFIED SDPA engine
 //                                             (cuDNN >= 9.21), or with both and the faster kept,
 //                                             instead of COMPOSITE alone (cudnn_attention.h).
@@ -63,6 +68,7 @@ struct CudaDiagnostics {
   bool small_pieces = false;
   bool prefix_one_launch = false;
   bool align_step_rows = false;
+  bool gemm_tune = false;
   ops::cuda::CudnnSdpaImplementation cudnn_sdpa = ops::cuda::CudnnSdpaImplementation::kComposite;
 };
 

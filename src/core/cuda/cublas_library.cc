@@ -88,6 +88,12 @@ UP_CUBLAS_FORWARD(true, cublasLtMatmulAlgoGetHeuristic,
                    cublasLtMatmulHeuristicResult_t results[], int* returned),
                   (handle, desc, a_desc, b_desc, c_desc, d_desc, preference, requested, results,
                    returned))
+UP_CUBLAS_FORWARD(true, cublasLtMatmulAlgoCheck,
+                  (cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
+                   cublasLtMatrixLayout_t a_desc, cublasLtMatrixLayout_t b_desc,
+                   cublasLtMatrixLayout_t c_desc, cublasLtMatrixLayout_t d_desc,
+                   const cublasLtMatmulAlgo_t* algo, cublasLtMatmulHeuristicResult_t* result),
+                  (handle, desc, a_desc, b_desc, c_desc, d_desc, algo, result))
 UP_CUBLAS_FORWARD(true, cublasLtMatmulDescCreate,
                   (cublasLtMatmulDesc_t * desc, cublasComputeType_t compute,
                    cudaDataType_t scale),

@@ -1,6 +1,8 @@
 #include "core/cuda/cuda_context.h"
 
 #include <cstdio>
+#include <utility>
+#include <vector>
 
 #include "core/cuda/cublas_library.h"
 #include "core/cuda/cuda_check.h"
@@ -87,6 +89,38 @@ const BlasLtMatmulPlan* CudaContext::CacheMatmulPlan(const BlasLtMatmulKey& key,
   }
   if (plans_.size() >= kMaxMatmulPlans) return nullptr;
   return &plans_.emplace(key, plan).first->second;
+}
+
+void CudaContext::ForEachMatmulPlan(
+    const std::function<void(const BlasLtMatmulKey&, BlasLtMatmulPlan&)>& fn) {
+  // fn runs outside the lock (it may look up tuned algorithms, which takes it); plans are never
+  // erased, so the pointers stay valid.
+  std::vector<std::pair<const BlasLtMatmulKey*, BlasLtMatmulPlan*>> all;
+  {
+    std::lock_guard<std::mutex> lock(plans_mu_);
+    for (auto& [key, plan] : plans_) all.emplace_back(&key, &plan);
+  }
+  for (auto& [key, plan] : all) fn(*key, *plan);
+}
+
+void CudaContext::KeepTunedMatmulAlgo(const BlasLtMatmulKey& bucket_key,
+                                      const cublasLtMatmulAlgo_t& algo) {
+  std::lock_guard<std::mutex> lock(plans_mu_);
+  tuned_[bucket_key] = algo;
+}
+
+bool CudaContext::FindTunedMatmulAlgo(const BlasLtMatmulKey& bucket_key,
+                                      cublasLtMatmulAlgo_t* algo) const {
+  std::lock_guard<std::mutex> lock(plans_mu_);
+  auto it = tuned_.find(bucket_key);
+  if (it == tuned_.end()) return false;
+  *algo = it->second;
+  return true;
+}
+
+void CudaContext::SetMatmulTuneRows(int64_t step, int64_t max_rows) {
+  tune_step_.store(step);
+  tune_max_rows_.store(max_rows);
 }
 
 }  // namespace uniprefill

@@ -7,7 +7,9 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -67,6 +69,18 @@ class CudaContext {
   static constexpr size_t kMaxMatmulPlans = 4096;
   const BlasLtMatmulPlan* FindMatmulPlan(const BlasLtMatmulKey& key) const;
   const BlasLtMatmulPlan* CacheMatmulPlan(const BlasLtMatmulKey& key, const BlasLtMatmulPlan& plan);
+  // Calls fn on every cached plan (a tuner re-choosing their algorithms before serving starts:
+  // no GEMM may run meanwhile, on any thread).
+  void ForEachMatmulPlan(const std::function<void(const BlasLtMatmulKey&, BlasLtMatmulPlan&)>& fn);
+
+  // Algorithms a GEMM tuner kept (ops/cuda/gemm_algos.h TuneGemms), keyed by the problem at its
+  // row bucket's top (key.n the bucket), and the buckets' rows (step, limit; 0: nothing tuned).
+  // Gemm's new plans look here first. Thread-safe like the plan cache.
+  void KeepTunedMatmulAlgo(const BlasLtMatmulKey& bucket_key, const cublasLtMatmulAlgo_t& algo);
+  bool FindTunedMatmulAlgo(const BlasLtMatmulKey& bucket_key, cublasLtMatmulAlgo_t* algo) const;
+  void SetMatmulTuneRows(int64_t step, int64_t max_rows);
+  int64_t matmul_tune_step() const { return tune_step_.load(); }
+  int64_t matmul_tune_max_rows() const { return tune_max_rows_.load(); }
 
  private:
   CudaContext() = default;
@@ -79,6 +93,8 @@ class CudaContext {
   cudaDeviceProp props_{};
   mutable std::mutex plans_mu_;
   std::map<BlasLtMatmulKey, BlasLtMatmulPlan> plans_;  // node-based: pointers stay valid
+  std::map<BlasLtMatmulKey, cublasLtMatmulAlgo_t> tuned_;  // under plans_mu_
+  std::atomic<int64_t> tune_step_{0}, tune_max_rows_{0};
 };
 
 }  // namespace uniprefill

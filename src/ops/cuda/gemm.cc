@@ -4,7 +4,8 @@
 //   C [N x M] = op(A) [N x K] * B [K x M]   with  A = w stored K x N (ld = w row stride), op T;
 //                                                 B = x stored K x M (ld = x row stride), op N;
 //                                                 C = D = out (ld = out row stride).
-// Plans (descriptors + the heuristic's algorithm) are cached per key in the CudaContext.
+// Plans (descriptors + the heuristic's algorithm, or a tuner's: TuneGemms) are cached per key in
+// the CudaContext.
 #include <algorithm>
 #include <cassert>
 #include <cstdint>
@@ -16,6 +17,7 @@
 #include "core/cuda/cuda_context.h"
 #include "ops/cuda/cuda_dense_ops.h"
 #include "ops/cuda/gemm_algos.h"
+#include "ops/gemm_tune_plan.h"
 
 namespace uniprefill::ops::cuda {
 namespace {
@@ -75,9 +77,31 @@ std::vector<cublasLtMatmulHeuristicResult_t> HeuristicResults(cublasLtHandle_t h
   return results;
 }
 
-BlasLtMatmulPlan MakePlan(cublasLtHandle_t handle, const BlasLtMatmulKey& key,
-                          size_t workspace_bytes) {
+// The algorithm TuneGemms kept for key's row bucket, when there is one and cuBLASLt accepts it
+// for key's own rows within the workspace. Tuned at 256-byte aligned pointers: other alignments
+// keep the heuristic.
+bool TunedAlgo(const CudaContext& cuda, const BlasLtMatmulPlan& plan, const BlasLtMatmulKey& key,
+               cublasLtMatmulAlgo_t* algo) {
+  const GemmTuneRows rows{cuda.matmul_tune_step(), cuda.matmul_tune_max_rows()};
+  const int64_t bucket = GemmTuneBucket(key.n, rows);
+  if (bucket == 0 || key.kind != kKindBf16TN || key.align_a != 256 || key.align_b != 256 ||
+      key.align_c != 256) {
+    return false;
+  }
+  BlasLtMatmulKey bucket_key = key;
+  bucket_key.n = bucket;
+  if (!cuda.FindTunedMatmulAlgo(bucket_key, algo)) return false;
+  cublasLtMatmulHeuristicResult_t check{};
+  return cublasLtMatmulAlgoCheck(cuda.blas_lt(), plan.op, plan.a, plan.b, plan.c, plan.c, algo,
+                                 &check) == CUBLAS_STATUS_SUCCESS &&
+         check.workspaceSize <= cuda.blas_workspace_bytes();
+}
+
+BlasLtMatmulPlan MakePlan(const CudaContext& cuda, const BlasLtMatmulKey& key) {
+  const cublasLtHandle_t handle = cuda.blas_lt();
+  const size_t workspace_bytes = cuda.blas_workspace_bytes();
   BlasLtMatmulPlan plan = MakeDescriptors(key);
+  if (TunedAlgo(cuda, plan, key, &plan.algo)) return plan;
   const std::vector<cublasLtMatmulHeuristicResult_t> results =
       HeuristicResults(handle, plan, key, workspace_bytes, 1);
   if (results.empty()) {
@@ -126,6 +150,20 @@ void RunMatmul(CudaContext& cuda, const BlasLtMatmulPlan& plan, const cublasLtMa
                                  cuda.stream()));
 }
 
+// The cached plan for the problem, made when missing; *one_off holds it (the caller destroys it)
+// only when the cache is full.
+const BlasLtMatmulPlan* PlanFor(CudaContext& cuda, const BlasLtMatmulKey& key,
+                                BlasLtMatmulPlan* one_off, bool* owned) {
+  *owned = false;
+  const BlasLtMatmulPlan* plan = cuda.FindMatmulPlan(key);
+  if (plan != nullptr) return plan;
+  *one_off = MakePlan(cuda, key);
+  plan = cuda.CacheMatmulPlan(key, *one_off);
+  if (plan != nullptr) return plan;
+  *owned = true;
+  return one_off;
+}
+
 }  // namespace
 
 void Gemm(DeviceContext& ctx, TensorView out, TensorView x, TensorView w) {
@@ -133,21 +171,23 @@ void Gemm(DeviceContext& ctx, TensorView out, TensorView x, TensorView w) {
   if (x.dim(0) == 0) return;
   assert(w.dim(0) > 0 && x.dim(1) > 0);
   CudaContext& cuda = ctx.cuda();
-  const BlasLtMatmulKey key = KeyOf(out, x, w);
-  const BlasLtMatmulPlan* plan = cuda.FindMatmulPlan(key);
-  BlasLtMatmulPlan one_off;  // owned here only when the cache is full
+  BlasLtMatmulPlan one_off;
   bool owned = false;
-  if (plan == nullptr) {
-    one_off = MakePlan(cuda.blas_lt(), key, cuda.blas_workspace_bytes());
-    plan = cuda.CacheMatmulPlan(key, one_off);
-    if (plan == nullptr) {
-      plan = &one_off;
-      owned = true;
-    }
-  }
+  const BlasLtMatmulPlan* plan = PlanFor(cuda, KeyOf(out, x, w), &one_off, &owned);
   RunMatmul(cuda, *plan, plan->algo, out, x, w);
   // cublasLtMatmul has read the descriptors by the time it returns.
   if (owned) DestroyBlasLtMatmulPlan(one_off);
+}
+
+GemmAlgo PlannedGemmAlgo(DeviceContext& ctx, TensorView out, TensorView x, TensorView w) {
+  CudaContext& cuda = ctx.cuda();
+  BlasLtMatmulPlan one_off;
+  bool owned = false;
+  const BlasLtMatmulPlan* plan = PlanFor(cuda, KeyOf(out, x, w), &one_off, &owned);
+  GemmAlgo algo;
+  algo.algo = plan->algo;
+  if (owned) DestroyBlasLtMatmulPlan(one_off);
+  return algo;
 }
 
 std::vector<GemmAlgo> GemmHeuristicAlgos(DeviceContext& ctx, TensorView out, TensorView x,
@@ -171,6 +211,24 @@ void GemmWithAlgo(DeviceContext& ctx, TensorView out, TensorView x, TensorView w
   const BlasLtMatmulPlan plan = MakeDescriptors(KeyOf(out, x, w));
   RunMatmul(cuda, plan, algo.algo, out, x, w);
   DestroyBlasLtMatmulPlan(plan);
+}
+
+void KeepGemmAlgo(DeviceContext& ctx, TensorView out, TensorView x, TensorView w,
+                  const GemmAlgo& algo) {
+  ctx.cuda().KeepTunedMatmulAlgo(KeyOf(out, x, w), algo.algo);
+}
+
+int RechooseCachedGemmPlans(DeviceContext& ctx) {
+  CudaContext& cuda = ctx.cuda();
+  int changed = 0;
+  cuda.ForEachMatmulPlan([&](const BlasLtMatmulKey& key, BlasLtMatmulPlan& plan) {
+    cublasLtMatmulAlgo_t algo{};
+    if (TunedAlgo(cuda, plan, key, &algo)) {
+      plan.algo = algo;
+      ++changed;
+    }
+  });
+  return changed;
 }
 
 }  // namespace uniprefill::ops::cuda

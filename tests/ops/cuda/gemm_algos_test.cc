@@ -1,11 +1,13 @@
 // ops::cuda::GemmHeuristicAlgos / GemmWithAlgo (ops/cuda/gemm_algos.h): every algorithm the
 // heuristic proposes computes the GEMM (against a double loop on the same bf16 inputs, and the
-// first equals Gemm's own plan bit for bit); then, disabled by default, how far the heuristic's
+// first equals Gemm's own plan bit for bit); the tuner's kept algorithms run for every row of
+// their bucket and the tuned GEMMs stay right; then, disabled by default, how far the heuristic's
 // first is from the fastest at the 8B shape's GEMMs and the row counts served steps run.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <cstdint>
 #include <cstdio>
 #include <random>
@@ -99,6 +101,93 @@ TEST(CudaGemmAlgosTest, EveryProposedAlgorithmComputesTheGemm) {
     std::printf("%lld x %lld x %lld: %zu algorithms\n", static_cast<long long>(s.M),
                 static_cast<long long>(s.N), static_cast<long long>(s.K), algos.size());
   }
+}
+
+// A row range [0, M) of x as its own view (same pointer: 256-byte aligned).
+TensorView FirstRows(const Matrix& m, int64_t rows) {
+  return TensorView::Contiguous(m.dev.data(), DType::kBF16, {rows, m.cols}, Device::kCuda);
+}
+
+Matrix Head(const Matrix& m, int64_t rows) {
+  Matrix h{rows, m.cols, std::vector<float>(m.host.begin(), m.host.begin() + rows * m.cols), {}};
+  return h;
+}
+
+// The shared context's tuning state is process-wide: each tuner test uses weight shapes no other
+// test runs and turns the buckets off when done.
+struct TuneRowsOff {
+  DeviceContext& ctx;
+  ~TuneRowsOff() { ctx.cuda().SetMatmulTuneRows(0, 0); }
+};
+
+TEST(CudaGemmTunerTest, AKeptAlgorithmRunsForEveryRowOfItsBucket) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  TuneRowsOff off{ctx};
+  std::mt19937 rng(21);
+  const Matrix w = Random(rng, 320, 192), x = Random(rng, 192, 192);
+  // A plan made before the algorithm is kept (re-chosen below) and one made after.
+  Matrix early = Output(70, 320);
+  cuda::Gemm(ctx, early.View(), FirstRows(x, 70), w.View());
+  Matrix top = Output(128, 320);
+  const std::vector<cuda::GemmAlgo> algos =
+      cuda::GemmHeuristicAlgos(ctx, top.View(), FirstRows(x, 128), w.View(), 16);
+  if (algos.size() < 2) GTEST_SKIP() << "cuBLASLt proposed one algorithm: nothing to keep";
+  const cuda::GemmAlgo kept = algos.back();
+  cuda::KeepGemmAlgo(ctx, top.View(), FirstRows(x, 128), w.View(), kept);
+  ctx.cuda().SetMatmulTuneRows(64, 192);
+  EXPECT_GE(cuda::RechooseCachedGemmPlans(ctx), 1);  // the 70-row plan
+  for (int64_t M : {65, 70, 100, 128}) {
+    Matrix out = Output(M, 320);
+    const cuda::GemmAlgo planned = cuda::PlannedGemmAlgo(ctx, out.View(), FirstRows(x, M), w.View());
+    EXPECT_EQ(std::memcmp(&planned.algo, &kept.algo, sizeof(kept.algo)), 0) << M << " rows";
+    cuda::Gemm(ctx, out.View(), FirstRows(x, M), w.View());
+    ctx.cuda().Synchronize();
+    EXPECT_LT(ut::RelativeL2Error(Values(out), Reference(Head(x, M), w)), 1e-2) << M << " rows";
+  }
+  // Rows of other buckets keep the heuristic's choice and compute the same GEMM.
+  for (int64_t M : {1, 64, 129, 192, 193}) {
+    Matrix out = Output(M, 320);
+    Matrix xm = M <= 192 ? Matrix{} : Random(rng, M, 192);
+    const TensorView xv = M <= 192 ? FirstRows(x, M) : xm.View();
+    cuda::Gemm(ctx, out.View(), xv, w.View());
+    ctx.cuda().Synchronize();
+    const std::vector<float> ref = M <= 192 ? Reference(Head(x, M), w) : Reference(xm, w);
+    EXPECT_LT(ut::RelativeL2Error(Values(out), ref), 1e-2) << M << " rows";
+  }
+}
+
+TEST(CudaGemmTunerTest, TuningTimesEveryShapeAndBucketAndTheGemmsStayRight) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  TuneRowsOff off{ctx};
+  std::mt19937 rng(22);
+  const Matrix w1 = Random(rng, 352, 160), w2 = Random(rng, 96, 448);
+  // w1 twice: one shape. Buckets 64, 128, 192.
+  const Result<cuda::GemmTuneReport> r =
+      cuda::TuneGemms(ctx, {w1.View(), w2.View(), w1.View()}, ops::GemmTuneRows{64, 150});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->shapes, 2);
+  EXPECT_EQ(r->problems, 6);
+  EXPECT_GE(r->kept_other, 0);
+  EXPECT_LE(r->kept_other, 6);
+  EXPECT_GT(r->first_ms, 0);
+  EXPECT_LE(r->kept_ms, r->first_ms * 1.0001);
+  EXPECT_GT(r->seconds, 0);
+  EXPECT_EQ(ctx.cuda().matmul_tune_step(), 64);
+  EXPECT_EQ(ctx.cuda().matmul_tune_max_rows(), 150);
+  std::printf("tuned: %d of %d problems took another algorithm, %.4f -> %.4f ms\n",
+              r->kept_other, r->problems, r->first_ms, r->kept_ms);
+  for (const Matrix* w : {&w1, &w2}) {
+    for (int64_t M : {1, 37, 64, 65, 150, 151, 200}) {
+      const Matrix xm = Random(rng, M, w->cols);
+      Matrix out = Output(M, w->rows);
+      cuda::Gemm(ctx, out.View(), xm.View(), w->View());
+      ctx.cuda().Synchronize();
+      EXPECT_LT(ut::RelativeL2Error(Values(out), Reference(xm, *w)), 1e-2)
+          << M << " rows, " << w->rows << " x " << w->cols;
+    }
+  }
+  // Bad rows: a clear error, nothing tuned.
+  EXPECT_FALSE(cuda::TuneGemms(ctx, {w1.View()}, ops::GemmTuneRows{0, 150}).ok());
 }
 
 // Median ms of `runs` launches of one algorithm, after two untimed ones.
