@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Prepared in the 24th session: the 130K prompt among 16 shorts (issue 18's last unmet goal:
+# dense TTFT within 10% of whole, 1.155x in the 24th session) at larger step budgets, which
+# trade the shorts' ITL (p99 51.2 ms, goal <= 60) for fewer, longer chunked forwards. In the 24th
+# session's trace 80 of the dense prompt's 252 forwards ran 256-row chunks 71-110K deep in 31-39
+# ms steps (a 384-row chunk priced over the 2048 budget there), and each forward costs ~7.5 ms
+# over whole-prefill rates. Predicted: budget 2304 -> ~1.13x, 2560 -> ~1.11x, shorts' ITL p99
+# +2-5 ms per step. whole once, then chunked at 2048 / 2304 / 2560, same server flags otherwise.
+# Needs call T's (or P's) checkpoint in /tmp/l8b when warm; makes it otherwise (~170 s).
+t0=$(date +%s)
+mkdir -p $OUT
+export NCCL_NVLS_ENABLE=0
+if [ ! -f /tmp/l8b/config.json ]; then
+  python3 tools/make_synthetic_checkpoint.py --preset llama-3.1-8b --dtype bf16 --out /tmp/l8b \
+    > /tmp/ckpt.txt 2>&1 &
+  ck=$!
+fi
+if [ ! -x build-dev-new/uniprefill ]; then
+  UP_GPU_TARGETS="uniprefill" bash scripts/gpu_build.sh build build-dev-new > /tmp/build.log 2>&1
+  echo "build rc $? at $(( $(date +%s) - t0 )) s"
+fi
+[ -n "${ck:-}" ] && wait $ck
+for run in "2048 whole chunked" "2304 chunked" "2560 chunked"; do
+  read -r budget variants <<< "$run"
+  left=$(( 585 - ($(date +%s) - t0) ))
+  [ $left -lt 60 ] && { echo "out of time before budget $budget"; break; }
+  TRACE=1 BUDGET=$budget PREFILL_ONLY=8192 WORKLOADS="mixed" UP_CKPT=/tmp/l8b \
+    timeout $left bash scripts/gpu_serve_mixed.sh build-dev-new/uniprefill /tmp/u$budget \
+    $variants > $OUT/serve130_b$budget.txt 2>&1
+  echo "budget $budget rc $? at $(( $(date +%s) - t0 )) s"
+  rm -f /tmp/u$budget/memory_*.csv
+done
+# Ratios against the one whole run: summarise the budgets' chunked runs beside it.
+mkdir -p /tmp/uall
+cp /tmp/u2048/serve_whole_mixed.json /tmp/uall/ 2>/dev/null
+for b in 2048 2304 2560; do
+  [ -f /tmp/u$b/serve_chunked_mixed.json ] && cp /tmp/u$b/serve_chunked_mixed.json \
+    /tmp/uall/serve_chunked$b"_mixed.json"
+done
+python3 tools/serve_summary.py /tmp/uall 2>&1 | grep -v "^ " | tee $OUT/summary.txt
+tar -C /tmp -cJf $OUT/servers130.tar.xz u2048 u2304 u2560 2>/dev/null
