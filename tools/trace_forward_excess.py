@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""What a long prompt's chunked forwards cost over whole-prefill rates, from a served step trace
+(UNIPREFILL_CUDA_STEP_TRACE, scripts/gpu_serve_mixed.sh TRACE=1).
+
+The long prompt's forwards are those holding a chunk over at least --min-cached cached keys (or
+of at least 4096 rows); the first --forwards of them are one prompt's prefill (the dense run's,
+when the server served dense first). Each forward's GPU time is set against a model at
+whole-prefill rates: every prefill chunk's rows at --gemm-us-per-row (the layers' GEMMs) plus
+its row-key pairs at --attn-ns-per-pair (r (p + r / 2) pairs, causal within the chunk). What is
+left is the forward's excess: the decodes' own work, the small kernels, idle time.
+
+  python3 tools/trace_forward_excess.py TRACE.jsonl [--forwards 252] [--min-cached 2048]
+      [--gemm-us-per-row 20] [--attn-ns-per-pair 0.851]
+
+Defaults: the 8B shape on the H200 (24th session): GEMMs 20 us a row (32 layers at ~700 TFLOP/s),
+attention 0.851 ns a row-key pair (32 layers x 16,384 FLOP at 616 TFLOP/s, Nsight Compute).
+"""
+import argparse
+import collections
+import json
+import statistics
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("trace")
+    ap.add_argument("--forwards", type=int, default=0, help="0: every such forward")
+    ap.add_argument("--min-cached", type=int, default=2048)
+    ap.add_argument("--gemm-us-per-row", type=float, default=20.0)
+    ap.add_argument("--attn-ns-per-pair", type=float, default=0.851)
+    a = ap.parse_args()
+    with open(a.trace) as f:
+        lines = [json.loads(l) for l in f if l.strip()]
+    steps = [l for l in lines if "units" in l]
+    chosen = []
+    for s in steps:
+        long_units = [u for u in s["units"] if u[1] > 1 and (u[2] >= a.min_cached or u[1] >= 4096)]
+        if long_units:
+            chosen.append((s, long_units[0]))
+    if a.forwards:
+        chosen = chosen[:a.forwards]
+    if not chosen:
+        raise SystemExit(f"{a.trace}: no forward holds a chunk over {a.min_cached} cached keys")
+
+    def model_ms(rows, cached):
+        return rows * a.gemm_us_per_row * 1e-3 + rows * (cached + rows / 2) * a.attn_ns_per_pair * 1e-6
+
+    by_depth = collections.defaultdict(list)
+    total_gpu = total_model = 0.0
+    for s, lu in chosen:
+        chunks = [u for u in s["units"] if u[1] > 1]
+        model = sum(model_ms(u[1], u[2]) for u in chunks)
+        decodes = sum(1 for u in s["units"] if u[1] == 1)
+        excess = s["gpu_ms"] - model
+        total_gpu += s["gpu_ms"]
+        total_model += model
+        by_depth[lu[2] // 16384].append((excess, lu[1], decodes, s["gpu_ms"]))
+    print(f"{a.trace}: {len(chosen)} forwards, GPU {total_gpu / 1e3:.3f} s, at whole-prefill "
+          f"rates {total_model / 1e3:.3f} s, excess {(total_gpu - total_model) / 1e3:.3f} s "
+          f"({(total_gpu - total_model) / len(chosen):.1f} ms a forward)")
+    print(f"  {'cached keys':>14} {'forwards':>8} {'rows p50':>8} {'decodes p50':>11} "
+          f"{'GPU ms p50':>10} {'excess ms p50':>13}")
+    for d in sorted(by_depth):
+        v = by_depth[d]
+        print(f"  {d * 16:>6}K-{(d + 1) * 16:>4}K {len(v):>8} "
+              f"{statistics.median(x[1] for x in v):>8.0f} "
+              f"{statistics.median(x[2] for x in v):>11.0f} "
+              f"{statistics.median(x[3] for x in v):>10.1f} "
+              f"{statistics.median(x[0] for x in v):>13.1f}")
+
+
+if __name__ == "__main__":
+    main()
