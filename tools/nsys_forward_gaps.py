@@ -55,6 +55,13 @@ def main():
         print(f"  {gap / 1e3:9.1f} us after {before[:60]}  before {after[:60]}")
     small = sum(g for g, _, _ in gaps if g < 20_000)
     print(f"  gaps under 20 us: {small / 1e6:.3f} ms")
+    # The forward's small host-to-device uploads (PinnedStaging::Put, one per array): each is an
+    # in-stream copy between kernels, and the gaps around them are what they cost.
+    copies = [(start, dur) for start, dur, name in forward if "memcpy" in name.lower()]
+    around = sum(g for g, before, after in gaps
+                 if "memcpy" in before.lower() or "memcpy" in after.lower())
+    print(f"  copies: {len(copies)}, {sum(d for _, d in copies) / 1e6:.3f} ms busy, "
+          f"{around / 1e6:.3f} ms of gaps next to them")
 
 
 if __name__ == "__main__":

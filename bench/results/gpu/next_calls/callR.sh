@@ -12,7 +12,12 @@
 #  3. with nsys present, the deep mix's 32-layer forward timeline: GPU idle between kernels.
 # Predicted: RMSNorm, RoPE/append, SiLU*up, residuals and the split merge ~1.5-2 ms of a 32-layer
 # forward, the decodes' attention and head ~0.5 ms; if the kernels' sum falls well short of the
-# wall time, the rest is launch gaps (the host launching ~15 small kernels a layer).
+# wall time, the rest is idle GPU between them: the small in-stream uploads (PinnedStaging::Put,
+# one cudaMemcpyAsync per array: the step's slots, the attention's problem arrays, the decodes'
+# block tables; ~8-12 a layer, ~300 a forward) and the host launching ~15 small kernels a layer.
+# nsys.txt counts the copies and the gaps next to them: if they hold most of the ~4.8 ms a deep
+# forward has over whole-prefill rates, one upload per forward (or kernels reading mapped pinned
+# memory) is the fix.
 # 4 files back: step8.txt kernels.txt ncu_logs.tar.xz nsys.txt. Reuses build-dev-new when warm.
 t0=$(date +%s)
 mkdir -p $OUT
