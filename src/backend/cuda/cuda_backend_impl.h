@@ -118,6 +118,7 @@ class CudaBackend final : public LayerBackend {
     prefix_one_launch_ = d.prefix_one_launch;
     align_step_rows_ = d.align_step_rows;
     gemm_tune_ = d.gemm_tune;
+    staging_.set_separate_uploads(d.separate_uploads);
     cudnn_sdpa_ = d.cudnn_sdpa;
     if (d.attention_slowdown > 0) {  // FLOPs at that rate, no copy cost: never measured
       prefix_cost_ = PrefixAttentionCost{d.attention_slowdown, 0.0};

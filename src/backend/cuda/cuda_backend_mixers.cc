@@ -376,8 +376,10 @@ Status CudaBackend::DecodeRun(int li, int hkv, const std::vector<int>& run,
     std::copy(bl.begin(), bl.end(), tables.begin() + static_cast<size_t>(i) * max_blocks);
     lens[i] = reqs_[run[i]].cache->count(li);
   }
-  UP_ASSIGN_OR_RETURN(const int32_t* d_tables, staging_.Put(tables, stream));
-  UP_ASSIGN_OR_RETURN(const int32_t* d_lens, staging_.Put(lens, stream));
+  UP_ASSIGN_OR_RETURN(const std::vector<const int32_t*> uploaded,
+                      staging_.PutAll({&tables, &lens}, stream));
+  const int32_t* d_tables = uploaded[0];
+  const int32_t* d_lens = uploaded[1];
   const int64_t first = q_begin[run[0]];
   oc::PagedDecodeBatch pb;
   pb.block_tables = d_tables;
@@ -588,10 +590,12 @@ Status CudaBackend::AttentionMixer(int li, const AttentionLayer& L, std::vector<
       starts[i] = q_begin[r];
       qlens[i] = q_len[r];
     }
-    UP_ASSIGN_OR_RETURN(const int32_t* d_tables, staging_.Put(tables, stream));
-    UP_ASSIGN_OR_RETURN(const int32_t* d_lens, staging_.Put(lens, stream));
-    UP_ASSIGN_OR_RETURN(const int32_t* d_starts, staging_.Put(starts, stream));
-    UP_ASSIGN_OR_RETURN(const int32_t* d_qlens, staging_.Put(qlens, stream));
+    UP_ASSIGN_OR_RETURN(const std::vector<const int32_t*> uploaded,
+                        staging_.PutAll({&tables, &lens, &starts, &qlens}, stream));
+    const int32_t* d_tables = uploaded[0];
+    const int32_t* d_lens = uploaded[1];
+    const int32_t* d_starts = uploaded[2];
+    const int32_t* d_qlens = uploaded[3];
     oc::CacheAttentionBatch cb;
     cb.q_start = d_starts;
     cb.q_len = d_qlens;

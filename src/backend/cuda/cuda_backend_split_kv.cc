@@ -171,10 +171,12 @@ Result<bool> CudaBackend::WgmmaPrefixBatch(const TensorView& q, const TensorView
   std::vector<int32_t> begin(q_begin);
   for (int32_t& b : begin) b -= first;
   ops::cuda::WgmmaAttentionProblem p = WgmmaProblemOf(q_span, k, v, attn_span, scale);
-  UP_ASSIGN_OR_RETURN(p.seq_begin, staging_.Put(begin, stream));
-  UP_ASSIGN_OR_RETURN(p.seq_len, staging_.Put(q_len, stream));
-  UP_ASSIGN_OR_RETURN(p.k_seq_begin, staging_.Put(kv_row, stream));
-  UP_ASSIGN_OR_RETURN(p.k_seq_len, staging_.Put(kv_len, stream));
+  UP_ASSIGN_OR_RETURN(const std::vector<const int32_t*> uploaded,
+                      staging_.PutAll({&begin, &q_len, &kv_row, &kv_len}, stream));
+  p.seq_begin = uploaded[0];
+  p.seq_len = uploaded[1];
+  p.k_seq_begin = uploaded[2];
+  p.k_seq_len = uploaded[3];
   p.batch = n;
   p.max_seqlen = max_q;
   // One split count for all: a short request's splits past its keys write only that (weight 0).

@@ -43,6 +43,7 @@ Result<CudaDiagnostics> DiagnosticsFromEnvironment() {
   UP_RETURN_IF_ERROR(ReadFlag("UNIPREFILL_CUDA_PREFIX_ONE_LAUNCH", &d.prefix_one_launch));
   UP_RETURN_IF_ERROR(ReadFlag("UNIPREFILL_CUDA_ALIGN_STEP_ROWS", &d.align_step_rows));
   UP_RETURN_IF_ERROR(ReadFlag("UNIPREFILL_CUDA_GEMM_TUNE", &d.gemm_tune));
+  UP_RETURN_IF_ERROR(ReadFlag("UNIPREFILL_CUDA_SEPARATE_UPLOADS", &d.separate_uploads));
   if (const char* v = std::getenv("UNIPREFILL_CUDNN_SDPA"); v && *v) {
     using Impl = ops::cuda::CudnnSdpaImplementation;
     const std::string s = v;

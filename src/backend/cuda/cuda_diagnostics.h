@@ -43,6 +43,11 @@
 //                                             step budget and keeps the fastest (ops/cuda/
 //                                             gemm_algos.h TuneGemms); written without a GPU
 //                                             (24th session), not yet measured.
+//   UNIPREFILL_CUDA_SEPARATE_UPLOADS=1        each small metadata array of a layer (the prefix
+//                                             attention's four, a decode run's tables and
+//                                             lengths) its own host-to-device copy, as before
+//                                             PinnedStaging::PutAll made them one (24th
+//                                             session, unmeasured).
 //   UNIPREFILL_CUDNN_SDPA=unified|auto        cuDNN's graphs built with its UNIFIED SDPA engine
 //                                             (cuDNN >= 9.21), or with both and the faster kept,
 //                                             instead of COMPOSITE alone (cudnn_attention.h).
@@ -69,6 +74,7 @@ struct CudaDiagnostics {
   bool prefix_one_launch = false;
   bool align_step_rows = false;
   bool gemm_tune = false;
+  bool separate_uploads = false;
   ops::cuda::CudnnSdpaImplementation cudnn_sdpa = ops::cuda::CudnnSdpaImplementation::kComposite;
 };
 

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <utility>
 #include <vector>
 
@@ -74,6 +75,39 @@ class PinnedStaging {
     }
     return h.dev.as<int32_t>() + at;
   }
+  // Device copies of several arrays in one upload (each 16-byte aligned in one region), in the
+  // order given. A forward's metadata came as several small in-stream copies a layer (the
+  // attention's four problem arrays, a decode run's tables and lengths); each copy sits between
+  // two kernels on the stream. With separate_uploads (UNIPREFILL_CUDA_SEPARATE_UPLOADS=1, the
+  // behaviour before) each array is its own copy, for same-binary comparisons.
+  Result<std::vector<const int32_t*>> PutAll(
+      std::initializer_list<const std::vector<int32_t>*> arrays, cudaStream_t stream) {
+    std::vector<const int32_t*> out;
+    out.reserve(arrays.size());
+    if (separate_uploads_) {
+      for (const std::vector<int32_t>* a : arrays) {
+        UP_ASSIGN_OR_RETURN(const int32_t* d, Put(*a, stream));
+        out.push_back(d);
+      }
+      return out;
+    }
+    size_t total = 0;
+    for (const std::vector<int32_t>* a : arrays) total += Padded(a->size());
+    UP_ASSIGN_OR_RETURN(const size_t at, Take(total));
+    Half& h = halves_[cur_];
+    size_t offset = at;
+    for (const std::vector<int32_t>* a : arrays) {
+      if (!a->empty()) std::memcpy(h.host + offset, a->data(), a->size() * 4);
+      out.push_back(h.dev.as<int32_t>() + offset);
+      offset += Padded(a->size());
+    }
+    if (total > 0) {
+      UP_CUDA_CHECK(cudaMemcpyAsync(h.dev.as<int32_t>() + at, h.host + at, total * 4,
+                                    cudaMemcpyHostToDevice, stream));
+    }
+    return out;
+  }
+  void set_separate_uploads(bool on) { separate_uploads_ = on; }
   // Uninitialised device ints, and their pinned host twin (for copies back).
   Result<std::pair<int32_t*, int32_t*>> Scratch(size_t n) {
     UP_ASSIGN_OR_RETURN(size_t at, Take(n));
@@ -89,15 +123,17 @@ class PinnedStaging {
     cudaEvent_t done = nullptr;  // recorded after the last forward that used this half
     bool in_flight = false;      // that forward returned without a host sync
   };
+  static size_t Padded(size_t n) { return (n + 3) / 4 * 4; }  // 16-byte aligned regions
   Result<size_t> Take(size_t n) {
     const size_t at = used_;
-    used_ += (n + 3) / 4 * 4;  // 16-byte aligned regions
+    used_ += Padded(n);
     if (used_ > halves_[cur_].cap) return Internal("forward staging overflow (a sizing bug)");
     return at;
   }
   Half halves_[2];
   int cur_ = 0;
   size_t used_ = 0;
+  bool separate_uploads_ = false;
 };
 
 // A grow-only pinned host array of floats: device-to-host copies into it run at full PCIe rate and

@@ -2,7 +2,8 @@
 // leaves its uploads queued; the forward after next reuses the same half, and its Reserve must
 // wait for them. The stream is held back by a sleeping host function, so without that wait the
 // third forward's host writes would land before the first forward's copy ran, and the first
-// forward's device data would read the third's values.
+// forward's device data would read the third's values. PutAll puts several arrays in one upload,
+// each where its pointer says, as separate Puts do.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -54,6 +55,53 @@ TEST(PinnedStagingTest, AForwardTwoBackKeepsItsUploadsUntilTheyRan) {
   ASSERT_EQ(cudaMemcpy(got.data(), seen->data(), got.size() * 4, cudaMemcpyDeviceToHost),
             cudaSuccess);
   EXPECT_EQ(got, first);
+  cudaStreamDestroy(stream);
+}
+
+std::vector<int32_t> Back(const int32_t* d, size_t n) {
+  std::vector<int32_t> v(n);
+  if (n > 0) {
+    EXPECT_EQ(cudaMemcpy(v.data(), d, n * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  }
+  return v;
+}
+
+TEST(PinnedStagingTest, PutAllPutsEachArrayWhereItsPointerSays) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  (void)ctx;
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  const std::vector<int32_t> a = {1, 2, 3}, empty, c = {4, 5, 6, 7, 8}, d = {9};
+  for (bool separate : {false, true}) {
+    PinnedStaging staging;
+    staging.set_separate_uploads(separate);
+    ASSERT_TRUE(staging.Reserve(64).ok());
+    Result<const int32_t*> before = staging.Put(std::vector<int32_t>{42}, stream);
+    ASSERT_TRUE(before.ok());
+    Result<std::vector<const int32_t*>> put = staging.PutAll({&a, &empty, &c, &d}, stream);
+    ASSERT_TRUE(put.ok());
+    ASSERT_EQ(put->size(), 4u);
+    Result<const int32_t*> after = staging.Put(std::vector<int32_t>{43, 44}, stream);
+    ASSERT_TRUE(after.ok());
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    EXPECT_EQ(Back(*before, 1), std::vector<int32_t>{42}) << separate;
+    EXPECT_EQ(Back((*put)[0], a.size()), a) << separate;
+    EXPECT_EQ(Back((*put)[2], c.size()), c) << separate;
+    EXPECT_EQ(Back((*put)[3], d.size()), d) << separate;
+    EXPECT_EQ(Back(*after, 2), (std::vector<int32_t>{43, 44})) << separate;
+    // 16-byte aligned, in order, none overlapping the next.
+    const int32_t* prev_end = *before + 1;
+    for (size_t i = 0; i < put->size(); ++i) {
+      EXPECT_EQ(reinterpret_cast<uintptr_t>((*put)[i]) % 16, 0u) << i;
+      EXPECT_GE((*put)[i], prev_end) << i;
+      const size_t n = std::vector<size_t>{a.size(), 0, c.size(), d.size()}[i];
+      prev_end = (*put)[i] + n;
+    }
+    EXPECT_GE(*after, prev_end);
+    // More than the half holds: an error, not an overrun.
+    const std::vector<int32_t> big(100, 1);
+    EXPECT_FALSE(staging.PutAll({&big}, stream).ok());
+  }
   cudaStreamDestroy(stream);
 }
 
