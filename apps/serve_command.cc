@@ -181,6 +181,12 @@ bool ParseByteSize(const std::string& text, int64_t* bytes) {
   return true;
 }
 
+void ResolveBatchingDefaults(ServeOptions& options) {
+  const StepBudgets d = DefaultStepBudgets(options.device.device);
+  if (options.max_batched_tokens <= 0) options.max_batched_tokens = d.max_batched_tokens;
+  if (options.prefill_only_tokens < 0) options.prefill_only_tokens = d.prefill_only_tokens;
+}
+
 void AddServeCommand(CLI::App& app, ServeOptions& o) {
   CLI::App* cmd =
       app.add_subcommand("serve",
@@ -222,17 +228,16 @@ void AddServeCommand(CLI::App& app, ServeOptions& o) {
       ->capture_default_str()
       ->group("Batching");
   cmd->add_option("--max-batched-tokens", o.max_batched_tokens,
-                  "Most tokens (prefill + decode) of all requests in one step")
+                  "Most tokens (prefill + decode) of all requests in one step [default: 8192; "
+                  "2048 with --device cuda]")
       ->check(CLI::Range(1, 1 << 24))
-      ->capture_default_str()
       ->group("Batching");
   cmd->add_option("--prefill-only-tokens", o.prefill_only_tokens,
                   "The budget of a step with no decodes in it, when larger than "
                   "--max-batched-tokens: a long prompt with nobody decoding beside it is "
                   "prefilled in larger chunks, close to a whole prefill's rate (no one's next "
-                  "token waits on those steps); 0: off")
+                  "token waits on those steps); 0: off [default: 0; 8192 with --device cuda]")
       ->check(CLI::Range(0, 1 << 24))
-      ->capture_default_str()
       ->group("Batching");
   cmd->add_flag("--no-chunked-prefill", o.no_chunked_prefill,
                 "Run every prefill whole in one step (by default a long prefill is cut into "
@@ -313,8 +318,10 @@ int ServeCommand(const ServeOptions& o) {
   so.kv_cache_memory = o.kv_cache_memory;
   so.kv_block_tokens = o.kv_block_tokens;
   so.max_num_seqs = o.max_num_seqs;
-  so.max_batched_tokens = o.max_batched_tokens;
-  so.prefill_only_tokens = o.prefill_only_tokens;
+  ServeOptions resolved = o;
+  ResolveBatchingDefaults(resolved);
+  so.max_batched_tokens = resolved.max_batched_tokens;
+  so.prefill_only_tokens = resolved.prefill_only_tokens;
   so.device_sampling = !o.host_sampling;
   so.chunked_prefill = !o.no_chunked_prefill;
   so.budget_counts_attention = !o.budget_counts_rows;

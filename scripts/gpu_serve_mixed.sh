@@ -78,8 +78,9 @@ for variant in $variants; do
     env_vars+=("${extra[@]}")
   else
     case "$variant" in
-      nosplit) flags=(--max-batched-tokens "$budget" --gpu-prefix-split 0) ;;
-      chunkedrows) flags=(--max-batched-tokens "$budget" --budget-counts-rows) ;;
+      # (the CUDA default prefill-only budget, 8192 since the 24th session, off as before)
+      nosplit) flags=(--max-batched-tokens "$budget" --prefill-only-tokens 0 --gpu-prefix-split 0) ;;
+      chunkedrows) flags=(--max-batched-tokens "$budget" --prefill-only-tokens 0 --budget-counts-rows) ;;
       whole) flags=(--no-chunked-prefill) ;;
       *) echo "unknown variant $variant (${!chunked_env[*]} nosplit chunkedrows whole)" >&2
          exit 2 ;;

@@ -747,4 +747,9 @@ void BatchEngine::Impl::PublishMetrics() {
   metrics.requests_submitted = submitted;
 }
 
+StepBudgets DefaultStepBudgets(const std::string& device) {
+  if (device == "cuda") return {2048, 8192};
+  return {8192, 0};
+}
+
 }  // namespace uniprefill

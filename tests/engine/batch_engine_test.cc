@@ -712,5 +712,19 @@ TEST_F(BatchEngineTest, ShutdownAbortsWhatIsLeft) {
   }
 }
 
+// serve's step budgets when the user sets neither: the CPU's as before, CUDA's the configuration
+// the H200's served goals were measured with.
+TEST(StepBudgetsTest, EachDeviceGetsItsMeasuredDefault) {
+  const StepBudgets cpu = DefaultStepBudgets("cpu");
+  EXPECT_EQ(cpu.max_batched_tokens, 8192);
+  EXPECT_EQ(cpu.prefill_only_tokens, 0);
+  const StepBudgets cuda = DefaultStepBudgets("cuda");
+  EXPECT_EQ(cuda.max_batched_tokens, 2048);
+  EXPECT_EQ(cuda.prefill_only_tokens, 8192);
+  const StepBudgets other = DefaultStepBudgets("tpu");  // not a device serve accepts: the CPU's
+  EXPECT_EQ(other.max_batched_tokens, 8192);
+  EXPECT_EQ(other.prefill_only_tokens, 0);
+}
+
 }  // namespace
 }  // namespace uniprefill

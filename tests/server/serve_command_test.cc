@@ -103,6 +103,8 @@ TEST(ServeCommandTest, ServesAndStopsCleanly) {
   const std::string log = ReadAll(err_path);
   EXPECT_NE(log.find("kv cache:"), std::string::npos) << log;
   EXPECT_NE(log.find("/v1/chat/completions"), std::string::npos) << log;
+  // The CPU's step budgets when neither flag is given (DefaultStepBudgets).
+  EXPECT_NE(log.find("8192 tokens per step (8192 with no decodes)"), std::string::npos) << log;
 
   httplib::Client client("127.0.0.1", port);
   client.set_read_timeout(60);
@@ -119,6 +121,19 @@ TEST(ServeCommandTest, ServesAndStopsCleanly) {
 
   EXPECT_EQ(StopServer(pid, SIGINT), 0) << ReadAll(err_path);
   EXPECT_NE(ReadAll(err_path).find("stopped"), std::string::npos);
+}
+
+TEST(ServeCommandTest, StepBudgetFlagsWinOverTheDevicesDefaults) {
+  const std::string err_path = testing::TempPath("serve_err_budgets.txt");
+  int port = -1;
+  const pid_t pid = StartServer("serve --model " + TinyModel() +
+                                    " --port 0 --threads 1 --ctx-size 512 --kv-cache-memory 32MiB "
+                                    "--max-batched-tokens 300 --prefill-only-tokens 1000 -q",
+                                err_path, &port);
+  ASSERT_GT(port, 0) << ReadAll(err_path);
+  const std::string log = ReadAll(err_path);
+  EXPECT_NE(log.find("300 tokens per step (1000 with no decodes)"), std::string::npos) << log;
+  EXPECT_EQ(StopServer(pid, SIGINT), 0) << ReadAll(err_path);
 }
 
 TEST(ServeCommandTest, SigtermStopsToo) {
