@@ -181,12 +181,6 @@ bool ParseByteSize(const std::string& text, int64_t* bytes) {
   return true;
 }
 
-void ResolveBatchingDefaults(ServeOptions& options) {
-  const StepBudgets d = DefaultStepBudgets(options.device.device);
-  if (options.max_batched_tokens <= 0) options.max_batched_tokens = d.max_batched_tokens;
-  if (options.prefill_only_tokens < 0) options.prefill_only_tokens = d.prefill_only_tokens;
-}
-
 void AddServeCommand(CLI::App& app, ServeOptions& o) {
   CLI::App* cmd =
       app.add_subcommand("serve",
@@ -318,10 +312,12 @@ int ServeCommand(const ServeOptions& o) {
   so.kv_cache_memory = o.kv_cache_memory;
   so.kv_block_tokens = o.kv_block_tokens;
   so.max_num_seqs = o.max_num_seqs;
-  ServeOptions resolved = o;
-  ResolveBatchingDefaults(resolved);
-  so.max_batched_tokens = resolved.max_batched_tokens;
-  so.prefill_only_tokens = resolved.prefill_only_tokens;
+  // A budget the user did not give is the device's (DefaultStepBudgets).
+  const StepBudgets budgets = DefaultStepBudgets(o.device.device);
+  so.max_batched_tokens =
+      o.max_batched_tokens > 0 ? o.max_batched_tokens : budgets.max_batched_tokens;
+  so.prefill_only_tokens =
+      o.prefill_only_tokens >= 0 ? o.prefill_only_tokens : budgets.prefill_only_tokens;
   so.device_sampling = !o.host_sampling;
   so.chunked_prefill = !o.no_chunked_prefill;
   so.budget_counts_attention = !o.budget_counts_rows;

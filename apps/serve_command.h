@@ -20,7 +20,7 @@ struct ServeOptions {
   int64_t kv_cache_memory = int64_t{4} << 30;   // --kv-cache-memory, parsed from "4GiB" etc.
   int kv_block_tokens = 16;
   int max_num_seqs = 256;
-  int max_batched_tokens = 0;    // 0: the device's default (DefaultStepBudgets)
+  int max_batched_tokens = 0;    // 0: the device's (uniprefill/batch_engine.h DefaultStepBudgets)
   int prefill_only_tokens = -1;  // --prefill-only-tokens (ServingOptions); -1: the device's
   bool host_sampling = false;  // --host-sampling: CUDA models choose tokens from host logits
   bool no_chunked_prefill = false;  // --no-chunked-prefill: every prefill whole in one step
@@ -46,10 +46,6 @@ struct ServeOptions {
   double shutdown_timeout_s = 5;
   UniPrefillFlags uniprefill;
 };
-
-// options' unset budgets (0 / -1) replaced by DefaultStepBudgets(options.device.device)
-// (uniprefill/batch_engine.h): a flag the user passes wins.
-void ResolveBatchingDefaults(ServeOptions& options);
 
 void AddServeCommand(CLI::App& app, ServeOptions& options);
 // 0 after a clean shutdown (SIGINT / SIGTERM); 1 when the model cannot load or the port cannot

@@ -32,6 +32,11 @@ std::vector<GemmAlgo> GemmHeuristicAlgos(DeviceContext& ctx, TensorView out, Ten
 void GemmWithAlgo(DeviceContext& ctx, TensorView out, TensorView x, TensorView w,
                   const GemmAlgo& algo);
 
+// The median ms of `runs` launches of GemmWithAlgo after one untimed (events on the stream;
+// synchronises it).
+double GemmAlgoMedianMs(DeviceContext& ctx, TensorView out, TensorView x, TensorView w,
+                        const GemmAlgo& algo, int runs);
+
 // Gemm's problems of out's rows' bucket (out, x, w: the problem at the bucket's top, 256-byte
 // aligned) run `algo` from now on, where cuBLASLt accepts it for their own rows.
 void KeepGemmAlgo(DeviceContext& ctx, TensorView out, TensorView x, TensorView w,

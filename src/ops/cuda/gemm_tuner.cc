@@ -15,17 +15,16 @@
 #include "ops/cuda/gemm_algos.h"
 
 namespace uniprefill::ops::cuda {
-namespace {
 
-// Median ms of kRuns launches of one algorithm after one untimed (events on the stream).
-constexpr int kRuns = 5;
-
-double MedianMs(DeviceContext& ctx, TensorView out, TensorView x, TensorView w,
-                const GemmAlgo& algo, cudaEvent_t start, cudaEvent_t stop) {
+double GemmAlgoMedianMs(DeviceContext& ctx, TensorView out, TensorView x, TensorView w,
+                        const GemmAlgo& algo, int runs) {
   cudaStream_t stream = ctx.cuda().stream();
-  GemmWithAlgo(ctx, out, x, w, algo);
+  cudaEvent_t start = nullptr, stop = nullptr;
+  UP_CUDA_CHECK(cudaEventCreate(&start));
+  UP_CUDA_CHECK(cudaEventCreate(&stop));
+  GemmWithAlgo(ctx, out, x, w, algo);  // untimed: first-launch costs
   std::vector<double> ms;
-  for (int i = 0; i < kRuns; ++i) {
+  for (int i = 0; i < std::max(runs, 1); ++i) {
     UP_CUDA_CHECK(cudaEventRecord(start, stream));
     GemmWithAlgo(ctx, out, x, w, algo);
     UP_CUDA_CHECK(cudaEventRecord(stop, stream));
@@ -34,11 +33,11 @@ double MedianMs(DeviceContext& ctx, TensorView out, TensorView x, TensorView w,
     UP_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
     ms.push_back(t);
   }
+  UP_CUDA_CHECK(cudaEventDestroy(start));
+  UP_CUDA_CHECK(cudaEventDestroy(stop));
   std::sort(ms.begin(), ms.end());
   return ms[ms.size() / 2];
 }
-
-}  // namespace
 
 Result<GemmTuneReport> TuneGemms(DeviceContext& ctx, const std::vector<TensorView>& weights,
                                  const GemmTuneRows& rows, int candidates, double min_gain) {
@@ -67,9 +66,7 @@ Result<GemmTuneReport> TuneGemms(DeviceContext& ctx, const std::vector<TensorVie
   UP_ASSIGN_OR_RETURN(DeviceBuffer x_buf, DeviceBuffer::Allocate(top * max_k * 2));
   UP_ASSIGN_OR_RETURN(DeviceBuffer out_buf, DeviceBuffer::Allocate(top * max_n * 2));
   FillRandomBf16(ctx, x_buf.data(), top * max_k, 7, 1.0f);
-  cudaEvent_t start = nullptr, stop = nullptr;
-  UP_CUDA_CHECK(cudaEventCreate(&start));
-  UP_CUDA_CHECK(cudaEventCreate(&stop));
+  constexpr int kRuns = 5;  // timed launches per candidate (their median)
   for (const TensorView& w : distinct) {
     const int64_t N = w.dim(0), K = w.dim(1);
     for (int64_t M : buckets) {
@@ -78,7 +75,7 @@ Result<GemmTuneReport> TuneGemms(DeviceContext& ctx, const std::vector<TensorVie
       const std::vector<GemmAlgo> algos = GemmHeuristicAlgos(ctx, out, x, w, candidates);
       if (algos.empty()) continue;  // Gemm would abort on it too; not the tuner's to report
       std::vector<double> ms;
-      for (const GemmAlgo& a : algos) ms.push_back(MedianMs(ctx, out, x, w, a, start, stop));
+      for (const GemmAlgo& a : algos) ms.push_back(GemmAlgoMedianMs(ctx, out, x, w, a, kRuns));
       const int kept = PickGemmCandidate(ms, min_gain);
       ++report.problems;
       report.first_ms += ms[0];
@@ -89,8 +86,6 @@ Result<GemmTuneReport> TuneGemms(DeviceContext& ctx, const std::vector<TensorVie
       }
     }
   }
-  UP_CUDA_CHECK(cudaEventDestroy(start));
-  UP_CUDA_CHECK(cudaEventDestroy(stop));
   ctx.cuda().SetMatmulTuneRows(rows.step, rows.max_rows);
   RechooseCachedGemmPlans(ctx);
   report.seconds =

@@ -190,30 +190,6 @@ TEST(CudaGemmTunerTest, TuningTimesEveryShapeAndBucketAndTheGemmsStayRight) {
   EXPECT_FALSE(cuda::TuneGemms(ctx, {w1.View()}, ops::GemmTuneRows{0, 150}).ok());
 }
 
-// Median ms of `runs` launches of one algorithm, after two untimed ones.
-double MedianMs(DeviceContext& ctx, const Matrix& out, const Matrix& x, const Matrix& w,
-                const cuda::GemmAlgo& algo, int runs) {
-  cudaStream_t stream = ctx.cuda().stream();
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
-  for (int i = 0; i < 2; ++i) cuda::GemmWithAlgo(ctx, out.View(), x.View(), w.View(), algo);
-  std::vector<float> ms;
-  for (int i = 0; i < runs; ++i) {
-    cudaEventRecord(start, stream);
-    cuda::GemmWithAlgo(ctx, out.View(), x.View(), w.View(), algo);
-    cudaEventRecord(stop, stream);
-    cudaEventSynchronize(stop);
-    float t = 0;
-    cudaEventElapsedTime(&t, start, stop);
-    ms.push_back(t);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
-
 // The Llama-3.1-8B shape's four GEMMs of a layer (QKV, output, gate+up, down) at the row counts
 // served steps run: per (GEMM, rows) the heuristic's first and the fastest of its 16 proposals,
 // and per rows a layer's four together. Rows 1024 / 1025 / 1152 answer whether a step a row past
@@ -244,7 +220,9 @@ TEST(CudaGemmAlgoThroughputTest, DISABLED_HeuristicAgainstFastestAtServedRows) {
           cuda::GemmHeuristicAlgos(ctx, out.View(), x.View(), w[g].View(), 16);
       ASSERT_FALSE(algos.empty());
       std::vector<double> ms;
-      for (const cuda::GemmAlgo& a : algos) ms.push_back(MedianMs(ctx, out, x, w[g], a, 7));
+      for (const cuda::GemmAlgo& a : algos) {
+        ms.push_back(cuda::GemmAlgoMedianMs(ctx, out.View(), x.View(), w[g].View(), a, 7));
+      }
       const size_t best = static_cast<size_t>(std::min_element(ms.begin(), ms.end()) - ms.begin());
       layer_first += ms[0];
       layer_best += ms[best];
