@@ -19,32 +19,28 @@
 # forward has over whole-prefill rates, one upload per forward (or kernels reading mapped pinned
 # memory) is the fix.
 # 4 files back: step8.txt kernels.txt ncu_logs.tar.xz nsys.txt. Reuses build-dev-new when warm.
-t0=$(date +%s)
-mkdir -p $OUT
-export NCCL_NVLS_ENABLE=0
-if [ ! -x build-dev-new/uniprefill ]; then
-  UP_GPU_TARGETS="uniprefill" bash scripts/gpu_build.sh build build-dev-new > /tmp/build.log 2>&1
-  echo "build rc $? at $(( $(date +%s) - t0 )) s"
-fi
+source "$(dirname "$0")/lib.sh"
+call_begin
+ensure_uniprefill
 B=build-dev-new/uniprefill
 STEP8="bench step --device cuda --shape llama-3.1-8b --layers 8 --budget 2048"
 MIXES=("c384@80256+d9@600" "c384@80256" "c256@102272+d1@600" "c2048@16384")
 joined=$(printf "%s; " "${MIXES[@]}")
 timeout 150 $B $STEP8 --warmup 2 --repeats 7 --mixes "${joined%; }" > $OUT/step8.txt 2>&1
-echo "bench step (8 layers) rc $? at $(( $(date +%s) - t0 )) s"; cat $OUT/step8.txt
+echo "bench step (8 layers) rc $? at $(elapsed) s"; cat $OUT/step8.txt
 NCU="ncu --clock-control none --metrics gpu__time_duration.sum --csv --target-processes all"
 i=0
 for mix in "${MIXES[@]}"; do
   i=$((i + 1))
-  left=$(( 480 - ($(date +%s) - t0) ))
+  left=$(( 480 - $(elapsed) ))
   [ $left -lt 30 ] && { echo "out of time before ncu mix $i"; break; }
   timeout $(( left < 120 ? left : 120 )) $NCU --log-file /tmp/r_mix$i.csv \
     $B $STEP8 --warmup 0 --repeats 1 --mixes "$mix" > /tmp/r_mix$i.txt 2>&1
-  echo "ncu mix $i ($mix) rc $? at $(( $(date +%s) - t0 )) s"
+  echo "ncu mix $i ($mix) rc $? at $(elapsed) s"
   python3 tools/ncu_step_kernels.py /tmp/r_mix$i.csv --names 25 | tee -a $OUT/kernels.txt
 done
 tar -C /tmp -cJf $OUT/ncu_logs.tar.xz $(cd /tmp && ls r_mix*.csv r_mix*.txt 2>/dev/null)
-if command -v nsys > /dev/null && [ $(( 560 - ($(date +%s) - t0) )) -gt 40 ]; then
+if command -v nsys > /dev/null && [ $(( 560 - $(elapsed) )) -gt 40 ]; then
   timeout 60 nsys profile -t cuda -o /tmp/r_deep --force-overwrite true $B bench step \
     --device cuda --shape llama-3.1-8b --budget 2048 --warmup 1 --repeats 2 \
     --mixes "c384@80256+d9@600" > /tmp/nsys_run.txt 2>&1
@@ -55,4 +51,4 @@ if command -v nsys > /dev/null && [ $(( 560 - ($(date +%s) - t0) )) -gt 40 ]; th
 else
   echo "nsys: not here or no time" > $OUT/nsys.txt
 fi
-echo "done at $(( $(date +%s) - t0 )) s"
+echo "done at $(elapsed) s"

@@ -7,27 +7,19 @@
 # over whole-prefill rates. Predicted: budget 2304 -> ~1.13x, 2560 -> ~1.11x, shorts' ITL p99
 # +2-5 ms per step. whole once, then chunked at 2048 / 2304 / 2560, same server flags otherwise.
 # Needs call T's (or P's) checkpoint in /tmp/l8b when warm; makes it otherwise (~170 s).
-t0=$(date +%s)
-mkdir -p $OUT
-export NCCL_NVLS_ENABLE=0
-if [ ! -f /tmp/l8b/config.json ]; then
-  python3 tools/make_synthetic_checkpoint.py --preset llama-3.1-8b --dtype bf16 --out /tmp/l8b \
-    > /tmp/ckpt.txt 2>&1 &
-  ck=$!
-fi
-if [ ! -x build-dev-new/uniprefill ]; then
-  UP_GPU_TARGETS="uniprefill" bash scripts/gpu_build.sh build build-dev-new > /tmp/build.log 2>&1
-  echo "build rc $? at $(( $(date +%s) - t0 )) s"
-fi
-[ -n "${ck:-}" ] && wait $ck
+source "$(dirname "$0")/lib.sh"
+call_begin
+start_checkpoint
+ensure_uniprefill
+wait_checkpoint
 for run in "2048 whole chunked" "2304 chunked" "2560 chunked"; do
   read -r budget variants <<< "$run"
-  left=$(( 585 - ($(date +%s) - t0) ))
+  left=$(( 585 - $(elapsed) ))
   [ $left -lt 60 ] && { echo "out of time before budget $budget"; break; }
   TRACE=1 BUDGET=$budget PREFILL_ONLY=8192 WORKLOADS="mixed" UP_CKPT=/tmp/l8b \
     timeout $left bash scripts/gpu_serve_mixed.sh build-dev-new/uniprefill /tmp/u$budget \
     $variants > $OUT/serve130_b$budget.txt 2>&1
-  echo "budget $budget rc $? at $(( $(date +%s) - t0 )) s"
+  echo "budget $budget rc $? at $(elapsed) s"
   rm -f /tmp/u$budget/memory_*.csv
 done
 # Ratios against the one whole run: summarise the budgets' chunked runs beside it.

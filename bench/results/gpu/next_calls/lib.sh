@@ -1,0 +1,24 @@
+# Sourced by the 24th session's calls (R, S2, T, U): what each call's start repeated.
+# call_begin: the clock, $OUT, NCCL's NVLink multicast off (the device README says why).
+call_begin() {
+  t0=$(date +%s)
+  mkdir -p "$OUT"
+  export NCCL_NVLS_ENABLE=0
+}
+# Seconds since call_begin.
+elapsed() { echo $(( $(date +%s) - t0 )); }
+# The uniprefill binary in build-dev-new, built when this machine has none yet (a cold start).
+ensure_uniprefill() {
+  [ -x build-dev-new/uniprefill ] && return 0
+  UP_GPU_TARGETS="uniprefill" bash scripts/gpu_build.sh build build-dev-new > /tmp/build.log 2>&1
+  echo "build rc $? at $(elapsed) s"
+}
+# The 16 GB bf16 8B-shape checkpoint in /tmp/l8b, written in the background when missing
+# (~170 s); wait_checkpoint before serving it.
+start_checkpoint() {
+  [ -f /tmp/l8b/config.json ] && return 0
+  ( python3 tools/make_synthetic_checkpoint.py --preset llama-3.1-8b --dtype bf16 --out /tmp/l8b \
+      > /tmp/ckpt.txt 2>&1; echo "checkpoint rc $? at $(elapsed) s" ) &
+  ckpt_pid=$!
+}
+wait_checkpoint() { if [ -n "${ckpt_pid:-}" ]; then wait "$ckpt_pid"; fi; }
