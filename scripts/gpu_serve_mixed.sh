@@ -24,7 +24,10 @@
 # GEMMs' 128-row tiles: UNIPREFILL_CUDA_ALIGN_STEP_ROWS=1, not yet the default;
 # chunkedalignedonelaunch adds UNIPREFILL_CUDA_PREFIX_ONE_LAUNCH=1), chunkedtuned (chunked's
 # flags, the GEMMs' algorithms tuned per weight shape and 64-row bucket at start-up:
-# UNIPREFILL_CUDA_GEMM_TUNE=1, not yet the default), chunkedonelaunch (chunked's
+# UNIPREFILL_CUDA_GEMM_TUNE=1, not yet the default), chunkedovershoot (chunked's flags, a step
+# beside decodes may run up to 15% over its budget for one more query tile of a deep chunk where
+# that lands nearer the budget: UNIPREFILL_CUDA_TILE_OVERSHOOT=0.15, not yet the default;
+# chunkedovershoottuned adds UNIPREFILL_CUDA_GEMM_TUNE=1), chunkedonelaunch (chunked's
 # flags, the chunks of a step's
 # prompts in one launch of our attention kernel: UNIPREFILL_CUDA_PREFIX_ONE_LAUNCH=1, not yet the
 # default), nosplit (the same budget, no prefill-only budget, --gpu-prefix-split 0: the
@@ -67,6 +70,8 @@ declare -A chunked_env=(
   [chunkedaligned]="UNIPREFILL_CUDA_ALIGN_STEP_ROWS=1"
   [chunkedalignedonelaunch]="UNIPREFILL_CUDA_ALIGN_STEP_ROWS=1 UNIPREFILL_CUDA_PREFIX_ONE_LAUNCH=1"
   [chunkedtuned]="UNIPREFILL_CUDA_GEMM_TUNE=1"
+  [chunkedovershoot]="UNIPREFILL_CUDA_TILE_OVERSHOOT=0.15"
+  [chunkedovershoottuned]="UNIPREFILL_CUDA_TILE_OVERSHOOT=0.15 UNIPREFILL_CUDA_GEMM_TUNE=1"
   [chunkedsync]="UNIPREFILL_CUDA_SYNC_EVERY_FORWARD=1 UNIPREFILL_CUDA_ATTENTION_SLOWDOWN=1"
 )
 for variant in $variants; do

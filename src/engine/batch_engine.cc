@@ -230,6 +230,7 @@ Result<std::unique_ptr<BatchEngine>> BatchEngine::Start(Engine& engine,
       sc.weight_floor_rows = whole[0].weight_floor_rows;
       sc.min_extra_chunk_rows = whole[0].min_extra_chunk_rows;
       sc.linear_row_tile = whole[0].linear_row_tile;
+      sc.tile_overshoot = whole[0].tile_overshoot;
     }
     if (segment_chunks) {
       sc.segment_costs = core.model->SegmentCosts(core.uniprefill.active_drop_layers());

@@ -108,6 +108,7 @@ Result<StepPlan> Scheduler::Schedule() {
   ContinueChunkedPrefills(plan);
   if (plan.preempted.empty()) AdmitWaiting(plan);
   TopUpChunkedPrefills(plan);
+  RoundChunkToNearestTile(plan);
   AlignStepRows(plan);
   open_step_ = plan;
   return plan;
@@ -412,6 +413,41 @@ void Scheduler::TopUpChunkedPrefills(StepPlan& plan) {
     s.last_chunk = s.segment >= 0 ? s.ends_segment() && s.segment + 1 == kv_.n_segments()
                                   : s.prefill_tokens() == requests_.at(s.id).prefill_target;
   }
+}
+
+void Scheduler::RoundChunkToNearestTile(StepPlan& plan) {
+  const double overshoot = config_.tile_overshoot;
+  if (overshoot <= 0 || !HasDecodes(plan)) return;
+  ScheduledRequest* chunk = nullptr;  // the step's last chunk that ends neither segment nor prompt
+  for (ScheduledRequest& s : plan.requests) {
+    if (s.is_prefill && !s.last_chunk && !s.ends_segment()) chunk = &s;
+  }
+  if (chunk == nullptr) return;
+  const int tile = Price(chunk->segment).query_tile_rows;
+  // A chunk with a part tile was ended by the budget, not by a tile (RowsWithin).
+  if (tile <= 1 || chunk->num_tokens % tile != 0) return;
+  const RequestInfo& r = requests_.at(chunk->id);
+  const int before = chunk->num_tokens;
+  int rows = std::min(before + tile, before + RowsLeft(plan));
+  if (chunk->segment < 0) {
+    rows = std::min(rows, r.prefill_target - chunk->chunk_begin);
+  } else {  // the segment's tail rule holds: a chunk stops `tail` short of its end or takes all
+    rows = NextSegmentChunkRows(chunk->segment_rows - chunk->chunk_begin, rows,
+                                std::min(r.selection_queries, chunk->segment_rows));
+  }
+  if (rows <= before) return;
+  const int budget = config_.max_batched_tokens;  // the step holds decodes
+  const int under = BudgetLeft(plan);             // budget - price
+  chunk->num_tokens = rows;
+  const int over = -BudgetLeft(plan);  // price - budget, with the tile
+  if (under <= 0 || over >= under || over > overshoot * budget) {
+    chunk->num_tokens = before;
+    return;
+  }
+  chunk->last_chunk = chunk->segment >= 0
+                          ? chunk->ends_segment() && chunk->segment + 1 == kv_.n_segments()
+                          : chunk->prefill_tokens() == r.prefill_target;
+  if (chunk->segment <= 0) stats_.prefill_tokens += rows - before;  // later segments: same tokens
 }
 
 void Scheduler::AlignStepRows(StepPlan& plan) {

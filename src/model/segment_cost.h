@@ -34,6 +34,8 @@ struct SegmentCost {
   int min_extra_chunk_rows = 0;
   // The backend's PrefixAttentionCost::linear_row_tile (SchedulerConfig's field).
   int linear_row_tile = 0;
+  // The backend's PrefixAttentionCost::tile_overshoot (SchedulerConfig's field).
+  double tile_overshoot = 0.0;
 };
 
 // What a backend measured of a chunk's attention over its cached prefix (LayerBackend::
@@ -56,6 +58,9 @@ struct PrefixAttentionCost {
   // The backend's GEMMs run a step's rows in tiles of this many (the H200's cuBLASLt kernels:
   // 128): a step a few rows past whole tiles pays a whole tile more of linear work. 0: per row.
   int linear_row_tile = 0;
+  // How far over its budget a step beside decodes may go for one more whole query tile of a
+  // deep chunk (SchedulerConfig::tile_overshoot; a share of the budget). 0: never.
+  double tile_overshoot = 0.0;
 };
 
 }  // namespace uniprefill

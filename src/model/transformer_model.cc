@@ -134,6 +134,7 @@ std::vector<SegmentCost> TransformerModel::SegmentCosts(const std::vector<int>& 
     c.weight_floor_rows = any_moe ? 0.0 : backend.weight_floor_rows;
     c.min_extra_chunk_rows = backend.min_extra_chunk_rows;
     c.linear_row_tile = backend.linear_row_tile;
+    c.tile_overshoot = backend.tile_overshoot;
     if (per_row > 0) {
       c.prefix_key_cost = c.full_attention_layers * backend.copy_flops_per_key / per_row;
       c.decode_key_cost = c.full_attention_layers * backend.decode_flops_per_key / per_row;

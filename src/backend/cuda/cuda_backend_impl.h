@@ -124,6 +124,7 @@ class CudaBackend final : public LayerBackend {
       prefix_cost_ = PrefixAttentionCost{d.attention_slowdown, 0.0};
       slowdown_fixed_ = true;
     }
+    prefix_cost_.tile_overshoot = d.tile_overshoot;
   }
 
   Device device() const override { return Device::kCuda; }

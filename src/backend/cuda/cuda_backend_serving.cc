@@ -354,7 +354,8 @@ Status CudaBackend::WarmPrefixGraph(const AttentionLayer& L, const TensorView& q
                      std::to_string(decode_ms_per_key * 1e6) + ", \"weight_floor_rows\": " +
                      std::to_string(floor_rows) + ", \"weight_floor_priced\": " +
                      (weight_floor_ ? "true" : "false") + ", \"linear_row_tile\": " +
-                     std::to_string(prefix_cost_.linear_row_tile) + ", \"few_rows_gemm_ms\": " +
+                     std::to_string(prefix_cost_.linear_row_tile) + ", \"tile_overshoot\": " +
+                     std::to_string(prefix_cost_.tile_overshoot) + ", \"few_rows_gemm_ms\": " +
                      std::to_string(few_ms) + ", \"rows\": " + std::to_string(R) +
                      ", \"keys\": " + std::to_string(K) +
                      ", \"attention_ms\": " + std::to_string(attn_ms) + ", \"gemm_ms\": " +

@@ -44,6 +44,15 @@ Result<CudaDiagnostics> DiagnosticsFromEnvironment() {
   UP_RETURN_IF_ERROR(ReadFlag("UNIPREFILL_CUDA_ALIGN_STEP_ROWS", &d.align_step_rows));
   UP_RETURN_IF_ERROR(ReadFlag("UNIPREFILL_CUDA_GEMM_TUNE", &d.gemm_tune));
   UP_RETURN_IF_ERROR(ReadFlag("UNIPREFILL_CUDA_SEPARATE_UPLOADS", &d.separate_uploads));
+  if (const char* v = std::getenv("UNIPREFILL_CUDA_TILE_OVERSHOOT"); v && *v) {
+    char* end = nullptr;
+    const double x = std::strtod(v, &end);
+    if (end == v || *end != '\0' || !(x >= 0 && x <= 0.5)) {
+      return InvalidArgument(std::string("UNIPREFILL_CUDA_TILE_OVERSHOOT must be a share of the "
+                                         "step budget in [0, 0.5], e.g. 0.15 (got '") + v + "')");
+    }
+    d.tile_overshoot = x;
+  }
   if (const char* v = std::getenv("UNIPREFILL_CUDNN_SDPA"); v && *v) {
     using Impl = ops::cuda::CudnnSdpaImplementation;
     const std::string s = v;

@@ -48,6 +48,12 @@
 //                                             lengths) its own host-to-device copy, as before
 //                                             PinnedStaging::PutAll made them one (24th
 //                                             session, unmeasured).
+//   UNIPREFILL_CUDA_TILE_OVERSHOOT=x          a step beside decodes may run x (a share, at
+//                                             most 0.5) over its budget for one more whole
+//                                             query tile of a deep chunk, where that lands
+//                                             nearer the budget (SchedulerConfig::
+//                                             tile_overshoot); written without a GPU (25th
+//                                             session), not yet served. 0: off, the default.
 //   UNIPREFILL_CUDNN_SDPA=unified|auto        cuDNN's graphs built with its UNIFIED SDPA engine
 //                                             (cuDNN >= 9.21), or with both and the faster kept,
 //                                             instead of COMPOSITE alone (cudnn_attention.h).
@@ -75,6 +81,7 @@ struct CudaDiagnostics {
   bool align_step_rows = false;
   bool gemm_tune = false;
   bool separate_uploads = false;
+  double tile_overshoot = 0;  // 0: off
   ops::cuda::CudnnSdpaImplementation cudnn_sdpa = ops::cuda::CudnnSdpaImplementation::kComposite;
 };
 

@@ -264,6 +264,23 @@ TEST(CudaModelTinyGgufTest, PrepareServingSetsTheLinearRowTileOnlyWhenAsked) {
   }
 }
 
+// UNIPREFILL_CUDA_TILE_OVERSHOOT=x lets a step beside decodes run up to x over its budget for
+// one more query tile of a deep chunk (SegmentCost::tile_overshoot); unasked it stays 0.
+TEST(CudaModelTinyGgufTest, PrepareServingPassesTheTileOvershootOnlyWhenAsked) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  for (const bool asked : {false, true}) {
+    if (asked) setenv("UNIPREFILL_CUDA_TILE_OVERSHOOT", "0.15", 1);
+    Pair p = LoadTinyGguf12(ctx);
+    unsetenv("UNIPREFILL_CUDA_TILE_OVERSHOOT");
+    ASSERT_TRUE(p.gpu);
+    const Status st = p.gpu->PrepareServing(97, 800);
+    ASSERT_TRUE(st.ok()) << st.message();
+    const std::vector<SegmentCost> whole = p.gpu->SegmentCosts({});
+    ASSERT_EQ(whole.size(), 1u);
+    EXPECT_DOUBLE_EQ(whole[0].tile_overshoot, asked ? 0.15 : 0.0);
+  }
+}
+
 // The same with split-KV on every chunk over 32 or more cached keys (pieces of at least 4 keys;
 // the default splits only prefixes of 16K keys and more; the tiny model's few heads never fill
 // the SMs): the prefix in 8 non-causal pieces and the chunk's own keys, merged
