@@ -281,9 +281,10 @@ TEST(SchedulerTest, DeepChunksAreWholeQueryTiles) {
 
 // SchedulerConfig::tile_overshoot: beside a decode, a chunk that ends at a whole query tile takes
 // one tile more when the step's price lands nearer the budget and at most the overshoot over it.
-// DeepChunksAreWholeQueryTiles' prices with A decoding beside B: 64 keys deep, 32 rows leave the
-// step at 59 (41 under), 64 rows bring it to 127 (27 over): taken at 0.3, not at 0.2; 96 deep
-// (after 32) 64 rows would be 47 over against 31 under: never nearer, so 0.5 does not take them.
+// DeepChunksAreWholeQueryTiles' prices, B arriving while A decodes: B's first 64 rows leave the
+// step at 86 (14 under) and 96 would bring it to 143 (43 over): within 0.5 but not nearer, never
+// taken; 64 keys deep, 32 rows leave the step at 59 (41 under) and 64 bring it to 127 (27 over):
+// taken at 0.3 and 0.5, not at 0.2.
 TEST(SchedulerTest, DeepChunksBesideDecodesTakeATileMoreWhenNearerTheBudget) {
   KvCacheSpec spec = Spec({KvSegmentSpec{1, 0, 0}});
   for (const double overshoot : {0.0, 0.2, 0.3, 0.5}) {
@@ -293,10 +294,14 @@ TEST(SchedulerTest, DeepChunksBesideDecodesTakeATileMoreWhenNearerTheBudget) {
     config.attention_query_tile = 32;
     config.tile_overshoot = overshoot;
     Scheduler s(config, KvBlockManager(spec, KvPoolSize{1000, 4, 8}));
-    SubmitAll(s, {Dense(3, 10), Dense(300, 1)});
+    SubmitAll(s, {Dense(3, 12)});
+    RunSteps(s, {{Plan({P(0, 3, false)})}});
+    Result<RequestId> b = s.Submit(Dense(300, 1));
+    ASSERT_TRUE(b.ok());
+    ASSERT_EQ(*b, 1u);
     if (overshoot < 0.25) {
       RunSteps(s, {
-          {Plan({P(0, 3, false), C(1, 64, 0, false)})},  // no decode yet: as priced
+          {Plan({D(0), C(1, 64, 0, false)})},
           {Plan({D(0), C(1, 32, 64, false)})},
           {Plan({D(0), C(1, 32, 96, false)})},
           {Plan({D(0), C(1, 32, 128, false)})},
@@ -305,11 +310,12 @@ TEST(SchedulerTest, DeepChunksBesideDecodesTakeATileMoreWhenNearerTheBudget) {
           {Plan({D(0), C(1, 29, 224, false)})},
           {Plan({D(0), C(1, 27, 253, false)})},
           {Plan({D(0), C(1, 20, 280, true)}), {}, {Length(1, 1)}},
-          {Plan({D(0)}), {}, {Length(0, 10)}},
+          {Plan({D(0)})},
+          {Plan({D(0)}), {}, {Length(0, 12)}},
       });
     } else {
       RunSteps(s, {
-          {Plan({P(0, 3, false), C(1, 64, 0, false)})},
+          {Plan({D(0), C(1, 64, 0, false)})},   // 43 over is not nearer than 14 under
           {Plan({D(0), C(1, 64, 64, false)})},  // a tile more: 27 over, not 41 under
           {Plan({D(0), C(1, 32, 128, false)})},
           {Plan({D(0), C(1, 32, 160, false)})},
@@ -318,7 +324,8 @@ TEST(SchedulerTest, DeepChunksBesideDecodesTakeATileMoreWhenNearerTheBudget) {
           {Plan({D(0), C(1, 27, 253, false)})},
           {Plan({D(0), C(1, 20, 280, true)}), {}, {Length(1, 1)}},
           {Plan({D(0)})},
-          {Plan({D(0)}), {}, {Length(0, 10)}},
+          {Plan({D(0)})},
+          {Plan({D(0)}), {}, {Length(0, 12)}},
       });
     }
     EXPECT_EQ(s.kv().Usage().used_blocks, 0);
