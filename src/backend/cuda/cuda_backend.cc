@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -125,8 +126,17 @@ Status CudaBackend::Load(const ProgressFn& progress, GpuAttention attention) {
   return OkStatus();
 }
 
-Status CudaBackend::EnsureWork(int64_t T, int batch) {
+size_t StagingIntsPerLayer(int64_t rows, int requests, int max_tokens, int block_tokens) {
+  return static_cast<size_t>(rows) +
+         static_cast<size_t>(requests) * (max_tokens / block_tokens + 2 + 36 + 80) + 96;
+}
+
+Status CudaBackend::EnsureWork(int64_t T, int requests) {
   const int64_t H = cfg_.hidden;
+  // The per-request buffers (logits f32 [batch, vocab] ~0.5 MB a request at a 128K vocabulary)
+  // for a power of two of requests: each growth frees (a device sync) and allocates, and a
+  // server's request count climbs one by one as requests arrive.
+  const int batch = static_cast<int>(std::bit_ceil(static_cast<unsigned>(std::max(requests, 1))));
   for (DeviceBuffer* b : {&residual_[0], &residual_[1], &normed_, &out_}) {
     UP_RETURN_IF_ERROR(Grow(*b, T * H * 2));
   }
@@ -293,7 +303,7 @@ Result<bool> CudaBackend::Begin(DeviceContext& ctx, std::span<const SequenceStep
   // (+ cuDNN attention's seq lens and offset arrays: for chunks over a cached prefix five arrays
   // of one or two entries per request, each padded to 4 ints, and the gather's row begins; split
   // prefixes: five arrays of 9 entries and four of 1-2, 76 ints, per request)
-  const size_t per_layer = T_max + B * (max_tokens / bt + 2) + 36 * B + 80 * B + 96;
+  const size_t per_layer = StagingIntsPerLayer(T_max, B, max_tokens, static_cast<int>(bt));
   const size_t per_drop =
       6 * T_max + 6 * B + 64 + 2 * cached_entries + 8 * B +
       (bounded_ ? 4 * T + 3 * B + B * (2 * max_last_n + 4) : 0) +

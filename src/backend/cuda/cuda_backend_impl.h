@@ -34,6 +34,9 @@ inline constexpr float kL2NormEps = 1e-6f;
 
 // Grows b to at least `bytes`, zero-filled on `stream` (see cuda_model.cc).
 Status Ensure(DeviceBuffer& b, size_t bytes, cudaStream_t stream);
+// What one attention layer of a forward stages at most (CudaBackend::Begin's bound): its rows'
+// slots, and per request a block table of the longest cache (max_tokens entries) and its lists.
+size_t StagingIntsPerLayer(int64_t rows, int requests, int max_tokens, int block_tokens);
 
 // A request's boundary rows on the device (segment-wise chunks, kv/sequence_cache.h):
 // bf16 [capacity, hidden], the residual's dtype.

@@ -88,6 +88,15 @@ Status CudaBackend::PrepareServing(int max_step_rows, int max_context) {
   serve_rows_buckets_.insert(
       std::upper_bound(serve_rows_buckets_.begin(), serve_rows_buckets_.end(), step_rows),
       step_rows);
+  // Staging for forwards of these rows and up to kPresizedRequests requests at the full context
+  // (Begin's bound without drops: ~18 MB a half for the 8B shape at 8192 rows and 131K), so
+  // that a server's first busy seconds grow no half (pinned_staging.h); beyond it halves double.
+  constexpr int kPresizedRequests = 16;
+  UP_RETURN_IF_ERROR(staging_.Presize(
+      static_cast<size_t>(cfg_.n_layers) *
+          StagingIntsPerLayer(step_rows, kPresizedRequests, max_context,
+                              pool_->block_tokens()) +
+      static_cast<size_t>(4 * step_rows + 14 * kPresizedRequests + 144)));
   // Nothing to build or price without cuDNN or our Hopper kernel (the cache kernel has no graphs).
   if (!cudnn_ && !wgmma_attention_) return OkStatus();
   cudaStream_t stream = ctx_.cuda().stream();

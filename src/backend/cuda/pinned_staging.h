@@ -4,10 +4,18 @@
 // in turn: a forward that ends without a host sync (CudaBackend::Finish when nothing goes back to
 // the host) leaves its copies queued, so the next forward writes the other half, and Reserve
 // waits for the forward two back (long done, in practice) before reusing a half.
+//
+// Growing a half frees and pins host memory and reallocates its device twin (cudaFreeHost and
+// cudaFree synchronise; pinning MBs takes ms): served on the H200 (24th session's 130K trace),
+// each forward whose request count was a new high grew its half and the GPU sat idle ~5-7 ms
+// before it, twice per new count (both halves), ~11 times during the long prompt's prefill. So a
+// half grows geometrically (at least doubling), and a server presizes both (Presize) before its
+// first request.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -47,14 +55,21 @@ class PinnedStaging {
     h.in_flight = false;
     used_ = 0;
     if (ints <= h.cap) return OkStatus();
-    if (h.host) cudaFreeHost(h.host);
-    h.host = nullptr;
-    h.cap = 0;
-    UP_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&h.host), ints * 4));
-    UP_ASSIGN_OR_RETURN(h.dev, DeviceBuffer::Allocate(ints * 4));
-    h.cap = ints;
+    return Resize(h, std::max(ints, 2 * h.cap));
+  }
+  // Both halves at least `ints` long (exactly that where they grow), once the forwards that used
+  // them have run: before a server's first request, so that its first forwards grow nothing.
+  Status Presize(size_t ints) {
+    for (Half& h : halves_) {
+      if (h.in_flight) UP_CUDA_CHECK(cudaEventSynchronize(h.done));
+      h.in_flight = false;
+      if (ints > h.cap) UP_RETURN_IF_ERROR(Resize(h, ints));
+    }
+    used_ = 0;
     return OkStatus();
   }
+  // The current half's capacity in ints.
+  size_t capacity() const { return halves_[cur_].cap; }
   // A forward returns without a host sync: its copies from this half may still be queued on
   // `stream`; the next Reserve of this half waits for them.
   Status MarkInFlight(cudaStream_t stream) {
@@ -124,6 +139,17 @@ class PinnedStaging {
     bool in_flight = false;      // that forward returned without a host sync
   };
   static size_t Padded(size_t n) { return (n + 3) / 4 * 4; }  // 16-byte aligned regions
+  // h holds `ints` ints (its contents dropped; nothing of it in flight).
+  static Status Resize(Half& h, size_t ints) {
+    if (h.host) cudaFreeHost(h.host);
+    h.host = nullptr;
+    h.cap = 0;
+    h.dev = DeviceBuffer();
+    UP_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&h.host), ints * 4));
+    UP_ASSIGN_OR_RETURN(h.dev, DeviceBuffer::Allocate(ints * 4));
+    h.cap = ints;
+    return OkStatus();
+  }
   Result<size_t> Take(size_t n) {
     const size_t at = used_;
     used_ += Padded(n);

@@ -105,5 +105,38 @@ TEST(PinnedStagingTest, PutAllPutsEachArrayWhereItsPointerSays) {
   cudaStreamDestroy(stream);
 }
 
+// A half that must grow at least doubles (each growth frees and pins memory and syncs, so a
+// request count climbing one by one grows it a few times, not at every new count); Presize sizes
+// both halves exactly and never shrinks them; what a grown half holds still arrives.
+TEST(PinnedStagingTest, HalvesGrowGeometricallyAndPresizeExactly) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  (void)ctx;
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  PinnedStaging staging;
+  ASSERT_TRUE(staging.Reserve(100).ok());  // half A
+  EXPECT_EQ(staging.capacity(), 100u);
+  ASSERT_TRUE(staging.Reserve(100).ok());  // half B
+  EXPECT_EQ(staging.capacity(), 100u);
+  ASSERT_TRUE(staging.Reserve(150).ok());  // A: doubled
+  EXPECT_EQ(staging.capacity(), 200u);
+  ASSERT_TRUE(staging.Reserve(500).ok());  // B: more than double asked
+  EXPECT_EQ(staging.capacity(), 500u);
+  const std::vector<int32_t> v(480, 7);
+  Result<const int32_t*> d = staging.Put(v, stream);
+  ASSERT_TRUE(d.ok());
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  EXPECT_EQ(Back(*d, v.size()), v);
+  ASSERT_TRUE(staging.Presize(1000).ok());
+  for (int half = 0; half < 2; ++half) {
+    ASSERT_TRUE(staging.Reserve(10).ok());
+    EXPECT_EQ(staging.capacity(), 1000u) << half;
+  }
+  ASSERT_TRUE(staging.Presize(10).ok());  // never shrinks
+  ASSERT_TRUE(staging.Reserve(10).ok());
+  EXPECT_EQ(staging.capacity(), 1000u);
+  cudaStreamDestroy(stream);
+}
+
 }  // namespace
 }  // namespace uniprefill::cuda_backend
