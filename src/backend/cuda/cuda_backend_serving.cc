@@ -97,6 +97,8 @@ Status CudaBackend::PrepareServing(int max_step_rows, int max_context) {
           StagingIntsPerLayer(step_rows, kPresizedRequests, max_context,
                               pool_->block_tokens()) +
       static_cast<size_t>(4 * step_rows + 14 * kPresizedRequests + 144)));
+  // And the activation and per-request buffers (a growth frees, which syncs, and allocates).
+  UP_RETURN_IF_ERROR(EnsureWork(step_rows, kPresizedRequests));
   // Nothing to build or price without cuDNN or our Hopper kernel (the cache kernel has no graphs).
   if (!cudnn_ && !wgmma_attention_) return OkStatus();
   cudaStream_t stream = ctx_.cuda().stream();
