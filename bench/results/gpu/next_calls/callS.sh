@@ -13,6 +13,9 @@ export NCCL_NVLS_ENABLE=0
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw,temperature.gpu --format=csv > $OUT/gpu.txt
 bash scripts/gpu_build.sh build build-dev-new > $OUT/build.txt 2>&1
 echo "build rc $? at $(( $(date +%s) - t0 )) s"; tail -2 $OUT/build.txt
+# (25th session) The 8B checkpoint for call U, written on the CPUs while the suite runs.
+source "$(dirname "$0")/lib.sh"
+start_checkpoint
 T=build-dev-new/uniprefill_cuda_tests
 export UNIPREFILL_ALLOW_MISSING_ASSETS=1 UP_SOURCE_DIR=$PWD
 left=$(( 400 - ($(date +%s) - t0) ))
@@ -25,3 +28,5 @@ UNIPREFILL_CUDA_GEMM_TUNE=1 timeout $left $T --gtest_brief=1 --gtest_filter='Cud
   > $OUT/tuned_model_tests.txt 2>&1
 echo "model tests (tuner on) rc $? at $(( $(date +%s) - t0 )) s"
 grep -E "^\[  PASSED|^\[  FAILED|FAILED  \]|tests from .* ran|GEMM tuning" $OUT/tuned_model_tests.txt | head
+wait_checkpoint
+echo "checkpoint ready at $(( $(date +%s) - t0 )) s"
