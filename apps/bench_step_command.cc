@@ -188,9 +188,7 @@ int BenchStepCommand(const BenchStepOptions& o) {
   for (const StepMix& m : *mixes) {
     pool_tokens = std::max(pool_tokens, StepMixCacheTokens(m, so) +
                                             int64_t{2} * m.requests() * o.kv_block_tokens);
-    for (const StepItem& i : m.items) {
-      longest = std::max<int64_t>(longest, i.depth + 2 * i.rows + o.warmup + o.repeats + 1);
-    }
+    for (const StepItem& i : m.items) longest = std::max(longest, StepItemCacheTokens(i, so));
   }
   const int64_t blocks = 2 * config.n_layers * (pool_tokens / o.kv_block_tokens + 1);
   if (Status st = model.FixCachePool(static_cast<int>(std::min<int64_t>(blocks, 1 << 30)),
@@ -259,8 +257,11 @@ int BenchStepCommand(const BenchStepOptions& o) {
       {"sampling", cuda ? o.sampling : "host"},
       {"warmup", o.warmup},
       {"timing",
-       "host wall clock around Model::ForwardBatch plus a device sync, after a sync; chunks' "
-       "cached prefixes are prefilled (untimed) before each forward; decodes keep their caches"},
+       "host wall clock around Model::ForwardBatch plus a device sync, after a sync; decodes "
+       "keep their caches; a chunk of R rows at K at least R x (warmup + (repeats - 1) / 2) deep "
+       "keeps one cache, prefilled (untimed) once, its forwards' chunks at K - R, K, K + R, ... "
+       "(the median's at K); a shallower chunk's prefix is prefilled (untimed) before each "
+       "forward"},
       {"rows", rows}};
   if (!o.json_out.empty() && !WriteJsonFile(o.json_out, j, "--json")) return 1;
   return failed ? 1 : 0;

@@ -83,6 +83,14 @@ int PromptTokens(const StepItem& item, int last_n) {
   }
 }
 
+// Where a chunk item's one cache for every forward starts (TimeStepMix): each forward's chunk
+// follows the last, and the middle timed forward's (the median's) runs over exactly K cached
+// tokens. Negative: K is too shallow for that, and each forward gets a fresh cache over K.
+int AdvancingStart(const StepItem& item, const StepMixOptions& o) {
+  const int center = o.warmup + (o.repeats - 1) / 2;
+  return item.depth - center * item.rows;
+}
+
 int32_t ArgMax(const std::vector<float>& v) {
   return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
 }
@@ -136,13 +144,18 @@ Result<std::vector<StepMix>> ParseStepMixes(const std::string& text) {
   return mixes;
 }
 
+int64_t StepItemCacheTokens(const StepItem& item, const StepMixOptions& options) {
+  const int runs = options.warmup + options.repeats;
+  if (item.kind == 'd') return int64_t{item.depth} + runs + 1;
+  const int64_t prompt = PromptTokens(item, options.uniprefill.selection.last_n);
+  const int start = AdvancingStart(item, options);
+  // Advancing: the prompt's tokens past K's chunk, plus the chunks after the middle one.
+  return start < 0 ? prompt : prompt + int64_t{runs - 1} * item.rows - (item.depth - start);
+}
+
 int64_t StepMixCacheTokens(const StepMix& mix, const StepMixOptions& options) {
   int64_t tokens = 0;
-  for (const StepItem& i : mix.items) {
-    tokens += i.kind == 'd' ? int64_t{i.count} *
-                                  (i.depth + options.warmup + options.repeats + 1)
-                            : PromptTokens(i, options.uniprefill.selection.last_n);
-  }
+  for (const StepItem& i : mix.items) tokens += int64_t{i.count} * StepItemCacheTokens(i, options);
   return tokens;
 }
 
@@ -208,6 +221,24 @@ Result<StepMixTiming> TimeStepMix(Model& model, DeviceContext& ctx, const StepMi
     return OkStatus();
   };
 
+  // A chunk deep enough keeps one cache for every forward, prefilled once (untimed) to its
+  // AdvancingStart: re-prefilling an 80K prefix before each of 7 forwards took ~30 s of an H200
+  // call for one mix. Shallower chunks get a fresh cache over K before each forward.
+  const int runs = options.warmup + options.repeats;
+  std::vector<std::unique_ptr<Request>> advancing(mix.items.size());
+  for (size_t k = 0; k < mix.items.size(); ++k) {
+    const StepItem& item = mix.items[k];
+    const int start = AdvancingStart(item, options);
+    if (item.kind == 'd' || start < 0) continue;
+    auto r = std::make_unique<Request>();
+    const int total = static_cast<int>(StepItemCacheTokens(item, options));
+    r->cache = model.NewCache(total, drops);
+    r->cache->ExpectPrefill(total, item.kind != 's');
+    r->ids = random_ids(total);
+    UP_RETURN_IF_ERROR(prefill(*r, item.kind == 's', total, start));
+    advancing[k] = std::move(r);
+  }
+
   std::vector<std::unique_ptr<Request>> decodes;
   for (const StepItem& item : mix.items) {
     if (item.kind != 'd') continue;
@@ -223,10 +254,11 @@ Result<StepMixTiming> TimeStepMix(Model& model, DeviceContext& ctx, const StepMi
   }
 
   StepMixTiming timing;
-  for (int it = 0; it < options.warmup + options.repeats; ++it) {
-    std::vector<std::unique_ptr<Request>> chunks;
-    for (const StepItem& item : mix.items) {
-      if (item.kind == 'd') continue;
+  for (int it = 0; it < runs; ++it) {
+    std::vector<std::unique_ptr<Request>> fresh;
+    for (size_t k = 0; k < mix.items.size(); ++k) {
+      const StepItem& item = mix.items[k];
+      if (item.kind == 'd' || advancing[k]) continue;
       auto r = std::make_unique<Request>();
       const int total = PromptTokens(item, last_n);
       r->cache = model.NewCache(total, drops);
@@ -234,7 +266,7 @@ Result<StepMixTiming> TimeStepMix(Model& model, DeviceContext& ctx, const StepMi
       r->cache->ExpectPrefill(total, item.kind != 's');
       r->ids = random_ids(total);
       UP_RETURN_IF_ERROR(prefill(*r, item.kind == 's', total, item.depth));
-      chunks.push_back(std::move(r));
+      fresh.push_back(std::move(r));
     }
     // The step as the scheduler orders it: every decode first, then the prefill chunks.
     std::vector<SequenceStep> steps;
@@ -246,18 +278,23 @@ Result<StepMixTiming> TimeStepMix(Model& model, DeviceContext& ctx, const StepMi
       wants_token(*r, s);
       steps.push_back(s);
     }
-    size_t next_chunk = 0;
-    for (const StepItem& item : mix.items) {
+    size_t next_fresh = 0;
+    for (size_t k = 0; k < mix.items.size(); ++k) {
+      const StepItem& item = mix.items[k];
       if (item.kind == 'd') continue;
-      Request& r = *chunks[next_chunk++];
+      Request& r = advancing[k] ? *advancing[k] : *fresh[next_fresh++];
+      // This forward's chunk starts where the cache's prompt tokens end.
+      const int at = advancing[k] ? AdvancingStart(item, options) + it * item.rows : item.depth;
       SequenceStep s;
       s.cache = r.cache.get();
-      s.tokens = std::span<const int32_t>(r.ids).subspan(static_cast<size_t>(item.depth),
+      s.tokens = std::span<const int32_t>(r.ids).subspan(static_cast<size_t>(at),
                                                          static_cast<size_t>(item.rows));
       s.allow_drop = item.kind == 's';
       if (item.kind == 'l') wants_token(r, s);
       if (item.kind == 's') {
-        r.chunk = SegmentChunk{0, item.rows, PromptTokens(item, last_n), false};
+        const int segment_rows = advancing[k] ? static_cast<int>(StepItemCacheTokens(item, options))
+                                              : PromptTokens(item, last_n);
+        r.chunk = SegmentChunk{0, item.rows, segment_rows, false};
         s.chunk = &r.chunk;
         s.kept = &r.kept;
       }

@@ -64,12 +64,18 @@ struct StepMixTiming {
 };
 
 // Runs the mix warmup + repeats times. Decodes keep their caches from one forward to the next
-// (their context grows by one token each); every chunk gets a fresh cache whose K cached tokens
-// are prefilled (untimed) before each forward. Tokens are seeded random ids.
+// (their context grows by one token each). A chunk of R rows at K keeps one cache too when K is
+// at least R times the index of the middle timed forward (warmup + (repeats - 1) / 2): it is
+// prefilled (untimed) once to where that forward's chunk starts at exactly K, and each forward's
+// chunk follows the last (K - R, K, K + R, ... around the median), so a deep prefix is prefilled
+// once, not before every forward. A shallower chunk gets a fresh cache whose K cached tokens are
+// prefilled (untimed) before each forward. Tokens are seeded random ids.
 Result<StepMixTiming> TimeStepMix(Model& model, DeviceContext& ctx, const StepMix& mix,
                                   const StepMixOptions& options);
 
-// Tokens of cache the mix holds at once (a device model's pool is sized by it).
+// Tokens of cache the mix holds at once (a device model's pool is sized by it), and one request
+// of an item at most (its cache's max_tokens).
 int64_t StepMixCacheTokens(const StepMix& mix, const StepMixOptions& options);
+int64_t StepItemCacheTokens(const StepItem& item, const StepMixOptions& options);
 
 }  // namespace uniprefill

@@ -203,6 +203,38 @@ TEST_F(StepMixRunTest, SegmentChunksRunUnderTheUniPrefillLayoutBesideDenseReques
   }
 }
 
+// warmup 1 + repeats 3: the middle timed forward is the third of four. A chunk at least 2 x its
+// rows deep keeps one cache, prefilled once to where that forward's chunk starts at exactly its
+// depth (c8@40 from 24: 24, 32, 40, 48; s4@24 from 16), and its segment's rows cover every
+// forward's chunk and the last n rows after them.
+TEST_F(StepMixRunTest, DeepChunksKeepOneCacheWithTheMiddleTimedForwardAtTheirDepth) {
+  const StepMix mix = Mix("d1@10 + c8@40 + s4@24");
+  Result<StepMixTiming> t = TimeStepMix(*model_, *ctx_, mix, options_);
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  const int last_n = options_.uniprefill.selection.last_n;
+  const auto steps = ForwardsOf(*model_, 3);
+  ASSERT_EQ(steps.size(), 4u);
+  for (size_t it = 0; it < steps.size(); ++it) {
+    SCOPED_TRACE("forward " + std::to_string(it));
+    const int i = static_cast<int>(it);
+    EXPECT_EQ(steps[it][0].cached, 10 + i);  // the decode
+    EXPECT_EQ(steps[it][1].tokens, 8);
+    EXPECT_EQ(steps[it][1].cached, 24 + 8 * i);
+    EXPECT_FALSE(steps[it][1].logits);
+    const LoggedStep& seg = steps[it][2];
+    EXPECT_EQ(seg.tokens, 4);
+    EXPECT_EQ(seg.segment0, 16 + 4 * i);
+    EXPECT_EQ(seg.segment.segment_rows, 16 + 4 * 4 + last_n);
+    EXPECT_FALSE(seg.segment.ends_segment);
+  }
+  EXPECT_EQ(ForwardsOf(*model_, 1).size(), 3u) << "each prefix prefilled once (one piece each)";
+  EXPECT_EQ(StepItemCacheTokens(mix.items[1], options_), 24 + 4 * 8 + 8);
+  EXPECT_EQ(StepItemCacheTokens(mix.items[2], options_), 16 + 4 * 4 + last_n);
+  EXPECT_EQ(StepItemCacheTokens(mix.items[0], options_), 10 + 4 + 1);
+  // A shallower chunk (c24@40 would start at -8) still gets a fresh prefix of its depth.
+  EXPECT_EQ(StepItemCacheTokens(Mix("c24@40").items[0], options_), 40 + 2 * 24);
+}
+
 TEST_F(StepMixRunTest, SegmentItemsNeedDropLayers) {
   options_.uniprefill.drop_layers.clear();
   Result<StepMixTiming> t = TimeStepMix(*model_, *ctx_, Mix("s8@8"), options_);
