@@ -7,10 +7,12 @@
 //
 // Growing a half frees and pins host memory and reallocates its device twin (cudaFreeHost and
 // cudaFree synchronise; pinning MBs takes ms): served on the H200 (24th session's 130K trace),
-// each forward whose request count was a new high grew its half and the GPU sat idle ~5-7 ms
-// before it, twice per new count (both halves), ~11 times during the long prompt's prefill. So a
-// half grows geometrically (at least doubling), and a server presizes both (Presize) before its
-// first request.
+// each forward whose staging bound (CudaBackend::Begin: its rows, its requests x the context's
+// block table, a UniPrefill prompt's cached entries) was a new high grew its half, and the GPU sat
+// idle 5-12 ms before it: each half in turn at every new request count (~0.1 s of the dense
+// prompt's TTFT), and every forward of the UniPrefill prompt, whose bound grows with its depth
+// (384 ms). So a half grows geometrically (at least doubling), and a server presizes both
+// (Presize) before its first request.
 #pragma once
 
 #include <cuda_runtime_api.h>
