@@ -346,6 +346,60 @@ TEST(SchedulerTest, DeepChunksBesideDecodesTakeATileMoreWhenNearerTheBudget) {
   EXPECT_EQ(*second, Plan({C(0, 32, 64, false)}));
 }
 
+// The 24th session's served case at the H200's prices for the 8B shape (what PrepareServing
+// measured: keys 4.776e-5 of a row each, decode keys 3.72e-3, a weight floor of 233 rows, query
+// tiles of 128), a 130,000-token dense prompt beside 9 decodes throughout, budget 2048: at 0.15
+// the overshoot runs the prompt in 278 forwards instead of 314 (the trace's 80 deep 256-row
+// chunks become 384), every step priced within 1.15x of the budget.
+TEST(SchedulerTest, ALongPromptBesideDecodesRunsFewerForwardsWithTheTileOvershoot) {
+  KvCacheSpec spec = Spec({KvSegmentSpec{32, 0, 0}});
+  std::map<double, int> forwards;
+  for (const double overshoot : {0.0, 0.15}) {
+    SCOPED_TRACE("tile_overshoot " + std::to_string(overshoot));
+    SchedulerConfig config = ConfigOf(/*max_batched_tokens=*/2048, /*chunked_prefill=*/true, false,
+                                      /*attention_key_cost=*/4.776e-5);
+    config.prefill_only_tokens = 8192;
+    config.attention_query_tile = 128;
+    config.decode_key_cost = 3.72e-3;
+    config.weight_floor_rows = 232.7;
+    config.min_extra_chunk_rows = 128;
+    config.tile_overshoot = overshoot;
+    Scheduler s(config, KvBlockManager(spec, KvPoolSize{786432, 16, 256}));
+    for (int i = 0; i < 9; ++i) ASSERT_TRUE(s.Submit(Dense(512, 100000)).ok());
+    for (int step = 0; step < 2; ++step) {  // their prefills, then decodes
+      ASSERT_TRUE(s.Schedule().ok());
+      ASSERT_TRUE(s.OnStepDone({}).ok());
+    }
+    Result<RequestId> id = s.Submit(Dense(130000, 1));
+    ASSERT_TRUE(id.ok());
+    int priced_over = 0;
+    while (s.Find(*id) != nullptr) {
+      Result<StepPlan> plan = s.Schedule();
+      ASSERT_TRUE(plan.ok());
+      int decodes = 0, price = 0;
+      for (const ScheduledRequest& r : plan->requests) {
+        if (!r.is_prefill) {
+          ++decodes;
+          continue;
+        }
+        const int tiled = (r.num_tokens + 127) / 128 * 128;
+        price += static_cast<int>(std::ceil(r.num_tokens + tiled * 4.776e-5 *
+                                                               (r.chunk_begin + tiled / 2.0)));
+        ++forwards[overshoot];
+      }
+      ASSERT_EQ(decodes, 9);
+      ASSERT_LE(price, 2048 * (1 + overshoot)) << ::testing::PrintToString(*plan);
+      priced_over += price > 2048;
+      ASSERT_TRUE(s.OnStepDone({}).ok());
+    }
+    if (overshoot > 0) {
+      EXPECT_GT(priced_over, 0);
+    }
+  }
+  EXPECT_EQ(forwards[0.0], 314);
+  EXPECT_EQ(forwards[0.15], 278);
+}
+
 // Cheaper keys (0.0005), tiles of 32: a last part-tile is kept where it raises the rows per
 // budget (96 keys deep: 93 rows for 100, against 64 for 69) and dropped where it does not (189
 // deep: 64 rows for 72, against 88 for 100), so shallow chunks still fill the budget and deep
