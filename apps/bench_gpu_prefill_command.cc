@@ -19,6 +19,7 @@
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_context.h"
 #include "core/cuda/device_buffer.h"
+#include "core/cuda/stream_timing.h"
 #include "engine/segment_chunked_prefill.h"
 #include "model/transformer_model.h"
 #include "ops/cuda/cuda_dense_ops.h"
@@ -144,22 +145,9 @@ double MeasureGemmTflops(DeviceContext& ctx) {
                     b.View(DType::kBF16, {n, n}));
   };
   for (int i = 0; i < 3; ++i) run();
-  cudaEvent_t start, stop;
-  UP_CUDA_CHECK(cudaEventCreate(&start));
-  UP_CUDA_CHECK(cudaEventCreate(&stop));
-  std::vector<double> ms;
-  for (int rep = 0; rep < 10; ++rep) {
-    UP_CUDA_CHECK(cudaEventRecord(start, ctx.cuda().stream()));
-    run();
-    UP_CUDA_CHECK(cudaEventRecord(stop, ctx.cuda().stream()));
-    UP_CUDA_CHECK(cudaEventSynchronize(stop));
-    float t = 0;
-    UP_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
-    ms.push_back(t);
-  }
-  UP_CUDA_CHECK(cudaEventDestroy(start));
-  UP_CUDA_CHECK(cudaEventDestroy(stop));
-  return 2.0 * n * n * n / Median(ms) / 1e9;
+  Result<std::vector<float>> ms = TimeRunsMs(ctx.cuda().stream(), 10, run);
+  if (!ms.ok()) return 0;  // no ceiling to report
+  return 2.0 * n * n * n / Median(std::vector<double>(ms->begin(), ms->end())) / 1e9;
 }
 
 struct Points {

@@ -22,6 +22,7 @@
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_context.h"
 #include "core/cuda/device_buffer.h"
+#include "core/cuda/stream_timing.h"
 #include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/cuda_glue_kernels.h"
 #include "backend/cuda/device_views.h"
@@ -41,25 +42,8 @@ constexpr int kWarmPrefixRows = 16384;
 // The fastest of three runs of `work` on `stream`, in ms (after the warm-up the caller did).
 template <typename Work>
 Result<float> FastestMs(cudaStream_t stream, Work&& work) {
-  cudaEvent_t start = nullptr, end = nullptr;
-  UP_CUDA_CHECK(cudaEventCreate(&start));
-  UP_CUDA_CHECK(cudaEventCreate(&end));
-  float best = 0;
-  Status st = OkStatus();
-  for (int i = 0; i < 3 && st.ok(); ++i) {
-    cudaEventRecord(start, stream);
-    st = work();
-    cudaEventRecord(end, stream);
-    float ms = 0;
-    if (st.ok() && cudaEventSynchronize(end) == cudaSuccess &&
-        cudaEventElapsedTime(&ms, start, end) == cudaSuccess) {
-      best = i == 0 ? ms : std::min(best, ms);
-    }
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(end);
-  UP_RETURN_IF_ERROR(st);
-  return best;
+  UP_ASSIGN_OR_RETURN(const std::vector<float> ms, TimeRunsMs(stream, 3, work));
+  return *std::min_element(ms.begin(), ms.end());
 }
 
 }  // namespace

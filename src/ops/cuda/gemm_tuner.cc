@@ -11,6 +11,7 @@
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_context.h"
 #include "core/cuda/device_buffer.h"
+#include "core/cuda/stream_timing.h"
 #include "ops/cuda/cuda_dense_ops.h"
 #include "ops/cuda/gemm_algos.h"
 
@@ -18,25 +19,12 @@ namespace uniprefill::ops::cuda {
 
 double GemmAlgoMedianMs(DeviceContext& ctx, TensorView out, TensorView x, TensorView w,
                         const GemmAlgo& algo, int runs) {
-  cudaStream_t stream = ctx.cuda().stream();
-  cudaEvent_t start = nullptr, stop = nullptr;
-  UP_CUDA_CHECK(cudaEventCreate(&start));
-  UP_CUDA_CHECK(cudaEventCreate(&stop));
   GemmWithAlgo(ctx, out, x, w, algo);  // untimed: first-launch costs
-  std::vector<double> ms;
-  for (int i = 0; i < std::max(runs, 1); ++i) {
-    UP_CUDA_CHECK(cudaEventRecord(start, stream));
-    GemmWithAlgo(ctx, out, x, w, algo);
-    UP_CUDA_CHECK(cudaEventRecord(stop, stream));
-    UP_CUDA_CHECK(cudaEventSynchronize(stop));
-    float t = 0;
-    UP_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
-    ms.push_back(t);
-  }
-  UP_CUDA_CHECK(cudaEventDestroy(start));
-  UP_CUDA_CHECK(cudaEventDestroy(stop));
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+  Result<std::vector<float>> ms = TimeRunsMs(ctx.cuda().stream(), std::max(runs, 1),
+                                             [&] { GemmWithAlgo(ctx, out, x, w, algo); });
+  if (!ms.ok()) return -1;  // not usable: the tuner keeps the heuristic's algorithm
+  std::sort(ms->begin(), ms->end());
+  return (*ms)[ms->size() / 2];
 }
 
 Result<GemmTuneReport> TuneGemms(DeviceContext& ctx, const std::vector<TensorView>& weights,
