@@ -7,26 +7,24 @@
 # paged and whole-model test runs through PutAll), then the whole-model tests again with the
 # tuner on. Predicted: all pass but the 3 asset skips, both times. 4 files back: gpu.txt
 # build.txt cuda_tests.log.xz tuned_model_tests.txt. callS2.sh times them.
-t0=$(date +%s)
-mkdir -p $OUT
-export NCCL_NVLS_ENABLE=0
+source "$(dirname "$0")/lib.sh"
+call_begin
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw,temperature.gpu --format=csv > $OUT/gpu.txt
 bash scripts/gpu_build.sh build build-dev-new > $OUT/build.txt 2>&1
-echo "build rc $? at $(( $(date +%s) - t0 )) s"; tail -2 $OUT/build.txt
+echo "build rc $? at $(elapsed) s"; tail -2 $OUT/build.txt
 # (25th session) The 8B checkpoint for call U, written on the CPUs while the suite runs.
-source "$(dirname "$0")/lib.sh"
 start_checkpoint
 T=build-dev-new/uniprefill_cuda_tests
 export UNIPREFILL_ALLOW_MISSING_ASSETS=1 UP_SOURCE_DIR=$PWD
-left=$(( 400 - ($(date +%s) - t0) ))
+left=$(( 400 - $(elapsed) ))
 timeout $left $T --gtest_brief=1 > $OUT/cuda_tests.log 2>&1
-echo "cuda tests rc $? at $(( $(date +%s) - t0 )) s"
+echo "cuda tests rc $? at $(elapsed) s"
 grep -E "^\[  PASSED|^\[  FAILED|FAILED  \]|tests from .* ran|tuned:" $OUT/cuda_tests.log | head -20
 xz -9 $OUT/cuda_tests.log
-left=$(( 580 - ($(date +%s) - t0) ))
+left=$(( 580 - $(elapsed) ))
 UNIPREFILL_CUDA_GEMM_TUNE=1 timeout $left $T --gtest_brief=1 --gtest_filter='CudaModel*' \
   > $OUT/tuned_model_tests.txt 2>&1
-echo "model tests (tuner on) rc $? at $(( $(date +%s) - t0 )) s"
+echo "model tests (tuner on) rc $? at $(elapsed) s"
 grep -E "^\[  PASSED|^\[  FAILED|FAILED  \]|tests from .* ran|GEMM tuning" $OUT/tuned_model_tests.txt | head
 wait_checkpoint
-echo "checkpoint ready at $(( $(date +%s) - t0 )) s"
+echo "checkpoint ready at $(elapsed) s"

@@ -1,4 +1,4 @@
-# Sourced by the 24th session's calls (R, S2, T, U): what each call's start repeated.
+# Sourced by the prepared calls (S, R, S2, T, U): what each call's start repeated.
 # call_begin: the clock, $OUT, NCCL's NVLink multicast off (the device README says why).
 call_begin() {
   t0=$(date +%s)
