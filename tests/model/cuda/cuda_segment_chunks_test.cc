@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 
 #include "testing/cuda_model_fixtures.h"
 
@@ -218,6 +219,24 @@ TEST(CudaModelTinyGgufTest, SegmentChunkedPrefillEqualsWholeOnServingGraphs) {
   ExpectSegmentChunkedEqualsWhole(ctx, p, "tiny gguf", /*one_chunk_exact=*/false);
 }
 
+// The whole model's chunk price after PrepareServing(97 rows, 800-token context) of the tiny
+// GGUF model loaded with `name`=`value` in the environment (none: nullptr), or nullopt after a
+// failed assertion.
+std::optional<SegmentCost> PreparedWholeCost(DeviceContext& ctx, const char* name,
+                                             const char* value) {
+  if (name != nullptr) setenv(name, value, 1);
+  Pair p = LoadTinyGguf12(ctx);
+  if (name != nullptr) unsetenv(name);
+  EXPECT_TRUE(p.gpu);
+  if (!p.gpu) return std::nullopt;
+  const Status st = p.gpu->PrepareServing(97, 800);
+  EXPECT_TRUE(st.ok()) << st.message();
+  const std::vector<SegmentCost> whole = p.gpu->SegmentCosts({});
+  EXPECT_EQ(whole.size(), 1u);
+  if (!st.ok() || whole.size() != 1u) return std::nullopt;
+  return whole[0];
+}
+
 // PrepareServing measures the weights' floor (a GEMM of 8 rows against one of the step's rows:
 // the rows whose compute takes as long as streaming a layer's weights) and prices it
 // (SchedulerConfig::weight_floor_rows, within (0, rows]) unless UNIPREFILL_CUDA_WEIGHT_FLOOR=0
@@ -226,23 +245,18 @@ TEST(CudaModelTinyGgufTest, SegmentChunkedPrefillEqualsWholeOnServingGraphs) {
 TEST(CudaModelTinyGgufTest, PrepareServingPricesTheWeightFloorUnlessAskedNotTo) {
   UP_CUDA_TEST_CONTEXT(ctx);
   for (const bool priced : {true, false}) {
-    if (!priced) setenv("UNIPREFILL_CUDA_WEIGHT_FLOOR", "0", 1);
-    Pair p = LoadTinyGguf12(ctx);
-    unsetenv("UNIPREFILL_CUDA_WEIGHT_FLOOR");
-    ASSERT_TRUE(p.gpu);
-    const Status st = p.gpu->PrepareServing(97, 800);
-    ASSERT_TRUE(st.ok()) << st.message();
-    const std::vector<SegmentCost> whole = p.gpu->SegmentCosts({});
-    ASSERT_EQ(whole.size(), 1u);
+    const std::optional<SegmentCost> whole =
+        PreparedWholeCost(ctx, priced ? nullptr : "UNIPREFILL_CUDA_WEIGHT_FLOOR", "0");
+    ASSERT_TRUE(whole);
     std::printf("weight floor %s: %.1f rows\n", priced ? "priced" : "unpriced",
-                whole[0].weight_floor_rows);
-    EXPECT_EQ(whole[0].min_extra_chunk_rows, whole[0].query_tile_rows);
-    EXPECT_GT(whole[0].min_extra_chunk_rows, 1);
+                whole->weight_floor_rows);
+    EXPECT_EQ(whole->min_extra_chunk_rows, whole->query_tile_rows);
+    EXPECT_GT(whole->min_extra_chunk_rows, 1);
     if (priced) {
-      EXPECT_GT(whole[0].weight_floor_rows, 0.0);
-      EXPECT_LE(whole[0].weight_floor_rows, 97.0);
+      EXPECT_GT(whole->weight_floor_rows, 0.0);
+      EXPECT_LE(whole->weight_floor_rows, 97.0);
     } else {
-      EXPECT_EQ(whole[0].weight_floor_rows, 0.0);
+      EXPECT_EQ(whole->weight_floor_rows, 0.0);
     }
   }
 }
@@ -252,15 +266,10 @@ TEST(CudaModelTinyGgufTest, PrepareServingPricesTheWeightFloorUnlessAskedNotTo) 
 TEST(CudaModelTinyGgufTest, PrepareServingSetsTheLinearRowTileOnlyWhenAsked) {
   UP_CUDA_TEST_CONTEXT(ctx);
   for (const bool asked : {false, true}) {
-    if (asked) setenv("UNIPREFILL_CUDA_ALIGN_STEP_ROWS", "1", 1);
-    Pair p = LoadTinyGguf12(ctx);
-    unsetenv("UNIPREFILL_CUDA_ALIGN_STEP_ROWS");
-    ASSERT_TRUE(p.gpu);
-    const Status st = p.gpu->PrepareServing(97, 800);
-    ASSERT_TRUE(st.ok()) << st.message();
-    const std::vector<SegmentCost> whole = p.gpu->SegmentCosts({});
-    ASSERT_EQ(whole.size(), 1u);
-    EXPECT_EQ(whole[0].linear_row_tile, asked ? 128 : 0);
+    const std::optional<SegmentCost> whole =
+        PreparedWholeCost(ctx, asked ? "UNIPREFILL_CUDA_ALIGN_STEP_ROWS" : nullptr, "1");
+    ASSERT_TRUE(whole);
+    EXPECT_EQ(whole->linear_row_tile, asked ? 128 : 0);
   }
 }
 
@@ -269,15 +278,10 @@ TEST(CudaModelTinyGgufTest, PrepareServingSetsTheLinearRowTileOnlyWhenAsked) {
 TEST(CudaModelTinyGgufTest, PrepareServingPassesTheTileOvershootOnlyWhenAsked) {
   UP_CUDA_TEST_CONTEXT(ctx);
   for (const bool asked : {false, true}) {
-    if (asked) setenv("UNIPREFILL_CUDA_TILE_OVERSHOOT", "0.15", 1);
-    Pair p = LoadTinyGguf12(ctx);
-    unsetenv("UNIPREFILL_CUDA_TILE_OVERSHOOT");
-    ASSERT_TRUE(p.gpu);
-    const Status st = p.gpu->PrepareServing(97, 800);
-    ASSERT_TRUE(st.ok()) << st.message();
-    const std::vector<SegmentCost> whole = p.gpu->SegmentCosts({});
-    ASSERT_EQ(whole.size(), 1u);
-    EXPECT_DOUBLE_EQ(whole[0].tile_overshoot, asked ? 0.15 : 0.0);
+    const std::optional<SegmentCost> whole =
+        PreparedWholeCost(ctx, asked ? "UNIPREFILL_CUDA_TILE_OVERSHOOT" : nullptr, "0.15");
+    ASSERT_TRUE(whole);
+    EXPECT_DOUBLE_EQ(whole->tile_overshoot, asked ? 0.15 : 0.0);
   }
 }
 
