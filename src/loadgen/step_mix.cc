@@ -244,7 +244,7 @@ Result<StepMixTiming> TimeStepMix(Model& model, DeviceContext& ctx, const StepMi
     if (item.kind != 'd') continue;
     for (int i = 0; i < item.count; ++i) {
       auto r = std::make_unique<Request>();
-      r->cache = model.NewCache(item.depth + options.warmup + options.repeats + 1, drops);
+      r->cache = model.NewCache(static_cast<int>(StepItemCacheTokens(item, options)), drops);
       r->cache->ExpectPrefill(item.depth, true);
       r->ids = random_ids(item.depth);
       UP_RETURN_IF_ERROR(prefill(*r, false, item.depth, item.depth));
