@@ -36,6 +36,8 @@
 # the previous session's backend behaviour: a host sync after every forward and chunks priced
 # by FLOPs alone, UNIPREFILL_CUDA_SYNC_EVERY_FORWARD=1 and UNIPREFILL_CUDA_ATTENTION_SLOWDOWN=1;
 # src/backend/cuda/cuda_diagnostics.h).
+# KV_MEM: the servers' --kv-cache-memory (default 48GiB, the H200's; 32GiB on an H100, where
+# the whole 130K prefill beside 48 GiB of KV would not fit its 78 GiB).
 # TRACE=1: each server writes its forwards' timeline to OUTDIR/trace_<variant>.jsonl.
 # Each server's GPU memory is sampled every 100 ms (nvidia-smi); its peak is printed per run.
 #   bash scripts/gpu_serve_mixed.sh CLI OUTDIR [VARIANT...]     (on the GPU machine)
@@ -92,7 +94,7 @@ for variant in $variants; do
     esac
   fi
   env "${env_vars[@]}" "$cli" serve --model "$ckpt" --device cuda --port "$port" \
-    --kv-cache-memory 48GiB --quiet "${flags[@]}" 2> "$out/server_$variant.log" &
+    --kv-cache-memory "${KV_MEM:-48GiB}" --quiet "${flags[@]}" 2> "$out/server_$variant.log" &
   server=$!
   trap 'kill $server 2>/dev/null || true' EXIT
   for _ in $(seq 1 300); do
