@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Chunked prefill served on the GPU (docs/serving.md): the bf16 Llama-3.1-8B-shaped checkpoint
 # (tools/make_synthetic_checkpoint.py) under `serve --device cuda`, one server per variant, dense
-# and UniPrefill requests against each, two workloads:
+# and UniPrefill requests against each, one or more of these workloads:
 #   long4  4 concurrent 32K-token prompts, 64 output tokens each (closed loop)
 #   mixed  16 short requests (512-token prompts, 128 output tokens) arriving at 2/s with one
 #          130,000-token prompt (the 128K context less room) landing among them (4 output tokens)
+#   long1  the mixed workload's 130,000-token prompt alone (4 output tokens): chunked against
+#          whole without the shorts' work in its steps (chunked steps then take PREFILL_ONLY);
+#          no warmup request, so that each trace opens with the dense prompt's forwards
 #   decode32    issue 17's decode goal: 32 concurrent 1K-token prompts, 128 output tokens, dense
 #   decode4x32k 4 concurrent 32K-token prompts, 128 output tokens, dense
 # Variants: chunked (--max-batched-tokens BUDGET, default 2048: chunks are charged for the keys
@@ -38,7 +41,9 @@
 # src/backend/cuda/cuda_diagnostics.h).
 # KV_MEM: the servers' --kv-cache-memory (default 48GiB, the H200's; 32GiB on an H100, where
 # the whole 130K prefill beside 48 GiB of KV would not fit its 78 GiB).
-# TRACE=1: each server writes its forwards' timeline to OUTDIR/trace_<variant>.jsonl.
+# TRACE=1: each server writes its forwards' timeline to OUTDIR/trace_<variant>.jsonl; PHASES=1
+# with it splits each forward's GPU time by walk phase (UNIPREFILL_CUDA_STEP_TRACE_PHASES=1;
+# tools/trace_forward_excess.py --whole sets the chunked forwards' phases against whole's).
 # Each server's GPU memory is sampled every 100 ms (nvidia-smi); its peak is printed per run.
 #   bash scripts/gpu_serve_mixed.sh CLI OUTDIR [VARIANT...]     (on the GPU machine)
 # CLI is the uniprefill binary; OUTDIR receives serve_<variant>_<workload>.json, server logs and
@@ -79,6 +84,7 @@ declare -A chunked_env=(
 for variant in $variants; do
   env_vars=()
   [ "${TRACE:-0}" = 1 ] && env_vars+=("UNIPREFILL_CUDA_STEP_TRACE=$out/trace_$variant.jsonl")
+  [ "${TRACE:-0}" = 1 ] && [ "${PHASES:-0}" = 1 ] && env_vars+=("UNIPREFILL_CUDA_STEP_TRACE_PHASES=1")
   if [[ -v chunked_env[$variant] ]]; then  # chunked's flags, and what the variant changes
     flags=(--max-batched-tokens "$budget" --prefill-only-tokens "$prefill_only")
     read -r -a extra <<< "${chunked_env[$variant]}"
@@ -109,6 +115,8 @@ for variant in $variants; do
     modes=dense,uniprefill
     if [ "$w" = long4 ]; then
       args=(--concurrency 4 -n 4 --prompt-tokens 32768 --output-tokens 64 --warmup 1)
+    elif [ "$w" = long1 ]; then
+      args=(--concurrency 1 -n 1 --prompt-tokens 130000 --output-tokens 4 --warmup 0)
     elif [ "$w" = decode32 ]; then
       args=(--concurrency 32 -n 64 --prompt-tokens 1024 --output-tokens 128 --warmup 1)
       modes=dense

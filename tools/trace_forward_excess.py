@@ -10,7 +10,12 @@ its row-key pairs at --attn-ns-per-pair (r (p + r / 2) pairs, causal within the 
 left is the forward's excess: the decodes' own work, the small kernels, idle time.
 
   python3 tools/trace_forward_excess.py TRACE.jsonl [--forwards 252] [--min-cached 2048]
-      [--gemm-us-per-row 20] [--attn-ns-per-pair 0.851]
+      [--gemm-us-per-row 20] [--attn-ns-per-pair 0.851] [--whole WHOLE.jsonl]
+
+With phases in the trace (UNIPREFILL_CUDA_STEP_TRACE_PHASES=1, scripts/gpu_serve_mixed.sh
+PHASES=1) it also sums the chosen forwards' GPU time by walk phase (attention holds its qkv and
+o GEMMs, ffn its three; finish the LM head and sampling), and with --whole (the whole run's
+trace) sets them against the whole prompt's forward: where the chunked forwards' excess lies.
 
 Defaults: the 8B shape on the H200 (24th session): GEMMs 20 us a row (32 layers at ~700 TFLOP/s),
 attention 0.851 ns a row-key pair (32 layers x 16,384 FLOP at 616 TFLOP/s, Nsight Compute).
@@ -21,6 +26,55 @@ import json
 import statistics
 
 
+def long_forwards(path, min_cached, forwards):
+    """(forward, its long unit) for the forwards holding a long prompt's chunk, the first
+    `forwards` of them (0: all)."""
+    with open(path) as f:
+        lines = [json.loads(l) for l in f if l.strip()]
+    chosen = []
+    for s in (l for l in lines if "units" in l):
+        long_units = [u for u in s["units"] if u[1] > 1 and (u[2] >= min_cached or u[1] >= 4096)]
+        if long_units:
+            chosen.append((s, long_units[0]))
+    if forwards:
+        chosen = chosen[:forwards]
+    if not chosen:
+        raise SystemExit(f"{path}: no forward holds a chunk over {min_cached} cached keys")
+    return chosen
+
+
+def phase_totals(chosen):
+    """Each phase's GPU ms summed over the forwards, phases in first-seen order; None when a
+    forward has no phases."""
+    totals = {}
+    for s, _ in chosen:
+        if "phases" not in s:
+            return None
+        for name, ms in s["phases"].items():
+            totals[name] = totals.get(name, 0.0) + ms
+    return totals
+
+
+def print_phases(chosen, whole_path, min_cached):
+    totals = phase_totals(chosen)
+    if totals is None:
+        return
+    whole = None
+    if whole_path:
+        whole = phase_totals(long_forwards(whole_path, min_cached, 1))
+        if whole is None:
+            raise SystemExit(f"{whole_path}: its long forward has no phases")
+    print(f"  {'phase':>18} {'chunked s':>10}" + (f" {'whole s':>8} {'excess s':>9}" if whole else ""))
+    names = list(totals) + [n for n in (whole or {}) if n not in totals]
+    for name in names:
+        c = totals.get(name, 0.0) / 1e3
+        line = f"  {name:>18} {c:>10.3f}"
+        if whole is not None:
+            w = whole.get(name, 0.0) / 1e3
+            line += f" {w:>8.3f} {c - w:>+9.3f}"
+        print(line)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("trace")
@@ -28,19 +82,10 @@ def main():
     ap.add_argument("--min-cached", type=int, default=2048)
     ap.add_argument("--gemm-us-per-row", type=float, default=20.0)
     ap.add_argument("--attn-ns-per-pair", type=float, default=0.851)
+    ap.add_argument("--whole", help="the whole run's trace: its first long forward's phases "
+                    "beside the chosen forwards' (needs phases in both)")
     a = ap.parse_args()
-    with open(a.trace) as f:
-        lines = [json.loads(l) for l in f if l.strip()]
-    steps = [l for l in lines if "units" in l]
-    chosen = []
-    for s in steps:
-        long_units = [u for u in s["units"] if u[1] > 1 and (u[2] >= a.min_cached or u[1] >= 4096)]
-        if long_units:
-            chosen.append((s, long_units[0]))
-    if a.forwards:
-        chosen = chosen[:a.forwards]
-    if not chosen:
-        raise SystemExit(f"{a.trace}: no forward holds a chunk over {a.min_cached} cached keys")
+    chosen = long_forwards(a.trace, a.min_cached, a.forwards)
 
     def model_ms(rows, cached):
         return rows * a.gemm_us_per_row * 1e-3 + rows * (cached + rows / 2) * a.attn_ns_per_pair * 1e-6
@@ -67,6 +112,7 @@ def main():
               f"{statistics.median(x[2] for x in v):>11.0f} "
               f"{statistics.median(x[3] for x in v):>10.1f} "
               f"{statistics.median(x[0] for x in v):>13.1f}")
+    print_phases(chosen, a.whole, a.min_cached)
 
 
 if __name__ == "__main__":

@@ -99,6 +99,13 @@ class LayerBackend {
   virtual Status Finish() = 0;
   // Waits until every step issued so far has run (a device backend's stream; walk timing only).
   virtual Status Synchronize() { return OkStatus(); }
+  // Before each walk step after Begin (Embed, every layer's steps, Finish): a device backend
+  // may timestamp its stream there without waiting for it (the CUDA step trace's phases,
+  // UNIPREFILL_CUDA_STEP_TRACE_PHASES). Must not change what the forward computes.
+  virtual Status MarkPhase(WalkPhase phase) {
+    (void)phase;
+    return OkStatus();
+  }
   // After a step between Begin and Finish failed: drop whatever the forward left half done (a
   // device backend's open graph capture), so the next forward starts clean.
   virtual void Abandon() {}

@@ -13,8 +13,9 @@
 
 namespace uniprefill {
 
-// Runs one walk step; with stats->time_phases, waits for the backend and adds the step's wall
-// time to its phase (benchmarks' breakdown of a forward).
+// Runs one walk step: marks its phase on the backend (LayerBackend::MarkPhase), and with
+// stats->time_phases waits for the backend and adds the step's wall time to its phase
+// (benchmarks' breakdown of a forward).
 class PhaseClock {
  public:
   PhaseClock(LayerBackend& backend, ForwardStats* stats)
@@ -22,6 +23,10 @@ class PhaseClock {
 
   template <typename Step>
   auto Run(WalkPhase phase, Step&& step) -> decltype(step()) {
+    // Begin lays the forward out (a device backend's trace opens there): marks follow it.
+    if (phase != WalkPhase::kBegin) {
+      if (Status st = backend_.MarkPhase(phase); !st.ok()) return st;
+    }
     if (!stats_) return step();
     const auto start = std::chrono::steady_clock::now();
     auto result = step();

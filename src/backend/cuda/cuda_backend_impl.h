@@ -162,6 +162,12 @@ class CudaBackend final : public LayerBackend {
   Status Synchronize() override {
     return capturing_ ? OkStatus() : WaitStream(ctx_.cuda().stream());
   }
+  // The step trace's phase event (StepTrace::Mark), when it asks for phases; never inside a
+  // graph capture (an event recorded there would time nothing).
+  Status MarkPhase(WalkPhase phase) override {
+    if (!trace_ || !trace_->phases() || capturing_) return OkStatus();
+    return trace_->Mark(ctx_.cuda().stream(), WalkPhaseName(phase));
+  }
 
  private:
   const DeviceBuffer& NormWeight(int layer, NormSlot slot) const;

@@ -1,7 +1,11 @@
 // StepTrace (step_trace.h): CUDA events around each forward, written as JSON lines at host syncs.
 #include "backend/cuda/step_trace.h"
 
+#include <cstdio>
 #include <cstdlib>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "core/cuda/cuda_check.h"
 
@@ -17,22 +21,38 @@ double Ms(std::chrono::steady_clock::duration d) {
 
 Result<std::unique_ptr<StepTrace>> StepTrace::FromEnvironment() {
   const char* path = std::getenv("UNIPREFILL_CUDA_STEP_TRACE");
-  if (path == nullptr || *path == '\0') return std::unique_ptr<StepTrace>();
+  const char* phases = std::getenv("UNIPREFILL_CUDA_STEP_TRACE_PHASES");
+  const bool want_phases = phases != nullptr && std::string(phases) == "1";
+  if (path == nullptr || *path == '\0') {
+    if (want_phases) {
+      return InvalidArgument(
+          "UNIPREFILL_CUDA_STEP_TRACE_PHASES=1 splits the step trace's forwards by phase, but no "
+          "trace was asked for: set UNIPREFILL_CUDA_STEP_TRACE=path as well, or unset it");
+    }
+    return std::unique_ptr<StepTrace>();
+  }
   std::FILE* file = std::fopen(path, "w");
   if (file == nullptr) {
     return InvalidArgument(std::string("UNIPREFILL_CUDA_STEP_TRACE: cannot write '") + path +
                            "' (unset the variable, or name a writable file)");
   }
-  return std::unique_ptr<StepTrace>(new StepTrace(file));
+  return std::unique_ptr<StepTrace>(new StepTrace(file, want_phases));
 }
 
 StepTrace::~StepTrace() {
   for (Forward& f : open_) {
     cudaEventDestroy(f.start);
     cudaEventDestroy(f.end);
+    Release(f);
   }
+  for (cudaEvent_t e : spare_) cudaEventDestroy(e);
   if (previous_end_) cudaEventDestroy(previous_end_);
   std::fclose(file_);
+}
+
+void StepTrace::Release(Forward& f) {
+  for (const auto& [name, event] : f.marks) spare_.push_back(event);
+  f.marks.clear();
 }
 
 Status StepTrace::Begin(cudaStream_t stream, int64_t rows, int requests, std::string units) {
@@ -41,6 +61,7 @@ Status StepTrace::Begin(cudaStream_t stream, int64_t rows, int requests, std::st
   if (!open_.empty() && open_.back().launched == Clock::time_point{}) {
     cudaEventDestroy(open_.back().start);
     cudaEventDestroy(open_.back().end);
+    Release(open_.back());
     open_.pop_back();
   }
   Forward f;
@@ -52,6 +73,22 @@ Status StepTrace::Begin(cudaStream_t stream, int64_t rows, int requests, std::st
   UP_CUDA_CHECK(cudaEventCreate(&f.end));
   UP_CUDA_CHECK(cudaEventRecord(f.start, stream));
   open_.push_back(f);
+  return OkStatus();
+}
+
+Status StepTrace::Mark(cudaStream_t stream, const char* name) {
+  if (!phases_ || open_.empty() || open_.back().launched != Clock::time_point{}) {
+    return OkStatus();
+  }
+  cudaEvent_t event = nullptr;
+  if (spare_.empty()) {
+    UP_CUDA_CHECK(cudaEventCreate(&event));
+  } else {
+    event = spare_.back();
+    spare_.pop_back();
+  }
+  open_.back().marks.emplace_back(name, event);
+  UP_CUDA_CHECK(cudaEventRecord(event, stream));
   return OkStatus();
 }
 
@@ -68,7 +105,7 @@ Status StepTrace::Launched(cudaStream_t stream, bool will_sync) {
 Status StepTrace::Synced() {
   if (open_.empty()) return OkStatus();
   open_.back().returned = Clock::now();
-  for (const Forward& f : open_) UP_RETURN_IF_ERROR(Write(f));
+  for (Forward& f : open_) UP_RETURN_IF_ERROR(Write(f));
   open_.clear();
   std::fflush(file_);
   return OkStatus();
@@ -79,9 +116,46 @@ void StepTrace::Note(const std::string& json_object) {
   std::fflush(file_);
 }
 
-Status StepTrace::Write(const Forward& f) {
+Result<std::string> StepTrace::PhasesJson(Forward& f) {
+  // Each phase's spans summed, phases in the order they first ran; "begin" is the forward's
+  // uploads and layout before its first mark.
+  std::vector<std::pair<std::string, double>> phases;
+  const auto add = [&](const std::string& name, cudaEvent_t from, cudaEvent_t to) -> Status {
+    float ms = 0;
+    UP_CUDA_CHECK(cudaEventElapsedTime(&ms, from, to));
+    for (auto& [n, total] : phases) {
+      if (n == name) {
+        total += ms;
+        return OkStatus();
+      }
+    }
+    phases.emplace_back(name, ms);
+    return OkStatus();
+  };
+  UP_RETURN_IF_ERROR(add("begin", f.start, f.marks.front().second));
+  for (size_t i = 0; i < f.marks.size(); ++i) {
+    const cudaEvent_t to = i + 1 < f.marks.size() ? f.marks[i + 1].second : f.end;
+    UP_RETURN_IF_ERROR(add(f.marks[i].first, f.marks[i].second, to));
+  }
+  Release(f);
+  std::string json = "{";
+  char buf[64];
+  for (const auto& [name, ms] : phases) {
+    std::snprintf(buf, sizeof(buf), "%s\"%s\": %.3f", json.size() > 1 ? ", " : "", name.c_str(),
+                  ms);
+    json += buf;
+  }
+  return json + "}";
+}
+
+Status StepTrace::Write(Forward& f) {
   float gpu_ms = 0, idle_ms = -1;  // idle: -1 for the first forward
   UP_CUDA_CHECK(cudaEventElapsedTime(&gpu_ms, f.start, f.end));
+  std::string phases;
+  if (!f.marks.empty()) {
+    UP_ASSIGN_OR_RETURN(std::string json, PhasesJson(f));
+    phases = ", \"phases\": " + json;
+  }
   if (previous_end_) {
     UP_CUDA_CHECK(cudaEventElapsedTime(&idle_ms, previous_end_, f.start));
     UP_CUDA_CHECK(cudaEventDestroy(previous_end_));
@@ -91,10 +165,11 @@ Status StepTrace::Write(const Forward& f) {
   std::fprintf(file_,
                "{\"rows\": %lld, \"requests\": %d, \"synced\": %s, \"host_launch_ms\": %.3f, "
                "\"host_wait_ms\": %.3f, \"host_between_ms\": %.3f, \"gpu_ms\": %.3f, "
-               "\"gpu_idle_before_ms\": %.3f, \"units\": %s}\n",
+               "\"gpu_idle_before_ms\": %.3f, \"units\": %s%s}\n",
                static_cast<long long>(f.rows), f.requests, f.synced ? "true" : "false",
                Ms(f.launched - f.begin), f.synced ? Ms(f.returned - f.launched) : 0.0,
-               between_ms, gpu_ms, idle_ms, f.units.empty() ? "[]" : f.units.c_str());
+               between_ms, gpu_ms, idle_ms, f.units.empty() ? "[]" : f.units.c_str(),
+               phases.c_str());
   UP_CUDA_CHECK(cudaEventDestroy(f.start));
   previous_end_ = f.end;
   previous_return_ = f.returned;

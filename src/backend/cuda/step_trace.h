@@ -7,7 +7,15 @@
 // host's, and whether the GPU waits for it. Lines are written at the host syncs, so a forward
 // without one is written with the next synced forward.
 //
-// Not for: per-kernel times (ForwardStats::time_phases, ncu).
+// With UNIPREFILL_CUDA_STEP_TRACE_PHASES=1 as well, each forward's line also splits its GPU
+// time by walk phase ("phases": {"begin": ms, "embed": ms, "norm": ms, "attention": ms, ...}):
+// an event recorded at every walk step (LayerBackend::MarkPhase), a phase's time the sum of the
+// spans from its marks to the next mark (the last to the forward's end). Nothing waits for
+// them, unlike ForwardStats::time_phases, so served steps keep their overlap; each mark costs
+// the stream an event record (~200 a forward of the 8B shape). Graph-captured forwards (decode
+// steps) carry no marks. A span holds its kernels and the GPU's idle time before the next mark.
+//
+// Not for: per-kernel times (ncu).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -17,6 +25,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -37,6 +46,11 @@ class StepTrace {
   Status Launched(cudaStream_t stream, bool will_sync);
   // After the forward's host sync: writes every forward recorded so far.
   Status Synced();
+  // Whether the environment asked for phases (UNIPREFILL_CUDA_STEP_TRACE_PHASES=1).
+  bool phases() const { return phases_; }
+  // Between Begin and Launched, with phases(): an event on `stream` starting phase `name` (a
+  // string that outlives the trace, WalkPhaseName's). Ignored outside a forward.
+  Status Mark(cudaStream_t stream, const char* name);
   // A line of its own (a JSON object), e.g. what PrepareServing measured.
   void Note(const std::string& json_object);
 
@@ -49,11 +63,17 @@ class StepTrace {
     bool synced = false;
     cudaEvent_t start = nullptr, end = nullptr;
     Clock::time_point begin, launched, returned;
+    std::vector<std::pair<const char*, cudaEvent_t>> marks;  // phase starts, in stream order
   };
-  explicit StepTrace(std::FILE* file) : file_(file) {}
-  Status Write(const Forward& f);
+  StepTrace(std::FILE* file, bool phases) : file_(file), phases_(phases) {}
+  Status Write(Forward& f);
+  // `f`'s phases as a JSON object, its marks' events returned to spare_.
+  Result<std::string> PhasesJson(Forward& f);
+  void Release(Forward& f);  // the forward's events destroyed or spared
 
   std::FILE* file_;
+  bool phases_ = false;
+  std::vector<cudaEvent_t> spare_;  // marks' events for reuse (one forward records ~200)
   std::vector<Forward> open_;  // recorded, not written yet (the last one may still run)
   cudaEvent_t previous_end_ = nullptr;  // the last written forward's end (owned)
   Clock::time_point previous_return_{};

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Prepared in the 26th session: where the 130K prompt's chunked excess lies. Call U (26th
+# session, H100) found the dense prompt's chunked forwards ~2.0 s over whole-prefill rates
+# whatever their number (228-251 forwards), so fewer, larger forwards cannot close issue 18's
+# gap (1.174x on the H100). Two questions, one call:
+#   1. How much is the shorts' work (1,251 decode tokens and 9 short prefills inside the long
+#      prompt's forwards)? The `long1` workload serves the 130K prompt alone, whole and chunked
+#      at PREFILL_ONLY=2048 (the same chunk prices as beside decodes, none there).
+#      Predicted: chunked/whole ~1.12-1.13x alone (the shorts ~0.45 s of the mixed run's 1.8 s).
+#   2. Which phase holds the rest? PHASES=1 (UNIPREFILL_CUDA_STEP_TRACE_PHASES=1): each forward's
+#      GPU time split by walk phase (an event per walk step, no syncs), chunked against whole by
+#      tools/trace_forward_excess.py --whole. Predicted: ffn and attention (their GEMMs at 256-1344
+#      rows) ~0.3 s each over whole, norm ~0.2 s, begin (uploads) ~0.1 s.
+# Also the new CUDA tests (StepTraceTest.*) and the whole-model tests through MarkPhase.
+# KV_MEM=32GiB so that an H100 runs it too (48 GiB of KV beside a whole 130K prefill does not fit
+# 78 GiB). 6 files back.
+source "$(dirname "$0")/lib.sh"
+call_begin
+nvidia-smi --query-gpu=name,driver_version --format=csv > $OUT/gpu.txt
+start_checkpoint
+bash scripts/gpu_build.sh build build-dev-new > $OUT/build.txt 2>&1
+echo "build rc $? at $(elapsed) s"
+export UNIPREFILL_ALLOW_MISSING_ASSETS=1 UP_SOURCE_DIR=$PWD
+timeout 120 build-dev-new/uniprefill_cuda_tests --gtest_brief=1 \
+  --gtest_filter='StepTrace*:CudaModelTinyGguf*' > $OUT/tests.txt 2>&1
+echo "tests rc $? at $(elapsed) s"; grep -E "^\[  PASSED|^\[  FAILED|FAILED  \]" $OUT/tests.txt
+wait_checkpoint
+left=$(( 585 - $(elapsed) ))
+KV_MEM=32GiB TRACE=1 PHASES=1 BUDGET=2048 PREFILL_ONLY=2048 WORKLOADS="long1" UP_CKPT=/tmp/l8b \
+  timeout $left bash scripts/gpu_serve_mixed.sh build-dev-new/uniprefill /tmp/v whole chunked \
+  > $OUT/serve_long1.txt 2>&1
+echo "serve rc $? at $(elapsed) s"
+rm -f /tmp/v/memory_*.csv
+python3 tools/serve_summary.py /tmp/v 2>&1 | grep -v "^ " | head -8 | tee $OUT/summary.txt
+# The dense run's forwards first in each trace: whole's one, chunked's until the prompt's end
+# (alone, every chunk is the prompt's: --min-cached 0 takes its first, uncached one too).
+python3 tools/trace_forward_excess.py /tmp/v/trace_chunked.jsonl --whole /tmp/v/trace_whole.jsonl \
+  --min-cached 0 --forwards $(python3 -c "
+import json
+n=0
+for l in open('/tmp/v/trace_chunked.jsonl'):
+    x=json.loads(l)
+    if 'units' not in x: continue
+    u=[u for u in x['units'] if u[1]>1]
+    if not u: continue
+    n+=1
+    if u[0][2]+u[0][1]>=130000: break
+print(n)") | tee $OUT/phases.txt
+tar -C /tmp -cJf $OUT/servers_long1.tar.xz v
