@@ -68,6 +68,14 @@ case "$mode" in
            "scripts/setup.sh first, then fetch again): builds from these deps have no cuDNN" \
            "attention" >&2
     fi
+    # CUPTI's headers and library, for the step trace's kernel view
+    # (UNIPREFILL_CUDA_STEP_TRACE_KERNELS=1): the engine loads libcupti only when that asks.
+    rm -rf "$DEPS/cupti" && mkdir -p "$DEPS/cupti/include" "$DEPS/cupti/lib"
+    if ls /usr/local/cuda/include/cupti*.h >/dev/null 2>&1; then
+      cp /usr/local/cuda/include/cupti*.h "$DEPS/cupti/include/"
+      cupti_lib=$(find -L /usr/local/cuda/ -name 'libcupti.so.13' 2>/dev/null | head -1 || true)
+      [ -n "$cupti_lib" ] && cp -L "$cupti_lib" "$DEPS/cupti/lib/"
+    fi
     if [ ! -f "$DEPS/cudnn/include/cudnn.h" ]; then
       echo "gpu_build fetch: WARNING: no cudnn.h under /usr/local/cuda/include: builds from" \
            "these deps have no cuDNN attention" >&2
@@ -148,6 +156,15 @@ EOF
       deps_abs=$(readlink -f "$DEPS")
       cuda_args+=(-DUP_CUDNN_INCLUDE="$deps_abs/cudnn/include"
                   -DUP_CUDNN_FRONTEND_INCLUDE="$deps_abs/cudnn/frontend/include")
+    fi
+
+    # The step trace's kernel view: CUPTI's carried headers, its library beside the prefix's (on
+    # the binaries' RPATH, where dlopen finds it).
+    if [ -f "$DEPS/cupti/include/cupti_activity.h" ]; then
+      cuda_args+=(-DUP_CUPTI_INCLUDE="$(readlink -f "$DEPS")/cupti/include")
+      if [ -f "$DEPS/cupti/lib/libcupti.so.13" ]; then
+        cp "$DEPS/cupti/lib/libcupti.so.13" "$LIBDIR/"
+      fi
     fi
 
     # 3. Configure: packages from the prefix first; RPATH (not RUNPATH, so that libopenblas finds

@@ -43,7 +43,9 @@
 # the whole 130K prefill beside 48 GiB of KV would not fit its 78 GiB).
 # TRACE=1: each server writes its forwards' timeline to OUTDIR/trace_<variant>.jsonl; PHASES=1
 # with it splits each forward's GPU time by walk phase (UNIPREFILL_CUDA_STEP_TRACE_PHASES=1;
-# tools/trace_forward_excess.py --whole sets the chunked forwards' phases against whole's).
+# tools/trace_forward_excess.py --whole sets the chunked forwards' phases against whole's);
+# KERNELS=1 adds each forward's kernels from CUPTI (UNIPREFILL_CUDA_STEP_TRACE_KERNELS=1: its GPU
+# time busy in them and idle between them).
 # Each server's GPU memory is sampled every 100 ms (nvidia-smi); its peak is printed per run.
 #   bash scripts/gpu_serve_mixed.sh CLI OUTDIR [VARIANT...]     (on the GPU machine)
 # CLI is the uniprefill binary; OUTDIR receives serve_<variant>_<workload>.json, server logs and
@@ -85,6 +87,7 @@ for variant in $variants; do
   env_vars=()
   [ "${TRACE:-0}" = 1 ] && env_vars+=("UNIPREFILL_CUDA_STEP_TRACE=$out/trace_$variant.jsonl")
   [ "${TRACE:-0}" = 1 ] && [ "${PHASES:-0}" = 1 ] && env_vars+=("UNIPREFILL_CUDA_STEP_TRACE_PHASES=1")
+  [ "${TRACE:-0}" = 1 ] && [ "${KERNELS:-0}" = 1 ] && env_vars+=("UNIPREFILL_CUDA_STEP_TRACE_KERNELS=1")
   if [[ -v chunked_env[$variant] ]]; then  # chunked's flags, and what the variant changes
     flags=(--max-batched-tokens "$budget" --prefill-only-tokens "$prefill_only")
     read -r -a extra <<< "${chunked_env[$variant]}"

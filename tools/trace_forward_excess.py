@@ -16,6 +16,9 @@ With phases in the trace (UNIPREFILL_CUDA_STEP_TRACE_PHASES=1, scripts/gpu_serve
 PHASES=1) it also sums the chosen forwards' GPU time by walk phase (attention holds its qkv and
 o GEMMs, ffn its three; finish the LM head and sampling), and with --whole (the whole run's
 trace) sets them against the whole prompt's forward: where the chunked forwards' excess lies.
+With the kernel view (UNIPREFILL_CUDA_STEP_TRACE_KERNELS=1, KERNELS=1 in the script) it sums
+the forwards' GPU time in kernels, copies and memsets (busy) and between them (idle), and
+counts the largest gaps' neighbours.
 
 Defaults: the 8B shape on the H200 (24th session): GEMMs 20 us a row (32 layers at ~700 TFLOP/s),
 attention 0.851 ns a row-key pair (32 layers x 16,384 FLOP at 616 TFLOP/s, Nsight Compute).
@@ -75,6 +78,30 @@ def print_phases(chosen, whole_path, min_cached):
         print(line)
 
 
+def print_kernels(chosen, whole_path, min_cached):
+    def sums(forwards):
+        if any("kernels" not in s for s, _ in forwards):
+            return None
+        k = [s["kernels"] for s, _ in forwards]
+        return {"activities": sum(x["n"] for x in k), "busy s": sum(x["busy_ms"] for x in k) / 1e3,
+                "idle s": sum(x["gap_ms"] for x in k) / 1e3, "gaps": sum(x["gaps"] for x in k)}
+    mine = sums(chosen)
+    if mine is None:
+        return
+    whole = sums(long_forwards(whole_path, min_cached, 1)) if whole_path else None
+    print(f"  {'kernels':>18} {'chunked':>10}" + (f" {'whole':>8}" if whole else ""))
+    for key in mine:
+        fmt = (lambda v: f"{v:.3f}") if key.endswith(" s") else (lambda v: f"{v:d}")
+        print(f"  {key:>18} {fmt(mine[key]):>10}" + (f" {fmt(whole[key]):>8}" if whole else ""))
+    # Who borders the largest gaps (each forward's three), most frequent pairs first.
+    pairs = collections.Counter()
+    for s, _ in chosen:
+        for ms, before, after in s["kernels"]["largest_gaps"]:
+            pairs[(before[:40], after[:40])] += 1
+    for (before, after), n in pairs.most_common(5):
+        print(f"    {n:5d} x largest gaps after {before} before {after}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("trace")
@@ -113,6 +140,7 @@ def main():
               f"{statistics.median(x[3] for x in v):>10.1f} "
               f"{statistics.median(x[0] for x in v):>13.1f}")
     print_phases(chosen, a.whole, a.min_cached)
+    print_kernels(chosen, a.whole, a.min_cached)
 
 
 if __name__ == "__main__":

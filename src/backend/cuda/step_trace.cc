@@ -23,20 +23,30 @@ Result<std::unique_ptr<StepTrace>> StepTrace::FromEnvironment() {
   const char* path = std::getenv("UNIPREFILL_CUDA_STEP_TRACE");
   const char* phases = std::getenv("UNIPREFILL_CUDA_STEP_TRACE_PHASES");
   const bool want_phases = phases != nullptr && std::string(phases) == "1";
+  const char* kernels = std::getenv("UNIPREFILL_CUDA_STEP_TRACE_KERNELS");
+  const bool want_kernels = kernels != nullptr && std::string(kernels) == "1";
   if (path == nullptr || *path == '\0') {
-    if (want_phases) {
-      return InvalidArgument(
-          "UNIPREFILL_CUDA_STEP_TRACE_PHASES=1 splits the step trace's forwards by phase, but no "
-          "trace was asked for: set UNIPREFILL_CUDA_STEP_TRACE=path as well, or unset it");
+    const std::pair<bool, const char*> additions[] = {{want_phases, "PHASES"},
+                                                      {want_kernels, "KERNELS"}};
+    for (const auto& [wanted, name] : additions) {
+      if (wanted) {
+        return InvalidArgument(std::string("UNIPREFILL_CUDA_STEP_TRACE_") + name +
+                               "=1 adds to the step trace's lines, but no trace was asked for: "
+                               "set UNIPREFILL_CUDA_STEP_TRACE=path as well, or unset it");
+      }
     }
     return std::unique_ptr<StepTrace>();
+  }
+  std::unique_ptr<KernelTimeline> timeline;
+  if (want_kernels) {
+    UP_ASSIGN_OR_RETURN(timeline, KernelTimeline::Open());
   }
   std::FILE* file = std::fopen(path, "w");
   if (file == nullptr) {
     return InvalidArgument(std::string("UNIPREFILL_CUDA_STEP_TRACE: cannot write '") + path +
                            "' (unset the variable, or name a writable file)");
   }
-  return std::unique_ptr<StepTrace>(new StepTrace(file, want_phases));
+  return std::unique_ptr<StepTrace>(new StepTrace(file, want_phases, std::move(timeline)));
 }
 
 StepTrace::~StepTrace() {
@@ -59,6 +69,7 @@ Status StepTrace::Begin(cudaStream_t stream, int64_t rows, int requests, std::st
   // A forward that failed before its launch ended (its end event never recorded) is dropped:
   // its times do not exist. (H200, session 7: writing it aborted a server whose forward failed.)
   if (!open_.empty() && open_.back().launched == Clock::time_point{}) {
+    if (timeline_) UP_RETURN_IF_ERROR(timeline_->EndGroup());  // its group was never closed
     cudaEventDestroy(open_.back().start);
     cudaEventDestroy(open_.back().end);
     Release(open_.back());
@@ -72,6 +83,10 @@ Status StepTrace::Begin(cudaStream_t stream, int64_t rows, int requests, std::st
   UP_CUDA_CHECK(cudaEventCreate(&f.start));
   UP_CUDA_CHECK(cudaEventCreate(&f.end));
   UP_CUDA_CHECK(cudaEventRecord(f.start, stream));
+  if (timeline_) {
+    f.id = next_id_++;
+    UP_RETURN_IF_ERROR(timeline_->BeginGroup(f.id));
+  }
   open_.push_back(f);
   return OkStatus();
 }
@@ -98,6 +113,7 @@ Status StepTrace::Launched(cudaStream_t stream, bool will_sync) {
   f.launched = Clock::now();
   f.synced = will_sync;
   UP_CUDA_CHECK(cudaEventRecord(f.end, stream));
+  if (timeline_) UP_RETURN_IF_ERROR(timeline_->EndGroup());
   if (!will_sync) f.returned = f.launched;
   return OkStatus();
 }
@@ -148,13 +164,41 @@ Result<std::string> StepTrace::PhasesJson(Forward& f) {
   return json + "}";
 }
 
+Result<std::string> StepTrace::KernelsJson(const Forward& f) {
+  UP_ASSIGN_OR_RETURN(std::vector<GpuActivity> activities, timeline_->Take(f.id));
+  const GpuActivitySummary k = SummarizeGpuActivities(std::move(activities), 3);
+  // Kernel names are mangled C++ (no quotes or backslashes); cut to keep lines short.
+  const auto name = [](const std::string& n) {
+    std::string s = n.substr(0, 80);
+    for (char& c : s) {
+      if (c == '"' || c == '\\') c = '_';
+    }
+    return "\"" + s + "\"";
+  };
+  char buf[160];
+  std::snprintf(buf, sizeof(buf),
+                "{\"n\": %d, \"span_ms\": %.3f, \"busy_ms\": %.3f, \"gap_ms\": %.3f, "
+                "\"gaps\": %d, \"largest_gaps\": [",
+                k.activities, k.span_ms, k.busy_ms, k.gap_ms, k.gaps);
+  std::string json = buf;
+  for (size_t i = 0; i < k.largest.size(); ++i) {
+    std::snprintf(buf, sizeof(buf), "%s[%.3f, ", i ? ", " : "", k.largest[i].ms);
+    json += buf + name(k.largest[i].before) + ", " + name(k.largest[i].after) + "]";
+  }
+  return json + "]}";
+}
+
 Status StepTrace::Write(Forward& f) {
   float gpu_ms = 0, idle_ms = -1;  // idle: -1 for the first forward
   UP_CUDA_CHECK(cudaEventElapsedTime(&gpu_ms, f.start, f.end));
-  std::string phases;
+  std::string extra;  // the optional phases and kernels
   if (!f.marks.empty()) {
     UP_ASSIGN_OR_RETURN(std::string json, PhasesJson(f));
-    phases = ", \"phases\": " + json;
+    extra = ", \"phases\": " + json;
+  }
+  if (timeline_) {
+    UP_ASSIGN_OR_RETURN(std::string json, KernelsJson(f));
+    extra += ", \"kernels\": " + json;
   }
   if (previous_end_) {
     UP_CUDA_CHECK(cudaEventElapsedTime(&idle_ms, previous_end_, f.start));
@@ -169,7 +213,7 @@ Status StepTrace::Write(Forward& f) {
                static_cast<long long>(f.rows), f.requests, f.synced ? "true" : "false",
                Ms(f.launched - f.begin), f.synced ? Ms(f.returned - f.launched) : 0.0,
                between_ms, gpu_ms, idle_ms, f.units.empty() ? "[]" : f.units.c_str(),
-               phases.c_str());
+               extra.c_str());
   UP_CUDA_CHECK(cudaEventDestroy(f.start));
   previous_end_ = f.end;
   previous_return_ = f.returned;

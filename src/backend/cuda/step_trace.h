@@ -15,6 +15,12 @@
 // the stream an event record (~200 a forward of the 8B shape). Graph-captured forwards (decode
 // steps) carry no marks. A span holds its kernels and the GPU's idle time before the next mark.
 //
+// With UNIPREFILL_CUDA_STEP_TRACE_KERNELS=1 as well, each forward's line also says what its
+// kernels were from CUPTI (kernel_timeline.h): "kernels": {"n", "span_ms", "busy_ms", "gap_ms",
+// "gaps", "largest_gaps": [[ms, before, after], ...]}: the GPU's time in the forward's kernels,
+// copies and memsets (their union) and its idle time between them, at the served run's clocks.
+// CUPTI costs each launch some host time; read it beside a run without it.
+//
 // Not for: per-kernel times (ncu).
 #pragma once
 
@@ -28,6 +34,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend/cuda/kernel_timeline.h"
 #include "core/status.h"
 
 namespace uniprefill::cuda_backend {
@@ -48,6 +55,8 @@ class StepTrace {
   Status Synced();
   // Whether the environment asked for phases (UNIPREFILL_CUDA_STEP_TRACE_PHASES=1).
   bool phases() const { return phases_; }
+  // Whether it asked for the kernel view (UNIPREFILL_CUDA_STEP_TRACE_KERNELS=1).
+  bool kernels() const { return timeline_ != nullptr; }
   // Between Begin and Launched, with phases(): an event on `stream` starting phase `name` (a
   // string that outlives the trace, WalkPhaseName's). Ignored outside a forward.
   Status Mark(cudaStream_t stream, const char* name);
@@ -64,8 +73,12 @@ class StepTrace {
     cudaEvent_t start = nullptr, end = nullptr;
     Clock::time_point begin, launched, returned;
     std::vector<std::pair<const char*, cudaEvent_t>> marks;  // phase starts, in stream order
+    uint64_t id = 0;  // the kernel timeline's group
   };
-  StepTrace(std::FILE* file, bool phases) : file_(file), phases_(phases) {}
+  StepTrace(std::FILE* file, bool phases, std::unique_ptr<KernelTimeline> timeline)
+      : file_(file), phases_(phases), timeline_(std::move(timeline)) {}
+  // The forward's kernels as a JSON object (its timeline group taken).
+  Result<std::string> KernelsJson(const Forward& f);
   Status Write(Forward& f);
   // `f`'s phases as a JSON object, its marks' events returned to spare_.
   Result<std::string> PhasesJson(Forward& f);
@@ -73,6 +86,8 @@ class StepTrace {
 
   std::FILE* file_;
   bool phases_ = false;
+  std::unique_ptr<KernelTimeline> timeline_;  // null unless the kernel view was asked for
+  uint64_t next_id_ = 1;
   std::vector<cudaEvent_t> spare_;  // marks' events for reuse (one forward records ~200)
   std::vector<Forward> open_;  // recorded, not written yet (the last one may still run)
   cudaEvent_t previous_end_ = nullptr;  // the last written forward's end (owned)

@@ -1,7 +1,8 @@
 // StepTrace (backend/cuda/step_trace.h) with phases: a forward's line splits its GPU time by
 // the phases marked in it (first-run order, repeated phases summed, "begin" before the first
 // mark), the split adds up to the forward's GPU time, marks outside a forward are ignored, and
-// phases without a trace are a clear error.
+// phases without a trace are a clear error. With the kernel view: each forward's own work
+// counted from CUPTI.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -33,6 +34,7 @@ class TraceEnvironment {
   ~TraceEnvironment() {
     unsetenv("UNIPREFILL_CUDA_STEP_TRACE");
     unsetenv("UNIPREFILL_CUDA_STEP_TRACE_PHASES");
+    unsetenv("UNIPREFILL_CUDA_STEP_TRACE_KERNELS");
   }
 };
 
@@ -154,6 +156,64 @@ TEST(StepTraceTest, ATraceWithoutPhasesMarksNothing) {
   EXPECT_FALSE(lines[0].contains("phases"));
   std::filesystem::remove(path);
   ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+}
+
+// UNIPREFILL_CUDA_STEP_TRACE_KERNELS=1: each forward's line counts the work it launched (CUPTI)
+// and splits its span into busy and idle; the next forward's work is its own.
+TEST(StepTraceTest, TheKernelViewCountsEachForwardsOwnWork) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  (void)ctx;
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "uniprefill_step_trace_kernels.jsonl").string();
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  Result<DeviceBuffer> buffer = DeviceBuffer::Allocate(size_t{64} << 20);
+  ASSERT_TRUE(buffer.ok());
+  {
+    TraceEnvironment env(path, nullptr);
+    setenv("UNIPREFILL_CUDA_STEP_TRACE_KERNELS", "1", 1);
+    Result<std::unique_ptr<StepTrace>> trace = StepTrace::FromEnvironment();
+    if (!trace.ok() && trace.status().code() == ErrorCode::kUnimplemented) {
+      GTEST_SKIP() << trace.status().message();  // built without CUPTI's headers
+    }
+    ASSERT_TRUE(trace.ok()) << trace.status().message();
+    StepTrace& t = **trace;
+    EXPECT_TRUE(t.kernels());
+    for (int memsets : {3, 1}) {
+      ASSERT_TRUE(t.Begin(stream, 1, 1).ok());
+      for (int i = 0; i < memsets; ++i) {
+        ASSERT_EQ(cudaMemsetAsync(buffer->data(), i, buffer->size(), stream), cudaSuccess);
+      }
+      ASSERT_TRUE(t.Launched(stream, /*will_sync=*/memsets == 1).ok());
+    }
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    ASSERT_TRUE(t.Synced().ok());
+  }
+  const std::vector<nlohmann::json> lines = Lines(path);
+  ASSERT_EQ(lines.size(), 2u);
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(lines[i].contains("kernels")) << lines[i].dump();
+    const nlohmann::json& k = lines[i]["kernels"];
+    EXPECT_EQ(k["n"].get<int>(), i == 0 ? 3 : 1);
+    EXPECT_GT(k["busy_ms"].get<double>(), 0.0);
+    EXPECT_NEAR(k["span_ms"].get<double>(), k["busy_ms"].get<double>() + k["gap_ms"].get<double>(),
+                0.002);
+    // The span lies within the forward's GPU time (its events bracket the memsets).
+    EXPECT_LE(k["span_ms"].get<double>(), lines[i]["gpu_ms"].get<double>() + 0.01);
+  }
+  std::filesystem::remove(path);
+  ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+}
+
+TEST(StepTraceTest, TheKernelViewWithoutATraceIsAnErrorThatSaysWhatToSet) {
+  TraceEnvironment env("", nullptr);
+  setenv("UNIPREFILL_CUDA_STEP_TRACE_KERNELS", "1", 1);
+  Result<std::unique_ptr<StepTrace>> trace = StepTrace::FromEnvironment();
+  unsetenv("UNIPREFILL_CUDA_STEP_TRACE_KERNELS");
+  ASSERT_FALSE(trace.ok());
+  EXPECT_NE(trace.status().message().find("UNIPREFILL_CUDA_STEP_TRACE_KERNELS=1"),
+            std::string::npos)
+      << trace.status().message();
 }
 
 }  // namespace

@@ -11,7 +11,11 @@
 #      GPU time split by walk phase (an event per walk step, no syncs), chunked against whole by
 #      tools/trace_forward_excess.py --whole. Predicted: ffn and attention (their GEMMs at 256-1344
 #      rows) ~0.3 s each over whole, norm ~0.2 s, begin (uploads) ~0.1 s.
-# Also the new CUDA tests (StepTraceTest.*) and the whole-model tests through MarkPhase.
+# Also the new CUDA tests (StepTraceTest.*, KernelTimelineTest.*) and the whole-model tests
+# through MarkPhase; with the kernel view's tests passing, KERNELS=1 too: each forward's GPU time
+# busy in kernels and idle between them (CUPTI), chunked against whole. Predicted: idle between
+# kernels ~0.5-1 s of the chunked prompt's ~2 s excess (bench step: 1.06 ms over ncu's kernel
+# sum per 8 layers at c384@80256), ~0 in whole's forward.
 # KV_MEM=32GiB so that an H100 runs it too (48 GiB of KV beside a whole 130K prefill does not fit
 # 78 GiB). 6 files back.
 source "$(dirname "$0")/lib.sh"
@@ -22,11 +26,17 @@ bash scripts/gpu_build.sh build build-dev-new > $OUT/build.txt 2>&1
 echo "build rc $? at $(elapsed) s"
 export UNIPREFILL_ALLOW_MISSING_ASSETS=1 UP_SOURCE_DIR=$PWD
 timeout 120 build-dev-new/uniprefill_cuda_tests --gtest_brief=1 \
-  --gtest_filter='StepTrace*:CudaModelTinyGguf*' > $OUT/tests.txt 2>&1
+  --gtest_filter='StepTrace*:KernelTimeline*:CudaModelTinyGguf*' > $OUT/tests.txt 2>&1
 echo "tests rc $? at $(elapsed) s"; grep -E "^\[  PASSED|^\[  FAILED|FAILED  \]" $OUT/tests.txt
+# The kernel view (CUPTI) only where its own test passed, so that a machine without CUPTI still
+# serves the rest of the call.
+kernels=0
+build-dev-new/uniprefill_cuda_tests --gtest_filter='KernelTimeline*:StepTraceTest.TheKernelView*' \
+  > /tmp/kv.txt 2>&1 && [ "$(grep -c '^\[       OK \]' /tmp/kv.txt)" = 3 ] && kernels=1
+echo "kernel view: $kernels" | tee -a $OUT/tests.txt
 wait_checkpoint
 left=$(( 585 - $(elapsed) ))
-KV_MEM=32GiB TRACE=1 PHASES=1 BUDGET=2048 PREFILL_ONLY=2048 WORKLOADS="long1" UP_CKPT=/tmp/l8b \
+KV_MEM=32GiB TRACE=1 PHASES=1 KERNELS=$kernels BUDGET=2048 PREFILL_ONLY=2048 WORKLOADS="long1" UP_CKPT=/tmp/l8b \
   timeout $left bash scripts/gpu_serve_mixed.sh build-dev-new/uniprefill /tmp/v whole chunked \
   > $OUT/serve_long1.txt 2>&1
 echo "serve rc $? at $(elapsed) s"
