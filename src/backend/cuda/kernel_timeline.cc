@@ -113,9 +113,12 @@ void KernelTimeline::Impl::Parse(uint8_t* buffer, size_t valid_bytes) {
 
 namespace {
 
+// The API kinds too: CUPTI writes an external correlation record only beside an API record
+// (runtime calls ours, driver calls cuBLAS's launches); their records are not kept.
 constexpr CUpti_ActivityKind kKinds[] = {
     CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
-    CUPTI_ACTIVITY_KIND_MEMSET, CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION};
+    CUPTI_ACTIVITY_KIND_MEMSET,            CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION,
+    CUPTI_ACTIVITY_KIND_RUNTIME,           CUPTI_ACTIVITY_KIND_DRIVER};
 
 }  // namespace
 
