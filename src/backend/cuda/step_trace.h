@@ -82,7 +82,7 @@ class StepTrace {
   Status Write(Forward& f);
   // `f`'s phases as a JSON object, its marks' events returned to spare_.
   Result<std::string> PhasesJson(Forward& f);
-  void Release(Forward& f);  // the forward's events destroyed or spared
+  void Release(Forward& f);  // the forward's mark events back to spare_
 
   std::FILE* file_;
   bool phases_ = false;
