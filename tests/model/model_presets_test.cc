@@ -25,6 +25,7 @@
 #include "model/transformer_model.h"
 #include "sparsity/uniprefill_config.h"
 #include "testing/compare.h"
+#include "testing/stub_layer_backend.h"
 
 namespace uniprefill {
 namespace {
@@ -421,27 +422,9 @@ TEST(ModelPresetTest, SegmentCostsSplitTheModelAtItsDropLayers) {
 }
 
 // A backend that only reports prices (TransformerModel::SegmentCosts reads nothing else).
-class PricedBackend final : public LayerBackend {
+class PricedBackend final : public testing::StubLayerBackend {
  public:
   explicit PricedBackend(PrefixAttentionCost cost) : cost_(cost) {}
-  Device device() const override { return Device::kCpu; }
-  size_t resident_weight_bytes() const override { return 0; }
-  std::unique_ptr<SequenceCache> NewCache(const CacheLayout&, int) const override {
-    return nullptr;
-  }
-  Status FixCachePool(const CacheLayout&, int, int) override { return OkStatus(); }
-  Result<bool> Begin(DeviceContext&, std::span<const SequenceStep>, const UniPrefillConfig&, int,
-                     ForwardStats*) override {
-    return false;
-  }
-  Status Embed() override { return OkStatus(); }
-  Status NormInput(int, NormSlot) override { return OkStatus(); }
-  Status NormOutput(int, NormSlot) override { return OkStatus(); }
-  Status Attention(int, const DropLayer*) override { return OkStatus(); }
-  Status DeltaNet(int) override { return OkStatus(); }
-  Status GatedFfn(int) override { return OkStatus(); }
-  Status Moe(int) override { return OkStatus(); }
-  Status Finish() override { return OkStatus(); }
   PrefixAttentionCost PrefixAttentionCosts() const override { return cost_; }
 
  private:

@@ -9,23 +9,21 @@
 
 #include "model/model_presets.h"
 #include "model/transformer_model.h"
+#include "testing/stub_layer_backend.h"
 
 namespace uniprefill {
 namespace {
 
 // Logs "mark:<phase>" for each MarkPhase and "<phase>" for each step it runs; computes nothing.
-class RecordingBackend final : public LayerBackend {
+class RecordingBackend final : public testing::StubLayerBackend {
  public:
-  explicit RecordingBackend(std::vector<std::string>* log) : log_(log) {}
-  Device device() const override { return Device::kCpu; }
-  size_t resident_weight_bytes() const override { return 0; }
-  std::unique_ptr<SequenceCache> NewCache(const CacheLayout&, int) const override {
-    return nullptr;
-  }
-  Status FixCachePool(const CacheLayout&, int, int) override { return OkStatus(); }
-  Result<bool> Begin(DeviceContext&, std::span<const SequenceStep>, const UniPrefillConfig&, int,
-                     ForwardStats*) override {
-    return Step("begin", true);
+  explicit RecordingBackend(std::vector<std::string>* log)
+      : StubLayerBackend(/*rows=*/true), log_(log) {}
+  Result<bool> Begin(DeviceContext& ctx, std::span<const SequenceStep> steps,
+                     const UniPrefillConfig& uniprefill, int n_segments,
+                     ForwardStats* stats) override {
+    log_->push_back("begin");
+    return StubLayerBackend::Begin(ctx, steps, uniprefill, n_segments, stats);
   }
   Status Embed() override { return Step("embed"); }
   Status NormInput(int, NormSlot) override { return Step("norm"); }
@@ -47,10 +45,6 @@ class RecordingBackend final : public LayerBackend {
   Status Step(const std::string& name) {
     log_->push_back(name);
     return OkStatus();
-  }
-  Result<bool> Step(const std::string& name, bool rows) {
-    log_->push_back(name);
-    return rows;
   }
   std::vector<std::string>* log_;
 };
