@@ -11,6 +11,10 @@ left is the forward's excess: the decodes' own work, the small kernels, idle tim
 
   python3 tools/trace_forward_excess.py TRACE.jsonl [--forwards 252] [--min-cached 2048]
       [--gemm-us-per-row 20] [--attn-ns-per-pair 0.851] [--whole WHOLE.jsonl]
+      [--prompt-tokens 130000]
+
+--prompt-tokens N takes the forwards up to the one whose chunk reaches N tokens (the first
+prompt of that length, e.g. the dense run's, whatever its number of forwards).
 
 With phases in the trace (UNIPREFILL_CUDA_STEP_TRACE_PHASES=1, scripts/gpu_serve_mixed.sh
 PHASES=1) it also sums the chosen forwards' GPU time by walk phase (attention holds its qkv and
@@ -29,9 +33,9 @@ import json
 import statistics
 
 
-def long_forwards(path, min_cached, forwards):
+def long_forwards(path, min_cached, forwards, prompt_tokens=0):
     """(forward, its long unit) for the forwards holding a long prompt's chunk, the first
-    `forwards` of them (0: all)."""
+    `forwards` of them (0: all), or with `prompt_tokens` those up to the chunk that reaches it."""
     with open(path) as f:
         lines = [json.loads(l) for l in f if l.strip()]
     chosen = []
@@ -39,6 +43,8 @@ def long_forwards(path, min_cached, forwards):
         long_units = [u for u in s["units"] if u[1] > 1 and (u[2] >= min_cached or u[1] >= 4096)]
         if long_units:
             chosen.append((s, long_units[0]))
+            if prompt_tokens and long_units[0][2] + long_units[0][1] >= prompt_tokens:
+                break
     if forwards:
         chosen = chosen[:forwards]
     if not chosen:
@@ -109,10 +115,12 @@ def main():
     ap.add_argument("--min-cached", type=int, default=2048)
     ap.add_argument("--gemm-us-per-row", type=float, default=20.0)
     ap.add_argument("--attn-ns-per-pair", type=float, default=0.851)
+    ap.add_argument("--prompt-tokens", type=int, default=0,
+                    help="stop at the forward whose chunk reaches this many tokens (0: off)")
     ap.add_argument("--whole", help="the whole run's trace: its first long forward's phases "
                     "beside the chosen forwards' (needs phases in both)")
     a = ap.parse_args()
-    chosen = long_forwards(a.trace, a.min_cached, a.forwards)
+    chosen = long_forwards(a.trace, a.min_cached, a.forwards, a.prompt_tokens)
 
     def model_ms(rows, cached):
         return rows * a.gemm_us_per_row * 1e-3 + rows * (cached + rows / 2) * a.attn_ns_per_pair * 1e-6

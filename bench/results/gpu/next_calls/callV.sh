@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prepared in the 26th session: where the 130K prompt's chunked excess lies. Call U (26th
-# session, H100) found the dense prompt's chunked forwards ~2.0 s over whole-prefill rates
-# whatever their number (228-251 forwards), so fewer, larger forwards cannot close issue 18's
+# session, H100) found the dense prompt's chunked forwards ~2.2 s over whole-prefill rates
+# whatever their number (227-249 forwards), so fewer, larger forwards cannot close issue 18's
 # gap (1.174x on the H100). Two questions, one call:
 #   1. How much is the shorts' work (1,251 decode tokens and 9 short prefills inside the long
 #      prompt's forwards)? The `long1` workload serves the 130K prompt alone, whole and chunked
@@ -73,15 +73,5 @@ python3 tools/serve_summary.py /tmp/v 2>&1 | grep -v "^ " | head -8 | tee $OUT/s
 # The dense run's forwards first in each trace: whole's one, chunked's until the prompt's end
 # (alone, every chunk is the prompt's: --min-cached 0 takes its first, uncached one too).
 python3 tools/trace_forward_excess.py /tmp/v/trace_chunked.jsonl --whole /tmp/v/trace_whole.jsonl \
-  --min-cached 0 --forwards $(python3 -c "
-import json
-n=0
-for l in open('/tmp/v/trace_chunked.jsonl'):
-    x=json.loads(l)
-    if 'units' not in x: continue
-    u=[u for u in x['units'] if u[1]>1]
-    if not u: continue
-    n+=1
-    if u[0][2]+u[0][1]>=130000: break
-print(n)") | tee $OUT/phases.txt
+  --min-cached 0 --prompt-tokens 130000 | tee $OUT/phases.txt
 tar -C /tmp -cJf $OUT/servers_long1.tar.xz v

@@ -19,15 +19,5 @@ echo "serve rc $? at $(elapsed) s"
 rm -f /tmp/w/memory_*.csv
 python3 tools/serve_summary.py /tmp/w 2>&1 | grep -v "^ " | head -8 | tee $OUT/summary.txt
 python3 tools/trace_forward_excess.py /tmp/w/trace_chunked.jsonl --whole /tmp/w/trace_whole.jsonl \
-  --forwards $(python3 -c "
-import json
-n=0
-for l in open('/tmp/w/trace_chunked.jsonl'):
-    x=json.loads(l)
-    if 'units' not in x: continue
-    u=[u for u in x['units'] if u[1]>1 and (u[2]>=2048 or u[1]>=4096)]
-    if not u: continue
-    n+=1
-    if u[0][2]+u[0][1]>=130000: break
-print(n)") | tee $OUT/phases.txt
+  --prompt-tokens 130000 | tee $OUT/phases.txt
 tar -C /tmp -cJf $OUT/servers_mixed.tar.xz w
