@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backend/cuda/step_trace.h"
+#include "core/cuda/cuda_context.h"
 #include "core/cuda/device_buffer.h"
 #include "testing/cuda_test_util.h"
 
@@ -38,6 +39,16 @@ class TraceEnvironment {
   }
 };
 
+// A trace file in the temporary folder, removed at scope end.
+struct TracePath : std::string {
+  explicit TracePath(const char* name)
+      : std::string((std::filesystem::temp_directory_path() / name).string()) {}
+  ~TracePath() {
+    std::error_code ignored;  // a test that failed before writing it leaves none
+    std::filesystem::remove(std::filesystem::path(static_cast<const std::string&>(*this)), ignored);
+  }
+};
+
 std::vector<nlohmann::json> Lines(const std::string& path) {
   std::vector<nlohmann::json> lines;
   std::ifstream in(path);
@@ -49,11 +60,8 @@ std::vector<nlohmann::json> Lines(const std::string& path) {
 
 TEST(StepTraceTest, PhasesSplitAForwardsGpuTimeInTheOrderTheyRan) {
   UP_CUDA_TEST_CONTEXT(ctx);
-  (void)ctx;
-  const std::string path =
-      (std::filesystem::temp_directory_path() / "uniprefill_step_trace_test.jsonl").string();
-  cudaStream_t stream = nullptr;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  cudaStream_t stream = ctx.cuda().stream();
+  const TracePath path("uniprefill_step_trace_test.jsonl");
   Result<DeviceBuffer> buffer = DeviceBuffer::Allocate(size_t{256} << 20);
   ASSERT_TRUE(buffer.ok());
   const auto work = [&](int times) {  // GPU time between marks: 256 MiB memsets
@@ -121,8 +129,6 @@ TEST(StepTraceTest, PhasesSplitAForwardsGpuTimeInTheOrderTheyRan) {
   EXPECT_NEAR(p["ffn"].get<double>(), 2 * per, 1.0 * per);
   EXPECT_GT(p["attention"].get<double>(), p["ffn"].get<double>());
   EXPECT_FALSE(lines[1].contains("phases"));
-  std::filesystem::remove(path);
-  ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
 }
 
 TEST(StepTraceTest, PhasesWithoutATraceAreAnErrorThatSaysWhatToSet) {
@@ -135,11 +141,8 @@ TEST(StepTraceTest, PhasesWithoutATraceAreAnErrorThatSaysWhatToSet) {
 
 TEST(StepTraceTest, ATraceWithoutPhasesMarksNothing) {
   UP_CUDA_TEST_CONTEXT(ctx);
-  (void)ctx;
-  const std::string path =
-      (std::filesystem::temp_directory_path() / "uniprefill_step_trace_plain.jsonl").string();
-  cudaStream_t stream = nullptr;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  cudaStream_t stream = ctx.cuda().stream();
+  const TracePath path("uniprefill_step_trace_plain.jsonl");
   {
     TraceEnvironment env(path, nullptr);
     Result<std::unique_ptr<StepTrace>> trace = StepTrace::FromEnvironment();
@@ -154,19 +157,14 @@ TEST(StepTraceTest, ATraceWithoutPhasesMarksNothing) {
   const std::vector<nlohmann::json> lines = Lines(path);
   ASSERT_EQ(lines.size(), 1u);
   EXPECT_FALSE(lines[0].contains("phases"));
-  std::filesystem::remove(path);
-  ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
 }
 
 // UNIPREFILL_CUDA_STEP_TRACE_KERNELS=1: each forward's line counts the work it launched (CUPTI)
 // and splits its span into busy and idle; the next forward's work is its own.
 TEST(StepTraceTest, TheKernelViewCountsEachForwardsOwnWork) {
   UP_CUDA_TEST_CONTEXT(ctx);
-  (void)ctx;
-  const std::string path =
-      (std::filesystem::temp_directory_path() / "uniprefill_step_trace_kernels.jsonl").string();
-  cudaStream_t stream = nullptr;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  cudaStream_t stream = ctx.cuda().stream();
+  const TracePath path("uniprefill_step_trace_kernels.jsonl");
   Result<DeviceBuffer> buffer = DeviceBuffer::Allocate(size_t{64} << 20);
   ASSERT_TRUE(buffer.ok());
   {
@@ -201,8 +199,6 @@ TEST(StepTraceTest, TheKernelViewCountsEachForwardsOwnWork) {
     // The span lies within the forward's GPU time (its events bracket the memsets).
     EXPECT_LE(k["span_ms"].get<double>(), lines[i]["gpu_ms"].get<double>() + 0.01);
   }
-  std::filesystem::remove(path);
-  ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
 }
 
 TEST(StepTraceTest, TheKernelViewWithoutATraceIsAnErrorThatSaysWhatToSet) {
