@@ -46,6 +46,7 @@
 # tools/trace_forward_excess.py --whole sets the chunked forwards' phases against whole's);
 # KERNELS=1 adds each forward's kernels from CUPTI (UNIPREFILL_CUDA_STEP_TRACE_KERNELS=1: its GPU
 # time busy in them and idle between them).
+# MODES: the request modes each workload sends (default dense,uniprefill; decode workloads dense).
 # Each server's GPU memory is sampled every 100 ms (nvidia-smi); its peak is printed per run.
 #   bash scripts/gpu_serve_mixed.sh CLI OUTDIR [VARIANT...]     (on the GPU machine)
 # CLI is the uniprefill binary; OUTDIR receives serve_<variant>_<workload>.json, server logs and
@@ -115,7 +116,7 @@ for variant in $variants; do
     nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 \
       > "$out/memory_${variant}_$w.csv" &
     sampler=$!
-    modes=dense,uniprefill
+    modes=${MODES:-dense,uniprefill}
     if [ "$w" = long4 ]; then
       args=(--concurrency 4 -n 4 --prompt-tokens 32768 --output-tokens 64 --warmup 1)
     elif [ "$w" = long1 ]; then

@@ -21,8 +21,9 @@ PHASES=1) it also sums the chosen forwards' GPU time by walk phase (attention ho
 o GEMMs, ffn its three; finish the LM head and sampling), and with --whole (the whole run's
 trace) sets them against the whole prompt's forward: where the chunked forwards' excess lies.
 With the kernel view (UNIPREFILL_CUDA_STEP_TRACE_KERNELS=1, KERNELS=1 in the script) it sums
-the forwards' GPU time in kernels, copies and memsets (busy) and between them (idle), and
-counts the largest gaps' neighbours.
+the forwards' GPU time in kernels, copies and memsets (busy) and between them (idle), counts
+the largest gaps' neighbours, and (traces since the 27th session) lists the kernels by name:
+launches a forward, their own time and the idle time before them, beside whole's.
 
 Defaults: the 8B shape on the H200 (24th session): GEMMs 20 us a row (32 layers at ~700 TFLOP/s),
 attention 0.851 ns a row-key pair (32 layers x 16,384 FLOP at 616 TFLOP/s, Nsight Compute).
@@ -106,6 +107,41 @@ def print_kernels(chosen, whole_path, min_cached):
             pairs[(before[:40], after[:40])] += 1
     for (before, after), n in pairs.most_common(5):
         print(f"    {n:5d} x largest gaps after {before} before {after}")
+    print_kernel_names(chosen, long_forwards(whole_path, min_cached, 1) if whole_path else None)
+
+
+def kernel_names(forwards):
+    """name -> [count, own ms, idle ms before] summed over the forwards' kernel views (traces
+    since the 27th session: "by_name"), or None where a forward has none."""
+    totals = collections.defaultdict(lambda: [0, 0.0, 0.0])
+    for s, _ in forwards:
+        if "by_name" not in s.get("kernels", {}):
+            return None
+        for name, n, ms, idle in s["kernels"]["by_name"]:
+            t = totals[name[:48]]
+            t[0] += n
+            t[1] += ms
+            t[2] += idle
+    return totals
+
+
+def print_kernel_names(chosen, whole_forwards, top=14):
+    mine = kernel_names(chosen)
+    if mine is None:
+        return
+    whole = kernel_names(whole_forwards) if whole_forwards else None
+    print(f"  {'kernel (by own + idle-before time)':>48} {'n/fwd':>6} {'own s':>7} {'idle s':>7}"
+          + (f" {'whole own s':>11}" if whole else ""))
+    ranked = sorted(mine.items(), key=lambda kv: -(kv[1][1] + kv[1][2]))
+    for name, (n, ms, idle) in ranked[:top]:
+        line = f"  {name:>48} {n / len(chosen):>6.1f} {ms / 1e3:>7.3f} {idle / 1e3:>7.3f}"
+        if whole is not None:
+            line += f" {whole.get(name, [0, 0.0, 0.0])[1] / 1e3:>11.3f}"
+        print(line)
+    rest = ranked[top:]
+    if rest:
+        print(f"  {f'{len(rest)} more names':>48} {sum(v[0] for _, v in rest) / len(chosen):>6.1f} "
+              f"{sum(v[1] for _, v in rest) / 1e3:>7.3f} {sum(v[2] for _, v in rest) / 1e3:>7.3f}")
 
 
 def main():

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/cuda/cuda_check.h"
+#include "core/gpu_activity_summary.h"
 
 namespace uniprefill::cuda_backend {
 
@@ -120,10 +121,17 @@ Status StepTrace::Launched(cudaStream_t stream, bool will_sync) {
 
 Status StepTrace::Synced() {
   if (open_.empty()) return OkStatus();
-  open_.back().returned = Clock::now();
+  const Clock::time_point returned = Clock::now();
+  open_.back().returned = returned;
   for (Forward& f : open_) UP_RETURN_IF_ERROR(Write(f));
   open_.clear();
   std::fflush(file_);
+  // The writing above (with the kernel view, every forward's CUPTI records since the last sync;
+  // H200, 27th session: 2.9 s after 311 unsynced chunks) is the trace's time, not the engine's:
+  // the next forward's host_between_ms starts after it, and its host_trace_ms says how long it
+  // took (its gpu_idle_before_ms still holds it where the GPU waited).
+  previous_return_ = Clock::now();
+  trace_ms_ = Ms(previous_return_ - returned);
   return OkStatus();
 }
 
@@ -167,9 +175,10 @@ Result<std::string> StepTrace::PhasesJson(Forward& f) {
 Result<std::string> StepTrace::KernelsJson(const Forward& f) {
   UP_ASSIGN_OR_RETURN(std::vector<GpuActivity> activities, timeline_->Take(f.id));
   const GpuActivitySummary k = SummarizeGpuActivities(std::move(activities), 3);
-  // Kernel names are mangled C++ (no quotes or backslashes); cut to keep lines short.
+  // Kernel names demangled and shortened (ReadableKernelName), quotes and backslashes (template
+  // arguments may hold them) replaced, cut to keep lines short.
   const auto name = [](const std::string& n) {
-    std::string s = n.substr(0, 80);
+    std::string s = ReadableKernelName(n).substr(0, 80);
     for (char& c : s) {
       if (c == '"' || c == '\\') c = '_';
     }
@@ -184,6 +193,14 @@ Result<std::string> StepTrace::KernelsJson(const Forward& f) {
   for (size_t i = 0; i < k.largest.size(); ++i) {
     std::snprintf(buf, sizeof(buf), "%s[%.3f, ", i ? ", " : "", k.largest[i].ms);
     json += buf + name(k.largest[i].before) + ", " + name(k.largest[i].after) + "]";
+  }
+  // Every name the forward ran: [name, count, ms, idle ms before], most time first.
+  json += "], \"by_name\": [";
+  for (size_t i = 0; i < k.by_name.size(); ++i) {
+    const GpuActivityName& n = k.by_name[i];
+    json += (i ? ", [" : "[") + name(n.name);
+    std::snprintf(buf, sizeof(buf), ", %d, %.4f, %.4f]", n.count, n.ms, n.idle_before_ms);
+    json += buf;
   }
   return json + "]}";
 }
@@ -208,12 +225,13 @@ Status StepTrace::Write(Forward& f) {
       previous_return_ == Clock::time_point{} ? -1.0 : Ms(f.begin - previous_return_);
   std::fprintf(file_,
                "{\"rows\": %lld, \"requests\": %d, \"synced\": %s, \"host_launch_ms\": %.3f, "
-               "\"host_wait_ms\": %.3f, \"host_between_ms\": %.3f, \"gpu_ms\": %.3f, "
-               "\"gpu_idle_before_ms\": %.3f, \"units\": %s%s}\n",
+               "\"host_wait_ms\": %.3f, \"host_between_ms\": %.3f, \"host_trace_ms\": %.3f, "
+               "\"gpu_ms\": %.3f, \"gpu_idle_before_ms\": %.3f, \"units\": %s%s}\n",
                static_cast<long long>(f.rows), f.requests, f.synced ? "true" : "false",
                Ms(f.launched - f.begin), f.synced ? Ms(f.returned - f.launched) : 0.0,
-               between_ms, gpu_ms, idle_ms, f.units.empty() ? "[]" : f.units.c_str(),
+               between_ms, trace_ms_, gpu_ms, idle_ms, f.units.empty() ? "[]" : f.units.c_str(),
                extra.c_str());
+  trace_ms_ = 0;  // the trace's writing precedes only the first forward after it
   UP_CUDA_CHECK(cudaEventDestroy(f.start));
   previous_end_ = f.end;
   previous_return_ = f.returned;

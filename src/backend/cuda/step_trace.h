@@ -2,7 +2,9 @@
 // (UNIPREFILL_CUDA_STEP_TRACE=path; docs/gpu_performance.md): one JSON line per forward with its
 // rows and requests (and each request's work unit), the host's time from Begin to the last
 // launch, the host's wait in the final sync (0 when the forward returned without one), the
-// host's time since the previous forward returned (the engine's scheduling and bookkeeping), and
+// host's time since the previous forward returned (the engine's scheduling and bookkeeping; not
+// the trace's own writing, which is host_trace_ms, the time the trace took at the previous
+// forward's sync to write its lines), and
 // from CUDA events the GPU's time on the forward and the GPU's idle time before it. What it answers: how much of a served step is the
 // host's, and whether the GPU waits for it. Lines are written at the host syncs, so a forward
 // without one is written with the next synced forward.
@@ -17,8 +19,9 @@
 //
 // With UNIPREFILL_CUDA_STEP_TRACE_KERNELS=1 as well, each forward's line also says what its
 // kernels were from CUPTI (kernel_timeline.h): "kernels": {"n", "span_ms", "busy_ms", "gap_ms",
-// "gaps", "largest_gaps": [[ms, before, after], ...]}: the GPU's time in the forward's kernels,
-// copies and memsets (their union) and its idle time between them, at the served run's clocks.
+// "gaps", "largest_gaps": [[ms, before, after], ...], "by_name": [[name, n, ms, idle ms before],
+// ...]}: the GPU's time in the forward's kernels, copies and memsets (their union), its idle time
+// between them, and both per kernel name, at the served run's clocks.
 // CUPTI costs each launch some host time; read it beside a run without it.
 //
 // Not for: per-kernel times (ncu).
@@ -91,7 +94,9 @@ class StepTrace {
   std::vector<cudaEvent_t> spare_;  // marks' events for reuse (one forward records ~200)
   std::vector<Forward> open_;  // recorded, not written yet (the last one may still run)
   cudaEvent_t previous_end_ = nullptr;  // the last written forward's end (owned)
-  Clock::time_point previous_return_{};
+  Clock::time_point previous_return_{};  // when the last written forward returned (after the
+                                          // trace's writing, for a synced one)
+  double trace_ms_ = 0;  // the last writing's host time, for the next forward's line
 };
 
 }  // namespace uniprefill::cuda_backend

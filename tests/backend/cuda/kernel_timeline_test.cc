@@ -61,11 +61,16 @@ TEST(KernelTimelineTest, GroupsHoldWhatTheyLaunchedWithGpuTimesInStreamOrder) {
   EXPECT_EQ(a[3].name, "[memcpy]");
   for (size_t i = 0; i < a.size(); ++i) {
     EXPECT_GT(a[i].end_ns, a[i].start_ns) << a[i].name;
-    if (i > 0) EXPECT_GE(a[i].start_ns, a[i - 1].end_ns) << "one stream runs in order";
+    if (i > 0) {
+      EXPECT_GE(a[i].start_ns, a[i - 1].end_ns) << "one stream runs in order";
+    }
   }
   const GpuActivitySummary s = SummarizeGpuActivities(a, 2);
   EXPECT_GT(s.busy_ms, 0);
   EXPECT_NEAR(s.span_ms, s.busy_ms + s.gap_ms, 1e-9);
+  // The kernel's name as the trace writes it: demangled, without its parameters.
+  EXPECT_EQ(ReadableKernelName(a[2].name).find('('), std::string::npos)
+      << ReadableKernelName(a[2].name);
 
   Result<std::vector<GpuActivity>> eight = t.Take(8);
   ASSERT_TRUE(eight.ok());

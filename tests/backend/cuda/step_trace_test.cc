@@ -2,7 +2,7 @@
 // the phases marked in it (first-run order, repeated phases summed, "begin" before the first
 // mark), the split adds up to the forward's GPU time, marks outside a forward are ignored, and
 // phases without a trace are a clear error. With the kernel view: each forward's own work
-// counted from CUPTI.
+// counted from CUPTI. The trace's own writing is kept out of the engine's time between forwards.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -198,7 +198,54 @@ TEST(StepTraceTest, TheKernelViewCountsEachForwardsOwnWork) {
                 0.002);
     // The span lies within the forward's GPU time (its events bracket the memsets).
     EXPECT_LE(k["span_ms"].get<double>(), lines[i]["gpu_ms"].get<double>() + 0.01);
+    // By name: the memsets, all of them, their time the busy time (they ran one after another).
+    ASSERT_EQ(k["by_name"].size(), 1u) << k.dump();
+    const nlohmann::json& memsets = k["by_name"][0];
+    EXPECT_EQ(memsets[0].get<std::string>(), "[memset]");
+    EXPECT_EQ(memsets[1].get<int>(), i == 0 ? 3 : 1);
+    EXPECT_NEAR(memsets[2].get<double>(), k["busy_ms"].get<double>(), 0.002);
+    EXPECT_NEAR(memsets[3].get<double>(), k["gap_ms"].get<double>(), 0.002);
   }
+}
+
+// The lines of forwards that returned without a sync are written at the next sync; that writing
+// is the trace's host time, not the engine's: the next forward's host_between_ms starts after it
+// and its host_trace_ms holds it (H200, 27th session: 2.9 s of writing after 311 unsynced chunks
+// read as the engine's time between a prompt's last chunk and its first decode).
+TEST(StepTraceTest, TheTracesOwnWritingIsNotTheEnginesTimeBetweenForwards) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  cudaStream_t stream = ctx.cuda().stream();
+  const TracePath path("uniprefill_step_trace_writing.jsonl");
+  constexpr int kUnsynced = 300, kMarks = 64;  // lines whose writing takes well over 1 ms
+  {
+    TraceEnvironment env(path, "1");
+    Result<std::unique_ptr<StepTrace>> trace = StepTrace::FromEnvironment();
+    ASSERT_TRUE(trace.ok() && *trace) << trace.status().message();
+    StepTrace& t = **trace;
+    for (int f = 0; f <= kUnsynced; ++f) {
+      ASSERT_TRUE(t.Begin(stream, 1, 1).ok());
+      for (int m = 0; m < kMarks; ++m) ASSERT_TRUE(t.Mark(stream, "norm").ok());
+      ASSERT_TRUE(t.Launched(stream, /*will_sync=*/f == kUnsynced).ok());
+    }
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    ASSERT_TRUE(t.Synced().ok());  // writes kUnsynced + 1 lines
+    // The next forward at once: the engine took (almost) no time.
+    ASSERT_TRUE(t.Begin(stream, 1, 1).ok());
+    ASSERT_TRUE(t.Launched(stream, /*will_sync=*/true).ok());
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    ASSERT_TRUE(t.Synced().ok());
+  }
+  const std::vector<nlohmann::json> lines = Lines(path);
+  ASSERT_EQ(lines.size(), static_cast<size_t>(kUnsynced + 2));
+  for (int i = 0; i <= kUnsynced; ++i) {  // no writing preceded them
+    ASSERT_EQ(lines[i]["host_trace_ms"].get<double>(), 0.0) << i;
+  }
+  const nlohmann::json& after = lines.back();
+  const double writing = after["host_trace_ms"].get<double>();
+  const double between = after["host_between_ms"].get<double>();
+  EXPECT_GT(writing, 0.0);
+  EXPECT_GE(between, 0.0);
+  EXPECT_LT(between, writing) << after.dump();
 }
 
 TEST(StepTraceTest, TheKernelViewWithoutATraceIsAnErrorThatSaysWhatToSet) {

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Prepared in the 27th session after calls V/W (H200): call V's 130K prompt served alone read
+# 1.387x whole, but 2.93 s of it was the step trace writing 311 unsynced forwards' lines (with
+# CUPTI records) at the prompt's last chunk, counted as the engine's time. The trace now keeps
+# its own writing out (host_trace_ms) and the kernel view lists kernels by name. This call:
+#   1. the new CUDA tests (StepTraceTest.*, KernelTimelineTest.*);
+#   2. bench step (8 layers) with the kernel view at the deep and shallow chunks the served
+#      prompt runs (c256@120000, c384@120000, c2048@16384), GEMM tuner off and on at c256: which
+#      kernels make the ~7 ms a forward that call V's fit left as fixed cost. Predicted: the
+#      GEMMs at 256 rows ~1.3 ms over whole's rate (32 layers), small kernels (norm, rope,
+#      append, slot meta, merge, memcpy) ~3 ms with ~1.2 ms idle before them;
+#   3. the served ratios untraced at the defaults (mixed: 130K among 16 shorts; long1: alone at
+#      PREFILL_ONLY=2048), the figures issue 18 is judged by. Predicted: mixed dense ~1.155x (24th
+#      session, H200), long1 dense ~1.12x (call V's prompt forwards 11.82 s GPU vs 10.60 s whole);
+#   4. long1 chunked dense with the kernel view (no phases): the served prompt's kernels by name.
+source "$(dirname "$0")/lib.sh"
+call_begin
+nvidia-smi --query-gpu=name,driver_version --format=csv > $OUT/gpu.txt
+start_checkpoint
+bash scripts/gpu_build.sh build build-dev-new > $OUT/build.txt 2>&1
+echo "build rc $? at $(elapsed) s"
+export UNIPREFILL_ALLOW_MISSING_ASSETS=1 UP_SOURCE_DIR=$PWD
+timeout 60 build-dev-new/uniprefill_cuda_tests --gtest_brief=1 \
+  --gtest_filter='StepTrace*:KernelTimeline*' > $OUT/tests.txt 2>&1
+echo "tests rc $? at $(elapsed) s"; grep -E "^\[  PASSED|^\[  FAILED|FAILED  \]" $OUT/tests.txt
+for tune in 0 1; do
+  mixes="c256@120000; c384@120000; c2048@16384"
+  [ $tune = 1 ] && mixes="c256@120000"
+  rm -f /tmp/x_step.jsonl
+  UNIPREFILL_CUDA_GEMM_TUNE=$tune UNIPREFILL_CUDA_STEP_TRACE=/tmp/x_step.jsonl \
+    UNIPREFILL_CUDA_STEP_TRACE_KERNELS=1 UNIPREFILL_CUDA_STEP_TRACE_PHASES=1 timeout 150 \
+    build-dev-new/uniprefill bench step --device cuda --shape llama-3.1-8b --layers 8 \
+    --budget 2048 --warmup 2 --repeats 7 --mixes "$mixes" > $OUT/step_tune$tune.txt 2>&1
+  echo "bench step tune=$tune rc $? at $(elapsed) s"
+  TUNE=$tune python3 - >> $OUT/step_kernels.txt <<'PY'
+import collections, json, os, statistics
+lines = [json.loads(l) for l in open('/tmp/x_step.jsonl') if l.strip() and '"kernels"' in l]
+print(f"== GEMM tuner {os.environ['TUNE']}")
+for rows in sorted({x['rows'] for x in lines}):
+    f = [x for x in lines if x['rows'] == rows][-7:]  # the timed repeats
+    med = lambda g: statistics.median(g(x) for x in f)
+    print(f"rows {rows}: gpu_ms p50 {med(lambda x: x['gpu_ms']):.3f}, kernels {med(lambda x: x['kernels']['n']):.0f}, "
+          f"busy {med(lambda x: x['kernels']['busy_ms']):.3f}, idle {med(lambda x: x['kernels']['gap_ms']):.3f}; phases "
+          + ", ".join(f"{p} {med(lambda x: x['phases'].get(p, 0)):.3f}" for p in f[-1].get('phases', {})))
+    names = collections.defaultdict(lambda: [0, 0.0, 0.0])
+    for x in f:
+        for n, c, ms, idle in x['kernels']['by_name']:
+            t = names[n]; t[0] += c; t[1] += ms; t[2] += idle
+    for n, (c, ms, idle) in sorted(names.items(), key=lambda kv: -kv[1][1] - kv[1][2]):
+        print(f"   {n[:70]:70s} n {c / len(f):5.1f}  own {ms / len(f):7.3f}  idle before {idle / len(f):6.3f} ms")
+PY
+done
+tail -30 $OUT/step_kernels.txt
+wait_checkpoint
+echo "checkpoint ready at $(elapsed) s"
+KV_MEM=32GiB BUDGET=2048 PREFILL_ONLY=8192 WORKLOADS="mixed" UP_CKPT=/tmp/l8b timeout 240 \
+  bash scripts/gpu_serve_mixed.sh build-dev-new/uniprefill /tmp/x whole chunked > $OUT/serve_mixed.txt 2>&1
+echo "serve mixed rc $? at $(elapsed) s"
+KV_MEM=32GiB BUDGET=2048 PREFILL_ONLY=2048 WORKLOADS="long1" UP_CKPT=/tmp/l8b timeout 150 \
+  bash scripts/gpu_serve_mixed.sh build-dev-new/uniprefill /tmp/x whole chunked > $OUT/serve_long1.txt 2>&1
+echo "serve long1 rc $? at $(elapsed) s"
+rm -f /tmp/x/memory_*.csv
+python3 tools/serve_summary.py /tmp/x 2>&1 | grep -v "^ " | head -12 | tee $OUT/summary.txt
+left=$(( 590 - $(elapsed) ))
+if [ $left -gt 45 ]; then
+  mkdir -p /tmp/xk
+  MODES=dense KV_MEM=32GiB TRACE=1 KERNELS=1 BUDGET=2048 PREFILL_ONLY=2048 WORKLOADS="long1" \
+    UP_CKPT=/tmp/l8b timeout $left bash scripts/gpu_serve_mixed.sh build-dev-new/uniprefill /tmp/xk \
+    chunked > $OUT/serve_long1_kernels.txt 2>&1
+  echo "serve long1 kernels rc $? at $(elapsed) s"
+  python3 tools/serve_summary.py /tmp/xk 2>&1 | grep -v "^ " | head -4 | tee -a $OUT/summary.txt
+  python3 tools/trace_forward_excess.py /tmp/xk/trace_chunked.jsonl --min-cached 0 \
+    --prompt-tokens 130000 | tee $OUT/kernels_long1.txt
+  rm -f /tmp/xk/memory_*.csv
+fi
+tar -C /tmp -cJf $OUT/servers.tar.xz x xk 2>/dev/null
