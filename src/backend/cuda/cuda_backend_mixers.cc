@@ -449,11 +449,11 @@ Status CudaBackend::AttentionMixer(int li, const AttentionLayer& L, std::vector<
     r.appended[li] = r.rows();
   }
   UP_ASSIGN_OR_RETURN(const int32_t* d_slots, staging_.Put(slots, stream));
+  // Keys, values and both coordinates of each slot (position, alive index) in one launch.
   oc::PagedKvAppend(ctx_, pool_->kv(), pool_->coords(true),
                     Rows(k.data, DType::kBF16, T, kvd, width),
-                    Rows(v.data, DType::kBF16, T, kvd, width), d_slots, nullptr);
-  cuda_backend::WriteSlotMeta(ctx_, pool_->meta(), pool_->block_tokens(), d_slots, d_pos_, d_index_,
-                            T);
+                    Rows(v.data, DType::kBF16, T, kvd, width), d_slots, d_pos_,
+                    pool_->coords(false), d_index_);
 
   const int32_t* k_coord = by_position ? d_pos_ : d_index_;  // this step's keys, pre-compaction
   std::vector<int> k_len(B);

@@ -16,17 +16,6 @@ constexpr int kThreads = 256;
 
 unsigned Blocks(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
 
-__global__ void WriteSlotMetaKernel(int32_t* meta, int bt, const int32_t* slots, const int32_t* pos,
-                                    const int32_t* index, int64_t R) {
-  const int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (r >= R) return;
-  const int32_t s = slots[r];
-  if (s < 0) return;  // an entry not stored
-  const int64_t block = s / bt, row = s % bt;
-  meta[block * 2 * bt + row] = pos[r];
-  meta[block * 2 * bt + bt + row] = index[r];
-}
-
 // One block row per token row (blockIdx.x), 8 elements per thread with 16-byte loads and stores
 // (D a multiple of 8, rows and heads 16-byte aligned): the flat form with 64-bit index divisions
 // took 3.6 ms at 128K x 4096 on the H200, about a third of HBM's pace.
@@ -99,14 +88,6 @@ __global__ void GatherCacheRowsKernel(int4* k, int4* v, const int4* kv, int bt, 
 }
 
 }  // namespace
-
-void WriteSlotMeta(DeviceContext& ctx, int32_t* meta, int block_tokens, const int32_t* slots,
-                   const int32_t* pos, const int32_t* index, int64_t R) {
-  if (R == 0) return;
-  WriteSlotMetaKernel<<<Blocks(R), kThreads, 0, ctx.cuda().stream()>>>(meta, block_tokens, slots,
-                                                                       pos, index, R);
-  UP_CUDA_CHECK_LAUNCH();
-}
 
 void SigmoidGateMul(DeviceContext& ctx, TensorView x, TensorView gate) {
   assert(x.ndim == 3 && gate.ndim == 3 && x.is_contiguous() && gate.stride[2] == 1);

@@ -10,11 +10,6 @@
 
 namespace uniprefill::cuda_backend {
 
-// meta int32 [num_blocks, 2, block_tokens] (CudaKvPool): slot slots[r] gets position pos[r] and
-// alive index index[r], r < R; a negative slot is skipped.
-void WriteSlotMeta(DeviceContext& ctx, int32_t* meta, int block_tokens, const int32_t* slots,
-                   const int32_t* pos, const int32_t* index, int64_t R);
-
 // x bf16 [T, H, D] (contiguous) *= sigmoid(gate), gate bf16 [T, H, D] (rows and heads strided):
 // Qwen3-Next's gated attention output.
 void SigmoidGateMul(DeviceContext& ctx, TensorView x, TensorView gate);

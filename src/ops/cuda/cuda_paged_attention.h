@@ -35,10 +35,14 @@ namespace uniprefill::ops::cuda {
 // strided) goes to slot slot_mapping[r] (device int32 [R]; a negative slot skips the row, e.g.
 // padding) of kv_pool (bf16 [num_blocks, 2, block_tokens, Hkv * D], see above), and positions[r]
 // (device int32 [R]) to the same slot of pos_pool (int32 [num_blocks, block_tokens]). positions may
-// be null: pos_pool is then left alone. Slots must be distinct; slots past the pool are skipped.
-// An exact copy. R == 0 is a no-op.
+// be null: pos_pool is then left alone. With `indices` (device int32 [R]) as well, indices[r] goes
+// to the same slot of index_pool (int32 [num_blocks, block_tokens], like pos_pool): the CUDA
+// cache's second coordinate (alive index) in the same launch, instead of a kernel of its own per
+// layer. Slots must be distinct; slots past the pool are skipped. An exact copy. R == 0 is a
+// no-op.
 void PagedKvAppend(DeviceContext& ctx, TensorView kv_pool, TensorView pos_pool, TensorView k_new,
-                   TensorView v_new, const int32_t* slot_mapping, const int32_t* positions);
+                   TensorView v_new, const int32_t* slot_mapping, const int32_t* positions,
+                   TensorView index_pool = TensorView(), const int32_t* indices = nullptr);
 
 // A batch of decode queries over the paged cache (all device int32 arrays).
 struct PagedDecodeBatch {

@@ -315,7 +315,8 @@ __global__ void SplitReduceKernel(bf16* out, int64_t o_row, int64_t o_head, cons
 __global__ void AppendKernel(bf16* kv, int64_t blk_stride, int64_t v_off, int64_t kv_row,
                              int32_t* pos, int64_t pos_blk, int64_t num_slots, int block_tokens,
                              const bf16* k_new, int64_t k_row, const bf16* v_new, int64_t v_row,
-                             const int32_t* slots, const int32_t* positions, int kv_dim,
+                             const int32_t* slots, const int32_t* positions, int32_t* index,
+                             int64_t index_blk, const int32_t* indices, int kv_dim,
                              bool vectorised) {
   const int r = blockIdx.x;
   const int slot = slots[r];
@@ -337,6 +338,7 @@ __global__ void AppendKernel(bf16* kv, int64_t blk_stride, int64_t v_off, int64_
     }
   }
   if (threadIdx.x == 0 && positions != nullptr) pos[blk * pos_blk + off] = positions[r];
+  if (threadIdx.x == 0 && indices != nullptr) index[blk * index_blk + off] = indices[r];
 }
 
 [[noreturn]] void Fail(const char* op, const char* what) {
@@ -491,9 +493,11 @@ void LaunchDecodeTc(const DecodeArgs& a, int kv_heads, int batch, cudaStream_t s
 }  // namespace
 
 void PagedKvAppend(DeviceContext& ctx, TensorView kv_pool, TensorView pos_pool, TensorView k_new,
-                   TensorView v_new, const int32_t* slot_mapping, const int32_t* positions) {
+                   TensorView v_new, const int32_t* slot_mapping, const int32_t* positions,
+                   TensorView index_pool, const int32_t* indices) {
   constexpr const char* kOp = "PagedKvAppend";
   CheckPool(kOp, kv_pool, pos_pool);
+  if (indices != nullptr) CheckPool(kOp, kv_pool, index_pool);  // the same shape as pos_pool
   char msg[320];
   const int64_t kv_dim = kv_pool.dim(3);
   for (const TensorView* t : {&k_new, &v_new}) {
@@ -519,7 +523,9 @@ void PagedKvAppend(DeviceContext& ctx, TensorView kv_pool, TensorView pos_pool, 
       kv_pool.as<bf16>(), kv_pool.stride[0], kv_pool.stride[1], kv_pool.stride[2],
       pos_pool.as<int32_t>(), pos_pool.stride[0], num_slots, static_cast<int>(kv_pool.dim(2)),
       k_new.as<const bf16>(), k_new.stride[0], v_new.as<const bf16>(), v_new.stride[0],
-      slot_mapping, positions, static_cast<int>(kv_dim), vectorised);
+      slot_mapping, positions, indices != nullptr ? index_pool.as<int32_t>() : nullptr,
+      indices != nullptr ? index_pool.stride[0] : 0, indices, static_cast<int>(kv_dim),
+      vectorised);
   UP_CUDA_CHECK_LAUNCH();
 }
 

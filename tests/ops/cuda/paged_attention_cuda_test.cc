@@ -486,6 +486,36 @@ TEST(CudaPagedAttentionTest, AppendWritesExactlyTheMappedSlots) {
     EXPECT_TRUE(d_pool.ToHost<uint16_t>(pool.size()) == want) << "strided " << strided;
     EXPECT_TRUE(d_pos.ToHost<int32_t>(pos_pool.size()) == want_pos) << "strided " << strided;
 
+    // With a second coordinate (the CUDA cache's alive index, interleaved with the positions
+    // as CudaKvPool's meta lays them out: [num_blocks, 2, block_tokens]): both written in the
+    // same launch, everything else as before.
+    std::vector<int32_t> meta(static_cast<size_t>(num_blocks) * 2 * bt);
+    for (int32_t& x : meta) x = static_cast<int32_t>(rng() % 1000);
+    std::vector<int32_t> indices(R);
+    for (int32_t& x : indices) x = static_cast<int32_t>(rng() % 100000);
+    std::vector<int32_t> want_meta = meta;
+    for (int r = 0; r < R; ++r) {
+      if (slots[r] < 0) continue;
+      const int64_t blk = slots[r] / bt, off = slots[r] % bt;
+      want_meta[blk * 2 * bt + off] = positions[r];
+      want_meta[blk * 2 * bt + bt + off] = indices[r];
+    }
+    DeviceBuffer d_pool2 = DeviceBuffer::FromHost(pool);
+    DeviceBuffer d_meta = DeviceBuffer::FromHost(meta);
+    DeviceBuffer d_indices = DeviceBuffer::FromHost(indices);
+    TensorView kv2 = kv_view;
+    kv2.data = d_pool2.data();
+    TensorView pos_plane =
+        TensorView::Contiguous(d_meta.data(), DType::kI32, {num_blocks, bt}, Device::kCuda);
+    pos_plane.stride[0] = 2 * bt;
+    TensorView index_plane = pos_plane;
+    index_plane.data = d_meta.as<int32_t>() + bt;
+    cuda::PagedKvAppend(ctx, kv2, pos_plane, k_view, v_view, d_slots.as<int32_t>(),
+                        d_positions.as<int32_t>(), index_plane, d_indices.as<int32_t>());
+    ctx.cuda().Synchronize();
+    EXPECT_TRUE(d_pool2.ToHost<uint16_t>(pool.size()) == want) << "with indices, strided " << strided;
+    EXPECT_TRUE(d_meta.ToHost<int32_t>(meta.size()) == want_meta) << "strided " << strided;
+
     // Unaligned rows (kv_dim not a multiple of 8) take the scalar path.
     if (!strided) {
       const int odd_dim = 3 * 5;

@@ -3,7 +3,10 @@
 # 1.387x whole, but 2.93 s of it was the step trace writing 311 unsynced forwards' lines (with
 # CUPTI records) at the prompt's last chunk, counted as the engine's time. The trace now keeps
 # its own writing out (host_trace_ms) and the kernel view lists kernels by name. This call:
-#   1. the new CUDA tests (StepTraceTest.*, KernelTimelineTest.*);
+#   1. the new CUDA tests (StepTraceTest.*, KernelTimelineTest.*), and the append writing both
+#      coordinates of each slot in its own launch (the slot-meta kernel gone: 32 launches fewer a
+#      forward of the 8B shape): CudaPagedAttentionTest.AppendWritesExactlyTheMappedSlots and
+#      the whole-model tests against the CPU;
 #   2. bench step (8 layers) with the kernel view at the deep and shallow chunks the served
 #      prompt runs (c256@120000, c384@120000, c2048@16384), GEMM tuner off and on at c256: which
 #      kernels make the ~7 ms a forward that call V's fit left as fixed cost. Predicted: the
@@ -20,8 +23,9 @@ start_checkpoint
 bash scripts/gpu_build.sh build build-dev-new > $OUT/build.txt 2>&1
 echo "build rc $? at $(elapsed) s"
 export UNIPREFILL_ALLOW_MISSING_ASSETS=1 UP_SOURCE_DIR=$PWD
-timeout 60 build-dev-new/uniprefill_cuda_tests --gtest_brief=1 \
-  --gtest_filter='StepTrace*:KernelTimeline*' > $OUT/tests.txt 2>&1
+timeout 180 build-dev-new/uniprefill_cuda_tests --gtest_brief=1 \
+  --gtest_filter='StepTrace*:KernelTimeline*:CudaPagedAttention*:CudaKvRuns*:CudaModel*:CudaRandomModel*:CudaPrefixInPlace*:*SegmentChunk*' \
+  > $OUT/tests.txt 2>&1
 echo "tests rc $? at $(elapsed) s"; grep -E "^\[  PASSED|^\[  FAILED|FAILED  \]" $OUT/tests.txt
 for tune in 0 1; do
   mixes="c256@120000; c384@120000; c2048@16384"
