@@ -12,7 +12,8 @@
 #      kernels make the ~7 ms a forward that call V's fit left as fixed cost. Predicted: the
 #      GEMMs at 256 rows ~1.3 ms over whole's rate (32 layers), small kernels (norm, rope,
 #      append, slot meta, merge, memcpy) ~3 ms with ~1.2 ms idle before them;
-#   3. the served ratios untraced at the defaults (mixed: 130K among 16 shorts; long1: alone at
+#   3. the served ratios untraced at the defaults, dense only (the device time left allowed no
+#      more; UniPrefill met its goals in every call since the 24th session) (mixed: 130K among 16 shorts; long1: alone at
 #      PREFILL_ONLY=2048), the figures issue 18 is judged by. Predicted: mixed dense ~1.155x (24th
 #      session, H200), long1 dense ~1.12x (call V's prompt forwards 11.82 s GPU vs 10.60 s whole);
 #   4. long1 chunked dense with the kernel view (no phases): the served prompt's kernels by name.
@@ -57,15 +58,15 @@ done
 tail -30 $OUT/step_kernels.txt
 wait_checkpoint
 echo "checkpoint ready at $(elapsed) s"
-KV_MEM=32GiB BUDGET=2048 PREFILL_ONLY=8192 WORKLOADS="mixed" UP_CKPT=/tmp/l8b timeout 240 \
+MODES=dense KV_MEM=32GiB BUDGET=2048 PREFILL_ONLY=8192 WORKLOADS="mixed" UP_CKPT=/tmp/l8b timeout 240 \
   bash scripts/gpu_serve_mixed.sh build-dev-new/uniprefill /tmp/x whole chunked > $OUT/serve_mixed.txt 2>&1
 echo "serve mixed rc $? at $(elapsed) s"
-KV_MEM=32GiB BUDGET=2048 PREFILL_ONLY=2048 WORKLOADS="long1" UP_CKPT=/tmp/l8b timeout 150 \
+MODES=dense KV_MEM=32GiB BUDGET=2048 PREFILL_ONLY=2048 WORKLOADS="long1" UP_CKPT=/tmp/l8b timeout 150 \
   bash scripts/gpu_serve_mixed.sh build-dev-new/uniprefill /tmp/x whole chunked > $OUT/serve_long1.txt 2>&1
 echo "serve long1 rc $? at $(elapsed) s"
 rm -f /tmp/x/memory_*.csv
 python3 tools/serve_summary.py /tmp/x 2>&1 | grep -v "^ " | head -12 | tee $OUT/summary.txt
-left=$(( 590 - $(elapsed) ))
+left=$(( 540 - $(elapsed) ))
 if [ $left -gt 45 ]; then
   mkdir -p /tmp/xk
   MODES=dense KV_MEM=32GiB TRACE=1 KERNELS=1 BUDGET=2048 PREFILL_ONLY=2048 WORKLOADS="long1" \
