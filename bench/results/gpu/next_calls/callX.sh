@@ -66,7 +66,8 @@ MODES=dense KV_MEM=32GiB BUDGET=2048 PREFILL_ONLY=2048 WORKLOADS="long1" UP_CKPT
 echo "serve long1 rc $? at $(elapsed) s"
 rm -f /tmp/x/memory_*.csv
 python3 tools/serve_summary.py /tmp/x 2>&1 | grep -v "^ " | head -12 | tee $OUT/summary.txt
-left=$(( 540 - $(elapsed) ))
+tar -C /tmp -cJf $OUT/servers.tar.xz x
+left=$(( ${CAP:-380} - $(elapsed) ))
 if [ $left -gt 45 ]; then
   mkdir -p /tmp/xk
   MODES=dense KV_MEM=32GiB TRACE=1 KERNELS=1 BUDGET=2048 PREFILL_ONLY=2048 WORKLOADS="long1" \
@@ -78,4 +79,4 @@ if [ $left -gt 45 ]; then
     --prompt-tokens 130000 | tee $OUT/kernels_long1.txt
   rm -f /tmp/xk/memory_*.csv
 fi
-tar -C /tmp -cJf $OUT/servers.tar.xz x xk 2>/dev/null
+[ -d /tmp/xk ] && tar -C /tmp -cJf $OUT/servers_kernels.tar.xz xk
