@@ -24,7 +24,7 @@ start_checkpoint
 bash scripts/gpu_build.sh build build-dev-new > $OUT/build.txt 2>&1
 echo "build rc $? at $(elapsed) s"
 export UNIPREFILL_ALLOW_MISSING_ASSETS=1 UP_SOURCE_DIR=$PWD
-timeout 180 build-dev-new/uniprefill_cuda_tests --gtest_brief=1 \
+timeout 120 build-dev-new/uniprefill_cuda_tests --gtest_brief=1 \
   --gtest_filter='StepTrace*:KernelTimeline*:CudaPagedAttention*:CudaKvRuns*:CudaModel*:CudaRandomModel*:CudaPrefixInPlace*:*SegmentChunk*' \
   > $OUT/tests.txt 2>&1
 echo "tests rc $? at $(elapsed) s"; grep -E "^\[  PASSED|^\[  FAILED|FAILED  \]" $OUT/tests.txt
