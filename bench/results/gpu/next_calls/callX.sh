@@ -56,18 +56,24 @@ for rows in sorted({x['rows'] for x in lines}):
 PY
 done
 tail -30 $OUT/step_kernels.txt
+# DEADLINE (seconds since the call began, default 560): the served runs only while they fit
+# (mixed ~70 s, long1 ~60 s once the checkpoint is written), most important first.
+deadline=${DEADLINE:-560}
+if [ $(( deadline - $(elapsed) )) -lt 60 ]; then echo "no time left to serve"; exit 0; fi
 wait_checkpoint
 echo "checkpoint ready at $(elapsed) s"
-MODES=dense KV_MEM=32GiB BUDGET=2048 PREFILL_ONLY=8192 WORKLOADS="mixed" UP_CKPT=/tmp/l8b timeout 240 \
+MODES=dense KV_MEM=32GiB BUDGET=2048 PREFILL_ONLY=8192 WORKLOADS="mixed" UP_CKPT=/tmp/l8b \
+  timeout $(( deadline - $(elapsed) )) \
   bash scripts/gpu_serve_mixed.sh build-dev-new/uniprefill /tmp/x whole chunked > $OUT/serve_mixed.txt 2>&1
 echo "serve mixed rc $? at $(elapsed) s"
+[ $(( deadline - $(elapsed) )) -ge 70 ] && \
 MODES=dense KV_MEM=32GiB BUDGET=2048 PREFILL_ONLY=2048 WORKLOADS="long1" UP_CKPT=/tmp/l8b timeout 150 \
   bash scripts/gpu_serve_mixed.sh build-dev-new/uniprefill /tmp/x whole chunked > $OUT/serve_long1.txt 2>&1
 echo "serve long1 rc $? at $(elapsed) s"
 rm -f /tmp/x/memory_*.csv
 python3 tools/serve_summary.py /tmp/x 2>&1 | grep -v "^ " | head -12 | tee $OUT/summary.txt
 tar -C /tmp -cJf $OUT/servers.tar.xz x
-left=$(( ${CAP:-380} - $(elapsed) ))
+left=$(( deadline - 20 - $(elapsed) ))
 if [ $left -gt 45 ]; then
   mkdir -p /tmp/xk
   MODES=dense KV_MEM=32GiB TRACE=1 KERNELS=1 BUDGET=2048 PREFILL_ONLY=2048 WORKLOADS="long1" \
