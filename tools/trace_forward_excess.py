@@ -11,7 +11,7 @@ left is the forward's excess: the decodes' own work, the small kernels, idle tim
 
   python3 tools/trace_forward_excess.py TRACE.jsonl [--forwards 252] [--min-cached 2048]
       [--gemm-us-per-row 20] [--attn-ns-per-pair 0.851] [--whole WHOLE.jsonl]
-      [--prompt-tokens 130000]
+      [--prompt-tokens 130000] [--fit]
 
 --prompt-tokens N takes the forwards up to the one whose chunk reaches N tokens (the first
 prompt of that length, e.g. the dense run's, whatever its number of forwards).
@@ -23,7 +23,9 @@ trace) sets them against the whole prompt's forward: where the chunked forwards'
 With the kernel view (UNIPREFILL_CUDA_STEP_TRACE_KERNELS=1, KERNELS=1 in the script) it sums
 the forwards' GPU time in kernels, copies and memsets (busy) and between them (idle), counts
 the largest gaps' neighbours, and (traces since the 27th session) lists the kernels by name:
-launches a forward, their own time and the idle time before them, beside whole's.
+launches a forward, their own time and the idle time before them, beside whole's. --fit fits
+each forward's GPU time (and each phase's) as c + a rows + b row-key pairs: c, what a forward
+costs whatever its size, is what fewer forwards would save.
 
 Defaults: the 8B shape on the H200 (24th session): GEMMs 20 us a row (32 layers at ~700 TFLOP/s),
 attention 0.851 ns a row-key pair (32 layers x 16,384 FLOP at 616 TFLOP/s, Nsight Compute).
@@ -144,6 +146,50 @@ def print_kernel_names(chosen, whole_forwards, top=14):
               f"{sum(v[1] for _, v in rest) / 1e3:>7.3f} {sum(v[2] for _, v in rest) / 1e3:>7.3f}")
 
 
+def least_squares(xs, ys):
+    """The coefficients minimising |X c - y| for rows xs (lists of equal length), by the normal
+    equations and Gaussian elimination with partial pivoting (no numpy on the device's python)."""
+    n = len(xs[0])
+    m = [[sum(x[i] * x[j] for x in xs) for j in range(n)] + [sum(x[i] * y for x, y in zip(xs, ys))]
+         for i in range(n)]
+    for col in range(n):
+        pivot = max(range(col, n), key=lambda r: abs(m[r][col]))
+        m[col], m[pivot] = m[pivot], m[col]
+        if m[col][col] == 0:
+            raise SystemExit("--fit: the forwards do not vary enough in rows and depth to fit")
+        for r in range(n):
+            if r != col:
+                f = m[r][col] / m[col][col]
+                m[r] = [v - f * w for v, w in zip(m[r], m[col])]
+    return [m[i][n] / m[i][i] for i in range(n)]
+
+
+def print_fit(chosen):
+    """Each forward's GPU ms (and each phase's, with phases) as c + a rows + b pairs, rows the
+    forward's prefill rows and pairs its chunks' row-key pairs in millions (r (p + r / 2)):
+    c is what a forward costs whatever its size, what fewer forwards would save."""
+    xs = []
+    for s, _ in chosen:
+        chunks = [u for u in s["units"] if u[1] > 1]
+        rows = sum(u[1] for u in chunks)
+        pairs = sum(u[1] * (u[2] + u[1] / 2) for u in chunks) / 1e6
+        xs.append([1.0, rows, pairs])
+    series = {"forward (GPU ms)": [s["gpu_ms"] for s, _ in chosen]}
+    if all("phases" in s for s, _ in chosen):
+        names = []
+        for s, _ in chosen:
+            names += [n for n in s["phases"] if n not in names]
+        for n in names:
+            series[n] = [s["phases"].get(n, 0.0) for s, _ in chosen]
+    print(f"  fit over {len(chosen)} forwards: ms = c + a rows + b (million row-key pairs)")
+    print(f"  {'':>18} {'c ms':>8} {'a us/row':>9} {'b ms/M':>8} {'rms ms':>7} {'c total s':>9}")
+    for name, ys in series.items():
+        c, a_, b = least_squares(xs, ys)
+        rms = (sum((c + a_ * x[1] + b * x[2] - y) ** 2 for x, y in zip(xs, ys)) / len(ys)) ** 0.5
+        print(f"  {name:>18} {c:>8.3f} {a_ * 1e3:>9.3f} {b:>8.4f} {rms:>7.3f} "
+              f"{c * len(ys) / 1e3:>9.3f}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("trace")
@@ -155,6 +201,9 @@ def main():
                     help="stop at the forward whose chunk reaches this many tokens (0: off)")
     ap.add_argument("--whole", help="the whole run's trace: its first long forward's phases "
                     "beside the chosen forwards' (needs phases in both)")
+    ap.add_argument("--fit", action="store_true",
+                    help="least-squares fit of the forwards' GPU ms (and each phase's) as "
+                    "c + a rows + b million row-key pairs: the fixed cost a forward")
     a = ap.parse_args()
     chosen = long_forwards(a.trace, a.min_cached, a.forwards, a.prompt_tokens)
 
@@ -185,6 +234,8 @@ def main():
               f"{statistics.median(x[0] for x in v):>13.1f}")
     print_phases(chosen, a.whole, a.min_cached)
     print_kernels(chosen, a.whole, a.min_cached)
+    if a.fit:
+        print_fit(chosen)
 
 
 if __name__ == "__main__":
