@@ -47,10 +47,25 @@ Result<std::unique_ptr<StepTrace>> StepTrace::FromEnvironment() {
     return InvalidArgument(std::string("UNIPREFILL_CUDA_STEP_TRACE: cannot write '") + path +
                            "' (unset the variable, or name a writable file)");
   }
-  return std::unique_ptr<StepTrace>(new StepTrace(file, want_phases, std::move(timeline)));
+  int device = 0;
+  UP_CUDA_CHECK(cudaGetDevice(&device));
+  return std::unique_ptr<StepTrace>(
+      new StepTrace(file, want_phases, std::move(timeline), device));
+}
+
+StepTrace::StepTrace(std::FILE* file, bool phases, std::unique_ptr<KernelTimeline> timeline,
+                     int device)
+    : file_(file), phases_(phases), timeline_(std::move(timeline)) {
+  writer_ = std::thread([this, device] { WriterLoop(device); });
 }
 
 StepTrace::~StepTrace() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_one();
+  writer_.join();  // it writes what was handed over first
   for (Forward& f : open_) {
     cudaEventDestroy(f.start);
     cudaEventDestroy(f.end);
@@ -62,8 +77,50 @@ StepTrace::~StepTrace() {
 }
 
 void StepTrace::Release(Forward& f) {
+  std::lock_guard<std::mutex> lock(spare_mu_);
   for (const auto& [name, event] : f.marks) spare_.push_back(event);
   f.marks.clear();
+}
+
+void StepTrace::Hand(Batch batch) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pending_.push_back(std::move(batch));
+  }
+  cv_.notify_one();
+}
+
+void StepTrace::WriterLoop(int device) {
+  // Event times and CUPTI's records are read on this thread, so that a traced run's engine
+  // keeps its pace (H200, 27th session: written at the sync, 311 chunks' lines took 2.9 s
+  // between a prompt's last chunk and its first token).
+  cudaSetDevice(device);
+  for (;;) {
+    Batch batch;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !pending_.empty(); });
+      if (pending_.empty()) return;  // stopping, everything written
+      batch = std::move(pending_.front());
+      pending_.pop_front();
+    }
+    Status st;
+    for (Forward& f : batch.forwards) {
+      if (st.ok()) {
+        st = Write(f);
+      } else {  // after an error: the events go, the lines do not
+        cudaEventDestroy(f.start);
+        cudaEventDestroy(f.end);
+        Release(f);
+      }
+    }
+    if (!batch.note.empty()) std::fprintf(file_, "%s\n", batch.note.c_str());
+    std::fflush(file_);
+    if (!st.ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (error_.ok()) error_ = st;
+    }
+  }
 }
 
 Status StepTrace::Begin(cudaStream_t stream, int64_t rows, int requests, std::string units) {
@@ -97,12 +154,14 @@ Status StepTrace::Mark(cudaStream_t stream, const char* name) {
     return OkStatus();
   }
   cudaEvent_t event = nullptr;
-  if (spare_.empty()) {
-    UP_CUDA_CHECK(cudaEventCreate(&event));
-  } else {
-    event = spare_.back();
-    spare_.pop_back();
+  {
+    std::lock_guard<std::mutex> lock(spare_mu_);
+    if (!spare_.empty()) {
+      event = spare_.back();
+      spare_.pop_back();
+    }
   }
+  if (event == nullptr) UP_CUDA_CHECK(cudaEventCreate(&event));
   open_.back().marks.emplace_back(name, event);
   UP_CUDA_CHECK(cudaEventRecord(event, stream));
   return OkStatus();
@@ -115,29 +174,29 @@ Status StepTrace::Launched(cudaStream_t stream, bool will_sync) {
   f.synced = will_sync;
   UP_CUDA_CHECK(cudaEventRecord(f.end, stream));
   if (timeline_) UP_RETURN_IF_ERROR(timeline_->EndGroup());
-  if (!will_sync) f.returned = f.launched;
+  if (!will_sync) f.returned = f.released = f.launched;
   return OkStatus();
 }
 
 Status StepTrace::Synced() {
   if (open_.empty()) return OkStatus();
-  const Clock::time_point returned = Clock::now();
-  open_.back().returned = returned;
-  for (Forward& f : open_) UP_RETURN_IF_ERROR(Write(f));
-  open_.clear();
-  std::fflush(file_);
-  // The writing above (with the kernel view, every forward's CUPTI records since the last sync;
-  // H200, 27th session: 2.9 s after 311 unsynced chunks) is the trace's time, not the engine's:
-  // the next forward's host_between_ms starts after it, and its host_trace_ms says how long it
-  // took (its gpu_idle_before_ms still holds it where the GPU waited).
-  previous_return_ = Clock::now();
-  trace_ms_ = Ms(previous_return_ - returned);
-  return OkStatus();
+  open_.back().returned = Clock::now();
+  Batch batch;
+  batch.forwards.swap(open_);
+  // The engine's time from here is its own: the next forward's host_between_ms starts now, and
+  // its host_trace_ms is this hand-over (the lines are the writer thread's work).
+  batch.forwards.back().released = Clock::now();
+  Hand(std::move(batch));
+  std::lock_guard<std::mutex> lock(mu_);
+  Status error = error_;
+  error_ = Status();
+  return error;
 }
 
 void StepTrace::Note(const std::string& json_object) {
-  std::fprintf(file_, "%s\n", json_object.c_str());
-  std::fflush(file_);
+  Batch batch;
+  batch.note = json_object;
+  Hand(std::move(batch));
 }
 
 Result<std::string> StepTrace::PhasesJson(Forward& f) {
@@ -222,7 +281,7 @@ Status StepTrace::Write(Forward& f) {
     UP_CUDA_CHECK(cudaEventDestroy(previous_end_));
   }
   const double between_ms =
-      previous_return_ == Clock::time_point{} ? -1.0 : Ms(f.begin - previous_return_);
+      previous_released_ == Clock::time_point{} ? -1.0 : Ms(f.begin - previous_released_);
   std::fprintf(file_,
                "{\"rows\": %lld, \"requests\": %d, \"synced\": %s, \"host_launch_ms\": %.3f, "
                "\"host_wait_ms\": %.3f, \"host_between_ms\": %.3f, \"host_trace_ms\": %.3f, "
@@ -231,10 +290,10 @@ Status StepTrace::Write(Forward& f) {
                Ms(f.launched - f.begin), f.synced ? Ms(f.returned - f.launched) : 0.0,
                between_ms, trace_ms_, gpu_ms, idle_ms, f.units.empty() ? "[]" : f.units.c_str(),
                extra.c_str());
-  trace_ms_ = 0;  // the trace's writing precedes only the first forward after it
   UP_CUDA_CHECK(cudaEventDestroy(f.start));
   previous_end_ = f.end;
-  previous_return_ = f.returned;
+  previous_released_ = f.released;
+  trace_ms_ = Ms(f.released - f.returned);  // 0 without a sync
   return OkStatus();
 }
 

@@ -3,8 +3,9 @@
 // rows and requests (and each request's work unit), the host's time from Begin to the last
 // launch, the host's wait in the final sync (0 when the forward returned without one), the
 // host's time since the previous forward returned (the engine's scheduling and bookkeeping; not
-// the trace's own writing, which is host_trace_ms, the time the trace took at the previous
-// forward's sync to write its lines), and
+// the trace's own time at the previous forward's sync, host_trace_ms: handing its lines to the
+// trace's writer thread, which reads the events and CUPTI's records and writes them off the
+// engine's thread), and
 // from CUDA events the GPU's time on the forward and the GPU's idle time before it. What it answers: how much of a served step is the
 // host's, and whether the GPU waits for it. Lines are written at the host syncs, so a forward
 // without one is written with the next synced forward.
@@ -30,10 +31,14 @@
 #include <cuda_runtime_api.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
+#include <deque>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -54,7 +59,8 @@ class StepTrace {
   Status Begin(cudaStream_t stream, int64_t rows, int requests, std::string units = "[]");
   // After the forward's last launch, before its host sync (if any).
   Status Launched(cudaStream_t stream, bool will_sync);
-  // After the forward's host sync: writes every forward recorded so far.
+  // After the forward's host sync: hands every forward recorded so far to the writer thread
+  // (their events have completed). An error the writer met since the last call comes back here.
   Status Synced();
   // Whether the environment asked for phases (UNIPREFILL_CUDA_STEP_TRACE_PHASES=1).
   bool phases() const { return phases_; }
@@ -63,7 +69,8 @@ class StepTrace {
   // Between Begin and Launched, with phases(): an event on `stream` starting phase `name` (a
   // string that outlives the trace, WalkPhaseName's). Ignored outside a forward.
   Status Mark(cudaStream_t stream, const char* name);
-  // A line of its own (a JSON object), e.g. what PrepareServing measured.
+  // A line of its own (a JSON object), e.g. what PrepareServing measured; written in order with
+  // the forwards handed over before it.
   void Note(const std::string& json_object);
 
  private:
@@ -74,12 +81,20 @@ class StepTrace {
     std::string units;
     bool synced = false;
     cudaEvent_t start = nullptr, end = nullptr;
-    Clock::time_point begin, launched, returned;
+    // returned: after the host sync (= launched without one); released: when the engine got
+    // its thread back from the trace (= returned without a sync).
+    Clock::time_point begin, launched, returned, released;
     std::vector<std::pair<const char*, cudaEvent_t>> marks;  // phase starts, in stream order
     uint64_t id = 0;  // the kernel timeline's group
   };
-  StepTrace(std::FILE* file, bool phases, std::unique_ptr<KernelTimeline> timeline)
-      : file_(file), phases_(phases), timeline_(std::move(timeline)) {}
+  // What the writer thread writes, in order: forwards, or a note.
+  struct Batch {
+    std::vector<Forward> forwards;
+    std::string note;
+  };
+  StepTrace(std::FILE* file, bool phases, std::unique_ptr<KernelTimeline> timeline, int device);
+  void WriterLoop(int device);
+  void Hand(Batch batch);  // to the writer thread
   // The forward's kernels as a JSON object (its timeline group taken).
   Result<std::string> KernelsJson(const Forward& f);
   Status Write(Forward& f);
@@ -91,12 +106,22 @@ class StepTrace {
   bool phases_ = false;
   std::unique_ptr<KernelTimeline> timeline_;  // null unless the kernel view was asked for
   uint64_t next_id_ = 1;
+  std::vector<Forward> open_;  // recorded, not handed over yet (the last one may still run)
+
+  std::mutex spare_mu_;             // the engine takes spares, the writer returns them
   std::vector<cudaEvent_t> spare_;  // marks' events for reuse (one forward records ~200)
-  std::vector<Forward> open_;  // recorded, not written yet (the last one may still run)
-  cudaEvent_t previous_end_ = nullptr;  // the last written forward's end (owned)
-  Clock::time_point previous_return_{};  // when the last written forward returned (after the
-                                          // trace's writing, for a synced one)
-  double trace_ms_ = 0;  // the last writing's host time, for the next forward's line
+
+  std::mutex mu_;  // pending_, stop_, error_
+  std::condition_variable cv_;
+  std::deque<Batch> pending_;
+  bool stop_ = false;
+  Status error_;  // the writer's first error, for the next Synced
+
+  // The writer thread's own (WriterLoop and what it calls).
+  cudaEvent_t previous_end_ = nullptr;      // the last written forward's end (owned)
+  Clock::time_point previous_released_{};   // when the engine left the last written forward
+  double trace_ms_ = 0;                     // its time in the trace, for the next line
+  std::thread writer_;  // last: started when everything above exists
 };
 
 }  // namespace uniprefill::cuda_backend
