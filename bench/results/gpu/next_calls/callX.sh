@@ -16,7 +16,8 @@
 #      more; UniPrefill met its goals in every call since the 24th session) (mixed: 130K among 16 shorts; long1: alone at
 #      PREFILL_ONLY=2048), the figures issue 18 is judged by. Predicted: mixed dense ~1.155x (24th
 #      session, H200), long1 dense ~1.12x (call V's prompt forwards 11.82 s GPU vs 10.60 s whole);
-#   4. long1 chunked dense with the kernel view (no phases): the served prompt's kernels by name.
+#   4. long1 chunked dense with the kernel view (no phases): the served prompt's kernels by name,
+#      and its TTFT against item 3's untraced one (the trace's writer thread: predicted within 2%).
 source "$(dirname "$0")/lib.sh"
 call_begin
 nvidia-smi --query-gpu=name,driver_version --format=csv > $OUT/gpu.txt

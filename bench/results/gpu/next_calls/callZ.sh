@@ -3,7 +3,7 @@
 # this session's GPU changes and nothing else: the append writing both slot coordinates
 # (CudaPagedAttentionTest.AppendWritesExactlyTheMappedSlots, and the tiny whole-model tests
 # against the CPU through it), the trace's writing kept out of the engine's time
-# (StepTraceTest.TheTracesOwnWritingIsNotTheEnginesTimeBetweenForwards), the kernel view by
+# (StepTraceTest.TheTracesWritingIsNotTheEnginesTimeBetweenForwards), the kernel view by
 # name (StepTraceTest.TheKernelViewCountsEachForwardsOwnWork, KernelTimelineTest).
 source "$(dirname "$0")/lib.sh"
 call_begin
