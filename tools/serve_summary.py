@@ -56,8 +56,9 @@ def traces(root):
         print(f"{os.path.basename(f)}: {len(fw)} forwards ({sum(not r['synced'] for r in fw)} "
               f"without a host sync); GPU busy {sum(r['gpu_ms'] for r in fw) / 1e3:.1f} s, idle "
               f"between forwards {sum(max(r['gpu_idle_before_ms'], 0) for r in fw[1:]) / 1e3:.1f}"
-              + (f" s (the trace's own writing {sum(r['host_trace_ms'] for r in fw) / 1e3:.1f}"
-                 f" s of host time); " if all('host_trace_ms' in r for r in fw) else " s; ") +
+              + (f" s (the trace's own time on the engine's thread "
+                 f"{sum(r['host_trace_ms'] for r in fw) / 1e3:.1f} s); "
+                 if all('host_trace_ms' in r for r in fw) else " s; ") +
               f"forwards of >= 256 rows: host launch p50 {median('host_launch_ms'):.2f} ms, GPU "
               f"idle before p50 {median('gpu_idle_before_ms'):.2f} ms")
         prefill = lambda u: not (u[0] == -1 and u[1] == 1)  # a decode: segment -1, one row
