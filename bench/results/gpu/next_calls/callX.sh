@@ -12,9 +12,9 @@
 #      kernels make the ~7 ms a forward that call V's fit left as fixed cost. Predicted: the
 #      GEMMs at 256 rows ~1.3 ms over whole's rate (32 layers), small kernels (norm, rope,
 #      append, slot meta, merge, memcpy) ~3 ms with ~1.2 ms idle before them;
-#   3. the served ratios untraced at the defaults, dense only (the device time left allowed no
-#      more; UniPrefill met its goals in every call since the 24th session) (mixed: 130K among 16 shorts; long1: alone at
-#      PREFILL_ONLY=2048), the figures issue 18 is judged by. Predicted: mixed dense ~1.155x (24th
+#   3. the served ratios untraced at the defaults, the figures issue 18 is judged by (mixed:
+#      130K among 16 shorts; long1: alone at PREFILL_ONLY=2048), dense only (UniPrefill met its
+#      goals in every call since the 24th session). Predicted: mixed dense ~1.155x (24th
 #      session, H200), long1 dense ~1.12x (call V's prompt forwards 11.82 s GPU vs 10.60 s whole);
 #   4. long1 chunked dense with the kernel view (no phases): the served prompt's kernels by name,
 #      and its TTFT against item 3's untraced one (the trace's writer thread: predicted within 2%).
@@ -22,13 +22,8 @@ source "$(dirname "$0")/lib.sh"
 call_begin
 nvidia-smi --query-gpu=name,driver_version --format=csv > $OUT/gpu.txt
 start_checkpoint
-bash scripts/gpu_build.sh build build-dev-new > $OUT/build.txt 2>&1
-echo "build rc $? at $(elapsed) s"
-export UNIPREFILL_ALLOW_MISSING_ASSETS=1 UP_SOURCE_DIR=$PWD
-timeout 120 build-dev-new/uniprefill_cuda_tests --gtest_brief=1 \
-  --gtest_filter='StepTrace*:KernelTimeline*:CudaPagedAttention*:CudaKvRuns*:CudaModel*:CudaRandomModel*:CudaPrefixInPlace*:*SegmentChunk*' \
-  > $OUT/tests.txt 2>&1
-echo "tests rc $? at $(elapsed) s"; grep -E "^\[  PASSED|^\[  FAILED|FAILED  \]" $OUT/tests.txt
+build_and_test "uniprefill uniprefill_cuda_tests" \
+  'StepTrace*:KernelTimeline*:CudaPagedAttention*:CudaKvRuns*:CudaModel*:CudaRandomModel*:CudaPrefixInPlace*:*SegmentChunk*'
 for tune in 0 1; do
   mixes="c256@120000; c384@120000; c2048@16384"
   [ $tune = 1 ] && mixes="c256@120000"

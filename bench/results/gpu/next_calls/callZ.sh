@@ -7,10 +7,5 @@
 # name (StepTraceTest.TheKernelViewCountsEachForwardsOwnWork, KernelTimelineTest).
 source "$(dirname "$0")/lib.sh"
 call_begin
-UP_GPU_TARGETS="uniprefill_cuda_tests" bash scripts/gpu_build.sh build build-dev-new > $OUT/build.txt 2>&1
-echo "build rc $? at $(elapsed) s"
-export UNIPREFILL_ALLOW_MISSING_ASSETS=1 UP_SOURCE_DIR=$PWD
-build-dev-new/uniprefill_cuda_tests --gtest_brief=1 \
-  --gtest_filter='StepTrace*:KernelTimeline*:CudaPagedAttentionTest.Append*:CudaModelTinyGguf*' \
-  > $OUT/tests.txt 2>&1
-echo "tests rc $? at $(elapsed) s"; grep -E "^\[  PASSED|^\[  FAILED|FAILED  \]" $OUT/tests.txt
+build_and_test uniprefill_cuda_tests \
+  'StepTrace*:KernelTimeline*:CudaPagedAttentionTest.Append*:CudaModelTinyGguf*'

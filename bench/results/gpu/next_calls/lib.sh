@@ -22,3 +22,13 @@ start_checkpoint() {
   ckpt_pid=$!
 }
 wait_checkpoint() { if [ -n "${ckpt_pid:-}" ]; then wait "$ckpt_pid"; fi; }
+# build_and_test TARGETS FILTER [TIMEOUT]: build TARGETS into build-dev-new (build.txt), then run
+# the CUDA tests FILTER names (tests.txt, assets the machine lacks skipped) and print the verdict.
+build_and_test() {
+  UP_GPU_TARGETS="$1" bash scripts/gpu_build.sh build build-dev-new > $OUT/build.txt 2>&1
+  echo "build rc $? at $(elapsed) s"
+  export UNIPREFILL_ALLOW_MISSING_ASSETS=1 UP_SOURCE_DIR=$PWD
+  timeout "${3:-120}" build-dev-new/uniprefill_cuda_tests --gtest_brief=1 --gtest_filter="$2" \
+    > $OUT/tests.txt 2>&1
+  echo "tests rc $? at $(elapsed) s"; grep -E "^\[  PASSED|^\[  FAILED|FAILED  \]" $OUT/tests.txt
+}
