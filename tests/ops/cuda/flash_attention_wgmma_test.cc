@@ -25,6 +25,7 @@
 #include "core/cuda/device_buffer.h"
 #include "ops/cuda/cuda_attention.h"
 #include "ops/cuda/cuda_attention_merge.h"
+#include "ops/cuda/cuda_dense_ops.h"
 #include "ops/cuda/sm90/flash_attention_wgmma.h"
 #include "ops/ops.h"
 #include "testing/cuda_test_util.h"
@@ -377,6 +378,92 @@ TEST_F(WgmmaAttentionTest, UncoveredProblemsAreRejectedWithoutALaunch) {
   EXPECT_TRUE(WgmmaAttentionCovers(p));
   p.splits = kMaxAttentionPieces + 1;  // more than one merge takes
   EXPECT_FALSE(WgmmaAttentionCovers(p));
+}
+
+
+// The served 130K prompt's chunks (256-2048 rows over a ~120K cached prefix) against the whole
+// prefill's rate, by key split: on an H100 (28th session) its 256-384-row chunks ran the kernel
+// at 530-540 TFLOP/s where a whole 128K prefill runs ~590-616. The 8B shape (32 / 8 heads,
+// d 128), keys in their own planes as the pool's (row stride Hkv * D), q as the fused QKV's
+// columns (row stride (Hq + 2 Hkv) D). Prints the kernel's and the merge's milliseconds and the
+// kernel's rate (4 D Hq FLOPs per row-key pair, causal pairs only). Run by name on a GPU.
+TEST_F(WgmmaAttentionTest, DISABLED_ThroughputChunksOverDeepPrefixesBySplits) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  UP_WGMMA_OR_SKIP(ctx);
+  constexpr int kHq = 32, kHkv = 8;
+  constexpr int64_t kMaxKeys = 131072 + 2048;
+  constexpr int64_t kQld = (kHq + 2 * kHkv) * kD, kKvld = kHkv * kD;
+  DeviceBuffer q_dev(kMaxKeys * kQld * 2), k_dev(kMaxKeys * kKvld * 2), v_dev(kMaxKeys * kKvld * 2);
+  DeviceBuffer out_dev(kMaxKeys * kHq * kD * 2);
+  constexpr int kMaxSplits = 8;
+  DeviceBuffer partial_dev(int64_t{kMaxSplits} * 2048 * kHq * kD * 2);
+  DeviceBuffer lse_dev(int64_t{kMaxSplits} * kHq * 2048 * 4);
+  FillRandomBf16(ctx, q_dev.data(), kMaxKeys * kQld, 1, 1.0f);
+  FillRandomBf16(ctx, k_dev.data(), kMaxKeys * kKvld, 2, 1.0f);
+  FillRandomBf16(ctx, v_dev.data(), kMaxKeys * kKvld, 3, 1.0f);
+  // Run one problem: `rows` queries, the last rows of `keys` keys; whole when rows == keys.
+  const auto run = [&](int rows, int64_t keys, int splits, double* merge_ms) {
+    const std::vector<int32_t> meta = {0, rows, 0, static_cast<int32_t>(keys)};
+    const DeviceBuffer meta_dev = DeviceBuffer::FromHost(meta);
+    UP_CUDA_CHECK(cudaDeviceSynchronize());
+    WgmmaAttentionProblem p;
+    // Queries and outputs at rows [0, rows) of their buffers; keys at [0, keys) of theirs.
+    p.q = q_dev.as<__nv_bfloat16>();
+    p.k = k_dev.as<__nv_bfloat16>();
+    p.v = v_dev.as<__nv_bfloat16>();
+    p.out = out_dev.as<__nv_bfloat16>();
+    p.q_row_stride = kQld;
+    p.k_row_stride = p.v_row_stride = kKvld;
+    p.out_row_stride = kHq * kD;
+    p.rows = rows;
+    p.k_rows = keys;
+    p.seq_begin = meta_dev.as<int32_t>();
+    p.seq_len = meta_dev.as<int32_t>() + 1;
+    p.k_seq_begin = meta_dev.as<int32_t>() + 2;
+    p.k_seq_len = meta_dev.as<int32_t>() + 3;
+    p.batch = 1;
+    p.max_seqlen = rows;
+    p.hq = kHq;
+    p.hkv = kHkv;
+    p.head_dim = kD;
+    p.scale = 1.0f / std::sqrt(static_cast<float>(kD));
+    p.splits = splits;
+    if (splits > 1) {
+      p.partial = partial_dev.as<__nv_bfloat16>();
+      p.lse = lse_dev.as<float>();
+    }
+    EXPECT_TRUE(WgmmaAttentionCovers(p));
+    const int reps = keys > 65536 && rows == keys ? 3 : 20;
+    const double ms = ::uniprefill::testing::MeanCudaMs(ctx, reps, [&] {
+      EXPECT_EQ(LaunchFlashAttentionWgmma(p, ctx.cuda().stream()), cudaSuccess);
+    });
+    *merge_ms = 0;
+    if (splits > 1) {
+      TensorView o = TensorView::Contiguous(out_dev.as<uint16_t>(), DType::kBF16,
+                                            {rows, kHq, kD}, Device::kCuda);
+      *merge_ms = ::uniprefill::testing::MeanCudaMs(ctx, reps, [&] {
+        MergeAttentionPieces(ctx, o, partial_dev.as<uint16_t>(), rows, lse_dev.as<float>(), rows,
+                             splits);
+      });
+    }
+    return ms;
+  };
+  const auto report = [&](int rows, int64_t keys, int splits) {
+    double merge_ms = 0;
+    const double ms = run(rows, keys, splits, &merge_ms);
+    const double prefix = static_cast<double>(keys - rows);
+    const double pairs = rows * prefix + rows * (rows + 1.0) / 2;
+    std::printf("rows %5d keys %6lld splits %d: kernel %8.3f ms %6.1f TFLOP/s, merge %.3f ms\n",
+                rows, static_cast<long long>(keys), splits, ms,
+                4.0 * kD * kHq * pairs / (ms * 1e-3) / 1e12, merge_ms);
+    std::fflush(stdout);
+  };
+  report(32768, 32768, 1);
+  report(131072, 131072, 1);
+  for (int rows : {256, 384, 512, 1024, 2048}) {
+    for (int splits : {1, 2, 3, 4, 6, 8}) report(rows, 120000 + rows, splits);
+  }
+  for (int splits : {1, 2, 4, 8}) report(256, 60000 + 256, splits);
 }
 
 }  // namespace
