@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -464,6 +465,103 @@ TEST_F(WgmmaAttentionTest, DISABLED_ThroughputChunksOverDeepPrefixesBySplits) {
     for (int splits : {1, 2, 3, 4, 6, 8}) report(rows, 120000 + rows, splits);
   }
   for (int splits : {1, 2, 4, 8}) report(256, 60000 + 256, splits);
+}
+
+
+// The served chunks ran the kernel ~14% under its rate alone (28th session, H100: 256 rows
+// ~129K deep, 0.98 ms a layer served against 0.86 alone). Is it the GEMMs between them? The
+// same 256-row chunk over a 120K prefix (2 splits), first back to back, then each launch between
+// an 8B layer's four GEMMs at 256 rows (qkv, o, gate_up, down) as a served forward runs it; each
+// attention launch timed by its own events. Each phase runs ~1.5 s and prints its wall-clock
+// bounds (epoch ms) so that a clock sampler beside it (nvidia-smi -lms) can be read per phase.
+TEST_F(WgmmaAttentionTest, DISABLED_ThroughputDeepChunkBetweenGemms) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  UP_WGMMA_OR_SKIP(ctx);
+  constexpr int kHq = 32, kHkv = 8, kRows = 256, kSplits = 2, kH = 4096, kF = 14336;
+  constexpr int64_t kKeys = 120000 + kRows;
+  constexpr int64_t kQld = (kHq + 2 * kHkv) * kD, kKvld = kHkv * kD;
+  DeviceBuffer q_dev(kRows * kQld * 2), k_dev(kKeys * kKvld * 2), v_dev(kKeys * kKvld * 2);
+  DeviceBuffer out_dev(kRows * kHq * kD * 2);
+  DeviceBuffer partial_dev(int64_t{kSplits} * kRows * kHq * kD * 2);
+  DeviceBuffer lse_dev(int64_t{kSplits} * kHq * kRows * 4);
+  FillRandomBf16(ctx, q_dev.data(), kRows * kQld, 1, 1.0f);
+  FillRandomBf16(ctx, k_dev.data(), kKeys * kKvld, 2, 1.0f);
+  FillRandomBf16(ctx, v_dev.data(), kKeys * kKvld, 3, 1.0f);
+  // The layer's weights (bf16 [N, K]) and activations, random.
+  DeviceBuffer w_qkv(kQld * kH * 2), w_o(kH * kH * 2), w_gu(2 * kF * kH * 2), w_down(kH * kF * 2);
+  DeviceBuffer x(kRows * kF * 2), y(kRows * 2 * kF * 2);
+  FillRandomBf16(ctx, w_qkv.data(), kQld * kH, 4, 0.02f);
+  FillRandomBf16(ctx, w_o.data(), kH * kH, 5, 0.02f);
+  FillRandomBf16(ctx, w_gu.data(), 2 * kF * kH, 6, 0.02f);
+  FillRandomBf16(ctx, w_down.data(), kH * kF, 7, 0.02f);
+  FillRandomBf16(ctx, x.data(), kRows * kF, 8, 1.0f);
+  const std::vector<int32_t> meta = {0, kRows, 0, static_cast<int32_t>(kKeys)};
+  const DeviceBuffer meta_dev = DeviceBuffer::FromHost(meta);
+  UP_CUDA_CHECK(cudaDeviceSynchronize());
+  WgmmaAttentionProblem p;
+  p.q = q_dev.as<__nv_bfloat16>();
+  p.k = k_dev.as<__nv_bfloat16>();
+  p.v = v_dev.as<__nv_bfloat16>();
+  p.out = out_dev.as<__nv_bfloat16>();
+  p.q_row_stride = kQld;
+  p.k_row_stride = p.v_row_stride = kKvld;
+  p.out_row_stride = kHq * kD;
+  p.rows = kRows;
+  p.k_rows = kKeys;
+  p.seq_begin = meta_dev.as<int32_t>();
+  p.seq_len = meta_dev.as<int32_t>() + 1;
+  p.k_seq_begin = meta_dev.as<int32_t>() + 2;
+  p.k_seq_len = meta_dev.as<int32_t>() + 3;
+  p.batch = 1;
+  p.max_seqlen = kRows;
+  p.hq = kHq;
+  p.hkv = kHkv;
+  p.head_dim = kD;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(kD));
+  p.splits = kSplits;
+  p.partial = partial_dev.as<__nv_bfloat16>();
+  p.lse = lse_dev.as<float>();
+  ASSERT_TRUE(WgmmaAttentionCovers(p));
+  cudaStream_t stream = ctx.cuda().stream();
+  const auto gemm = [&](int64_t n, int64_t k, const DeviceBuffer& w) {
+    Gemm(ctx, y.View(DType::kBF16, {kRows, n}), x.View(DType::kBF16, {kRows, k}),
+         w.View(DType::kBF16, {n, k}));
+  };
+  constexpr int kLayers = 400;
+  std::vector<cudaEvent_t> ev(2 * kLayers);
+  for (cudaEvent_t& e : ev) UP_CUDA_CHECK(cudaEventCreate(&e));
+  const auto epoch_ms = [] {
+    return static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                      std::chrono::system_clock::now().time_since_epoch())
+                                      .count());
+  };
+  for (const bool between : {false, true, false, true}) {
+    UP_CUDA_CHECK(cudaDeviceSynchronize());
+    const long long begin = epoch_ms();
+    for (int l = 0; l < kLayers; ++l) {
+      if (between) gemm(kQld, kH, w_qkv);
+      UP_CUDA_CHECK(cudaEventRecord(ev[2 * l], stream));
+      ASSERT_EQ(LaunchFlashAttentionWgmma(p, stream), cudaSuccess);
+      UP_CUDA_CHECK(cudaEventRecord(ev[2 * l + 1], stream));
+      if (between) {
+        gemm(kH, kH, w_o);
+        gemm(2 * kF, kH, w_gu);
+        gemm(kH, kF, w_down);
+      }
+    }
+    UP_CUDA_CHECK(cudaDeviceSynchronize());
+    const long long end = epoch_ms();
+    std::vector<float> ms(kLayers);
+    for (int l = 0; l < kLayers; ++l) {
+      UP_CUDA_CHECK(cudaEventElapsedTime(&ms[l], ev[2 * l], ev[2 * l + 1]));
+    }
+    std::sort(ms.begin(), ms.end());
+    std::printf("phase %s epoch ms %lld .. %lld: attention %d launches, p10 %.3f p50 %.3f p90 %.3f "
+                "ms\n", between ? "between-gemms" : "back-to-back", begin, end, kLayers,
+                ms[kLayers / 10], ms[kLayers / 2], ms[kLayers * 9 / 10]);
+    std::fflush(stdout);
+  }
+  for (cudaEvent_t e : ev) cudaEventDestroy(e);
 }
 
 }  // namespace
