@@ -9,7 +9,7 @@ nvidia-smi --query-gpu=name,driver_version --format=csv > $OUT/gpu.txt
 start_checkpoint
 ensure_uniprefill
 wait_checkpoint
-left=$(( 585 - $(elapsed) ))
+left=$(( ${DEADLINE:-585} - $(elapsed) ))
 KV_MEM=32GiB BUDGET=2048 WORKLOADS="long4" UP_CKPT=/tmp/l8b timeout $left \
   bash scripts/gpu_serve_mixed.sh build-dev-new/uniprefill /tmp/y whole chunked > $OUT/serve_long4.txt 2>&1
 echo "serve long4 rc $? at $(elapsed) s"
