@@ -30,9 +30,7 @@
 # UNIPREFILL_CUDA_GEMM_TUNE=1, not yet the default), chunkedovershoot (chunked's flags, a step
 # beside decodes may run up to 15% over its budget for one more query tile of a deep chunk where
 # that lands nearer the budget: UNIPREFILL_CUDA_TILE_OVERSHOOT=0.15, not yet the default;
-# chunkedovershoottuned adds UNIPREFILL_CUDA_GEMM_TUNE=1), chunkedwaves2 (chunked's flags, a
-# deep chunk's keys split into at least two waves of CTAs: UNIPREFILL_CUDA_PREFIX_SPLIT_WAVES=2,
-# 28th session, not the default), chunkedonelaunch (chunked's
+# chunkedovershoottuned adds UNIPREFILL_CUDA_GEMM_TUNE=1), chunkedonelaunch (chunked's
 # flags, the chunks of a step's
 # prompts in one launch of our attention kernel: UNIPREFILL_CUDA_PREFIX_ONE_LAUNCH=1, not yet the
 # default), nosplit (the same budget, no prefill-only budget, --gpu-prefix-split 0: the
@@ -85,7 +83,6 @@ declare -A chunked_env=(
   [chunkedovershoot]="UNIPREFILL_CUDA_TILE_OVERSHOOT=0.15"
   [chunkedovershoottuned]="UNIPREFILL_CUDA_TILE_OVERSHOOT=0.15 UNIPREFILL_CUDA_GEMM_TUNE=1"
   [chunkedsync]="UNIPREFILL_CUDA_SYNC_EVERY_FORWARD=1 UNIPREFILL_CUDA_ATTENTION_SLOWDOWN=1"
-  [chunkedwaves2]="UNIPREFILL_CUDA_PREFIX_SPLIT_WAVES=2"
 )
 for variant in $variants; do
   env_vars=()

@@ -62,16 +62,11 @@ int CudaBackend::WgmmaSplitsFor(int64_t tiles, int64_t keys) const {
     const int64_t ctas = tiles * splits, waves = (ctas + sms - 1) / sms;
     return static_cast<double>(ctas) / static_cast<double>(waves * sms);
   };
-  // Enough: the last wave >= kMinWaveFill full and at least prefix_split_waves_ waves (1 by
-  // default; UNIPREFILL_CUDA_PREFIX_SPLIT_WAVES asks for more, shorter CTAs).
-  const auto enough = [&](int splits) {
-    return fill(splits) >= kMinWaveFill && tiles * splits > int64_t{prefix_split_waves_ - 1} * sms;
-  };
   int best = 1;
   const int most = static_cast<int>(
       std::min<int64_t>(ops::cuda::kMaxAttentionPieces, keys / prefix_split_min_keys_));
-  for (int splits = 2; splits <= most && !enough(best); ++splits) {
-    if (enough(splits) || fill(splits) > fill(best)) best = splits;
+  for (int splits = 2; splits <= most && fill(best) < kMinWaveFill; ++splits) {
+    if (fill(splits) > fill(best)) best = splits;
   }
   return best;
 }

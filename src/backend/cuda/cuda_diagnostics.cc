@@ -53,15 +53,6 @@ Result<CudaDiagnostics> DiagnosticsFromEnvironment() {
     }
     d.tile_overshoot = x;
   }
-  if (const char* v = std::getenv("UNIPREFILL_CUDA_PREFIX_SPLIT_WAVES"); v && *v) {
-    char* end = nullptr;
-    const long n = std::strtol(v, &end, 10);
-    if (end == v || *end != '\0' || n < 1 || n > 8) {
-      return InvalidArgument(std::string("UNIPREFILL_CUDA_PREFIX_SPLIT_WAVES must be a whole "
-                                         "number of waves in [1, 8] (got '") + v + "')");
-    }
-    d.prefix_split_waves = static_cast<int>(n);
-  }
   if (const char* v = std::getenv("UNIPREFILL_CUDNN_SDPA"); v && *v) {
     using Impl = ops::cuda::CudnnSdpaImplementation;
     const std::string s = v;

@@ -54,12 +54,6 @@
 //                                             nearer the budget (SchedulerConfig::
 //                                             tile_overshoot); written without a GPU (25th
 //                                             session), not yet served. 0: off, the default.
-//   UNIPREFILL_CUDA_PREFIX_SPLIT_WAVES=n      a chunk our Hopper kernel runs over a deep prefix
-//                                             is split into at least n waves of CTAs (each
-//                                             >= 90% full) where the keys allow, instead of
-//                                             the fewest splits that fill one (28th session:
-//                                             256-row chunks 120K deep ran 530-540 TFLOP/s on
-//                                             an H100 in 2 splits, one wave). 1: the default.
 //   UNIPREFILL_CUDNN_SDPA=unified|auto        cuDNN's graphs built with its UNIFIED SDPA engine
 //                                             (cuDNN >= 9.21), or with both and the faster kept,
 //                                             instead of COMPOSITE alone (cudnn_attention.h).
@@ -88,7 +82,6 @@ struct CudaDiagnostics {
   bool gemm_tune = false;
   bool separate_uploads = false;
   double tile_overshoot = 0;  // 0: off
-  int prefix_split_waves = 1;
   ops::cuda::CudnnSdpaImplementation cudnn_sdpa = ops::cuda::CudnnSdpaImplementation::kComposite;
 };
 

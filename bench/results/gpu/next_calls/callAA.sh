@@ -9,6 +9,8 @@
 #      (UNIPREFILL_CUDA_PREFIX_SPLIT_WAVES=2: a deep chunk in at least two waves of CTAs), each
 #      traced with the kernel view (call X: traced 12.030 s vs untraced 12.004 s): the attention
 #      kernel's own seconds whole against chunked, and whether more splits shorten it.
+# (Run in the 28th session: the branch was not taken, 4 splits ran slower than 2 alone, and
+# UNIPREFILL_CUDA_PREFIX_SPLIT_WAVES and the chunkedwaves2 variant were removed after it.)
 # Predicted: the kernel alone ~590 TFLOP/s whole 128K, 256 rows at 2 splits ~540 (the served
 # figure), 4 splits within 3% of 2; served whole's attention kernel ~7.5 s.
 source "$(dirname "$0")/lib.sh"
