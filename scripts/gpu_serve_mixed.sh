@@ -47,7 +47,8 @@
 # KERNELS=1 adds each forward's kernels from CUPTI (UNIPREFILL_CUDA_STEP_TRACE_KERNELS=1: its GPU
 # time busy in them and idle between them).
 # MODES: the request modes each workload sends (default dense,uniprefill; decode workloads dense).
-# Each server's GPU memory is sampled every 100 ms (nvidia-smi); its peak is printed per run.
+# Each server's GPU memory, SM clock and power are sampled every 100 ms (nvidia-smi); the peak
+# memory and, over the samples above 200 W, the mean clock and power are printed per run.
 #   bash scripts/gpu_serve_mixed.sh CLI OUTDIR [VARIANT...]     (on the GPU machine)
 # CLI is the uniprefill binary; OUTDIR receives serve_<variant>_<workload>.json, server logs and
 # memory samples. The checkpoint is written once to $UP_CKPT (default /tmp/l8b).
@@ -113,8 +114,8 @@ for variant in $variants; do
     sleep 1
   done
   for w in $workloads; do
-    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 \
-      > "$out/memory_${variant}_$w.csv" &
+    nvidia-smi --query-gpu=memory.used,clocks.sm,power.draw --format=csv,noheader,nounits \
+      -lms 100 > "$out/memory_${variant}_$w.csv" &
     sampler=$!
     modes=${MODES:-dense,uniprefill}
     if [ "$w" = long4 ]; then
@@ -136,7 +137,12 @@ for variant in $variants; do
     "$cli" bench serve --url "http://127.0.0.1:$port" "${args[@]}" --modes "$modes" \
       -o "$out/serve_${variant}_$w.json"
     kill "$sampler" 2>/dev/null || true
-    echo "peak GPU memory during $variant $w: $(sort -n "$out/memory_${variant}_$w.csv" | tail -1) MiB"
+    echo "peak GPU memory during $variant $w: $(cut -d, -f1 "$out/memory_${variant}_$w.csv" | sort -n | tail -1) MiB"
+    # Under load the GPU holds its power limit by lowering the SM clock (28th session: 700 W,
+    # 1.3-1.6 GHz sustained against 1.98 GHz boost on an H100), so runs compare at their clocks.
+    awk -F', *' '$2 > 0 && $3 > 200 { n++; c += $2; p += $3 }
+      END { if (n) printf "GPU under load during %s %s: %d samples, SM clock mean %.0f MHz, power mean %.0f W\n", v, w, n, c / n, p / n }' \
+      v="$variant" w="$w" "$out/memory_${variant}_$w.csv"
   done
   kill "$server" 2>/dev/null || true
   wait "$server" 2>/dev/null || true
