@@ -23,7 +23,8 @@ trace) sets them against the whole prompt's forward: where the chunked forwards'
 With the kernel view (UNIPREFILL_CUDA_STEP_TRACE_KERNELS=1, KERNELS=1 in the script) it sums
 the forwards' GPU time in kernels, copies and memsets (busy) and between them (idle), counts
 the largest gaps' neighbours, and (traces since the 27th session) lists the kernels by name:
-launches a forward, their own time and the idle time before them, beside whole's. --fit fits
+launches a forward, their own time and the idle time before them, beside whole's, and their sums
+by kind (attention kernels, GEMMs, the rest, idle) with the excess over whole's. --fit fits
 each forward's GPU time (and each phase's) as c + a rows + b row-key pairs: c, what a forward
 costs whatever its size, is what fewer forwards would save.
 
@@ -127,11 +128,39 @@ def kernel_names(forwards):
     return totals
 
 
+def kernel_category(name):
+    """The attention kernels, the GEMMs (cuBLASLt's nvjet / CUTLASS kernels and split-K reduces)
+    or the rest (norms, activations, RoPE, appends, merges, copies, memsets)."""
+    low = name.lower()
+    if "attention" in low and "merge" not in low:
+        return "attention kernels"
+    if "nvjet" in low or "gemm" in low or "splitk" in low or "cutlass" in low:
+        return "GEMMs"
+    return "other kernels, copies"
+
+
+def category_totals(totals):
+    """kernel_names' totals -> {category: own seconds} and the idle seconds before them."""
+    out = collections.OrderedDict((c, 0.0) for c in
+                                  ("attention kernels", "GEMMs", "other kernels, copies"))
+    for name, (_, ms, _) in totals.items():
+        out[kernel_category(name)] += ms / 1e3
+    out["idle between kernels"] = sum(idle for _, _, idle in totals.values()) / 1e3
+    return out
+
+
 def print_kernel_names(chosen, whole_forwards, top=14):
     mine = kernel_names(chosen)
     if mine is None:
         return
     whole = kernel_names(whole_forwards) if whole_forwards else None
+    # Where the chunked forwards' GPU time goes by kind of kernel, and over whole's.
+    cats, whole_cats = category_totals(mine), category_totals(whole) if whole else None
+    print(f"  {'GPU seconds by kind':>48} {'chunked':>8}"
+          + (f" {'whole':>8} {'excess':>8}" if whole_cats else ""))
+    for c, v in cats.items():
+        print(f"  {c:>48} {v:>8.3f}" + (f" {whole_cats[c]:>8.3f} {v - whole_cats[c]:>+8.3f}"
+                                          if whole_cats else ""))
     print(f"  {'kernel (by own + idle-before time)':>48} {'n/fwd':>6} {'own s':>7} {'idle s':>7}"
           + (f" {'whole own s':>11}" if whole else ""))
     ranked = sorted(mine.items(), key=lambda kv: -(kv[1][1] + kv[1][2]))

@@ -32,3 +32,14 @@ build_and_test() {
     > $OUT/tests.txt 2>&1
   echo "tests rc $? at $(elapsed) s"; grep -E "^\[  PASSED|^\[  FAILED|FAILED  \]" $OUT/tests.txt
 }
+# pack_out: a call returns at most 8 files from $OUT (the device README); past that, every .txt
+# but gpu.txt and summary.txt goes into texts.tar.xz (call X lost its tests.txt and bench step
+# tables to the limit in the 28th session). Call it last.
+pack_out() {
+  local n
+  n=$(find "$OUT" -maxdepth 1 -type f | wc -l)
+  [ "$n" -le 8 ] && return 0
+  (cd "$OUT" && ls *.txt 2>/dev/null | grep -vxE 'gpu.txt|summary.txt' > /tmp/pack_list.txt &&
+    tar -cJf texts.tar.xz -T /tmp/pack_list.txt && xargs rm -f < /tmp/pack_list.txt)
+  echo "pack_out: $n files; the texts in texts.tar.xz"
+}
