@@ -119,6 +119,7 @@ class CudaBackend final : public LayerBackend {
     weight_floor_ = d.weight_floor;
     small_pieces_ = d.small_pieces;
     prefix_one_launch_ = d.prefix_one_launch;
+    separate_rope_ = d.separate_rope;
     align_step_rows_ = d.align_step_rows;
     gemm_tune_ = d.gemm_tune;
     staging_.set_separate_uploads(d.separate_uploads);
@@ -405,6 +406,7 @@ class CudaBackend final : public LayerBackend {
   bool small_pieces_ = false;  // UNIPREFILL_CUDA_SMALL_PIECES: no min_extra_chunk_rows
   bool split_on_cudnn_ = false;  // UNIPREFILL_CUDA_SPLIT_ON_CUDNN: our kernel's splits on cuDNN
   bool prefix_one_launch_ = false;  // UNIPREFILL_CUDA_PREFIX_ONE_LAUNCH: WgmmaPrefixBatch
+  bool separate_rope_ = false;  // UNIPREFILL_CUDA_SEPARATE_ROPE: Rope, then PagedKvAppend
   bool align_step_rows_ = false;  // UNIPREFILL_CUDA_ALIGN_STEP_ROWS: linear_row_tile set
   bool gemm_tune_ = false;        // UNIPREFILL_CUDA_GEMM_TUNE: TuneGemms in PrepareServing
   int64_t gemm_tuned_rows_ = 0;   // the step rows TuneGemms ran for (0: not run)

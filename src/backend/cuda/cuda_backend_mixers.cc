@@ -417,13 +417,16 @@ Status CudaBackend::AttentionMixer(int li, const AttentionLayer& L, std::vector<
   TensorView v = Heads(Bf16(qkv_, q_cols + kvd), T, Hkv, D, width);
   if (L.q_norm.size()) oc::RmsNorm(ctx_, q, q, L.q_norm.as<float>(), a.norm_eps);
   if (L.k_norm.size()) oc::RmsNorm(ctx_, k, k, L.k_norm.as<float>(), a.norm_eps);
-  if (q_cols == qd) {
-    // k's heads follow q's in the row: one launch rotates both (the same angles per token; each
-    // head's arithmetic as in two launches). A decode layer's second launch was ~2-4 us of
-    // latency on an H200.
+  // k's heads follow q's in the row (no output gate): one launch rotates both and appends the
+  // keys and values (RopePagedKvAppend, below; UNIPREFILL_CUDA_SEPARATE_ROPE=1: the rotation in
+  // a launch of its own, as before the 28th session).
+  const bool rope_in_append = q_cols == qd && !separate_rope_;
+  if (q_cols == qd && !rope_in_append) {
+    // One launch rotates q and k (the same angles per token; each head's arithmetic as in two
+    // launches). A decode layer's second launch was ~2-4 us of latency on an H200.
     oc::Rope(ctx_, Heads(Bf16(qkv_), T, Hq + Hkv, D, width), d_pos_, L.inv_freq.as<float>(),
              a.rot_dims, a.rope_style);
-  } else {  // q | gate | k
+  } else if (!rope_in_append) {  // q | gate | k
     oc::Rope(ctx_, q, d_pos_, L.inv_freq.as<float>(), a.rot_dims, a.rope_style);
     oc::Rope(ctx_, k, d_pos_, L.inv_freq.as<float>(), a.rot_dims, a.rope_style);
   }
@@ -449,11 +452,19 @@ Status CudaBackend::AttentionMixer(int li, const AttentionLayer& L, std::vector<
     r.appended[li] = r.rows();
   }
   UP_ASSIGN_OR_RETURN(const int32_t* d_slots, staging_.Put(slots, stream));
-  // Keys, values and both coordinates of each slot (position, alive index) in one launch.
-  oc::PagedKvAppend(ctx_, pool_->kv(), pool_->coords(true),
-                    Rows(k.data, DType::kBF16, T, kvd, width),
-                    Rows(v.data, DType::kBF16, T, kvd, width), d_slots, d_pos_,
-                    pool_->coords(false), d_index_);
+  // Keys, values and both coordinates of each slot (position, alive index) in one launch (with
+  // the rotation of q and k where rope_in_append).
+  if (rope_in_append) {
+    oc::RopePagedKvAppend(ctx_, Heads(Bf16(qkv_), T, Hq + Hkv, D, width), static_cast<int>(Hkv),
+                          d_pos_, L.inv_freq.as<float>(), a.rot_dims, a.rope_style, pool_->kv(),
+                          pool_->coords(true), Rows(v.data, DType::kBF16, T, kvd, width),
+                          d_slots, d_pos_, pool_->coords(false), d_index_);
+  } else {
+    oc::PagedKvAppend(ctx_, pool_->kv(), pool_->coords(true),
+                      Rows(k.data, DType::kBF16, T, kvd, width),
+                      Rows(v.data, DType::kBF16, T, kvd, width), d_slots, d_pos_,
+                      pool_->coords(false), d_index_);
+  }
 
   const int32_t* k_coord = by_position ? d_pos_ : d_index_;  // this step's keys, pre-compaction
   std::vector<int> k_len(B);

@@ -44,6 +44,7 @@ Result<CudaDiagnostics> DiagnosticsFromEnvironment() {
   UP_RETURN_IF_ERROR(ReadFlag("UNIPREFILL_CUDA_ALIGN_STEP_ROWS", &d.align_step_rows));
   UP_RETURN_IF_ERROR(ReadFlag("UNIPREFILL_CUDA_GEMM_TUNE", &d.gemm_tune));
   UP_RETURN_IF_ERROR(ReadFlag("UNIPREFILL_CUDA_SEPARATE_UPLOADS", &d.separate_uploads));
+  UP_RETURN_IF_ERROR(ReadFlag("UNIPREFILL_CUDA_SEPARATE_ROPE", &d.separate_rope));
   if (const char* v = std::getenv("UNIPREFILL_CUDA_TILE_OVERSHOOT"); v && *v) {
     char* end = nullptr;
     const double x = std::strtod(v, &end);

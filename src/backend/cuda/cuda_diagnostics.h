@@ -54,6 +54,9 @@
 //                                             nearer the budget (SchedulerConfig::
 //                                             tile_overshoot); written without a GPU (25th
 //                                             session), not yet served. 0: off, the default.
+//   UNIPREFILL_CUDA_SEPARATE_ROPE=1           an attention layer's RoPE runs in a launch of its
+//                                             own before the keys' append, as before the 28th
+//                                             session fused them (RopePagedKvAppend).
 //   UNIPREFILL_CUDNN_SDPA=unified|auto        cuDNN's graphs built with its UNIFIED SDPA engine
 //                                             (cuDNN >= 9.21), or with both and the faster kept,
 //                                             instead of COMPOSITE alone (cudnn_attention.h).
@@ -81,6 +84,7 @@ struct CudaDiagnostics {
   bool align_step_rows = false;
   bool gemm_tune = false;
   bool separate_uploads = false;
+  bool separate_rope = false;
   double tile_overshoot = 0;  // 0: off
   ops::cuda::CudnnSdpaImplementation cudnn_sdpa = ops::cuda::CudnnSdpaImplementation::kComposite;
 };

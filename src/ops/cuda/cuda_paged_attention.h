@@ -44,6 +44,20 @@ void PagedKvAppend(DeviceContext& ctx, TensorView kv_pool, TensorView pos_pool, 
                    TensorView v_new, const int32_t* slot_mapping, const int32_t* positions,
                    TensorView index_pool = TensorView(), const int32_t* indices = nullptr);
 
+// Rope (cuda_dense_ops.h) of a fused QKV row's query and key heads, then PagedKvAppend of the
+// rotated keys and the values, in one launch (one block per row) instead of two: equal bit for
+// bit to Rope(qk, pos, inv_freq, rot_dims, style) followed by PagedKvAppend(kv_pool, pos_pool,
+// keys, v_new, slot_mapping, positions, index_pool, indices), where keys are qk's last
+// kv_heads heads as bf16 [R, kv_heads * D]. qk bf16 [R, Hq + kv_heads, D] is rotated in place
+// (query heads then key heads; row stride free, heads D apart, so that the keys of a row are
+// contiguous as the pool's rows); pos int32 [R]; inv_freq f32 [rot_dims / 2]. The other
+// arguments as PagedKvAppend's. A slot that skips its row (negative) still rotates it.
+void RopePagedKvAppend(DeviceContext& ctx, TensorView qk, int kv_heads, const int32_t* pos,
+                       const float* inv_freq, int rot_dims, RopeStyle style, TensorView kv_pool,
+                       TensorView pos_pool, TensorView v_new, const int32_t* slot_mapping,
+                       const int32_t* positions, TensorView index_pool = TensorView(),
+                       const int32_t* indices = nullptr);
+
 // A batch of decode queries over the paged cache (all device int32 arrays).
 struct PagedDecodeBatch {
   // block_tables[b * max_blocks_per_seq + i] is the block of request b's keys i * block_tokens ..

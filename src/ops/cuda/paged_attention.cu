@@ -44,6 +44,7 @@
 #include "core/cuda/cuda_context.h"
 #include "ops/cuda/attention_lanes.cuh"
 #include "ops/cuda/cuda_paged_attention.h"
+#include "ops/cuda/paged_append_row.cuh"
 #include "ops/cuda/paged_decode_common.cuh"
 #include "ops/cuda/paged_decode_tc.cuh"
 
@@ -312,34 +313,7 @@ __global__ void SplitReduceKernel(bf16* out, int64_t o_row, int64_t o_head, cons
   out[b * o_row + h * o_head + i] = __float2bfloat16_rn(sum > 0.0f ? o / sum : 0.0f);
 }
 
-__global__ void AppendKernel(bf16* kv, int64_t blk_stride, int64_t v_off, int64_t kv_row,
-                             int32_t* pos, int64_t pos_blk, int64_t num_slots, int block_tokens,
-                             const bf16* k_new, int64_t k_row, const bf16* v_new, int64_t v_row,
-                             const int32_t* slots, const int32_t* positions, int32_t* index,
-                             int64_t index_blk, const int32_t* indices, int kv_dim,
-                             bool vectorised) {
-  const int r = blockIdx.x;
-  const int slot = slots[r];
-  if (slot < 0 || slot >= num_slots) return;
-  const int64_t blk = slot / block_tokens, off = slot % block_tokens;
-  bf16* dst_k = kv + blk * blk_stride + off * kv_row;
-  bf16* dst_v = dst_k + v_off;
-  const bf16* src_k = k_new + static_cast<int64_t>(r) * k_row;
-  const bf16* src_v = v_new + static_cast<int64_t>(r) * v_row;
-  if (vectorised) {
-    for (int i = threadIdx.x; i < kv_dim / 8; i += blockDim.x) {
-      reinterpret_cast<uint4*>(dst_k)[i] = reinterpret_cast<const uint4*>(src_k)[i];
-      reinterpret_cast<uint4*>(dst_v)[i] = reinterpret_cast<const uint4*>(src_v)[i];
-    }
-  } else {
-    for (int i = threadIdx.x; i < kv_dim; i += blockDim.x) {
-      dst_k[i] = src_k[i];
-      dst_v[i] = src_v[i];
-    }
-  }
-  if (threadIdx.x == 0 && positions != nullptr) pos[blk * pos_blk + off] = positions[r];
-  if (threadIdx.x == 0 && indices != nullptr) index[blk * index_blk + off] = indices[r];
-}
+__global__ void AppendKernel(detail::AppendArgs a) { detail::AppendRow(a, blockIdx.x); }
 
 [[noreturn]] void Fail(const char* op, const char* what) {
   std::fprintf(stderr, "%s: %s\n", op, what);
@@ -492,12 +466,14 @@ void LaunchDecodeTc(const DecodeArgs& a, int kv_heads, int batch, cudaStream_t s
 
 }  // namespace
 
-void PagedKvAppend(DeviceContext& ctx, TensorView kv_pool, TensorView pos_pool, TensorView k_new,
-                   TensorView v_new, const int32_t* slot_mapping, const int32_t* positions,
-                   TensorView index_pool, const int32_t* indices) {
-  constexpr const char* kOp = "PagedKvAppend";
-  CheckPool(kOp, kv_pool, pos_pool);
-  if (indices != nullptr) CheckPool(kOp, kv_pool, index_pool);  // the same shape as pos_pool
+namespace detail {
+
+AppendArgs CheckedAppendArgs(const char* op, TensorView kv_pool, TensorView pos_pool,
+                             TensorView k_new, TensorView v_new, const int32_t* slot_mapping,
+                             const int32_t* positions, TensorView index_pool,
+                             const int32_t* indices) {
+  CheckPool(op, kv_pool, pos_pool);
+  if (indices != nullptr) CheckPool(op, kv_pool, index_pool);  // the same shape as pos_pool
   char msg[320];
   const int64_t kv_dim = kv_pool.dim(3);
   for (const TensorView* t : {&k_new, &v_new}) {
@@ -508,24 +484,47 @@ void PagedKvAppend(DeviceContext& ctx, TensorView kv_pool, TensorView pos_pool, 
                     "(got %s and %s)",
                     static_cast<long long>(kv_dim), k_new.ShapeString().c_str(),
                     v_new.ShapeString().c_str());
-      Fail(kOp, msg);
+      Fail(op, msg);
     }
   }
-  const int64_t rows = k_new.dim(0);
-  if (rows == 0) return;
-  if (rows > INT32_MAX) Fail(kOp, "more than 2^31 rows");
-  const bool vectorised = kv_dim % 8 == 0 && Aligned16(kv_pool.data) && Aligned16(k_new.data) &&
-                          Aligned16(v_new.data) && kv_pool.stride[0] % 8 == 0 &&
-                          kv_pool.stride[1] % 8 == 0 && kv_pool.stride[2] % 8 == 0 &&
-                          k_new.stride[0] % 8 == 0 && v_new.stride[0] % 8 == 0;
-  const int64_t num_slots = kv_pool.dim(0) * kv_pool.dim(2);
-  AppendKernel<<<static_cast<unsigned>(rows), 128, 0, ctx.cuda().stream()>>>(
-      kv_pool.as<bf16>(), kv_pool.stride[0], kv_pool.stride[1], kv_pool.stride[2],
-      pos_pool.as<int32_t>(), pos_pool.stride[0], num_slots, static_cast<int>(kv_pool.dim(2)),
-      k_new.as<const bf16>(), k_new.stride[0], v_new.as<const bf16>(), v_new.stride[0],
-      slot_mapping, positions, indices != nullptr ? index_pool.as<int32_t>() : nullptr,
-      indices != nullptr ? index_pool.stride[0] : 0, indices, static_cast<int>(kv_dim),
-      vectorised);
+  AppendArgs a;
+  a.rows = k_new.dim(0);
+  if (a.rows > INT32_MAX) Fail(op, "more than 2^31 rows");
+  a.vectorised = kv_dim % 8 == 0 && Aligned16(kv_pool.data) && Aligned16(k_new.data) &&
+                 Aligned16(v_new.data) && kv_pool.stride[0] % 8 == 0 &&
+                 kv_pool.stride[1] % 8 == 0 && kv_pool.stride[2] % 8 == 0 &&
+                 k_new.stride[0] % 8 == 0 && v_new.stride[0] % 8 == 0;
+  a.kv = kv_pool.as<bf16>();
+  a.blk_stride = kv_pool.stride[0];
+  a.v_off = kv_pool.stride[1];
+  a.kv_row = kv_pool.stride[2];
+  a.pos = pos_pool.as<int32_t>();
+  a.pos_blk = pos_pool.stride[0];
+  a.num_slots = kv_pool.dim(0) * kv_pool.dim(2);
+  a.block_tokens = static_cast<int>(kv_pool.dim(2));
+  a.k_new = k_new.as<const bf16>();
+  a.k_row = k_new.stride[0];
+  a.v_new = v_new.as<const bf16>();
+  a.v_row = v_new.stride[0];
+  a.slots = slot_mapping;
+  a.positions = positions;
+  a.index = indices != nullptr ? index_pool.as<int32_t>() : nullptr;
+  a.index_blk = indices != nullptr ? index_pool.stride[0] : 0;
+  a.indices = indices;
+  a.kv_dim = static_cast<int>(kv_dim);
+  return a;
+}
+
+}  // namespace detail
+
+void PagedKvAppend(DeviceContext& ctx, TensorView kv_pool, TensorView pos_pool, TensorView k_new,
+                   TensorView v_new, const int32_t* slot_mapping, const int32_t* positions,
+                   TensorView index_pool, const int32_t* indices) {
+  const detail::AppendArgs a =
+      detail::CheckedAppendArgs("PagedKvAppend", kv_pool, pos_pool, k_new, v_new, slot_mapping,
+                                positions, index_pool, indices);
+  if (a.rows == 0) return;
+  AppendKernel<<<static_cast<unsigned>(a.rows), 128, 0, ctx.cuda().stream()>>>(a);
   UP_CUDA_CHECK_LAUNCH();
 }
 

@@ -543,6 +543,104 @@ TEST(CudaPagedAttentionTest, AppendWritesExactlyTheMappedSlots) {
   }
 }
 
+// RopePagedKvAppend equals Rope then PagedKvAppend bit for bit: the rotated q and k heads left in
+// the fused QKV rows, the pool's keys (rotated) and values, both slot coordinates; slots that
+// skip their row still rotate it; both rope styles, full and partial rotary dims, the paired
+// (bf16x2) and the scalar rotation, head dims 64 and 128, positions past 2^16.
+TEST(CudaPagedAttentionTest, RopeAppendEqualsRopeThenAppend) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  std::mt19937 rng(901);
+  struct Shape {
+    int hq, hkv, d, rot_dims;
+  };
+  for (const Shape sh : {Shape{4, 2, 128, 128}, Shape{8, 2, 64, 32}, Shape{2, 1, 64, 6}}) {
+    for (const RopeStyle style : {RopeStyle::kNeox, RopeStyle::kAdjacent}) {
+      const int num_blocks = 7, bt = 16, R = 37;
+      const int kv_dim = sh.hkv * sh.d;
+      const int64_t width = static_cast<int64_t>(sh.hq + 2 * sh.hkv) * sh.d + 8;  // q | k | v | pad
+      const int64_t blk_stride = 2 * bt * kv_dim;
+      std::vector<uint16_t> qkv(R * width);
+      for (uint16_t& x : qkv) {
+        x = ut::F32ToBf16Bits(std::uniform_real_distribution<float>(-2, 2)(rng));
+      }
+      std::vector<uint16_t> pool(num_blocks * blk_stride);
+      for (uint16_t& x : pool) x = static_cast<uint16_t>(rng());
+      std::vector<int32_t> meta(static_cast<size_t>(num_blocks) * 2 * bt);
+      for (int32_t& x : meta) x = static_cast<int32_t>(rng() % 1000);
+      std::vector<int32_t> all_slots(num_blocks * bt);
+      std::iota(all_slots.begin(), all_slots.end(), 0);
+      std::shuffle(all_slots.begin(), all_slots.end(), rng);
+      std::vector<int32_t> slots(all_slots.begin(), all_slots.begin() + R);
+      slots[3] = -1;  // skipped, still rotated
+      slots[30] = -1;
+      std::vector<int32_t> pos(R), indices(R);
+      for (int32_t& x : pos) x = static_cast<int32_t>(rng() % 140000);
+      for (int32_t& x : indices) x = static_cast<int32_t>(rng() % 100000);
+      std::vector<float> inv_freq(std::max(sh.rot_dims / 2, 1));
+      for (size_t i = 0; i < inv_freq.size(); ++i) {
+        inv_freq[i] = std::pow(500000.0f, -2.0f * static_cast<float>(i) / sh.rot_dims);
+      }
+      const DeviceBuffer d_slots = DeviceBuffer::FromHost(slots);
+      const DeviceBuffer d_pos = DeviceBuffer::FromHost(pos);
+      const DeviceBuffer d_indices = DeviceBuffer::FromHost(indices);
+      const DeviceBuffer d_freq = DeviceBuffer::FromHost(inv_freq);
+      // Run both ways on copies: [0] Rope then PagedKvAppend, [1] RopePagedKvAppend.
+      std::vector<uint16_t> out_qkv[2], out_pool[2];
+      std::vector<int32_t> out_meta[2];
+      for (int fused = 0; fused < 2; ++fused) {
+        DeviceBuffer d_qkv = DeviceBuffer::FromHost(qkv);
+        DeviceBuffer d_pool = DeviceBuffer::FromHost(pool);
+        DeviceBuffer d_meta = DeviceBuffer::FromHost(meta);
+        const TensorView kv_view = TensorView::Contiguous(
+            d_pool.data(), DType::kBF16, {num_blocks, 2, bt, kv_dim}, Device::kCuda);
+        TensorView pos_plane =
+            TensorView::Contiguous(d_meta.data(), DType::kI32, {num_blocks, bt}, Device::kCuda);
+        pos_plane.stride[0] = 2 * bt;
+        TensorView index_plane = pos_plane;
+        index_plane.data = d_meta.as<int32_t>() + bt;
+        TensorView qk = TensorView::Contiguous(d_qkv.data(), DType::kBF16,
+                                               {R, sh.hq + sh.hkv, sh.d}, Device::kCuda);
+        qk.stride[0] = width;
+        const auto rows = [&](int64_t col) {
+          TensorView t = TensorView::Contiguous(d_qkv.as<uint16_t>() + col, DType::kBF16,
+                                                {R, kv_dim}, Device::kCuda);
+          t.stride[0] = width;
+          return t;
+        };
+        const TensorView k_rows = rows(int64_t{sh.hq} * sh.d);
+        const TensorView v_rows = rows(int64_t{sh.hq + sh.hkv} * sh.d);
+        if (fused) {
+          cuda::RopePagedKvAppend(ctx, qk, sh.hkv, d_pos.as<int32_t>(), d_freq.as<float>(),
+                                  sh.rot_dims, style, kv_view, pos_plane, v_rows,
+                                  d_slots.as<int32_t>(), d_pos.as<int32_t>(), index_plane,
+                                  d_indices.as<int32_t>());
+        } else {
+          cuda::Rope(ctx, qk, d_pos.as<int32_t>(), d_freq.as<float>(), sh.rot_dims, style);
+          cuda::PagedKvAppend(ctx, kv_view, pos_plane, k_rows, v_rows, d_slots.as<int32_t>(),
+                              d_pos.as<int32_t>(), index_plane, d_indices.as<int32_t>());
+        }
+        ctx.cuda().Synchronize();
+        out_qkv[fused] = d_qkv.ToHost<uint16_t>(qkv.size());
+        out_pool[fused] = d_pool.ToHost<uint16_t>(pool.size());
+        out_meta[fused] = d_meta.ToHost<int32_t>(meta.size());
+      }
+      const std::string what = "hq " + std::to_string(sh.hq) + " hkv " + std::to_string(sh.hkv) +
+                               " d " + std::to_string(sh.d) + " rot " +
+                               std::to_string(sh.rot_dims) + " style " +
+                               std::to_string(static_cast<int>(style));
+      EXPECT_TRUE(out_qkv[1] == out_qkv[0]) << what;
+      EXPECT_TRUE(out_pool[1] == out_pool[0]) << what;
+      EXPECT_TRUE(out_meta[1] == out_meta[0]) << what;
+      // And the rotation happened: the query heads changed.
+      int64_t changed = 0;
+      for (int64_t i = 0; i < static_cast<int64_t>(sh.hq) * sh.d; ++i) {
+        changed += out_qkv[1][i] != qkv[i];
+      }
+      EXPECT_GT(changed, 0) << what;
+    }
+  }
+}
+
 TEST(CudaPagedAttentionTest, AppendThenDecodeSeesTheNewToken) {
   UP_CUDA_TEST_CONTEXT(ctx);
   // Two requests share a pool; each appends one token into the next free slot of its last block,
