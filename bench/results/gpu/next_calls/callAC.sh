@@ -6,7 +6,10 @@
 # +0.51, small kernels +0.20, gaps +0.24). This call, best on an H200 (issue 18's reference):
 #   1. WgmmaAttentionTest.DISABLED_ThroughputDeepChunkBetweenGemms with the clock sampled: does
 #      the H200 (700 W too, faster memory) throttle alike?
-#   2. served, dense, untraced: mixed (130K among 16 shorts) and long1 (alone, PREFILL_ONLY=2048),
+#   2. the CUDA tests of RoPE in the append (RopePagedKvAppend, written without a GPU in the 28th
+#      session) and bench step with it and without (UNIPREFILL_CUDA_SEPARATE_ROPE=1), arms
+#      alternating; predicted ~0.25 ms off a 32-layer forward at 256 rows (~0.06 ms at 8 layers);
+#   3. served, dense, untraced: mixed (130K among 16 shorts) and long1 (alone, PREFILL_ONLY=2048),
 #      whole and chunked, each run's mean SM clock and power printed beside its memory.
 # Predicted (H200): mixed ~1.15x (24th: 1.155x), long1 ~1.11x (27th's GPU time: 1.116x); the
 # clock under load lower in the chunked runs than in whole's by a few percent.
@@ -14,7 +17,17 @@ source "$(dirname "$0")/lib.sh"
 call_begin
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv > $OUT/gpu.txt
 start_checkpoint
-build_and_test "uniprefill uniprefill_cuda_tests" 'WgmmaAttention*:StepTrace*'
+build_and_test "uniprefill uniprefill_cuda_tests" \
+  'WgmmaAttention*:StepTrace*:CudaPagedAttention*:CudaModel*:CudaRandomModel*:CudaPrefixInPlace*:*SegmentChunk*:*Rope*' 180
+# RoPE in the append (28th session, the default) against the two launches, same binary, arms
+# alternating: bench step's deep and shallow chunks, 8 layers.
+for arm in 0 1 0 1; do
+  UNIPREFILL_CUDA_SEPARATE_ROPE=$arm timeout 90 build-dev-new/uniprefill bench step --device cuda \
+    --shape llama-3.1-8b --layers 8 --budget 2048 --warmup 2 --repeats 9 \
+    --mixes "c256@120000; c2048@16384; d16@4096" > /tmp/rope_arm$arm.txt 2>&1
+  echo "== separate rope $arm" >> $OUT/rope_ab.txt; grep -vE "^\s*$" /tmp/rope_arm$arm.txt | tail -6 >> $OUT/rope_ab.txt
+done
+echo "rope A/B at $(elapsed) s"; cat $OUT/rope_ab.txt
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw --format=csv,noheader -lms 20 \
   > /tmp/clocks.csv 2>&1 &
 sampler=$!
