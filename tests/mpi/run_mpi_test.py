@@ -18,7 +18,10 @@ stay below one process's: each holds half the heads, FFN columns and vocabulary 
 reports: `bench-prefill` (600 random tokens, UniPrefill keep 0.5), `eval fidelity` (one 400-token
 prompt, 8 greedy tokens) and `calibrate` (one RULER task at 512 tokens, two settings) alone and
 under `mpirun -np 2 ... --tensor-parallel 2`: the same kept counts, top-1 agreement and greedy
-agreement, KL within 1e-3 relative (or 1e-6 absolute), the same calibration accuracies and keep
+agreement, KL within 2% relative (or 1e-6 absolute: each rank's GEMMs sum half of K, so the
+logits move by rounding, and this prompt's KL of UniPrefill against dense moves 0.56% between
+TP 1 and TP 2 on an AMD EPYC with OpenBLAS's sgemm, 0.21% with the int16 GEMMs, 28th session;
+under 0.1% on the CPUs before), the same calibration accuracies and keep
 ratios (not the recommendation: among equals it goes by measured speed); rank 0 alone writes the JSON report (no PATH.rank1) and prints the
 table (once on stdout).
 Flags: --allow-run-as-root (CI runs as root), --oversubscribe (2 ranks may exceed the cores mpirun
@@ -131,7 +134,7 @@ def run_reports(a):
                 same = (one["mean_top1_agreement"] == two["mean_top1_agreement"] and
                         one["mean_greedy_prefix_agreement"] ==
                         two["mean_greedy_prefix_agreement"] and
-                        math.isclose(one["mean_kl"], two["mean_kl"], rel_tol=1e-3, abs_tol=1e-6))
+                        math.isclose(one["mean_kl"], two["mean_kl"], rel_tol=2e-2, abs_tol=1e-6))
                 print(f"{name}: TP 1 {[one[k] for k in sorted(one) if k.startswith('mean')]} "
                       f"TP 2 {[two[k] for k in sorted(two) if k.startswith('mean')]}")
             if not same:
