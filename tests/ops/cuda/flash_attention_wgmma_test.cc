@@ -383,8 +383,10 @@ TEST_F(WgmmaAttentionTest, UncoveredProblemsAreRejectedWithoutALaunch) {
 
 
 // The served 130K prompt's chunks (256-2048 rows over a ~120K cached prefix) against the whole
-// prefill's rate, by key split: on an H100 (28th session) its 256-384-row chunks ran the kernel
-// at 530-540 TFLOP/s where a whole 128K prefill runs ~590-616. The 8B shape (32 / 8 heads,
+// prefill's rate, by key split: on an H100 (28th session) served 256-row chunks ran the kernel at
+// ~548 TFLOP/s, here alone 629 in 2 splits (the split rule's pick; whole 128K: 576): the gap is
+// the clock under the power limit (DISABLED_ThroughputDeepChunkBetweenGemms), these launches
+// are a cool GPU's bursts. The 8B shape (32 / 8 heads,
 // d 128), keys in their own planes as the pool's (row stride Hkv * D), q as the fused QKV's
 // columns (row stride (Hq + 2 Hkv) D). Prints the kernel's and the merge's milliseconds and the
 // kernel's rate (4 D Hq FLOPs per row-key pair, causal pairs only). Run by name on a GPU.
@@ -469,7 +471,9 @@ TEST_F(WgmmaAttentionTest, DISABLED_ThroughputChunksOverDeepPrefixesBySplits) {
 
 
 // The served chunks ran the kernel ~14% under its rate alone (28th session, H100: 256 rows
-// ~129K deep, 0.98 ms a layer served against 0.86 alone). Is it the GEMMs between them? The
+// ~129K deep, 0.98 ms a layer served against 0.86 alone). Is it the GEMMs between them? (On the
+// H100: no, the power limit: p50 0.90 -> 0.94 -> 0.93 -> 0.97 ms as the SM clock fell to
+// 1.47 GHz at 700 W, whichever phase.) The
 // same 256-row chunk over a 120K prefix (2 splits), first back to back, then each launch between
 // an 8B layer's four GEMMs at 256 rows (qkv, o, gate_up, down) as a served forward runs it; each
 // attention launch timed by its own events. Each phase runs ~1.5 s and prints its wall-clock
