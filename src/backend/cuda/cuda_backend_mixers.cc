@@ -421,12 +421,12 @@ Status CudaBackend::AttentionMixer(int li, const AttentionLayer& L, std::vector<
   // keys and values (RopePagedKvAppend, below; UNIPREFILL_CUDA_SEPARATE_ROPE=1: the rotation in
   // a launch of its own, as before the 28th session).
   const bool rope_in_append = q_cols == qd && !separate_rope_;
-  if (q_cols == qd && !rope_in_append) {
+  if (!rope_in_append && q_cols == qd) {
     // One launch rotates q and k (the same angles per token; each head's arithmetic as in two
     // launches). A decode layer's second launch was ~2-4 us of latency on an H200.
     oc::Rope(ctx_, Heads(Bf16(qkv_), T, Hq + Hkv, D, width), d_pos_, L.inv_freq.as<float>(),
              a.rot_dims, a.rope_style);
-  } else if (!rope_in_append) {  // q | gate | k
+  } else if (!rope_in_append) {  // q | gate | k: not adjacent, two launches
     oc::Rope(ctx_, q, d_pos_, L.inv_freq.as<float>(), a.rot_dims, a.rope_style);
     oc::Rope(ctx_, k, d_pos_, L.inv_freq.as<float>(), a.rot_dims, a.rope_style);
   }

@@ -7,13 +7,11 @@
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_context.h"
 #include "ops/cuda/cuda_dense_ops.h"
-#include "ops/cuda/dense_kernels_common.cuh"
 #include "ops/cuda/rope_row.cuh"
 
 namespace uniprefill::ops::cuda {
 namespace {
 
-using detail::bf16;
 using detail::RopeArgs;
 
 constexpr int kRopeThreads = 256;
@@ -48,14 +46,7 @@ void Rope(DeviceContext& ctx, TensorView x, const int32_t* pos, const float* inv
   assert(x.stride[2] == 1 && rot_dims % 2 == 0 && rot_dims <= x.dim(2));
   const int64_t T = x.dim(0);
   if (T == 0 || x.dim(1) == 0 || rot_dims == 0) return;
-  RopeArgs a;
-  a.x = x.as<bf16>();
-  a.stride_t = x.stride[0];
-  a.stride_h = x.stride[1];
-  a.heads = static_cast<int>(x.dim(1));
-  a.pos = pos;
-  a.inv_freq = inv_freq;
-  a.half = rot_dims / 2;
+  const RopeArgs a = detail::RopeArgsFor(x, pos, inv_freq, rot_dims);
   const bool paired = detail::RopePairedOk(a);
   if (style == RopeStyle::kNeox) {
     LaunchRope<RopeStyle::kNeox>(a, T, paired, ctx.cuda().stream());

@@ -61,14 +61,7 @@ void RopePagedKvAppend(DeviceContext& ctx, TensorView qk, int kv_heads, const in
       detail::CheckedAppendArgs("RopePagedKvAppend", kv_pool, pos_pool, keys, v_new,
                                 slot_mapping, positions, index_pool, indices);
   if (R == 0) return;
-  detail::RopeArgs rope;
-  rope.x = qk.as<__nv_bfloat16>();
-  rope.stride_t = qk.stride[0];
-  rope.stride_h = qk.stride[1];
-  rope.heads = static_cast<int>(qk.dim(1));
-  rope.pos = pos;
-  rope.inv_freq = inv_freq;
-  rope.half = rot_dims / 2;
+  const detail::RopeArgs rope = detail::RopeArgsFor(qk, pos, inv_freq, rot_dims);
   const bool paired = detail::RopePairedOk(rope);
   const size_t smem = sizeof(float) * 2 * std::max(rope.half, 1);
   const unsigned grid = static_cast<unsigned>(R);

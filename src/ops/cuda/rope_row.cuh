@@ -12,6 +12,7 @@
 
 #include <cstdint>
 
+#include "core/tensor.h"
 #include "ops/ops.h"
 
 namespace uniprefill::ops::cuda::detail {
@@ -82,6 +83,21 @@ __device__ __forceinline__ void RopeRow(const RopeArgs& a, int64_t t, float* cos
       *e1 = __float2bfloat16_rn(y1);
     }
   }
+}
+
+// The arguments for x bf16 [T, H, D] (token and head strides free, last dim contiguous), pos
+// int32 [T], inv_freq f32 [rot_dims / 2].
+inline RopeArgs RopeArgsFor(const TensorView& x, const int32_t* pos, const float* inv_freq,
+                            int rot_dims) {
+  RopeArgs a;
+  a.x = static_cast<__nv_bfloat16*>(x.data);
+  a.stride_t = x.stride[0];
+  a.stride_h = x.stride[1];
+  a.heads = static_cast<int>(x.dim(1));
+  a.pos = pos;
+  a.inv_freq = inv_freq;
+  a.half = rot_dims / 2;
+  return a;
 }
 
 // Whether RopeRow's paired variant may run on a: bf16x2 accesses need 4-byte alignment of every

@@ -382,6 +382,46 @@ TEST_F(WgmmaAttentionTest, UncoveredProblemsAreRejectedWithoutALaunch) {
 }
 
 
+// The throughput tests' problem, the 8B shape (32 / 8 heads, d 128): `rows` queries at rows
+// [0, rows) of q (the fused QKV's columns, row stride (Hq + 2 Hkv) D) and out, the last of `keys`
+// keys at rows [0, keys) of k and v (their own planes, row stride Hkv D, as the pool's); meta is
+// device int32 {0, rows, 0, keys}; split-KV into partial / lse where splits > 1.
+constexpr int kServedHq = 32, kServedHkv = 8;
+constexpr int64_t kServedQld = (kServedHq + 2 * kServedHkv) * kD, kServedKvld = kServedHkv * kD;
+
+WgmmaAttentionProblem ServedChunkProblem(const DeviceBuffer& q, const DeviceBuffer& k,
+                                         const DeviceBuffer& v, const DeviceBuffer& out,
+                                         const DeviceBuffer& meta, int rows, int64_t keys,
+                                         int splits, const DeviceBuffer& partial,
+                                         const DeviceBuffer& lse) {
+  WgmmaAttentionProblem p;
+  p.q = q.as<__nv_bfloat16>();
+  p.k = k.as<__nv_bfloat16>();
+  p.v = v.as<__nv_bfloat16>();
+  p.out = out.as<__nv_bfloat16>();
+  p.q_row_stride = kServedQld;
+  p.k_row_stride = p.v_row_stride = kServedKvld;
+  p.out_row_stride = kServedHq * kD;
+  p.rows = rows;
+  p.k_rows = keys;
+  p.seq_begin = meta.as<int32_t>();
+  p.seq_len = meta.as<int32_t>() + 1;
+  p.k_seq_begin = meta.as<int32_t>() + 2;
+  p.k_seq_len = meta.as<int32_t>() + 3;
+  p.batch = 1;
+  p.max_seqlen = rows;
+  p.hq = kServedHq;
+  p.hkv = kServedHkv;
+  p.head_dim = kD;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(kD));
+  p.splits = splits;
+  if (splits > 1) {
+    p.partial = partial.as<__nv_bfloat16>();
+    p.lse = lse.as<float>();
+  }
+  return p;
+}
+
 // The served 130K prompt's chunks (256-2048 rows over a ~120K cached prefix) against the whole
 // prefill's rate, by key split: on an H100 (28th session) served 256-row chunks ran the kernel at
 // ~548 TFLOP/s, here alone 629 in 2 splits (the split rule's pick; whole 128K: 576): the gap is
@@ -393,9 +433,8 @@ TEST_F(WgmmaAttentionTest, UncoveredProblemsAreRejectedWithoutALaunch) {
 TEST_F(WgmmaAttentionTest, DISABLED_ThroughputChunksOverDeepPrefixesBySplits) {
   UP_CUDA_TEST_CONTEXT(ctx);
   UP_WGMMA_OR_SKIP(ctx);
-  constexpr int kHq = 32, kHkv = 8;
-  constexpr int64_t kMaxKeys = 131072 + 2048;
-  constexpr int64_t kQld = (kHq + 2 * kHkv) * kD, kKvld = kHkv * kD;
+  constexpr int kHq = kServedHq;
+  constexpr int64_t kMaxKeys = 131072 + 2048, kQld = kServedQld, kKvld = kServedKvld;
   DeviceBuffer q_dev(kMaxKeys * kQld * 2), k_dev(kMaxKeys * kKvld * 2), v_dev(kMaxKeys * kKvld * 2);
   DeviceBuffer out_dev(kMaxKeys * kHq * kD * 2);
   constexpr int kMaxSplits = 8;
@@ -409,32 +448,8 @@ TEST_F(WgmmaAttentionTest, DISABLED_ThroughputChunksOverDeepPrefixesBySplits) {
     const std::vector<int32_t> meta = {0, rows, 0, static_cast<int32_t>(keys)};
     const DeviceBuffer meta_dev = DeviceBuffer::FromHost(meta);
     UP_CUDA_CHECK(cudaDeviceSynchronize());
-    WgmmaAttentionProblem p;
-    // Queries and outputs at rows [0, rows) of their buffers; keys at [0, keys) of theirs.
-    p.q = q_dev.as<__nv_bfloat16>();
-    p.k = k_dev.as<__nv_bfloat16>();
-    p.v = v_dev.as<__nv_bfloat16>();
-    p.out = out_dev.as<__nv_bfloat16>();
-    p.q_row_stride = kQld;
-    p.k_row_stride = p.v_row_stride = kKvld;
-    p.out_row_stride = kHq * kD;
-    p.rows = rows;
-    p.k_rows = keys;
-    p.seq_begin = meta_dev.as<int32_t>();
-    p.seq_len = meta_dev.as<int32_t>() + 1;
-    p.k_seq_begin = meta_dev.as<int32_t>() + 2;
-    p.k_seq_len = meta_dev.as<int32_t>() + 3;
-    p.batch = 1;
-    p.max_seqlen = rows;
-    p.hq = kHq;
-    p.hkv = kHkv;
-    p.head_dim = kD;
-    p.scale = 1.0f / std::sqrt(static_cast<float>(kD));
-    p.splits = splits;
-    if (splits > 1) {
-      p.partial = partial_dev.as<__nv_bfloat16>();
-      p.lse = lse_dev.as<float>();
-    }
+    const WgmmaAttentionProblem p = ServedChunkProblem(q_dev, k_dev, v_dev, out_dev, meta_dev, rows,
+                                                       keys, splits, partial_dev, lse_dev);
     EXPECT_TRUE(WgmmaAttentionCovers(p));
     const int reps = keys > 65536 && rows == keys ? 3 : 20;
     const double ms = ::uniprefill::testing::MeanCudaMs(ctx, reps, [&] {
@@ -481,9 +496,9 @@ TEST_F(WgmmaAttentionTest, DISABLED_ThroughputChunksOverDeepPrefixesBySplits) {
 TEST_F(WgmmaAttentionTest, DISABLED_ThroughputDeepChunkBetweenGemms) {
   UP_CUDA_TEST_CONTEXT(ctx);
   UP_WGMMA_OR_SKIP(ctx);
-  constexpr int kHq = 32, kHkv = 8, kRows = 256, kSplits = 2, kH = 4096, kF = 14336;
+  constexpr int kHq = kServedHq, kRows = 256, kSplits = 2, kH = 4096, kF = 14336;
   constexpr int64_t kKeys = 120000 + kRows;
-  constexpr int64_t kQld = (kHq + 2 * kHkv) * kD, kKvld = kHkv * kD;
+  constexpr int64_t kQld = kServedQld, kKvld = kServedKvld;
   DeviceBuffer q_dev(kRows * kQld * 2), k_dev(kKeys * kKvld * 2), v_dev(kKeys * kKvld * 2);
   DeviceBuffer out_dev(kRows * kHq * kD * 2);
   DeviceBuffer partial_dev(int64_t{kSplits} * kRows * kHq * kD * 2);
@@ -502,29 +517,8 @@ TEST_F(WgmmaAttentionTest, DISABLED_ThroughputDeepChunkBetweenGemms) {
   const std::vector<int32_t> meta = {0, kRows, 0, static_cast<int32_t>(kKeys)};
   const DeviceBuffer meta_dev = DeviceBuffer::FromHost(meta);
   UP_CUDA_CHECK(cudaDeviceSynchronize());
-  WgmmaAttentionProblem p;
-  p.q = q_dev.as<__nv_bfloat16>();
-  p.k = k_dev.as<__nv_bfloat16>();
-  p.v = v_dev.as<__nv_bfloat16>();
-  p.out = out_dev.as<__nv_bfloat16>();
-  p.q_row_stride = kQld;
-  p.k_row_stride = p.v_row_stride = kKvld;
-  p.out_row_stride = kHq * kD;
-  p.rows = kRows;
-  p.k_rows = kKeys;
-  p.seq_begin = meta_dev.as<int32_t>();
-  p.seq_len = meta_dev.as<int32_t>() + 1;
-  p.k_seq_begin = meta_dev.as<int32_t>() + 2;
-  p.k_seq_len = meta_dev.as<int32_t>() + 3;
-  p.batch = 1;
-  p.max_seqlen = kRows;
-  p.hq = kHq;
-  p.hkv = kHkv;
-  p.head_dim = kD;
-  p.scale = 1.0f / std::sqrt(static_cast<float>(kD));
-  p.splits = kSplits;
-  p.partial = partial_dev.as<__nv_bfloat16>();
-  p.lse = lse_dev.as<float>();
+  const WgmmaAttentionProblem p = ServedChunkProblem(q_dev, k_dev, v_dev, out_dev, meta_dev, kRows,
+                                                     kKeys, kSplits, partial_dev, lse_dev);
   ASSERT_TRUE(WgmmaAttentionCovers(p));
   cudaStream_t stream = ctx.cuda().stream();
   const auto gemm = [&](int64_t n, int64_t k, const DeviceBuffer& w) {
