@@ -169,6 +169,12 @@ struct LoadOptions {
   // cut into pieces of at least this many keys when the chunk's query tiles alone would not fill
   // the GPU twice over (a chunk of a few hundred rows deep in a long prompt). 0: never split.
   int gpu_prefix_split_min_keys = 2048;
+  // GPU only: cuDNN's fused attention keeps, per shape bucket, the fastest of its heuristics'
+  // plans, each timed once (true), or the heuristics' first plan (false). Timing makes the choice
+  // depend on the machine's load at that moment, and plans round differently (a packed batch's
+  // bucket and a request's own bucket picked different plans in the 29th session's call AC, 3.6e-3
+  // apart): the GPU model tests that compare such runs turn it off.
+  bool gpu_cudnn_autotune = true;
   // CPU only: the element type of cached keys and values: kF32 (exact: what the model-level
   // tests compare computation orders with), or kF16 (half the bytes a decode step streams per
   // cached token; the engine's default, EngineOptions::kv_cache_dtype, as llama.cpp's cache).

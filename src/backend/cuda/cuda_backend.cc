@@ -54,6 +54,7 @@ Status CudaBackend::Load(const ProgressFn& progress, GpuAttention attention) {
   if (attention == GpuAttention::kAuto || attention == GpuAttention::kCudnn) {
     ops::cuda::CudnnOptions cudnn_options;
     cudnn_options.implementation = cudnn_sdpa_;
+    cudnn_options.autotune = cudnn_autotune_;
     Result<std::unique_ptr<ops::cuda::CudnnAttention>> cudnn =
         ops::cuda::CudnnAttention::Create(ctx_, cudnn_options);
     if (cudnn.ok()) {
@@ -746,6 +747,7 @@ Result<std::unique_ptr<LayerBackend>> MakeCudaBackend(const ModelDefinition& def
   auto backend = std::make_unique<cuda_backend::CudaBackend>(
       definition, ctx, options.gpu_delta_rule, options.gpu_decode_graphs, options.gpu_moe_gemm);
   backend->set_prefix_split_min_keys(options.gpu_prefix_split_min_keys);
+  backend->set_cudnn_autotune(options.gpu_cudnn_autotune);
   UP_ASSIGN_OR_RETURN(cuda_backend::CudaDiagnostics diagnostics,
                       cuda_backend::DiagnosticsFromEnvironment());
   backend->set_diagnostics(std::move(diagnostics));

@@ -108,6 +108,8 @@ class CudaBackend final : public LayerBackend {
   Status WaitEvent(cudaEvent_t event);
   // LoadOptions::gpu_prefix_split_min_keys (0: never split a chunk's prefix).
   void set_prefix_split_min_keys(int keys) { prefix_split_min_keys_ = keys; }
+  // LoadOptions::gpu_cudnn_autotune; before Load.
+  void set_cudnn_autotune(bool on) { cudnn_autotune_ = on; }
   // What the environment asks for (cuda_diagnostics.h), set once by MakeCudaBackend.
   void set_diagnostics(CudaDiagnostics d) {
     trace_ = std::move(d.trace);
@@ -361,6 +363,7 @@ class CudaBackend final : public LayerBackend {
   GpuMoeGemm moe_gemm_ = GpuMoeGemm::kOurs;              // LoadOptions::gpu_moe_gemm
   std::unique_ptr<ops::cuda::CudnnAttention> cudnn_;    // LoadOptions::gpu_attention (null: ours)
   bool wgmma_attention_ = false;  // LoadOptions::gpu_attention on a compute capability 9.0 device
+  bool cudnn_autotune_ = true;    // LoadOptions::gpu_cudnn_autotune
   DeviceBuffer output_norm_;
   std::vector<Layer> layers_;
 
