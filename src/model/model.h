@@ -171,9 +171,9 @@ struct LoadOptions {
   int gpu_prefix_split_min_keys = 2048;
   // GPU only: cuDNN's fused attention keeps, per shape bucket, the fastest of its heuristics'
   // plans, each timed once (true), or the heuristics' first plan (false). Timing makes the choice
-  // depend on the machine's load at that moment, and plans round differently (a packed batch's
-  // bucket and a request's own bucket picked different plans in the 29th session's call AC, 3.6e-3
-  // apart): the GPU model tests that compare such runs turn it off.
+  // depend on the machine's load at that moment, and plans round differently (most likely why a
+  // packed batch and its requests alone came out 3.6e-3 apart once, with the host busy, in the
+  // 29th session's call AC): the GPU model tests that compare such runs turn it off.
   bool gpu_cudnn_autotune = true;
   // CPU only: the element type of cached keys and values: kF32 (exact: what the model-level
   // tests compare computation orders with), or kF16 (half the bytes a decode step streams per
