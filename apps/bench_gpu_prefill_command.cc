@@ -20,6 +20,7 @@
 #include "core/cuda/cuda_context.h"
 #include "core/cuda/device_buffer.h"
 #include "core/cuda/stream_timing.h"
+#include "core/gpu_clock_sampler.h"
 #include "engine/segment_chunked_prefill.h"
 #include "model/transformer_model.h"
 #include "ops/cuda/cuda_dense_ops.h"
@@ -217,6 +218,7 @@ struct Timings {
   int prefix_reads_in_place = 0;              // of the last run (ForwardStats)
   std::vector<double> step_ms;                // every forward of the last run (chunked: many)
   ForwardStats phases;                        // --phases: one more run, the walk timed per step
+  ClockSummary clock;                         // the timed runs' SM clock and power (NVML)
 };
 
 // One prefill of `batch` requests of n random tokens each (seeded), whole (chunk 0: one forward)
@@ -291,11 +293,14 @@ Result<std::vector<double>> RunPrefill(Model& model, DeviceContext& ctx, int64_t
 }
 
 // `repeats` timed prefills after one warm-up (and with `phases` one more, its walk timed).
+// sampler (null: no NVML) reads the clock and power through the timed runs.
 Result<Timings> TimeMode(Model& model, DeviceContext& ctx, int64_t n, int64_t batch,
-                         const UniPrefillConfig& up, int repeats, int chunk, bool phases) {
+                         const UniPrefillConfig& up, int repeats, int chunk, bool phases,
+                         GpuClockSampler* sampler) {
   Timings t;
   std::vector<std::vector<KeptTokens>> kept;
   for (int rep = 0; rep <= repeats; ++rep) {  // rep 0 warms up
+    if (rep == 1 && sampler != nullptr) sampler->Start();
     ForwardStats stats;
     UP_ASSIGN_OR_RETURN(std::vector<double> steps,
                         RunPrefill(model, ctx, n, batch, up, chunk,
@@ -311,6 +316,7 @@ Result<Timings> TimeMode(Model& model, DeviceContext& ctx, int64_t n, int64_t ba
     t.prefix_reads_in_place = stats.prefix_reads_in_place;
     t.step_ms = steps;
   }
+  if (sampler != nullptr) t.clock = sampler->Stop();
   if (phases) {
     t.phases.time_phases = true;
     UP_RETURN_IF_ERROR(
@@ -411,6 +417,13 @@ nlohmann::json ReportRow(const Mode& mode, int64_t n, int64_t b, double flops, c
     for (const KeptTokens& k : t.kept) kept.push_back(k.kept);
     row["kept_tokens_per_drop_layer"] = kept;
   }
+  if (t.clock.samples > 0) {
+    row["sm_clock_mhz_mean"] = t.clock.sm_mhz_mean;
+    row["sm_clock_mhz_min"] = t.clock.sm_mhz_min;
+    row["sm_clock_mhz_max"] = t.clock.sm_mhz_max;
+    row["power_w_mean"] = t.clock.power_w_mean;
+    row["clock_samples"] = t.clock.samples;
+  }
   row["chunk_tokens"] = chunk;
   row["forwards"] = t.step_ms.size();
   row["split_prefix_attentions"] = t.split_prefix_attentions;
@@ -426,11 +439,11 @@ nlohmann::json ReportRow(const Mode& mode, int64_t n, int64_t b, double flops, c
     }
     row["walk_phase_ms"] = phases;  // one more run, synced after every walk step
   }
-  std::printf("%-8lld %5lld %-13s %10.1f %9.1f %6.1f%% %7.3fx %10.1f %8.2f%%\n",
+  std::printf("%-8lld %5lld %-13s %10.1f %9.1f %6.1f%% %7.3fx %10.1f %8.2f%% %6.0f %5.0f\n",
               static_cast<long long>(n), static_cast<long long>(b), mode.name.c_str(), ms,
               dense ? tflops : 0.0, dense ? 100 * tflops / kDatasheetBf16Tflops : 0.0,
               dense ? 1.0 : dense_ms / ms, dense ? 0.0 : overhead,
-              dense ? 0.0 : 100 * overhead / ms);
+              dense ? 0.0 : 100 * overhead / ms, t.clock.sm_mhz_mean, t.clock.power_w_mean);
   if (chunk > 0) {
     std::vector<double> steps = t.step_ms;
     std::printf("         %lld forwards of <= %d rows per request: forward ms median %.1f, max %.1f; "
@@ -486,6 +499,10 @@ nlohmann::json Summary(const BenchGpuPrefillOptions& o, const BenchModel& bm,
        "kept_tokens_per_drop_layer is what request 0 kept at each drop layer that selected"},
       {"measured_gemm_tflops_8192", gemm_tflops},
       {"datasheet_bf16_tflops", kDatasheetBf16Tflops},
+      {"clock_sampling",
+       "NVML every 50 ms through each point's timed runs (not the warm-up): mean / min / max SM "
+       "clock and mean board power; absent where NVML is unavailable (0 in the table). A GPU at "
+       "its power limit lowers its clock, so compare timings at the clocks they ran at"},
       {"flop_convention",
        "linear layers + causal attention (4*H*D per visible pair), as pytorch_anchor.py; "
        "embedding, norms and logits not counted"}};
@@ -526,8 +543,18 @@ int BenchGpuPrefillCommand(const BenchGpuPrefillOptions& o) {
                LayerListToString(bm.defaults.drop_layers).c_str(), bm.defaults.origin.c_str());
 
   nlohmann::json rows = nlohmann::json::array();
-  std::printf("%-8s %5s %-13s %10s %9s %7s %8s %10s %9s\n", "context", "batch", "mode", "TTFT ms",
-              "TFLOP/s", "peak%", "speedup", "UP ms", "UP share");
+  // The clock and power of each point's timed runs (core/gpu_clock_sampler.h).
+  std::unique_ptr<GpuClockSampler> sampler;
+  if (Result<std::unique_ptr<GpuClockSampler>> made =
+          GpuClockSampler::Create(ctx.cuda().PciBusId());
+      made.ok()) {
+    sampler = std::move(*made);
+  } else {
+    std::fprintf(stderr, "note: no SM clock or power reported: %s\n",
+                 made.status().message().c_str());
+  }
+  std::printf("%-8s %5s %-13s %10s %9s %7s %8s %10s %9s %6s %5s\n", "context", "batch", "mode",
+              "TTFT ms", "TFLOP/s", "peak%", "speedup", "UP ms", "UP share", "SM MHz", "W");
   for (size_t ci = 0; ci < points.contexts.size(); ++ci) {
     const int64_t n = points.contexts[ci];
     for (int64_t b : points.batches) {
@@ -538,7 +565,8 @@ int BenchGpuPrefillCommand(const BenchGpuPrefillOptions& o) {
         std::vector<int> chunks = {0};  // whole, then chunked when one chunk can't hold it all
         if (o.chunk_tokens > 0 && o.chunk_tokens < n) chunks.push_back(o.chunk_tokens);
         for (int chunk : chunks) {
-          Result<Timings> t = TimeMode(model, ctx, n, b, mode.up, o.repeats, chunk, o.phases);
+          Result<Timings> t =
+              TimeMode(model, ctx, n, b, mode.up, o.repeats, chunk, o.phases, sampler.get());
           if (!t.ok()) {
             std::fprintf(stderr, "error: %s\n", t.status().message().c_str());
             return 1;

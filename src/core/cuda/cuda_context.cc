@@ -71,6 +71,12 @@ std::string CudaContext::Describe() const {
   return buf;
 }
 
+std::string CudaContext::PciBusId() const {
+  char buf[64] = {};
+  if (cudaDeviceGetPCIBusId(buf, sizeof(buf), device_index_) != cudaSuccess) return "";
+  return buf;
+}
+
 void CudaContext::Synchronize() const { UP_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
 const BlasLtMatmulPlan* CudaContext::FindMatmulPlan(const BlasLtMatmulKey& key) const {

@@ -59,6 +59,9 @@ class CudaContext {
   const cudaDeviceProp& properties() const { return props_; }
   int sm_count() const { return props_.multiProcessorCount; }
   std::string Describe() const;  // e.g. "NVIDIA H200 (sm_90, 132 SMs, 139.8 GiB)"
+  // The device's PCI bus id ("0000:1B:00.0"), how NVML (core/gpu_clock_sampler.h) finds the same
+  // GPU whatever CUDA_VISIBLE_DEVICES renumbered.
+  std::string PciBusId() const;
 
   void Synchronize() const;
 

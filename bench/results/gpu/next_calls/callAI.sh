@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Prepared in the 29th session (written after its device time was spent): GpuClockSampler
+# (core/gpu_clock_sampler.h, NVML loaded at run time) has run only against a stand-in NVML. This
+# call runs its CUDA test (GpuClockSamplerCudaTest.*: NVML finds the context's GPU by PCI bus id,
+# a plausible SM clock and power while GEMMs run) and then call AF's comparison, whose
+# `bench gpu-prefill` table now ends with each point's mean SM clock and power (JSON:
+# sm_clock_mhz_mean / min / max, power_w_mean, clock_samples), beside nvidia-smi's sampling as a
+# cross-check. Predicted (H100, as call AF): ours 32K ~1217 ms at ~1470 MHz / ~690 W, the same
+# clock nvidia-smi reads within ~2%. Before: mkdir -p .gpu_deps/anchor && cp
+# ../shared/bench/pytorch_anchor.py .gpu_deps/anchor/ (carry [".gpu_deps"]). ~6 min.
+source "$(dirname "$0")/lib.sh"
+call_begin
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv > $OUT/gpu.txt
+UP_GPU_TARGETS="uniprefill uniprefill_cuda_tests" bash scripts/gpu_build.sh build build-dev-new \
+  > /tmp/build.txt 2>&1
+echo "build rc $? at $(elapsed) s"
+export UNIPREFILL_ALLOW_MISSING_ASSETS=1 UP_SOURCE_DIR=$PWD
+timeout 60 build-dev-new/uniprefill_cuda_tests --gtest_filter='GpuClockSampler*' > $OUT/tests.txt 2>&1
+echo "tests rc $? at $(elapsed) s"; grep -E "clock \]|OK \]|FAILED|PASSED" $OUT/tests.txt
+nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw --format=csv,noheader -lms 100 \
+  > $OUT/clocks.csv 2>&1 &
+sampler=$!
+echo "ours from $(date +%s%3N)" > $OUT/phases.txt
+build-dev-new/uniprefill bench gpu-prefill --commit "$(git rev-parse --short HEAD)" \
+  --shape llama-3.1-8b --contexts 8192,32768,131072 --keep-ratios 0.5 --repeats 2 \
+  --json $OUT/llama8b_b1.json > $OUT/ours.txt 2>&1
+echo "ours rc $? at $(elapsed) s"; cat $OUT/ours.txt
+echo "anchor from $(date +%s%3N)" >> $OUT/phases.txt
+ANCHOR_SDPA=cudnn PYTHONUNBUFFERED=1 timeout $(( ${DEADLINE:-585} - $(elapsed) )) \
+  python3 .gpu_deps/anchor/pytorch_anchor.py 8192 32768 131072 > $OUT/anchor_cudnn.jsonl 2>&1
+echo "anchor rc $? at $(elapsed) s"; cat $OUT/anchor_cudnn.jsonl
+echo "end $(date +%s%3N)" >> $OUT/phases.txt
+kill $sampler
+pack_out
