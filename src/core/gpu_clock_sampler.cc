@@ -155,7 +155,8 @@ void GpuClockSampler::Loop() {
     Result<ClockSample> s = Read();
     lock.lock();
     if (sampling_ && s.ok()) samples_.push_back(*s);
-    cv_.wait_for(lock, std::chrono::milliseconds(period_ms_), [this] { return quit_ || !sampling_; });
+    const auto period = std::chrono::milliseconds(period_ms_);
+    cv_.wait_for(lock, period, [this] { return quit_ || !sampling_; });
   }
 }
 

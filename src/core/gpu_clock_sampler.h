@@ -46,8 +46,8 @@ class GpuClockSampler {
  public:
   // Unavailable when the library cannot be loaded or initialised (a machine without the NVIDIA
   // driver), NotFound when NVML knows no GPU at pci_bus_id, InvalidArgument for a period < 1 ms.
-  static Result<std::unique_ptr<GpuClockSampler>> Create(const std::string& pci_bus_id,
-                                                         const GpuClockSamplerOptions& options = {});
+  static Result<std::unique_ptr<GpuClockSampler>> Create(
+      const std::string& pci_bus_id, const GpuClockSamplerOptions& options = {});
   ~GpuClockSampler();
   GpuClockSampler(const GpuClockSampler&) = delete;
   GpuClockSampler& operator=(const GpuClockSampler&) = delete;
