@@ -9,6 +9,7 @@
 
 #include "bench_common.h"
 #include "core/device_context.h"
+#include "core/gpu_clock_sampler.h"
 #include "core/memory_check.h"
 #include "loadgen/step_mix.h"
 #include "model/model_presets.h"
@@ -213,12 +214,29 @@ int BenchStepCommand(const BenchStepOptions& o) {
                std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start)
                    .count(),
                LayerListToString(so.uniprefill.drop_layers).c_str());
-  std::printf("%-44s %4s %6s %10s %10s %10s %5s\n", "mix", "reqs", "rows", "median ms", "p10 ms",
-              "p90 ms", "head");
+  // On the GPU, each mix's SM clock and board power (NVML; core/gpu_clock_sampler.h): a GPU at its
+  // power limit lowers its clock, so arms of an A/B are compared at the clocks they ran at.
+  std::unique_ptr<GpuClockSampler> sampler;
+#ifdef UNIPREFILL_WITH_CUDA
+  if (cuda) {
+    Result<std::unique_ptr<GpuClockSampler>> made =
+        GpuClockSampler::Create(ctx->cuda().PciBusId());
+    if (made.ok()) {
+      sampler = std::move(*made);
+    } else {
+      std::fprintf(stderr, "note: no SM clock or power reported: %s\n",
+                   made.status().message().c_str());
+    }
+  }
+#endif
+  std::printf("%-44s %4s %6s %10s %10s %10s %5s %6s %5s\n", "mix", "reqs", "rows", "median ms",
+              "p10 ms", "p90 ms", "head", "SM MHz", "W");
   nlohmann::json rows = nlohmann::json::array();
   bool failed = false;
   for (const StepMix& m : *mixes) {
+    if (sampler) sampler->Start();
     Result<StepMixTiming> t = TimeStepMix(model, *ctx, m, so);
+    const ClockSummary clock = sampler ? sampler->Stop() : ClockSummary{};
     if (!t.ok()) {  // recorded; the other mixes still run
       std::fprintf(stderr, "error: %s\n", t.status().message().c_str());
       rows.push_back({{"mix", m.text}, {"items", ItemsJson(m)}, {"error", t.status().message()}});
@@ -227,8 +245,9 @@ int BenchStepCommand(const BenchStepOptions& o) {
     }
     const double med = Median(t->forward_ms), p10 = Quantile(t->forward_ms, 0.1),
                  p90 = Quantile(t->forward_ms, 0.9);
-    std::printf("%-44s %4d %6d %10.3f %10.3f %10.3f %5d\n", m.text.c_str(), m.requests(),
-                m.new_rows(), med, p10, p90, t->stats.head_rows);
+    std::printf("%-44s %4d %6d %10.3f %10.3f %10.3f %5d %6.0f %5.0f\n", m.text.c_str(),
+                m.requests(), m.new_rows(), med, p10, p90, t->stats.head_rows, clock.sm_mhz_mean,
+                clock.power_w_mean);
     std::fflush(stdout);
     rows.push_back({{"mix", m.text},
                     {"items", ItemsJson(m)},
@@ -241,7 +260,10 @@ int BenchStepCommand(const BenchStepOptions& o) {
                     {"head_rows", t->stats.head_rows},
                     {"split_prefix_attentions", t->stats.split_prefix_attentions},
                     {"prefix_reads_in_place", t->stats.prefix_reads_in_place},
-                    {"drop_host_syncs", t->stats.drop_host_syncs}});
+                    {"drop_host_syncs", t->stats.drop_host_syncs},
+                    {"sm_clock_mhz_mean", clock.sm_mhz_mean},
+                    {"power_w_mean", clock.power_w_mean},
+                    {"clock_samples", clock.samples}});
   }
   nlohmann::json j = {
       {"benchmark", "step"},
@@ -262,6 +284,10 @@ int BenchStepCommand(const BenchStepOptions& o) {
        "keeps one cache, prefilled (untimed) once, its forwards' chunks at K - R, K, K + R, ... "
        "(the median's at K); a shallower chunk's prefix is prefilled (untimed) before each "
        "forward"},
+      {"clock_sampling",
+       "GPU only: NVML every 50 ms through each mix's whole timing (warm-up and untimed prefills "
+       "included): mean SM clock and board power; 0 samples where NVML is unavailable or on the "
+       "CPU"},
       {"rows", rows}};
   if (!o.json_out.empty() && !WriteJsonFile(o.json_out, j, "--json")) return 1;
   return failed ? 1 : 0;

@@ -261,6 +261,7 @@ TEST(BenchStepCliTest, TimesEachMixAndWritesJson) {
   EXPECT_EQ(j["rows"][1]["rows"], 5);
   EXPECT_EQ(j["rows"][1]["forward_ms_all"].size(), 2u);
   EXPECT_GT(j["rows"][1]["forward_ms_median"].get<double>(), 0.0);
+  EXPECT_EQ(j["rows"][1]["clock_samples"], 0) << "the CPU has no GPU clock to sample";
 }
 
 TEST(BenchStepCliTest, BadMixesAndAMissingGpuAreOneErrorLine) {
