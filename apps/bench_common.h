@@ -1,11 +1,16 @@
-// Small helpers the benchmark commands share: comma-separated flag lists, medians, the date.
+// Small helpers the benchmark commands share: comma-separated flag lists, medians, the date, the
+// GPU clock sampler.
 #pragma once
 
 #include <algorithm>
+#include <cstdio>
 #include <ctime>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "core/gpu_clock_sampler.h"
 
 namespace uniprefill::cli {
 
@@ -43,6 +48,16 @@ inline std::string Today() {
   char buf[32];
   std::strftime(buf, sizeof(buf), "%Y-%m-%d", std::gmtime(&t));
   return buf;
+}
+
+// The SM clock and power sampler of the GPU at pci_bus_id (core/gpu_clock_sampler.h), or null
+// with one note on stderr saying why none (the benchmark then reports 0 for both).
+inline std::unique_ptr<GpuClockSampler> ClockSamplerOrNote(const std::string& pci_bus_id) {
+  Result<std::unique_ptr<GpuClockSampler>> made = GpuClockSampler::Create(pci_bus_id);
+  if (made.ok()) return std::move(*made);
+  std::fprintf(stderr, "note: no SM clock or power reported: %s\n",
+               made.status().message().c_str());
+  return nullptr;
 }
 
 }  // namespace uniprefill::cli

@@ -20,7 +20,6 @@
 #include "core/cuda/cuda_context.h"
 #include "core/cuda/device_buffer.h"
 #include "core/cuda/stream_timing.h"
-#include "core/gpu_clock_sampler.h"
 #include "engine/segment_chunked_prefill.h"
 #include "model/transformer_model.h"
 #include "ops/cuda/cuda_dense_ops.h"
@@ -544,15 +543,7 @@ int BenchGpuPrefillCommand(const BenchGpuPrefillOptions& o) {
 
   nlohmann::json rows = nlohmann::json::array();
   // The clock and power of each point's timed runs (core/gpu_clock_sampler.h).
-  std::unique_ptr<GpuClockSampler> sampler;
-  if (Result<std::unique_ptr<GpuClockSampler>> made =
-          GpuClockSampler::Create(ctx.cuda().PciBusId());
-      made.ok()) {
-    sampler = std::move(*made);
-  } else {
-    std::fprintf(stderr, "note: no SM clock or power reported: %s\n",
-                 made.status().message().c_str());
-  }
+  const std::unique_ptr<GpuClockSampler> sampler = ClockSamplerOrNote(ctx.cuda().PciBusId());
   std::printf("%-8s %5s %-13s %10s %9s %7s %8s %10s %9s %6s %5s\n", "context", "batch", "mode",
               "TTFT ms", "TFLOP/s", "peak%", "speedup", "UP ms", "UP share", "SM MHz", "W");
   for (size_t ci = 0; ci < points.contexts.size(); ++ci) {

@@ -9,7 +9,6 @@
 
 #include "bench_common.h"
 #include "core/device_context.h"
-#include "core/gpu_clock_sampler.h"
 #include "core/memory_check.h"
 #include "loadgen/step_mix.h"
 #include "model/model_presets.h"
@@ -218,16 +217,7 @@ int BenchStepCommand(const BenchStepOptions& o) {
   // power limit lowers its clock, so arms of an A/B are compared at the clocks they ran at.
   std::unique_ptr<GpuClockSampler> sampler;
 #ifdef UNIPREFILL_WITH_CUDA
-  if (cuda) {
-    Result<std::unique_ptr<GpuClockSampler>> made =
-        GpuClockSampler::Create(ctx->cuda().PciBusId());
-    if (made.ok()) {
-      sampler = std::move(*made);
-    } else {
-      std::fprintf(stderr, "note: no SM clock or power reported: %s\n",
-                   made.status().message().c_str());
-    }
-  }
+  if (cuda) sampler = ClockSamplerOrNote(ctx->cuda().PciBusId());
 #endif
   std::printf("%-44s %4s %6s %10s %10s %10s %5s %6s %5s\n", "mix", "reqs", "rows", "median ms",
               "p10 ms", "p90 ms", "head", "SM MHz", "W");
