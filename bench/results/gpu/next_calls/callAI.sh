@@ -25,18 +25,5 @@ timeout 120 build-dev-new/uniprefill_cuda_tests --gtest_also_run_disabled_tests 
   --gtest_filter='CudaGemmAlgoThroughputTest.DISABLED_HeuristicAgainstFastestAtServedRows' \
   > $OUT/gemm_rows.txt 2>&1
 echo "gemm rows rc $? at $(elapsed) s"; grep -E "^(gemm|layer|qkv|o |gate_up|down)" $OUT/gemm_rows.txt | head -60
-nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw --format=csv,noheader -lms 100 \
-  > $OUT/clocks.csv 2>&1 &
-sampler=$!
-echo "ours from $(date +%s%3N)" > $OUT/phases.txt
-build-dev-new/uniprefill bench gpu-prefill --commit "$(git rev-parse --short HEAD)" \
-  --shape llama-3.1-8b --contexts 8192,32768,131072 --keep-ratios 0.5 --repeats 2 \
-  --json $OUT/llama8b_b1.json > $OUT/ours.txt 2>&1
-echo "ours rc $? at $(elapsed) s"; cat $OUT/ours.txt
-echo "anchor from $(date +%s%3N)" >> $OUT/phases.txt
-ANCHOR_SDPA=cudnn PYTHONUNBUFFERED=1 timeout $(( ${DEADLINE:-585} - $(elapsed) )) \
-  python3 .gpu_deps/anchor/pytorch_anchor.py 8192 32768 131072 > $OUT/anchor_cudnn.jsonl 2>&1
-echo "anchor rc $? at $(elapsed) s"; cat $OUT/anchor_cudnn.jsonl
-echo "end $(date +%s%3N)" >> $OUT/phases.txt
-kill $sampler
+prefill_beside_anchor
 pack_out

@@ -43,3 +43,23 @@ pack_out() {
     tar -cJf texts.tar.xz -T /tmp/pack_list.txt && xargs rm -f < /tmp/pack_list.txt)
   echo "pack_out: $n files; the texts in texts.tar.xz"
 }
+# prefill_beside_anchor: our `bench gpu-prefill` (llama-3.1-8b, 8K / 32K / 128K, dense and keep
+# 0.5) then ANCHOR_SDPA=cudnn's PyTorch anchor, back to back, nvidia-smi sampling the clock and
+# power (clocks.csv) and phases.txt marking when each ran; needs build-dev-new/uniprefill and
+# .gpu_deps/anchor/pytorch_anchor.py. Calls AF and AI.
+prefill_beside_anchor() {
+  nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw --format=csv,noheader -lms 100 \
+    > $OUT/clocks.csv 2>&1 &
+  local sampler=$!
+  echo "ours from $(date +%s%3N)" > $OUT/phases.txt
+  build-dev-new/uniprefill bench gpu-prefill --commit "$(git rev-parse --short HEAD)" \
+    --shape llama-3.1-8b --contexts 8192,32768,131072 --keep-ratios 0.5 --repeats 2 \
+    --json $OUT/llama8b_b1.json > $OUT/ours.txt 2>&1
+  echo "ours rc $? at $(elapsed) s"; cat $OUT/ours.txt
+  echo "anchor from $(date +%s%3N)" >> $OUT/phases.txt
+  ANCHOR_SDPA=cudnn PYTHONUNBUFFERED=1 timeout $(( ${DEADLINE:-585} - $(elapsed) )) \
+    python3 .gpu_deps/anchor/pytorch_anchor.py 8192 32768 131072 > $OUT/anchor_cudnn.jsonl 2>&1
+  echo "anchor rc $? at $(elapsed) s"; cat $OUT/anchor_cudnn.jsonl
+  echo "end $(date +%s%3N)" >> $OUT/phases.txt
+  kill $sampler
+}
