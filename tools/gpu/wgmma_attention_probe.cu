@@ -5,7 +5,11 @@
 //
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Isrc \
 //     tools/gpu/wgmma_attention_probe.cu src/ops/cuda/sm90/flash_attention_wgmma.cu -o probe
-//   ./probe check | ./probe bench [N...]
+//   ./probe check | ./probe bench [N...] | ./probe ab [N...]
+//
+// `ab` runs the default schedule's tile orders and O-rescale skip interleaved (rounds of 10
+// back-to-back launches each, variants in turn, 9 rounds) and prints each one's median: the
+// variants meet the same clock and temperature, as a same-call A/B must.
 //
 // The engine's tests (tests/ops/cuda/flash_attention_wgmma_test.cc) are the judges that run in
 // the CUDA suite; this file is for measuring.
@@ -16,6 +20,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <functional>
 #include <random>
 #include <string>
@@ -30,18 +35,32 @@ using bf16 = __nv_bfloat16;
 using uniprefill::ops::cuda::LaunchFlashAttentionWgmma;
 using uniprefill::ops::cuda::WgmmaAttentionProblem;
 using uniprefill::ops::cuda::WgmmaAttentionSchedule;
+using uniprefill::ops::cuda::WgmmaTileOrder;
 
 struct Variant {
   const char* name;
   WgmmaAttentionSchedule schedule;
   int stages;
+  WgmmaTileOrder order = WgmmaTileOrder::kHeadMajor;
+  bool skip_unit_rescale = false;
 };
 constexpr Variant kVariants[] = {
     {"serial/2", WgmmaAttentionSchedule::kSerial, 2},
     {"serial/3", WgmmaAttentionSchedule::kSerial, 3},
     {"overlap/2", WgmmaAttentionSchedule::kIntraOverlap, 2},
     {"overlap/3", WgmmaAttentionSchedule::kIntraOverlap, 3},
+    {"o3+group", WgmmaAttentionSchedule::kIntraOverlap, 3, WgmmaTileOrder::kKvGroupLongestFirst},
+    {"o3+skip", WgmmaAttentionSchedule::kIntraOverlap, 3, WgmmaTileOrder::kHeadMajor, true},
+    {"o3+grp+skp", WgmmaAttentionSchedule::kIntraOverlap, 3,
+     WgmmaTileOrder::kKvGroupLongestFirst, true},
+    {"s3+grp+skp", WgmmaAttentionSchedule::kSerial, 3, WgmmaTileOrder::kKvGroupLongestFirst, true},
 };
+void Apply(const Variant& variant, WgmmaAttentionProblem& p) {
+  p.schedule = variant.schedule;
+  p.stages = variant.stages;
+  p.tile_order = variant.order;
+  p.skip_unit_rescale = variant.skip_unit_rescale;
+}
 
 #define CHECK(x)                                                                         \
   do {                                                                                   \
@@ -153,8 +172,7 @@ int Check() {
       CHECK(cudaMemcpy(sor_dev, seq_of_row.data(), rows * 4, cudaMemcpyHostToDevice));
       CHECK(cudaMemset(out, 0xFF, rows * hq * s.d * 2));  // NaN: an unwritten element shows
       auto p = Problem(s, qkv, out, rows, cu_dev, int(lens.size()), max_len);
-      p.schedule = variant.schedule;
-      p.stages = variant.stages;
+      Apply(variant, p);
       CHECK(LaunchFlashAttentionWgmma(p, nullptr));
       NaiveAttention<<<dim3(rows, hq), 32>>>(qkv, s.width(), hq, hkv, s.d, sor_dev, cu_dev,
                                              p.scale, ref, int(rows));
@@ -223,8 +241,7 @@ int Bench(const std::vector<int>& ns) {
     const double flops = 4.0 * s.d * s.hq * (double(n) * (n + 1) / 2);
     for (const Variant& variant : kVariants) {
       auto p = Problem(s, qkv, out, n, cu_dev, 1, n);
-      p.schedule = variant.schedule;
-      p.stages = variant.stages;
+      Apply(variant, p);
       auto run = [&] { CHECK(LaunchFlashAttentionWgmma(p, nullptr)); };
       run();
       CHECK(cudaDeviceSynchronize());
@@ -242,6 +259,57 @@ int Bench(const std::vector<int>& ns) {
   return 0;
 }
 
+// The default schedule's variants interleaved: rounds of 10 back-to-back launches each, in turn.
+int AB(const std::vector<int>& ns) {
+  constexpr int kRounds = 9, kLaunches = 10;
+  std::vector<const Variant*> variants;
+  for (const Variant& v : kVariants) {
+    const bool default_schedule = v.schedule == WgmmaAttentionSchedule::kIntraOverlap;
+    if (default_schedule && v.stages == 3) variants.push_back(&v);
+  }
+  for (int n : ns) {
+    Packed s{32, 8};
+    std::mt19937 rng(n);
+    const auto host = Random(rng, int64_t(n) * s.width(), -1.0f, 1.0f);
+    bf16 *qkv, *out;
+    int* cu_dev;
+    CHECK(cudaMalloc(&qkv, host.size() * 2));
+    CHECK(cudaMalloc(&out, int64_t(n) * s.hq * s.d * 2));
+    CHECK(cudaMalloc(&cu_dev, 12));
+    const int cu[3] = {0, n, n};
+    CHECK(cudaMemcpy(qkv, host.data(), host.size() * 2, cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(cu_dev, cu, 12, cudaMemcpyHostToDevice));
+    const double flops = 4.0 * s.d * s.hq * (double(n) * (n + 1) / 2);
+    std::vector<std::vector<float>> ms(variants.size());
+    std::vector<std::vector<uint16_t>> bits(variants.size());
+    for (int r = 0; r < kRounds; ++r) {
+      for (size_t i = 0; i < variants.size(); ++i) {
+        auto p = Problem(s, qkv, out, n, cu_dev, 1, n);
+        Apply(*variants[i], p);
+        auto run = [&] { CHECK(LaunchFlashAttentionWgmma(p, nullptr)); };
+        run();
+        ms[i].push_back(TimeMs(kLaunches, run));
+        if (r == 0) {
+          bits[i].resize(size_t(n) * s.hq * s.d);
+          CHECK(cudaMemcpy(bits[i].data(), out, bits[i].size() * 2, cudaMemcpyDeviceToHost));
+        }
+      }
+    }
+    for (size_t i = 0; i < variants.size(); ++i) {
+      std::vector<float> v = ms[i];
+      std::sort(v.begin(), v.end());
+      const float med = v[v.size() / 2];
+      std::printf("ab N %6d %-10s: median %8.3f ms %6.1f TFLOP/s (min %.3f max %.3f) output %s "
+                  "the first variant's\n",
+                  n, variants[i]->name, med, flops / med / 1e9, v.front(), v.back(),
+                  bits[i] == bits[0] ? "bit-identical to" : "DIFFERS from");
+      std::fflush(stdout);
+    }
+    cudaFree(qkv), cudaFree(out), cudaFree(cu_dev);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -250,5 +318,5 @@ int main(int argc, char** argv) {
   std::vector<int> ns;
   for (int i = 2; i < argc; ++i) ns.push_back(std::atoi(argv[i]));
   if (ns.empty()) ns = {8192, 32768, 131072};
-  return Bench(ns);
+  return mode == "ab" ? AB(ns) : Bench(ns);
 }

@@ -20,6 +20,7 @@
 #include "backend/cuda/pinned_staging.h"
 #include "backend/cuda/cuda_diagnostics.h"
 #include "backend/cuda/step_trace.h"
+#include "backend/cuda/wgmma_attention_views.h"
 #include "model/layer_backend.h"
 #include "model/model.h"
 #include "model/model_definition.h"
@@ -131,6 +132,10 @@ class CudaBackend final : public LayerBackend {
       slowdown_fixed_ = true;
     }
     prefix_cost_.tile_overshoot = d.tile_overshoot;
+    wgmma_choices_.tile_order = d.wgmma_group_order
+                                    ? ops::cuda::WgmmaTileOrder::kKvGroupLongestFirst
+                                    : ops::cuda::WgmmaTileOrder::kHeadMajor;
+    wgmma_choices_.skip_unit_rescale = d.wgmma_skip_unit_rescale;
   }
 
   Device device() const override { return Device::kCuda; }
@@ -410,6 +415,7 @@ class CudaBackend final : public LayerBackend {
   bool split_on_cudnn_ = false;  // UNIPREFILL_CUDA_SPLIT_ON_CUDNN: our kernel's splits on cuDNN
   bool prefix_one_launch_ = false;  // UNIPREFILL_CUDA_PREFIX_ONE_LAUNCH: WgmmaPrefixBatch
   bool separate_rope_ = false;  // UNIPREFILL_CUDA_SEPARATE_ROPE: Rope, then PagedKvAppend
+  WgmmaLaunchChoices wgmma_choices_;  // UNIPREFILL_CUDA_WGMMA_*: the Hopper kernel's launch
   bool align_step_rows_ = false;  // UNIPREFILL_CUDA_ALIGN_STEP_ROWS: linear_row_tile set
   bool gemm_tune_ = false;        // UNIPREFILL_CUDA_GEMM_TUNE: TuneGemms in PrepareServing
   int64_t gemm_tuned_rows_ = 0;   // the step rows TuneGemms ran for (0: not run)

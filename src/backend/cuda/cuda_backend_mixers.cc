@@ -109,7 +109,7 @@ Result<bool> CudaBackend::WgmmaPrefill(const std::vector<int>& which, const Tens
     len[i] = kq.len[which[i]];  // capacities of a sync-free batch (its true counts are below)
     max_rows = std::max(max_rows, len[i]);
   }
-  oc::WgmmaAttentionProblem p = WgmmaProblemOf(q, k, v, attn, params.scale);
+  oc::WgmmaAttentionProblem p = WgmmaProblemOf(q, k, v, attn, params.scale, wgmma_choices_);
   UP_ASSIGN_OR_RETURN(p.seq_begin, staging_.Put(begin, stream));
   if (bounded_) {
     p.seq_len = d_counts_ + which[0];

@@ -225,7 +225,8 @@ Status CudaBackend::WarmPrefixGraph(const AttentionLayer& L, const TensorView& q
     // Priced with the kernel chunks will run: ours on Hopper where it covers the layer, else
     // cuDNN's (PrefixPrefill).
     const bool wgmma = HopperKernelCovers(D, a.window);
-    ops::cuda::WgmmaAttentionProblem wp = WgmmaProblemOf(q, pk, pv, attn, ap.scale);
+    ops::cuda::WgmmaAttentionProblem wp =
+        WgmmaProblemOf(q, pk, pv, attn, ap.scale, wgmma_choices_);
     UP_ASSIGN_OR_RETURN(wp.seq_begin, staging_.Put(std::vector<int32_t>{0}, stream));
     wp.k_seq_begin = wp.seq_begin;
     wp.seq_len = pb.q_len;

@@ -170,7 +170,8 @@ Result<bool> CudaBackend::WgmmaPrefixBatch(const TensorView& q, const TensorView
   attn_span.shape[0] = rows;
   std::vector<int32_t> begin(q_begin);
   for (int32_t& b : begin) b -= first;
-  ops::cuda::WgmmaAttentionProblem p = WgmmaProblemOf(q_span, k, v, attn_span, scale);
+  ops::cuda::WgmmaAttentionProblem p =
+      WgmmaProblemOf(q_span, k, v, attn_span, scale, wgmma_choices_);
   UP_ASSIGN_OR_RETURN(const std::vector<const int32_t*> uploaded,
                       staging_.PutAll({&begin, &q_len, &kv_row, &kv_len}, stream));
   p.seq_begin = uploaded[0];

@@ -57,6 +57,13 @@
 //   UNIPREFILL_CUDA_SEPARATE_ROPE=1           an attention layer's RoPE runs in a launch of its
 //                                             own before the keys' append, as before the 28th
 //                                             session fused them (RopePagedKvAppend).
+//   UNIPREFILL_CUDA_WGMMA_GROUP_ORDER=0|1     our Hopper attention kernel meets its CTAs kv head
+//                                             group by group, heaviest query tiles first across
+//                                             the group (WgmmaTileOrder::kKvGroupLongestFirst),
+//                                             or head by head (kHeadMajor).
+//   UNIPREFILL_CUDA_WGMMA_SKIP_UNIT_RESCALE=0|1  the kernel leaves O alone where no row of a
+//                                             warp saw a new max (bit-identical output), or
+//                                             rescales every key tile.
 //   UNIPREFILL_CUDNN_SDPA=unified|auto        cuDNN's graphs built with its UNIFIED SDPA engine
 //                                             (cuDNN >= 9.21), or with both and the faster kept,
 //                                             instead of COMPOSITE alone (cudnn_attention.h).
@@ -86,6 +93,8 @@ struct CudaDiagnostics {
   bool separate_uploads = false;
   bool separate_rope = false;
   double tile_overshoot = 0;  // 0: off
+  bool wgmma_group_order = false;
+  bool wgmma_skip_unit_rescale = false;
   ops::cuda::CudnnSdpaImplementation cudnn_sdpa = ops::cuda::CudnnSdpaImplementation::kComposite;
 };
 

@@ -9,12 +9,22 @@
 
 namespace uniprefill::cuda_backend {
 
+// How the backend launches the kernel (cuda_diagnostics.h: UNIPREFILL_CUDA_WGMMA_*); neither
+// changes a bit of the output.
+struct WgmmaLaunchChoices {
+  ops::cuda::WgmmaTileOrder tile_order = ops::cuda::WgmmaTileOrder::kHeadMajor;
+  bool skip_unit_rescale = false;
+};
+
 // q bf16 [Tq, Hq, 128], k / v bf16 [Tk, Hkv, 128], attn bf16 [Tq, Hq, 128], rows strided; the
 // caller sets the sequences (seq_begin / seq_len, and k_seq_* for keys that are not q's rows).
 inline ops::cuda::WgmmaAttentionProblem WgmmaProblemOf(const TensorView& q, const TensorView& k,
                                                        const TensorView& v, const TensorView& attn,
-                                                       float scale) {
+                                                       float scale,
+                                                       const WgmmaLaunchChoices& choices) {
   ops::cuda::WgmmaAttentionProblem p;
+  p.tile_order = choices.tile_order;
+  p.skip_unit_rescale = choices.skip_unit_rescale;
   p.q = static_cast<const __nv_bfloat16*>(q.data);
   p.k = static_cast<const __nv_bfloat16*>(k.data);
   p.v = static_cast<const __nv_bfloat16*>(v.data);

@@ -66,6 +66,8 @@ struct Case {
   WgmmaAttentionSchedule schedule = WgmmaAttentionSchedule::kIntraOverlap;
   int stages = 3;
   int splits = 1;  // > 1: split-KV, then MergeAttentionPieces per sequence
+  WgmmaTileOrder tile_order = WgmmaTileOrder::kHeadMajor;
+  bool skip_unit_rescale = false;
 };
 
 std::string Describe(const Case& c) {
@@ -76,7 +78,9 @@ std::string Describe(const Case& c) {
   s += " spare " + std::to_string(c.spare_rows) + " gap " + std::to_string(c.gap_rows) +
        " position gap " + std::to_string(c.max_position_gap) + " schedule " +
        (c.schedule == WgmmaAttentionSchedule::kSerial ? "serial" : "overlap") + " stages " +
-       std::to_string(c.stages) + " splits " + std::to_string(c.splits);
+       std::to_string(c.stages) + " splits " + std::to_string(c.splits) + " order " +
+       (c.tile_order == WgmmaTileOrder::kHeadMajor ? "head" : "kv group") +
+       " skip unit rescale " + (c.skip_unit_rescale ? "yes" : "no");
   return s;
 }
 
@@ -152,6 +156,8 @@ std::vector<uint16_t> RunAndCheck(DeviceContext& gpu, DeviceContext& cpu, const 
   p.scale = 1.0f / std::sqrt(static_cast<float>(kD));
   p.schedule = c.schedule;
   p.stages = c.stages;
+  p.tile_order = c.tile_order;
+  p.skip_unit_rescale = c.skip_unit_rescale;
   // Split-KV: partial outputs and log-sum-exps NaN-poisoned, so a row a split skipped shows.
   DeviceBuffer partial_dev(c.splits > 1 ? c.splits * rows * hq * kD * 2 : 16);
   DeviceBuffer lse_dev(c.splits > 1 ? c.splits * hq * rows * 4 : 16);
@@ -342,6 +348,46 @@ TEST_F(WgmmaAttentionTest, RepeatedRunsAreBitIdentical) {
   Case c;
   c.lengths = {333, 1024};
   EXPECT_EQ(RunAndCheck(ctx, *cpu_, c, 77), RunAndCheck(ctx, *cpu_, c, 77));
+}
+
+// The tile order only changes when each CTA runs, and the skipped rescale multiplies by exactly 1:
+// every variant's output equals the default launch's bit for bit (each also checked against the
+// CPU op and flash attention), on packed GQA batches with spare rows, chunks over prefixes split
+// or not, and a peaked softmax (where the running max moves most).
+TEST_F(WgmmaAttentionTest, TileOrdersAndTheSkippedUnitRescaleChangeNoBit) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  UP_WGMMA_OR_SKIP(ctx);
+  Case packed;
+  packed.hq = 16;
+  packed.hkv = 2;
+  packed.lengths = {1, 77, 129, 1000, 300};
+  packed.spare_rows = 40;
+  Case chunks;
+  chunks.hq = 16;
+  chunks.hkv = 4;
+  chunks.lengths = {1, 64, 200, 385, 129};
+  chunks.prefixes = {300, 128, 1, 3000, 0};
+  chunks.gap_rows = 5;
+  Case split = chunks;
+  split.splits = 3;
+  Case peaked;
+  peaked.lengths = {700, 64};
+  peaked.q_range = 8.0f;
+  for (Case base : {packed, chunks, split, peaked}) {
+    for (auto schedule : {WgmmaAttentionSchedule::kSerial, WgmmaAttentionSchedule::kIntraOverlap}) {
+      base.schedule = schedule;
+      const uint32_t seed = ++seed_;
+      const std::vector<uint16_t> want = RunAndCheck(ctx, *cpu_, base, seed);
+      for (auto order : {WgmmaTileOrder::kHeadMajor, WgmmaTileOrder::kKvGroupLongestFirst}) {
+        for (bool skip : {false, true}) {
+          Case c = base;
+          c.tile_order = order;
+          c.skip_unit_rescale = skip;
+          EXPECT_EQ(RunAndCheck(ctx, *cpu_, c, seed), want) << Describe(c);
+        }
+      }
+    }
+  }
 }
 
 TEST_F(WgmmaAttentionTest, UncoveredProblemsAreRejectedWithoutALaunch) {

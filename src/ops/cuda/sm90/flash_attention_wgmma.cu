@@ -63,6 +63,10 @@ struct KernelParams {
   bf16* partial;     // splits > 1: bf16 [splits, rows, hq, 128]
   float* lse;        // splits > 1: f32 [splits, hq, rows]
   int64_t rows;      // rows of q (the partial outputs' rows per split)
+  int hq;
+  int q_tiles;              // query tiles of the longest sequence
+  bool kv_group_order;      // WgmmaTileOrder::kKvGroupLongestFirst (grid x: q_tiles * group)
+  bool skip_unit_rescale;   // WgmmaAttentionProblem::skip_unit_rescale
 };
 
 #ifdef UP_SM90A_COMPILED
@@ -145,7 +149,11 @@ __device__ __forceinline__ void Softmax(const float (&s)[64], uint32_t (&pf)[32]
   rs.l1 = rs.l1 * corr1 + sum1;
 }
 
-__device__ __forceinline__ void Rescale(float (&o)[64], float corr0, float corr1) {
+__device__ __forceinline__ void Rescale(float (&o)[64], float corr0, float corr1,
+                                        bool skip_unit) {
+  // Warp-uniform, after the PV GEMM's wait: no wgmma holds o here, so the branch costs ptxas
+  // nothing in the pipeline.
+  if (skip_unit && __all_sync(0xffffffffu, corr0 == 1.0f && corr1 == 1.0f)) return;
 #pragma unroll
   for (int c = 0; c < 16; ++c) {
     o[4 * c] *= corr0;
@@ -172,8 +180,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto v_full = [&](int s) { return bars + 8 * (1 + kStages + s); };
   auto empty = [&](int s) { return bars + 8 * (1 + 2 * kStages + s); };
 
-  const int q_tile = static_cast<int>(gridDim.x - 1 - blockIdx.x);  // heaviest tiles first
-  const int head = static_cast<int>(blockIdx.y);
+  // Heaviest tiles first: of this head (kHeadMajor) or of the kv head's group (blockIdx.y the kv
+  // head, the group's heads fastest).
+  const int bx = static_cast<int>(blockIdx.x), by = static_cast<int>(blockIdx.y);
+  const int q_tile = p.kv_group_order ? p.q_tiles - 1 - bx / p.group : p.q_tiles - 1 - bx;
+  const int head = p.kv_group_order ? by * p.group + bx % p.group : by;
   const int b = static_cast<int>(blockIdx.z) / p.splits, split = blockIdx.z % p.splits;
   const int seq_begin = p.seq_begin[b], seq_len = p.seq_len[b];
   const int k_begin = p.k_seq_begin[b], k_len = p.k_seq_len[b];
@@ -193,7 +204,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // output with the rows' log-sum-exp (natural log of sum exp(scale * s)).
   const auto write_rows = [&](const float (&o)[64], float m0, float m1, float l0, float l1) {
     const float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
-    const int64_t stride = p.splits > 1 ? int64_t{gridDim.y} * kHeadDim : p.out_row_stride;
+    const int64_t stride = p.splits > 1 ? int64_t{p.hq} * kHeadDim : p.out_row_stride;
     bf16* head_base = (p.splits > 1 ? p.partial + split * p.rows * stride : p.out) +
                       head * kHeadDim + 2 * t;
     if (row0 < seq_len) {
@@ -210,7 +221,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     if (p.splits > 1 && t == 0) {
       constexpr float kLn2 = 0.6931471805599453f;
-      float* lse = p.lse + (int64_t{split} * gridDim.y + head) * p.rows + seq_begin;
+      float* lse = p.lse + (int64_t{split} * p.hq + head) * p.rows + seq_begin;
       const auto log_sum_exp = [&](float m, float l) {
         return l > 0.0f ? (m * p.scale_log2 + log2f(l)) * kLn2 : -INFINITY;
       };
@@ -290,7 +301,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       float corr0, corr1;
       Softmax(s, pf, rs, corr0, corr1, j * kBlockN, key_row0, key_row1,
               j * kBlockN + kBlockN - 1 > mask_from, sl2, t);
-      Rescale(o, corr0, corr1);
+      Rescale(o, corr0, corr1, p.skip_unit_rescale);
       s90::MbarrierWait(v_full(st), round & 1);
       if (it + 1 < n_tiles) {
         s90::MbarrierWait(k_full((it + 1) % kStages), ((it + 1) / kStages) & 1);
@@ -349,7 +360,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       s90::WgmmaWait<0>();
       s90::FenceRegisters(o);
       s90::FenceRegisters(p_prev);
-      Rescale(o, corr0, corr1);
+      Rescale(o, corr0, corr1, p.skip_unit_rescale);
       __syncwarp();
       if (lane == 0) s90::MbarrierArrive(empty(prev));
     };
@@ -497,7 +508,13 @@ cudaError_t LaunchFlashAttentionWgmma(const WgmmaAttentionProblem& p, cudaStream
   kp.partial = p.partial;
   kp.lse = p.lse;
   kp.rows = p.rows;
-  const dim3 grid((p.max_seqlen + kBlockM - 1) / kBlockM, p.hq, p.batch * p.splits);
+  kp.hq = p.hq;
+  kp.q_tiles = (p.max_seqlen + kBlockM - 1) / kBlockM;
+  kp.kv_group_order = p.tile_order == WgmmaTileOrder::kKvGroupLongestFirst;
+  kp.skip_unit_rescale = p.skip_unit_rescale;
+  const dim3 grid = kp.kv_group_order
+                        ? dim3(kp.q_tiles * kp.group, p.hkv, p.batch * p.splits)
+                        : dim3(kp.q_tiles, p.hq, p.batch * p.splits);
   return Dispatch(p.schedule, p.stages, [&](auto kernel, size_t smem) {
     kernel<<<grid, kThreads, smem, stream>>>(q_map, k_map, v_map, kp);
   });

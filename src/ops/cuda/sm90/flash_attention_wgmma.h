@@ -25,6 +25,15 @@ namespace uniprefill::ops::cuda {
 //                 PV GEMM of tile j - 1 (with 3 stages: 1.02-1.03x kSerial at 32K-128K)
 enum class WgmmaAttentionSchedule { kSerial, kIntraOverlap };
 
+// The order the GPU meets the CTAs in (it hands them to SMs in blockIdx order, x fastest):
+//   kHeadMajor            head by head, each head's query tiles heaviest first; a launch ends on
+//                         the last head's tiles, the heaviest of them among its last waves
+//   kKvGroupLongestFirst  the query heads that share a kv head together, their tiles heaviest
+//                         first across the group (a longest-first list schedule: the launch ends
+//                         on the group's lightest tiles; the group's K / V is the L2's working
+//                         set as before)
+enum class WgmmaTileOrder { kHeadMajor, kKvGroupLongestFirst };
+
 struct WgmmaAttentionProblem {
   // q bf16 [rows, hq, 128], k and v bf16 [rows, hkv, 128], out bf16 [rows, hq, 128]; each with
   // its own row stride in elements (a multiple of 8; q / k / v are often column slices of one
@@ -53,6 +62,11 @@ struct WgmmaAttentionProblem {
   float scale = 0.0f;
   WgmmaAttentionSchedule schedule = WgmmaAttentionSchedule::kIntraOverlap;
   int stages = 3;  // K / V tiles in flight: 2 or 3 (the overlap needs 3: 0.78x at 2)
+  WgmmaTileOrder tile_order = WgmmaTileOrder::kHeadMajor;
+  // Leave O alone in a key tile where no row of a warp saw a new running max: the rescale factor
+  // is then exactly 1 for all its rows, so the output is bit-identical and the 64 multiplies a
+  // thread does between two PV GEMMs go (past the first few tiles the max rarely moves).
+  bool skip_unit_rescale = false;
   // Split-KV (1 .. kMaxAttentionPieces, cuda_attention_merge.h): with splits > 1 each query
   // tile's visible key tiles are cut into `splits` near-equal runs, a CTA each, so that a chunk
   // of few query tiles over a deep prefix fills the SMs. Split s writes its rows' attention over
