@@ -223,8 +223,13 @@ int BenchStepCommand(const BenchStepOptions& o) {
               "p10 ms", "p90 ms", "head", "SM MHz", "W");
   nlohmann::json rows = nlohmann::json::array();
   bool failed = false;
+  if (sampler) {  // sampled during the timed forwards only (not warm-up, not prefix prefills)
+    so.around_timed_forward = [&sampler](bool starts) {
+      starts ? sampler->Resume() : sampler->Pause();
+    };
+  }
   for (const StepMix& m : *mixes) {
-    if (sampler) sampler->Start();
+    if (sampler) sampler->Stop();  // an empty, paused window: the timed forwards resume it
     Result<StepMixTiming> t = TimeStepMix(model, *ctx, m, so);
     const ClockSummary clock = sampler ? sampler->Stop() : ClockSummary{};
     if (!t.ok()) {  // recorded; the other mixes still run

@@ -133,6 +133,22 @@ void GpuClockSampler::Start() {
   cv_.notify_all();
 }
 
+void GpuClockSampler::Pause() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    sampling_ = false;
+  }
+  cv_.notify_all();
+}
+
+void GpuClockSampler::Resume() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    sampling_ = true;
+  }
+  cv_.notify_all();
+}
+
 ClockSummary GpuClockSampler::Stop() {
   std::vector<ClockSample> taken;
   {

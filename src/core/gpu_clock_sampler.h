@@ -55,8 +55,13 @@ class GpuClockSampler {
   // One sample now (also how Create checks that the device answers).
   Result<ClockSample> Read() const;
   // A window: Start clears the samples and one is read at once, then every period; Stop ends
-  // the window and summarises it. Stop without Start: zero samples.
+  // the window and summarises it. Stop without Start: zero samples. Pause stops reading and
+  // keeps the window's samples; Resume reads again into it (one at once, then every period), so
+  // a window can hold only the timed parts of a benchmark (bench step's timed forwards, not the
+  // warm-up and prefix prefills between them; Stop first, then Resume around each timed part).
   void Start();
+  void Pause();
+  void Resume();
   ClockSummary Stop();
 
  private:

@@ -301,14 +301,18 @@ Result<StepMixTiming> TimeStepMix(Model& model, DeviceContext& ctx, const StepMi
       steps.push_back(s);
     }
     ctx.Synchronize();  // the prefixes' forwards are not part of the step
+    const bool timed = it >= options.warmup;
+    if (timed && options.around_timed_forward) options.around_timed_forward(true);
     ForwardStats stats;
     const auto start = std::chrono::steady_clock::now();
-    UP_RETURN_IF_ERROR(model.ForwardBatch(ctx, steps, up, nullptr, &stats));
+    const Status forward = model.ForwardBatch(ctx, steps, up, nullptr, &stats);
     ctx.Synchronize();  // a forward that returns nothing to the host may not have waited
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
             .count();
-    if (it >= options.warmup) {
+    if (timed && options.around_timed_forward) options.around_timed_forward(false);
+    UP_RETURN_IF_ERROR(forward);
+    if (timed) {
       timing.forward_ms.push_back(ms);
       timing.stats = stats;
     }

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,10 @@ struct StepMixOptions {
   // Device models choose tokens on the device (as serve does by default); host models always
   // copy logits back.
   bool device_sampling = true;
+  // Called with true right before each timed forward starts (after the sync that ends the
+  // untimed work before it) and with false once it has synced: bench step's clock sampler
+  // resumes and pauses on it, so the clock it reports is the timed forwards'.
+  std::function<void(bool)> around_timed_forward;
 };
 
 struct StepMixTiming {

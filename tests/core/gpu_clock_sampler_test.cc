@@ -104,6 +104,36 @@ TEST(GpuClockSamplerTest, EachWindowStartsEmptyAndNothingIsReadBetweenWindows) {
   EXPECT_LE(second.samples, 2) << "samples from between the windows were kept";
 }
 
+// Pause keeps the window's samples and reads nothing until Resume, which reads into the same
+// window: 60 ms sampled, 300 ms paused, 60 ms sampled at 5 ms gives ~26 samples, not ~84.
+TEST(GpuClockSamplerTest, APausedWindowKeepsItsSamplesAndReadsNothingUntilResumed) {
+  Result<std::unique_ptr<GpuClockSampler>> made =
+      GpuClockSampler::Create("0000:01:00.0", FakeNvml(5));
+  ASSERT_TRUE(made.ok()) << made.status().message();
+  GpuClockSampler& sampler = **made;
+  sampler.Start();
+  std::this_thread::sleep_for(std::chrono::milliseconds(60));
+  sampler.Pause();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  sampler.Resume();
+  std::this_thread::sleep_for(std::chrono::milliseconds(60));
+  const ClockSummary s = sampler.Stop();
+  EXPECT_GE(s.samples, 2) << "each sampled part reads at once";
+  EXPECT_LE(s.samples, 40) << "the paused 300 ms were sampled";
+  EXPECT_DOUBLE_EQ(s.power_w_mean, 650);
+  // bench step's use: a window that starts paused (after a Stop) holds only resumed reads.
+  sampler.Stop();
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(sampler.Stop().samples, 0) << "read while nothing was sampling";
+  sampler.Resume();
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  sampler.Pause();
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const ClockSummary resumed = sampler.Stop();
+  EXPECT_GE(resumed.samples, 1);
+  EXPECT_LE(resumed.samples, 20) << "the paused 100 ms were sampled";
+}
+
 TEST(GpuClockSamplerTest, ReadAnswersAtOnce) {
   Result<std::unique_ptr<GpuClockSampler>> made =
       GpuClockSampler::Create("0000:01:00.0", FakeNvml(50));
