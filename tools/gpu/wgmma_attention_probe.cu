@@ -7,8 +7,8 @@
 //     tools/gpu/wgmma_attention_probe.cu src/ops/cuda/sm90/flash_attention_wgmma.cu -o probe
 //   ./probe check | ./probe bench [N...] | ./probe ab [N...]
 //
-// `ab` runs the default schedule's tile orders and O-rescale skip interleaved (rounds of 10
-// back-to-back launches each, variants in turn, 9 rounds) and prints each one's median: the
+// `ab` runs the overlap schedules with their tile orders and O-rescale skip interleaved (rounds
+// of 10 back-to-back launches each, variants in turn, 9 rounds) and prints each one's median: the
 // variants meet the same clock and temperature, as a same-call A/B must.
 //
 // The engine's tests (tests/ops/cuda/flash_attention_wgmma_test.cc) are the judges that run in
@@ -54,6 +54,9 @@ constexpr Variant kVariants[] = {
     {"o3+grp+skp", WgmmaAttentionSchedule::kIntraOverlap, 3,
      WgmmaTileOrder::kKvGroupLongestFirst, true},
     {"s3+grp+skp", WgmmaAttentionSchedule::kSerial, 3, WgmmaTileOrder::kKvGroupLongestFirst, true},
+    {"pvexp/3", WgmmaAttentionSchedule::kIntraOverlapPvBesideExp, 3},
+    {"pvexp+g+s", WgmmaAttentionSchedule::kIntraOverlapPvBesideExp, 3,
+     WgmmaTileOrder::kKvGroupLongestFirst, true},
 };
 void Apply(const Variant& variant, WgmmaAttentionProblem& p) {
   p.schedule = variant.schedule;
@@ -264,8 +267,7 @@ int AB(const std::vector<int>& ns) {
   constexpr int kRounds = 9, kLaunches = 10;
   std::vector<const Variant*> variants;
   for (const Variant& v : kVariants) {
-    const bool default_schedule = v.schedule == WgmmaAttentionSchedule::kIntraOverlap;
-    if (default_schedule && v.stages == 3) variants.push_back(&v);
+    if (v.schedule != WgmmaAttentionSchedule::kSerial && v.stages == 3) variants.push_back(&v);
   }
   for (int n : ns) {
     Packed s{32, 8};

@@ -136,6 +136,7 @@ class CudaBackend final : public LayerBackend {
                                     ? ops::cuda::WgmmaTileOrder::kKvGroupLongestFirst
                                     : ops::cuda::WgmmaTileOrder::kHeadMajor;
     wgmma_choices_.skip_unit_rescale = d.wgmma_skip_unit_rescale;
+    wgmma_choices_.schedule = d.wgmma_schedule;
   }
 
   Device device() const override { return Device::kCuda; }

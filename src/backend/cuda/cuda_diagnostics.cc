@@ -48,6 +48,20 @@ Result<CudaDiagnostics> DiagnosticsFromEnvironment() {
   UP_RETURN_IF_ERROR(ReadFlag("UNIPREFILL_CUDA_WGMMA_GROUP_ORDER", &d.wgmma_group_order));
   UP_RETURN_IF_ERROR(
       ReadFlag("UNIPREFILL_CUDA_WGMMA_SKIP_UNIT_RESCALE", &d.wgmma_skip_unit_rescale));
+  if (const char* v = std::getenv("UNIPREFILL_CUDA_WGMMA_SCHEDULE"); v && *v) {
+    using S = ops::cuda::WgmmaAttentionSchedule;
+    const std::string name = v;
+    if (name == "overlap") {
+      d.wgmma_schedule = S::kIntraOverlap;
+    } else if (name == "pv_beside_exp") {
+      d.wgmma_schedule = S::kIntraOverlapPvBesideExp;
+    } else if (name == "serial") {
+      d.wgmma_schedule = S::kSerial;
+    } else {
+      return InvalidArgument("UNIPREFILL_CUDA_WGMMA_SCHEDULE must be overlap, pv_beside_exp or "
+                             "serial (got '" + name + "')");
+    }
+  }
   if (const char* v = std::getenv("UNIPREFILL_CUDA_TILE_OVERSHOOT"); v && *v) {
     char* end = nullptr;
     const double x = std::strtod(v, &end);

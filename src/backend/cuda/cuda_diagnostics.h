@@ -64,6 +64,9 @@
 //   UNIPREFILL_CUDA_WGMMA_SKIP_UNIT_RESCALE=0|1  the kernel leaves O alone where no row of a
 //                                             warp saw a new max (bit-identical output), or
 //                                             rescales every key tile.
+//   UNIPREFILL_CUDA_WGMMA_SCHEDULE=overlap|pv_beside_exp|serial  the kernel's consumer schedule
+//                                             (WgmmaAttentionSchedule; default overlap; all
+//                                             three bit-identical).
 //   UNIPREFILL_CUDNN_SDPA=unified|auto        cuDNN's graphs built with its UNIFIED SDPA engine
 //                                             (cuDNN >= 9.21), or with both and the faster kept,
 //                                             instead of COMPOSITE alone (cudnn_attention.h).
@@ -74,6 +77,7 @@
 #include "backend/cuda/step_trace.h"
 #include "core/status.h"
 #include "ops/cuda/cudnn_attention.h"
+#include "ops/cuda/sm90/flash_attention_wgmma.h"
 
 namespace uniprefill::cuda_backend {
 
@@ -95,6 +99,8 @@ struct CudaDiagnostics {
   double tile_overshoot = 0;  // 0: off
   bool wgmma_group_order = false;
   bool wgmma_skip_unit_rescale = false;
+  ops::cuda::WgmmaAttentionSchedule wgmma_schedule =
+      ops::cuda::WgmmaAttentionSchedule::kIntraOverlap;
   ops::cuda::CudnnSdpaImplementation cudnn_sdpa = ops::cuda::CudnnSdpaImplementation::kComposite;
 };
 

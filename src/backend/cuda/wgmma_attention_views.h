@@ -14,6 +14,7 @@ namespace uniprefill::cuda_backend {
 struct WgmmaLaunchChoices {
   ops::cuda::WgmmaTileOrder tile_order = ops::cuda::WgmmaTileOrder::kHeadMajor;
   bool skip_unit_rescale = false;
+  ops::cuda::WgmmaAttentionSchedule schedule = ops::cuda::WgmmaAttentionSchedule::kIntraOverlap;
 };
 
 // q bf16 [Tq, Hq, 128], k / v bf16 [Tk, Hkv, 128], attn bf16 [Tq, Hq, 128], rows strided; the
@@ -25,6 +26,7 @@ inline ops::cuda::WgmmaAttentionProblem WgmmaProblemOf(const TensorView& q, cons
   ops::cuda::WgmmaAttentionProblem p;
   p.tile_order = choices.tile_order;
   p.skip_unit_rescale = choices.skip_unit_rescale;
+  p.schedule = choices.schedule;
   p.q = static_cast<const __nv_bfloat16*>(q.data);
   p.k = static_cast<const __nv_bfloat16*>(k.data);
   p.v = static_cast<const __nv_bfloat16*>(v.data);

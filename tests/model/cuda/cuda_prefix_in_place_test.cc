@@ -277,10 +277,10 @@ TEST(CudaPrefixInPlaceTest, ChunksOfSeveralPromptsShareOneLaunchWhenAsked) {
   }
 }
 
-// UNIPREFILL_CUDA_WGMMA_GROUP_ORDER=1 and UNIPREFILL_CUDA_WGMMA_SKIP_UNIT_RESCALE=1 change when
-// the Hopper kernel's CTAs run and skip multiplies by exactly 1: the prefill's and every
-// chunk's logits (whole prefills and chunks over their prefix, split or not) equal the default
-// launch's bit for bit, either choice alone or both.
+// UNIPREFILL_CUDA_WGMMA_GROUP_ORDER=1, UNIPREFILL_CUDA_WGMMA_SKIP_UNIT_RESCALE=1 and
+// UNIPREFILL_CUDA_WGMMA_SCHEDULE change when the Hopper kernel's CTAs and instructions run and
+// skip multiplies by exactly 1: the prefill's and every chunk's logits (whole prefills and chunks
+// over their prefix, split or not) equal the default launch's bit for bit.
 TEST(CudaPrefixInPlaceTest, TheHopperKernelsLaunchChoicesChangeNoBit) {
   UP_CUDA_TEST_CONTEXT(ctx);
   const cudaDeviceProp& props = ctx.cuda().properties();
@@ -290,8 +290,19 @@ TEST(CudaPrefixInPlaceTest, TheHopperKernelsLaunchChoicesChangeNoBit) {
   const std::string path =
       testing::WriteTempFile("cuda_wgmma_choices_gemma3.gguf", testing::BuildTinyGemma3());
   const std::vector<int32_t> prompt = TestPrompt();
+  struct Choice {
+    const char* order;
+    const char* skip;
+    const char* schedule;
+  };
+  const Choice choices[] = {{"1", "0", "overlap"},
+                            {"0", "1", "overlap"},
+                            {"0", "0", "pv_beside_exp"},
+                            {"0", "0", "serial"},
+                            {"1", "1", "pv_beside_exp"}};
   const char* kOrder = "UNIPREFILL_CUDA_WGMMA_GROUP_ORDER";
   const char* kSkip = "UNIPREFILL_CUDA_WGMMA_SKIP_UNIT_RESCALE";
+  const char* kSchedule = "UNIPREFILL_CUDA_WGMMA_SCHEDULE";
   for (int split_min_keys : {2048, 64}) {
     LoadOptions lo;
     lo.gpu_attention = GpuAttention::kOurs;
@@ -300,13 +311,14 @@ TEST(CudaPrefixInPlaceTest, TheHopperKernelsLaunchChoicesChangeNoBit) {
     ASSERT_TRUE(base.ok()) << base.status().message();
     const ChunkedRun want = RunChunked(**base, ctx, prompt, 97, /*in_place=*/true);
     EXPECT_EQ(want.in_place, 10) << "the chunks should run the Hopper kernel over their prefix";
-    for (const auto& [order, skip] :
-         {std::pair{"1", "0"}, std::pair{"0", "1"}, std::pair{"1", "1"}}) {
-      ASSERT_EQ(setenv(kOrder, order, 1), 0);
-      ASSERT_EQ(setenv(kSkip, skip, 1), 0);
+    for (const Choice& c : choices) {
+      ASSERT_EQ(setenv(kOrder, c.order, 1), 0);
+      ASSERT_EQ(setenv(kSkip, c.skip, 1), 0);
+      ASSERT_EQ(setenv(kSchedule, c.schedule, 1), 0);
       auto other = LoadModel(path, ctx, lo);  // the backend reads the variables when made
       unsetenv(kOrder);
       unsetenv(kSkip);
+      unsetenv(kSchedule);
       ASSERT_TRUE(other.ok()) << other.status().message();
       const ChunkedRun got = RunChunked(**other, ctx, prompt, 97, /*in_place=*/true);
       EXPECT_EQ(got.split, want.split);
@@ -314,20 +326,21 @@ TEST(CudaPrefixInPlaceTest, TheHopperKernelsLaunchChoicesChangeNoBit) {
       for (size_t i = 0; i < got.logits.size(); ++i) {
         EXPECT_EQ(0, std::memcmp(got.logits[i].data(), want.logits[i].data(),
                                  got.logits[i].size() * 4))
-            << "logits " << i << ", group order " << order << ", skip " << skip
-            << ", split from " << split_min_keys << " keys";
+            << "logits " << i << ", group order " << c.order << ", skip " << c.skip
+            << ", schedule " << c.schedule << ", split from " << split_min_keys << " keys";
       }
     }
   }
 }
 
-// A value other than 0 or 1 is refused when the model loads, naming the variable.
+// A value the variables do not know is refused when the model loads, naming the variable.
 TEST(CudaPrefixInPlaceTest, ABadLaunchChoiceValueFailsTheLoadNamingIt) {
   UP_CUDA_TEST_CONTEXT(ctx);
   const std::string path =
       testing::WriteTempFile("cuda_wgmma_bad_choice_gemma3.gguf", testing::BuildTinyGemma3());
-  for (const char* name :
-       {"UNIPREFILL_CUDA_WGMMA_GROUP_ORDER", "UNIPREFILL_CUDA_WGMMA_SKIP_UNIT_RESCALE"}) {
+  for (const char* name : {"UNIPREFILL_CUDA_WGMMA_GROUP_ORDER",
+                           "UNIPREFILL_CUDA_WGMMA_SKIP_UNIT_RESCALE",
+                           "UNIPREFILL_CUDA_WGMMA_SCHEDULE"}) {
     ASSERT_EQ(setenv(name, "yes", 1), 0);
     auto m = LoadModel(path, ctx, LoadOptions{});
     unsetenv(name);

@@ -70,6 +70,22 @@ struct Case {
   bool skip_unit_rescale = false;
 };
 
+constexpr WgmmaAttentionSchedule kSchedules[] = {WgmmaAttentionSchedule::kSerial,
+                                                 WgmmaAttentionSchedule::kIntraOverlap,
+                                                 WgmmaAttentionSchedule::kIntraOverlapPvBesideExp};
+
+const char* ScheduleName(WgmmaAttentionSchedule s) {
+  switch (s) {
+    case WgmmaAttentionSchedule::kSerial:
+      return "serial";
+    case WgmmaAttentionSchedule::kIntraOverlap:
+      return "overlap";
+    case WgmmaAttentionSchedule::kIntraOverlapPvBesideExp:
+      return "pv beside exp";
+  }
+  return "?";
+}
+
 std::string Describe(const Case& c) {
   std::string s = "Hq " + std::to_string(c.hq) + " Hkv " + std::to_string(c.hkv) + " lengths";
   for (int l : c.lengths) s += " " + std::to_string(l);
@@ -77,7 +93,7 @@ std::string Describe(const Case& c) {
   for (int l : c.prefixes) s += " " + std::to_string(l);
   s += " spare " + std::to_string(c.spare_rows) + " gap " + std::to_string(c.gap_rows) +
        " position gap " + std::to_string(c.max_position_gap) + " schedule " +
-       (c.schedule == WgmmaAttentionSchedule::kSerial ? "serial" : "overlap") + " stages " +
+       ScheduleName(c.schedule) + " stages " +
        std::to_string(c.stages) + " splits " + std::to_string(c.splits) + " order " +
        (c.tile_order == WgmmaTileOrder::kHeadMajor ? "head" : "kv group") +
        " skip unit rescale " + (c.skip_unit_rescale ? "yes" : "no");
@@ -247,7 +263,7 @@ class WgmmaAttentionTest : public ::testing::Test {
 TEST_F(WgmmaAttentionTest, PackedBatchesMatchCpuAndFlashAcrossGqaSchedulesAndStages) {
   UP_CUDA_TEST_CONTEXT(ctx);
   UP_WGMMA_OR_SKIP(ctx);
-  for (auto schedule : {WgmmaAttentionSchedule::kSerial, WgmmaAttentionSchedule::kIntraOverlap}) {
+  for (auto schedule : kSchedules) {
     for (int stages : {2, 3}) {
       for (auto [hq, hkv] : {std::pair{8, 8}, std::pair{8, 2}, std::pair{16, 2}}) {
         Case c;
@@ -309,7 +325,7 @@ TEST_F(WgmmaAttentionTest, PeakedSoftmaxMatches) {
 TEST_F(WgmmaAttentionTest, ChunksOverACachedPrefixMatch) {
   UP_CUDA_TEST_CONTEXT(ctx);
   UP_WGMMA_OR_SKIP(ctx);
-  for (auto schedule : {WgmmaAttentionSchedule::kSerial, WgmmaAttentionSchedule::kIntraOverlap}) {
+  for (auto schedule : kSchedules) {
     Case c;
     c.hq = 16;
     c.hkv = 4;
@@ -327,8 +343,7 @@ TEST_F(WgmmaAttentionTest, SplitKeysMergeToTheWholeAttention) {
   UP_CUDA_TEST_CONTEXT(ctx);
   UP_WGMMA_OR_SKIP(ctx);
   for (int splits : {2, 3, 7, 16}) {
-    for (auto schedule :
-         {WgmmaAttentionSchedule::kSerial, WgmmaAttentionSchedule::kIntraOverlap}) {
+    for (auto schedule : kSchedules) {
       Case c;
       c.hq = 16;
       c.hkv = 4;
@@ -350,12 +365,13 @@ TEST_F(WgmmaAttentionTest, RepeatedRunsAreBitIdentical) {
   EXPECT_EQ(RunAndCheck(ctx, *cpu_, c, 77), RunAndCheck(ctx, *cpu_, c, 77));
 }
 
-// The tile order only changes when each CTA runs, and the skipped rescale multiplies by exactly 1:
-// every variant's output equals the default launch's bit for bit (each also checked against the
-// CPU op and flash attention), on packed GQA batches with spare rows (both schedules), chunks
-// over prefixes split or not, and a peaked softmax (where the running max moves most). Sizes are
-// kept small: each run is also checked against the CPU op.
-TEST_F(WgmmaAttentionTest, TileOrdersAndTheSkippedUnitRescaleChangeNoBit) {
+// Every launch choice computes the same arithmetic: the tile order only changes when each CTA
+// runs, the skipped rescale multiplies by exactly 1, and the schedules order the same operations
+// differently in time. So every variant's output equals the default launch's bit for bit (each
+// also checked against the CPU op and flash attention), on packed GQA batches with spare rows,
+// chunks over prefixes split or not, and a peaked softmax (where the running max moves most).
+// Sizes are kept small: each run is also checked against the CPU op.
+TEST_F(WgmmaAttentionTest, LaunchChoicesChangeNoBit) {
   UP_CUDA_TEST_CONTEXT(ctx);
   UP_WGMMA_OR_SKIP(ctx);
   Case packed;
@@ -363,8 +379,6 @@ TEST_F(WgmmaAttentionTest, TileOrdersAndTheSkippedUnitRescaleChangeNoBit) {
   packed.hkv = 2;
   packed.lengths = {1, 77, 129, 300, 520};
   packed.spare_rows = 40;
-  Case serial = packed;
-  serial.schedule = WgmmaAttentionSchedule::kSerial;
   Case chunks;
   chunks.hq = 8;
   chunks.hkv = 2;
@@ -376,16 +390,22 @@ TEST_F(WgmmaAttentionTest, TileOrdersAndTheSkippedUnitRescaleChangeNoBit) {
   Case peaked;
   peaked.lengths = {700, 64};
   peaked.q_range = 8.0f;
-  for (const Case& base : {packed, serial, chunks, split, peaked}) {
+  for (const Case& base : {packed, chunks, split, peaked}) {
     const uint32_t seed = ++seed_;
-    const std::vector<uint16_t> want = RunAndCheck(ctx, *cpu_, base, seed);
-    for (auto order : {WgmmaTileOrder::kHeadMajor, WgmmaTileOrder::kKvGroupLongestFirst}) {
-      for (bool skip : {false, true}) {
-        if (order == WgmmaTileOrder::kHeadMajor && !skip) continue;  // the default: `want`
-        Case c = base;
-        c.tile_order = order;
-        c.skip_unit_rescale = skip;
-        EXPECT_EQ(RunAndCheck(ctx, *cpu_, c, seed), want) << Describe(c);
+    const std::vector<uint16_t> want = RunAndCheck(ctx, *cpu_, base, seed);  // the defaults
+    for (auto schedule : kSchedules) {
+      for (auto order : {WgmmaTileOrder::kHeadMajor, WgmmaTileOrder::kKvGroupLongestFirst}) {
+        for (bool skip : {false, true}) {
+          Case c = base;
+          c.schedule = schedule;
+          c.tile_order = order;
+          c.skip_unit_rescale = skip;
+          if (schedule == base.schedule && order == base.tile_order &&
+              skip == base.skip_unit_rescale) {
+            continue;  // the defaults: `want`
+          }
+          EXPECT_EQ(RunAndCheck(ctx, *cpu_, c, seed), want) << Describe(c);
+        }
       }
     }
   }

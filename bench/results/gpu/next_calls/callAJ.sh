@@ -3,16 +3,19 @@
 # tested, and what call AI was to run (the clock sampler's CUDA test, the 8B GEMMs at served rows).
 #   1. tools/gpu/wgmma_attention_probe.cu `ab`: 32 / 8 heads, d 128, causal 8K / 32K / 128K; the
 #      default (overlap / 3 stages, head-major order) against the kv-group longest-first order,
-#      the skipped unit rescale and both, interleaved rounds of 10 launches, medians; plus its
-#      `check` of every variant against a naive f32 reference. Built with nvcc alone while the
-#      project builds beside it.
+#      the skipped unit rescale, both, the pv_beside_exp schedule and it with both, interleaved
+#      rounds of 10 launches, medians, each output compared bit for bit with the default's; plus
+#      its `check` of every variant against a naive f32 reference. Built with nvcc alone while
+#      the project builds beside it.
 #   2. The CUDA tests of the kernel and of the model paths that launch it, the new bit-identity
 #      tests among them, and GpuClockSamplerCudaTest.
 #   3. CudaGemmAlgoThroughputTest.DISABLED_HeuristicAgainstFastestAtServedRows.
 # Predicted (H100 at its power limit): the order 0.5-1.5% faster at 32K, less at 128K (the
 # head-major launch ends on its last head's tiles, up to one heavy tile of imbalance in ~62
 # waves); the skip 1-3% (64 multiplies a thread less between two PV GEMMs in most tiles past
-# the first few); all variants bit-identical. ~5 min.
+# the first few); pv_beside_exp 2-6% (in the default's SASS ptxas waits for PV before every
+# exponential; in pv_beside_exp's the 8 PV wgmmas interleave with the 64 MUFU.EX2 of an unmasked
+# tile); all variants bit-identical. ~5 min.
 source "$(dirname "$0")/lib.sh"
 call_begin
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv > $OUT/gpu.txt

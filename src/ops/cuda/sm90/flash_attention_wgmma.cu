@@ -27,6 +27,7 @@
 #include <cudaTypedefs.h>
 
 #include <cmath>
+#include <type_traits>
 
 #include "ops/cuda/cuda_attention_merge.h"
 #include "ops/cuda/flash_attention_mma.cuh"
@@ -163,6 +164,71 @@ __device__ __forceinline__ void Rescale(float (&o)[64], float corr0, float corr1
   }
 }
 
+// kIntraOverlapPvBesideExp's softmax, in two halves. RowMax: the running max of this thread's
+// two rows over the tile's unmasked scores, across the quad (shuffles). Exponentiate: the
+// factors O must be rescaled by, and the probabilities written over the scores (S's wgmma group
+// is complete once waited for, so its registers are this thread's), summed per thread, with no
+// shuffle: ptxas ends a wgmma's flight at a shuffle (a block boundary in its SASS), so only the
+// shuffle-free half can run beside the PV GEMM. Masked scores are skipped by the max and their
+// probability zeroed (Softmax's exp2(-inf) was 0 too: the same bits, summed in the same order).
+template <bool kMask>
+__device__ __forceinline__ void RowMax(const float (&s)[64], const RowState& rs, float& mx0,
+                                       float& mx1, int key0, int last_key0, int last_key1, int t) {
+  mx0 = rs.m0;
+  mx1 = rs.m1;
+#pragma unroll
+  for (int c = 0; c < 16; ++c) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int key = key0 + 8 * c + 2 * t + e;
+      mx0 = fmaxf(mx0, kMask && key > last_key0 ? -INFINITY : s[4 * c + e]);
+      mx1 = fmaxf(mx1, kMask && key > last_key1 ? -INFINITY : s[4 * c + 2 + e]);
+    }
+  }
+  mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+  mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+  mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+  mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+}
+
+template <bool kMask>
+__device__ __forceinline__ void Exponentiate(float (&s)[64], RowState& rs, float mx0, float mx1,
+                                             float& corr0, float& corr1, int key0,
+                                             int last_key0, int last_key1, float sl2, int t) {
+  // A row with no visible key yet keeps max -inf: its P is 0 and nothing may become NaN.
+  corr0 = rs.m0 == -INFINITY ? 0.0f : Exp2((rs.m0 - mx0) * sl2);
+  corr1 = rs.m1 == -INFINITY ? 0.0f : Exp2((rs.m1 - mx1) * sl2);
+  rs.m0 = mx0;
+  rs.m1 = mx1;
+  const float base0 = mx0 == -INFINITY ? 0.0f : mx0 * sl2;
+  const float base1 = mx1 == -INFINITY ? 0.0f : mx1 * sl2;
+  float sum0 = 0.0f, sum1 = 0.0f;
+#pragma unroll
+  for (int c = 0; c < 16; ++c) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int key = key0 + 8 * c + 2 * t + e;
+      const float a = Exp2(fmaf(s[4 * c + e], sl2, -base0));
+      const float b = Exp2(fmaf(s[4 * c + 2 + e], sl2, -base1));
+      s[4 * c + e] = kMask && key > last_key0 ? 0.0f : a;
+      s[4 * c + 2 + e] = kMask && key > last_key1 ? 0.0f : b;
+    }
+    sum0 += s[4 * c] + s[4 * c + 1];
+    sum1 += s[4 * c + 2] + s[4 * c + 3];
+  }
+  rs.l0 = rs.l0 * corr0 + sum0;
+  rs.l1 = rs.l1 * corr1 + sum1;
+}
+
+// P (bf16 A fragments of 8 k steps of 16 keys) from Exponentiate's probabilities.
+__device__ __forceinline__ void PackP(const float (&s)[64], uint32_t (&pf)[32]) {
+#pragma unroll
+  for (int c = 0; c < 16; ++c) {
+    pf[2 * c] = PackBf16x2(s[4 * c], s[4 * c + 1]);
+    pf[2 * c + 1] = PackBf16x2(s[4 * c + 2], s[4 * c + 3]);
+  }
+}
+
 template <WgmmaAttentionSchedule kSchedule, int kStages>
 __global__ void __launch_bounds__(kThreads, 1)
     FlashAttentionWgmmaKernel(const __grid_constant__ CUtensorMap q_map,
@@ -288,7 +354,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   s90::MbarrierWait(q_full, 0);
   float s[64];
   uint32_t pf[32];
-  if constexpr (kSchedule != WgmmaAttentionSchedule::kIntraOverlap) {
+  if constexpr (kSchedule == WgmmaAttentionSchedule::kSerial) {
     // S of tile it + 1 runs beside PV of tile it; the softmax waits for both.
     s90::MbarrierWait(k_full(0), 0);
     s90::WgmmaFence();
@@ -323,7 +389,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       __syncwarp();
       if (lane == 0) s90::MbarrierArrive(empty(st));
     }
-  } else {
+  } else if constexpr (kSchedule == WgmmaAttentionSchedule::kIntraOverlap) {
     // FlashAttention-3's intra-warpgroup overlap: the softmax of tile it runs while the tensor
     // cores multiply PV of tile it - 1. Two P buffers (the running PV still reads the older),
     // swapped by unrolling the loop by two rather than by copies.
@@ -388,6 +454,74 @@ __global__ void __launch_bounds__(kThreads, 1)
     } else {
       finish(pf);
     }
+  } else {
+    // kIntraOverlapPvBesideExp: the exponentials of tile it beside the PV GEMM of tile it - 1,
+    // arranged so that ptxas keeps them there. S of tile it runs alone and is waited for; its
+    // row max (with the quad's shuffles) follows with no wgmma in flight; then PV of it - 1 is
+    // issued and the exponentials, written over S's registers, run beside it (ptxas interleaves
+    // the 8 PV wgmmas with them); after its wait O is rescaled and P packed into the one P
+    // buffer. The tiles that need the causal mask (the first, from the diagonal) and the others
+    // run in loops of their own, so the unmasked ones carry no mask state. (kIntraOverlap issues
+    // S and PV together and takes the max after S's wait: ptxas ends the PV's flight at the
+    // max's shuffles, so its SASS waits for PV before every exponential; 30th session.)
+    const auto needs_mask = [&](int it) { return (hi - it) * kBlockN - 1 > mask_from; };
+    float mx0, mx1, corr0, corr1;
+    s90::MbarrierWait(k_full(0), 0);
+    s90::WgmmaFence();
+    IssueQk(s, q_base, k_smem);
+    s90::WgmmaCommit();
+    s90::WgmmaWait<0>();
+    s90::FenceRegisters(s);
+    const int key_first = (hi - 1) * kBlockN;
+    if (needs_mask(0)) {
+      RowMax<true>(s, rs, mx0, mx1, key_first, key_row0, key_row1, t);
+      Exponentiate<true>(s, rs, mx0, mx1, corr0, corr1, key_first, key_row0, key_row1, sl2, t);
+    } else {
+      RowMax<false>(s, rs, mx0, mx1, key_first, key_row0, key_row1, t);
+      Exponentiate<false>(s, rs, mx0, mx1, corr0, corr1, key_first, key_row0, key_row1, sl2, t);
+    }
+    PackP(s, pf);
+    const auto step = [&](int it, auto mask_tag) {
+      constexpr bool kMask = decltype(mask_tag)::value;
+      const int j = hi - 1 - it, st = it % kStages, round = it / kStages;
+      const int prev = (it - 1) % kStages, prev_round = (it - 1) / kStages;
+      s90::MbarrierWait(k_full(st), round & 1);
+      s90::WgmmaFence();
+      IssueQk(s, q_base, k_smem + st * kTileBytes);
+      s90::WgmmaCommit();
+      s90::WgmmaWait<0>();
+      s90::FenceRegisters(s);
+      RowMax<kMask>(s, rs, mx0, mx1, j * kBlockN, key_row0, key_row1, t);
+      s90::MbarrierWait(v_full(prev), prev_round & 1);
+      s90::FenceRegisters(pf);
+      s90::FenceRegisters(o);
+      s90::WgmmaFence();
+      IssuePv(o, pf, v_smem + prev * kTileBytes);
+      s90::WgmmaCommit();
+      Exponentiate<kMask>(s, rs, mx0, mx1, corr0, corr1, j * kBlockN, key_row0, key_row1, sl2, t);
+      s90::FenceRegisters(s);  // the probabilities before the wait in the PTX
+      s90::WgmmaWait<0>();
+      s90::FenceRegisters(o);
+      s90::FenceRegisters(pf);
+      Rescale(o, corr0, corr1, p.skip_unit_rescale);
+      PackP(s, pf);
+      __syncwarp();
+      if (lane == 0) s90::MbarrierArrive(empty(prev));
+    };
+    int it = 1;
+    for (; it < n_tiles && needs_mask(it); ++it) step(it, std::true_type{});
+    for (; it < n_tiles; ++it) step(it, std::false_type{});
+    const int last = (n_tiles - 1) % kStages, last_round = (n_tiles - 1) / kStages;
+    s90::MbarrierWait(v_full(last), last_round & 1);
+    s90::FenceRegisters(pf);
+    s90::FenceRegisters(o);
+    s90::WgmmaFence();
+    IssuePv(o, pf, v_smem + last * kTileBytes);
+    s90::WgmmaCommit();
+    s90::WgmmaWait<0>();
+    s90::FenceRegisters(o);
+    __syncwarp();
+    if (lane == 0) s90::MbarrierArrive(empty(last));
   }
   float l0 = rs.l0, l1 = rs.l1;
   l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
@@ -461,6 +595,9 @@ cudaError_t Dispatch(WgmmaAttentionSchedule schedule, int stages, Launch&& launc
     case S::kIntraOverlap:
       return stages == 3 ? LaunchVariant<S::kIntraOverlap, 3>(launch)
                          : LaunchVariant<S::kIntraOverlap, 2>(launch);
+    case S::kIntraOverlapPvBesideExp:
+      return stages == 3 ? LaunchVariant<S::kIntraOverlapPvBesideExp, 3>(launch)
+                         : LaunchVariant<S::kIntraOverlapPvBesideExp, 2>(launch);
   }
   return cudaErrorInvalidValue;
 }

@@ -22,8 +22,14 @@ namespace uniprefill::ops::cuda {
 // tools/gpu/wgmma_attention_probe.cu, docs/gpu_performance.md; the default is the fastest):
 //   kSerial       softmax of tile j, then PV of j and S of j + 1 together
 //   kIntraOverlap FlashAttention-3's intra-warpgroup overlap: the softmax of tile j beside the
-//                 PV GEMM of tile j - 1 (with 3 stages: 1.02-1.03x kSerial at 32K-128K)
-enum class WgmmaAttentionSchedule { kSerial, kIntraOverlap };
+//                 PV GEMM of tile j - 1 (with 3 stages: 1.02-1.03x kSerial at 32K-128K). Read
+//                 in its SASS (30th session): ptxas waits for PV right after the row max's
+//                 shuffles, before every exponential, so the softmax does not run beside PV
+//   kIntraOverlapPvBesideExp  S of tile j alone, its row max, then PV of tile j - 1 issued and
+//                 the exponentials (written over S, no shuffle) beside it, one P buffer packed
+//                 after PV's wait; in its SASS the 8 PV wgmmas interleave with the 64 MUFU.EX2
+//                 of the unmasked tiles. Bit-identical to the others; not yet measured
+enum class WgmmaAttentionSchedule { kSerial, kIntraOverlap, kIntraOverlapPvBesideExp };
 
 // The order the GPU meets the CTAs in (it hands them to SMs in blockIdx order, x fastest):
 //   kHeadMajor            head by head, each head's query tiles heaviest first; a launch ends on
