@@ -1,0 +1,87 @@
+// DiagnosticsFromEnvironment (backend/cuda/cuda_diagnostics.h): the Hopper attention kernel's
+// launch choices as the environment asks for them, their defaults, and a clear error naming the
+// variable for a value it does not know. Reads only the environment: runs without a GPU.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "backend/cuda/cuda_diagnostics.h"
+
+namespace uniprefill::cuda_backend {
+namespace {
+
+using ops::cuda::WgmmaAttentionSchedule;
+
+constexpr const char* kOrder = "UNIPREFILL_CUDA_WGMMA_GROUP_ORDER";
+constexpr const char* kSkip = "UNIPREFILL_CUDA_WGMMA_SKIP_UNIT_RESCALE";
+constexpr const char* kSchedule = "UNIPREFILL_CUDA_WGMMA_SCHEDULE";
+
+// Sets variables for the test's scope and unsets them after.
+class ScopedVariables {
+ public:
+  explicit ScopedVariables(std::vector<std::pair<const char*, const char*>> values)
+      : values_(std::move(values)) {
+    for (const auto& [name, value] : values_) setenv(name, value, 1);
+  }
+  ~ScopedVariables() {
+    for (const auto& [name, value] : values_) unsetenv(name);
+  }
+
+ private:
+  std::vector<std::pair<const char*, const char*>> values_;
+};
+
+TEST(CudaDiagnosticsTest, TheKernelsLaunchChoicesDefaultToHeadOrderEveryRescaleAndOverlap) {
+  unsetenv(kOrder);
+  unsetenv(kSkip);
+  unsetenv(kSchedule);
+  const Result<CudaDiagnostics> d = DiagnosticsFromEnvironment();
+  ASSERT_TRUE(d.ok()) << d.status().message();
+  EXPECT_FALSE(d->wgmma_group_order);
+  EXPECT_FALSE(d->wgmma_skip_unit_rescale);
+  EXPECT_EQ(d->wgmma_schedule, WgmmaAttentionSchedule::kIntraOverlap);
+}
+
+TEST(CudaDiagnosticsTest, TheKernelsLaunchChoicesAreReadFromTheEnvironment) {
+  {
+    ScopedVariables v({{kOrder, "1"}, {kSkip, "1"}, {kSchedule, "pv_beside_exp"}});
+    const Result<CudaDiagnostics> d = DiagnosticsFromEnvironment();
+    ASSERT_TRUE(d.ok()) << d.status().message();
+    EXPECT_TRUE(d->wgmma_group_order);
+    EXPECT_TRUE(d->wgmma_skip_unit_rescale);
+    EXPECT_EQ(d->wgmma_schedule, WgmmaAttentionSchedule::kIntraOverlapPvBesideExp);
+  }
+  for (const auto& [name, want] :
+       {std::pair{"overlap", WgmmaAttentionSchedule::kIntraOverlap},
+        std::pair{"serial", WgmmaAttentionSchedule::kSerial},
+        std::pair{"pv_beside_exp", WgmmaAttentionSchedule::kIntraOverlapPvBesideExp}}) {
+    ScopedVariables v({{kOrder, "0"}, {kSkip, "0"}, {kSchedule, name}});
+    const Result<CudaDiagnostics> d = DiagnosticsFromEnvironment();
+    ASSERT_TRUE(d.ok()) << d.status().message();
+    EXPECT_FALSE(d->wgmma_group_order);
+    EXPECT_FALSE(d->wgmma_skip_unit_rescale);
+    EXPECT_EQ(d->wgmma_schedule, want) << name;
+  }
+}
+
+TEST(CudaDiagnosticsTest, AnUnknownLaunchChoiceIsAnErrorNamingTheVariableAndItsValues) {
+  for (const auto& [name, value, says] :
+       {std::tuple{kOrder, "yes", "must be 0 or 1"}, std::tuple{kSkip, "2", "must be 0 or 1"},
+        std::tuple{kSchedule, "pingpong", "overlap, pv_beside_exp or serial"}}) {
+    ScopedVariables v(std::vector<std::pair<const char*, const char*>>{{name, value}});
+    const Result<CudaDiagnostics> d = DiagnosticsFromEnvironment();
+    ASSERT_FALSE(d.ok()) << name << "=" << value;
+    EXPECT_EQ(d.status().code(), ErrorCode::kInvalidArgument);
+    const std::string& m = d.status().message();
+    EXPECT_NE(m.find(name), std::string::npos) << m;
+    EXPECT_NE(m.find(says), std::string::npos) << m;
+    EXPECT_NE(m.find(value), std::string::npos) << m;
+  }
+}
+
+}  // namespace
+}  // namespace uniprefill::cuda_backend
