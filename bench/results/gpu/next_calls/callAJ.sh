@@ -13,7 +13,7 @@
 # Predicted (H100 at its power limit): the order 0.5-1.5% faster at 32K, less at 128K (the
 # head-major launch ends on its last head's tiles, up to one heavy tile of imbalance in ~62
 # waves); the skip 1-3% (64 multiplies a thread less between two PV GEMMs in most tiles past
-# the first few); pv_beside_exp 2-6% (in the default's SASS ptxas waits for PV before every
+# the first few); pv_beside_exp 0-4% (in the default's SASS ptxas waits for PV before every
 # exponential; in pv_beside_exp's the 8 PV wgmmas interleave with the 64 MUFU.EX2 of an unmasked
 # tile); all variants bit-identical. ~5 min.
 source "$(dirname "$0")/lib.sh"

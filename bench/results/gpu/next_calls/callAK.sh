@@ -4,7 +4,7 @@
 # skipped unit rescale and the pv_beside_exp schedule), c (pv_beside_exp alone) in the order
 # a b c c b a (`bench gpu-prefill`, 8K / 32K / 128K dense and keep 0.5; its table ends with each
 # point's SM clock and power from NVML), then ANCHOR_SDPA=cudnn's PyTorch anchor, all in this
-# call. B_FLAGS / C_FLAGS override the arms' variables. Predicted: c 2-6% under a at 32K / 128K
+# call. B_FLAGS / C_FLAGS override the arms' variables. Predicted: c 0-4% under a at 32K / 128K
 # if the exponentials beside PV (read in the SASS) pay as FA3's ablation says; b about c plus
 # 1-3%. ~7 min.
 source "$(dirname "$0")/lib.sh"
