@@ -228,20 +228,38 @@ float TimeMs(int runs, const std::function<void()>& fn) {
   return ms / runs;
 }
 
-int Bench(const std::vector<int>& ns) {
-  for (int n : ns) {
-    Packed s{32, 8};
+// The timing modes' problem: one causal sequence of n tokens, 32 / 8 heads, d 128, random
+// inputs seeded by n; freed at scope end.
+struct CausalInputs {
+  Packed s{32, 8};
+  bf16* qkv = nullptr;  // bf16 [n, (32 + 2 * 8) * 128]
+  bf16* out = nullptr;  // bf16 [n, 32 * 128]
+  int* cu = nullptr;    // int32 {0, n, n}: offsets, then the length
+  double flops = 0;
+  explicit CausalInputs(int n) {
     std::mt19937 rng(n);
     const auto host = Random(rng, int64_t(n) * s.width(), -1.0f, 1.0f);
-    bf16 *qkv, *out;
-    int* cu_dev;
     CHECK(cudaMalloc(&qkv, host.size() * 2));
     CHECK(cudaMalloc(&out, int64_t(n) * s.hq * s.d * 2));
-    CHECK(cudaMalloc(&cu_dev, 12));
-    const int cu[3] = {0, n, n};
+    CHECK(cudaMalloc(&cu, 12));
+    const int offsets[3] = {0, n, n};
     CHECK(cudaMemcpy(qkv, host.data(), host.size() * 2, cudaMemcpyHostToDevice));
-    CHECK(cudaMemcpy(cu_dev, cu, 12, cudaMemcpyHostToDevice));
-    const double flops = 4.0 * s.d * s.hq * (double(n) * (n + 1) / 2);
+    CHECK(cudaMemcpy(cu, offsets, 12, cudaMemcpyHostToDevice));
+    flops = 4.0 * s.d * s.hq * (double(n) * (n + 1) / 2);
+  }
+  ~CausalInputs() { cudaFree(qkv), cudaFree(out), cudaFree(cu); }
+  CausalInputs(const CausalInputs&) = delete;
+  CausalInputs& operator=(const CausalInputs&) = delete;
+};
+
+int Bench(const std::vector<int>& ns) {
+  for (int n : ns) {
+    const CausalInputs in(n);
+    const Packed& s = in.s;
+    bf16* const qkv = in.qkv;
+    bf16* const out = in.out;
+    const int* const cu_dev = in.cu;
+    const double flops = in.flops;
     for (const Variant& variant : kVariants) {
       auto p = Problem(s, qkv, out, n, cu_dev, 1, n);
       Apply(variant, p);
@@ -257,12 +275,11 @@ int Bench(const std::vector<int>& ns) {
                   flops / sustained / 1e9);
       std::fflush(stdout);
     }
-    cudaFree(qkv), cudaFree(out), cudaFree(cu_dev);
   }
   return 0;
 }
 
-// The default schedule's variants interleaved: rounds of 10 back-to-back launches each, in turn.
+// The overlap schedules' variants interleaved: rounds of 10 back-to-back launches each, in turn.
 int AB(const std::vector<int>& ns) {
   constexpr int kRounds = 9, kLaunches = 10;
   std::vector<const Variant*> variants;
@@ -270,18 +287,12 @@ int AB(const std::vector<int>& ns) {
     if (v.schedule != WgmmaAttentionSchedule::kSerial && v.stages == 3) variants.push_back(&v);
   }
   for (int n : ns) {
-    Packed s{32, 8};
-    std::mt19937 rng(n);
-    const auto host = Random(rng, int64_t(n) * s.width(), -1.0f, 1.0f);
-    bf16 *qkv, *out;
-    int* cu_dev;
-    CHECK(cudaMalloc(&qkv, host.size() * 2));
-    CHECK(cudaMalloc(&out, int64_t(n) * s.hq * s.d * 2));
-    CHECK(cudaMalloc(&cu_dev, 12));
-    const int cu[3] = {0, n, n};
-    CHECK(cudaMemcpy(qkv, host.data(), host.size() * 2, cudaMemcpyHostToDevice));
-    CHECK(cudaMemcpy(cu_dev, cu, 12, cudaMemcpyHostToDevice));
-    const double flops = 4.0 * s.d * s.hq * (double(n) * (n + 1) / 2);
+    const CausalInputs in(n);
+    const Packed& s = in.s;
+    bf16* const qkv = in.qkv;
+    bf16* const out = in.out;
+    const int* const cu_dev = in.cu;
+    const double flops = in.flops;
     std::vector<std::vector<float>> ms(variants.size());
     std::vector<std::vector<uint16_t>> bits(variants.size());
     for (int r = 0; r < kRounds; ++r) {
@@ -307,7 +318,6 @@ int AB(const std::vector<int>& ns) {
                   bits[i] == bits[0] ? "bit-identical to" : "DIFFERS from");
       std::fflush(stdout);
     }
-    cudaFree(qkv), cudaFree(out), cudaFree(cu_dev);
   }
   return 0;
 }

@@ -354,6 +354,21 @@ __global__ void __launch_bounds__(kThreads, 1)
   s90::MbarrierWait(q_full, 0);
   float s[64];
   uint32_t pf[32];
+  // The overlap schedules' last step: PV of the last key tile from P buffer p_last, then its
+  // stage released.
+  const auto last_pv = [&](uint32_t (&p_last)[32]) {
+    const int last = (n_tiles - 1) % kStages, last_round = (n_tiles - 1) / kStages;
+    s90::MbarrierWait(v_full(last), last_round & 1);
+    s90::FenceRegisters(p_last);
+    s90::FenceRegisters(o);
+    s90::WgmmaFence();
+    IssuePv(o, p_last, v_smem + last * kTileBytes);
+    s90::WgmmaCommit();
+    s90::WgmmaWait<0>();
+    s90::FenceRegisters(o);
+    __syncwarp();
+    if (lane == 0) s90::MbarrierArrive(empty(last));
+  };
   if constexpr (kSchedule == WgmmaAttentionSchedule::kSerial) {
     // S of tile it + 1 runs beside PV of tile it; the softmax waits for both.
     s90::MbarrierWait(k_full(0), 0);
@@ -430,19 +445,6 @@ __global__ void __launch_bounds__(kThreads, 1)
       __syncwarp();
       if (lane == 0) s90::MbarrierArrive(empty(prev));
     };
-    auto finish = [&](uint32_t (&p_last)[32]) {
-      const int last = (n_tiles - 1) % kStages, last_round = (n_tiles - 1) / kStages;
-      s90::MbarrierWait(v_full(last), last_round & 1);
-      s90::FenceRegisters(p_last);
-      s90::FenceRegisters(o);
-      s90::WgmmaFence();
-      IssuePv(o, p_last, v_smem + last * kTileBytes);
-      s90::WgmmaCommit();
-      s90::WgmmaWait<0>();
-      s90::FenceRegisters(o);
-      __syncwarp();
-      if (lane == 0) s90::MbarrierArrive(empty(last));
-    };
     int it = 1;
     for (; it + 1 < n_tiles; it += 2) {
       step(it, pf, pf2);
@@ -450,9 +452,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     if (it < n_tiles) {
       step(it, pf, pf2);
-      finish(pf2);
+      last_pv(pf2);
     } else {
-      finish(pf);
+      last_pv(pf);
     }
   } else {
     // kIntraOverlapPvBesideExp: the exponentials of tile it beside the PV GEMM of tile it - 1,
@@ -511,17 +513,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     int it = 1;
     for (; it < n_tiles && needs_mask(it); ++it) step(it, std::true_type{});
     for (; it < n_tiles; ++it) step(it, std::false_type{});
-    const int last = (n_tiles - 1) % kStages, last_round = (n_tiles - 1) / kStages;
-    s90::MbarrierWait(v_full(last), last_round & 1);
-    s90::FenceRegisters(pf);
-    s90::FenceRegisters(o);
-    s90::WgmmaFence();
-    IssuePv(o, pf, v_smem + last * kTileBytes);
-    s90::WgmmaCommit();
-    s90::WgmmaWait<0>();
-    s90::FenceRegisters(o);
-    __syncwarp();
-    if (lane == 0) s90::MbarrierArrive(empty(last));
+    last_pv(pf);
   }
   float l0 = rs.l0, l1 = rs.l1;
   l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
