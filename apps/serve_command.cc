@@ -358,6 +358,21 @@ int ServeCommand(const ServeOptions& o) {
   sc.keep_alive_timeout_s = o.keep_alive_timeout_s;
   sc.max_connections = o.max_connections;
   sc.shutdown_timeout_s = o.shutdown_timeout_s;
+  // GPU 0's SM clock and power on /metrics, where NVML answers (the NVIDIA driver's library).
+  std::unique_ptr<GpuClockSampler> gpu_clock;
+  if (o.device.device == "cuda") {
+    Result<std::string> bus = CudaPciBusId(0);
+    Result<std::unique_ptr<GpuClockSampler>> made =
+        bus.ok() ? GpuClockSampler::Create(*bus) : Result<std::unique_ptr<GpuClockSampler>>(
+                                                       bus.status());
+    if (made.ok()) {
+      gpu_clock = std::move(*made);
+      sc.gpu_clock = gpu_clock.get();
+    } else {
+      std::fprintf(stderr, "note: /metrics has no GPU clock and power: %s\n",
+                   made.status().message().c_str());
+    }
+  }
   server::OpenAiServer server(*batch, sc);
   if (Status st = server.Start(); !st.ok()) {
     std::fprintf(stderr, "error: %s\n", st.message().c_str());

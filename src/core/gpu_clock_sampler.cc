@@ -92,13 +92,17 @@ Result<std::unique_ptr<GpuClockSampler>> GpuClockSampler::Create(
     return NotFound("NVML has no GPU at PCI bus id '" + pci_bus_id + "': " + nvml->Error(rc));
   }
   std::unique_ptr<GpuClockSampler> sampler(
-      new GpuClockSampler(std::move(nvml), device, options.period_ms));
+      new GpuClockSampler(std::move(nvml), device, pci_bus_id, options.period_ms));
   UP_RETURN_IF_ERROR(sampler->Read().status());
   return sampler;
 }
 
-GpuClockSampler::GpuClockSampler(std::unique_ptr<Nvml> nvml, void* device, int period_ms)
-    : nvml_(std::move(nvml)), device_(device), period_ms_(period_ms) {
+GpuClockSampler::GpuClockSampler(std::unique_ptr<Nvml> nvml, void* device,
+                                 std::string pci_bus_id, int period_ms)
+    : nvml_(std::move(nvml)),
+      device_(device),
+      pci_bus_id_(std::move(pci_bus_id)),
+      period_ms_(period_ms) {
   thread_ = std::thread([this] { Loop(); });
 }
 

@@ -52,8 +52,11 @@ class GpuClockSampler {
   GpuClockSampler(const GpuClockSampler&) = delete;
   GpuClockSampler& operator=(const GpuClockSampler&) = delete;
 
-  // One sample now (also how Create checks that the device answers).
+  // One sample now (also how Create checks that the device answers, and what serve's /metrics
+  // reports at each scrape). Safe beside a window: NVML's calls are thread-safe.
   Result<ClockSample> Read() const;
+  // The GPU's PCI bus id as given to Create (a label for what Read reports).
+  const std::string& pci_bus_id() const { return pci_bus_id_; }
   // A window: Start clears the samples and one is read at once, then every period; Stop ends
   // the window and summarises it. Stop without Start: zero samples. Pause stops reading and
   // keeps the window's samples; Resume reads again into it (one at once, then every period), so
@@ -66,11 +69,13 @@ class GpuClockSampler {
 
  private:
   struct Nvml;  // the library's handle and entry points
-  GpuClockSampler(std::unique_ptr<Nvml> nvml, void* device, int period_ms);
+  GpuClockSampler(std::unique_ptr<Nvml> nvml, void* device, std::string pci_bus_id,
+                  int period_ms);
   void Loop();
 
   std::unique_ptr<Nvml> nvml_;
   void* device_ = nullptr;  // nvmlDevice_t
+  std::string pci_bus_id_;
   int period_ms_ = 50;
   std::mutex mu_;
   std::condition_variable cv_;

@@ -47,6 +47,9 @@ Result<DeviceMemoryInfo> CudaMemoryInfo(int) {
       "this uniprefill was built without the CUDA backend; rebuild with "
       "`bash scripts/build.sh -DUNIPREFILL_CUDA=ON` on a machine with nvcc, or use --device cpu");
 }
+Result<std::string> CudaPciBusId(int device_index) {
+  return CudaMemoryInfo(device_index).status();
+}
 #endif
 
 }  // namespace uniprefill

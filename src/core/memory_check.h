@@ -22,6 +22,11 @@ struct DeviceMemoryInfo {
 // context). Errors: built without CUDA (Unimplemented), no usable GPU or a bad index (Unavailable).
 Result<DeviceMemoryInfo> CudaMemoryInfo(int device_index);
 
+// The PCI bus id of CUDA device `device_index` ("0000:65:00.0"; what NVML finds a GPU by, so
+// CUDA_VISIBLE_DEVICES's renumbering cannot point a reader at another GPU). Errors as
+// CudaMemoryInfo's.
+Result<std::string> CudaPciBusId(int device_index);
+
 // Bytes of memory this machine can still give (MemAvailable of /proc/meminfo; its physical memory
 // when that is unknown).
 int64_t HostAvailableBytes();

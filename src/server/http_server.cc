@@ -312,9 +312,16 @@ struct OpenAiServer::Impl {
       std::lock_guard<std::mutex> lock(mu);
       counts = http_counts;
     }
+    std::vector<GpuReading> gpus;
+    if (config.gpu_clock != nullptr) {
+      if (Result<ClockSample> c = config.gpu_clock->Read(); c.ok()) {
+        gpus.push_back({config.gpu_clock->pci_bus_id(), double(c->sm_mhz), c->power_w});
+      }
+    }
     res.status = 200;
-    res.set_content(FormatPrometheus(engine.Metrics(), config.served_model_names[0], counts),
-                    kPrometheusContentType);
+    res.set_content(
+        FormatPrometheus(engine.Metrics(), config.served_model_names[0], counts, gpus),
+        kPrometheusContentType);
   }
 
   // Cancels the request once (outside the state's lock: Cancel takes the engine's).

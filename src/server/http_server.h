@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "core/gpu_clock_sampler.h"
 #include "core/status.h"
 #include "uniprefill/batch_engine.h"
 
@@ -60,6 +61,10 @@ struct ServerConfig {
   // Stop(): requests in flight get this long to finish (then they are aborted and every
   // connection is closed, whatever the clients do).
   double shutdown_timeout_s = 5;
+  // When set (serve --device cuda where NVML answers), GET /metrics reads it at each scrape and
+  // reports the GPU's SM clock and power (uniprefill_gpu_sm_clock_mhz, uniprefill_gpu_power_watts);
+  // a read that fails leaves the two out of that scrape. Must outlive the server.
+  const GpuClockSampler* gpu_clock = nullptr;
 };
 
 class OpenAiServer {

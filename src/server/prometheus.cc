@@ -82,7 +82,8 @@ class Writer {
 }  // namespace
 
 std::string FormatPrometheus(const ServingMetrics& m, const std::string& model_name,
-                             const std::map<int, int64_t>& http) {
+                             const std::map<int, int64_t>& http,
+                             const std::vector<GpuReading>& gpus) {
   Writer w(model_name);
   w.Histo("uniprefill_time_to_first_token_seconds",
           "Submission to first sampled token, per request.", m.ttft_s);
@@ -111,6 +112,19 @@ std::string FormatPrometheus(const ServingMetrics& m, const std::string& model_n
           "Tokens kept by the last UniPrefill drop layer / tokens at the first, over all prefills "
           "that selected (1: none did).",
           keep_ratio);
+
+  if (!gpus.empty()) {
+    w.Family("uniprefill_gpu_sm_clock_mhz", "gauge",
+             "The GPU's SM clock at the scrape (NVML), in MHz.");
+    for (const GpuReading& g : gpus) {
+      w.Sample("uniprefill_gpu_sm_clock_mhz", g.sm_mhz, "gpu=\"" + EscapeLabel(g.pci_bus_id) + "\"");
+    }
+    w.Family("uniprefill_gpu_power_watts", "gauge",
+             "The GPU's board power at the scrape (NVML), in watts.");
+    for (const GpuReading& g : gpus) {
+      w.Sample("uniprefill_gpu_power_watts", g.power_w, "gpu=\"" + EscapeLabel(g.pci_bus_id) + "\"");
+    }
+  }
 
   w.Family("uniprefill_requests_total", "counter", "Finished requests by finish reason.");
   w.Sample("uniprefill_requests_total", double(m.requests_finished_stop), "finish_reason=\"stop\"");

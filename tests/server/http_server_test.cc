@@ -13,6 +13,7 @@
 #include <chrono>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -428,6 +429,44 @@ TEST_F(HttpServerTest, ApiKey) {
   ASSERT_TRUE(metrics);
   EXPECT_EQ(metrics->status, 200);
   keyed.Stop();
+}
+
+// serve --device cuda hands the server GPU 0's clock sampler; here it reads the stand-in NVML
+// (tests/testing/fake_nvml.cc: SM clock 1400 / 1500 / 1600 MHz in turn, 650 W).
+TEST_F(HttpServerTest, MetricsReportTheGpuClockAndPowerAtEachScrape) {
+  GpuClockSamplerOptions nvml;
+  nvml.library = UP_FAKE_NVML;
+  Result<std::unique_ptr<GpuClockSampler>> sampler = GpuClockSampler::Create("0000:01:00.0", nvml);
+  ASSERT_TRUE(sampler.ok()) << sampler.status().message();
+  ServerConfig sc;
+  sc.port = 0;
+  sc.served_model_names = {"tiny"};
+  sc.threads = 2;
+  sc.gpu_clock = sampler->get();
+  OpenAiServer with_gpu(*batch_, sc);
+  ASSERT_TRUE(with_gpu.Start().ok());
+  std::set<std::string> clocks;
+  for (int scrape = 0; scrape < 3; ++scrape) {
+    auto r = Client(with_gpu.port())->Get("/metrics");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200);
+    EXPECT_NE(r->body.find("# TYPE uniprefill_gpu_sm_clock_mhz gauge"), std::string::npos);
+    EXPECT_NE(r->body.find("uniprefill_gpu_power_watts{model_name=\"tiny\",gpu=\"0000:01:00.0\"} 650\n"),
+              std::string::npos)
+        << r->body;
+    const std::string key = "uniprefill_gpu_sm_clock_mhz{model_name=\"tiny\",gpu=\"0000:01:00.0\"} ";
+    const size_t at = r->body.find(key);
+    ASSERT_NE(at, std::string::npos) << r->body;
+    clocks.insert(r->body.substr(at + key.size(), 4));
+  }
+  // Read at each scrape, not once at start: the stand-in's clock changes between reads.
+  EXPECT_GE(clocks.size(), 2u);
+  for (const std::string& c : clocks) EXPECT_TRUE(c == "1400" || c == "1500" || c == "1600") << c;
+  with_gpu.Stop();
+  // The suite's server (no sampler) reports no GPU.
+  auto plain = Client()->Get("/metrics");
+  ASSERT_TRUE(plain);
+  EXPECT_EQ(plain->body.find("uniprefill_gpu_"), std::string::npos);
 }
 
 TEST_F(HttpServerTest, PortInUseIsAClearError) {

@@ -179,6 +179,25 @@ TEST(PrometheusFormatTest, EverySampleIsTypedAndHelped) {
   }
 }
 
+TEST(PrometheusFormatTest, GpuClockAndPowerAreGaugesLabelledByTheirGpu) {
+  const Parsed p = Parse(FormatPrometheus(SampleMetrics(), "m", {},
+                                          {{"0000:65:00.0", 1455, 699.5}, {"0000:66:\"x", 1980, 90}}));
+  EXPECT_EQ(p.types.at("uniprefill_gpu_sm_clock_mhz"), "gauge");
+  EXPECT_EQ(p.types.at("uniprefill_gpu_power_watts"), "gauge");
+  std::map<std::string, double> clock, power;
+  for (const Sample& s : p.samples) {
+    if (s.name == "uniprefill_gpu_sm_clock_mhz") clock[s.labels.at("gpu")] = s.value;
+    if (s.name == "uniprefill_gpu_power_watts") power[s.labels.at("gpu")] = s.value;
+  }
+  EXPECT_EQ(clock, (std::map<std::string, double>{{"0000:65:00.0", 1455}, {"0000:66:\"x", 1980}}));
+  EXPECT_EQ(power, (std::map<std::string, double>{{"0000:65:00.0", 699.5}, {"0000:66:\"x", 90}}));
+}
+
+TEST(PrometheusFormatTest, WithoutAGpuItsFamiliesAreLeftOut) {
+  const std::string text = FormatPrometheus(SampleMetrics(), "m");
+  EXPECT_EQ(text.find("uniprefill_gpu_"), std::string::npos) << text;
+}
+
 TEST(PrometheusFormatTest, HistogramBucketsAreCumulative) {
   Parsed p = Parse(FormatPrometheus(SampleMetrics(), "m"));
   for (const char* h :

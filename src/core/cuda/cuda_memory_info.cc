@@ -8,7 +8,10 @@
 
 namespace uniprefill {
 
-Result<DeviceMemoryInfo> CudaMemoryInfo(int device_index) {
+namespace {
+
+// Unavailable naming the index when there is no such device.
+Status CheckDeviceIndex(int device_index) {
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess || device_index < 0 || device_index >= count) {
@@ -18,8 +21,15 @@ Result<DeviceMemoryInfo> CudaMemoryInfo(int device_index) {
                        (err != cudaSuccess ? std::string(": ") + cudaGetErrorString(err) : "") +
                        ")");
   }
+  return OkStatus();
+}
+
+}  // namespace
+
+Result<DeviceMemoryInfo> CudaMemoryInfo(int device_index) {
+  UP_RETURN_IF_ERROR(CheckDeviceIndex(device_index));
   size_t free_bytes = 0, total_bytes = 0;
-  err = cudaSetDevice(device_index);
+  cudaError_t err = cudaSetDevice(device_index);
   if (err == cudaSuccess) err = cudaMemGetInfo(&free_bytes, &total_bytes);
   if (err != cudaSuccess) {
     (void)cudaGetLastError();
@@ -27,6 +37,18 @@ Result<DeviceMemoryInfo> CudaMemoryInfo(int device_index) {
                        std::to_string(device_index) + ": " + cudaGetErrorString(err));
   }
   return DeviceMemoryInfo{static_cast<int64_t>(free_bytes), static_cast<int64_t>(total_bytes)};
+}
+
+Result<std::string> CudaPciBusId(int device_index) {
+  UP_RETURN_IF_ERROR(CheckDeviceIndex(device_index));
+  char bus[64] = {};
+  if (const cudaError_t err = cudaDeviceGetPCIBusId(bus, sizeof(bus), device_index);
+      err != cudaSuccess) {
+    (void)cudaGetLastError();
+    return Unavailable(std::string("cannot read the PCI bus id of GPU ") +
+                       std::to_string(device_index) + ": " + cudaGetErrorString(err));
+  }
+  return std::string(bus);
 }
 
 }  // namespace uniprefill
