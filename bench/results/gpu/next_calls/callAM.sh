@@ -12,8 +12,10 @@
 #      arm skipped once the call's clock leaves too little for the anchor;
 #   4. ANCHOR_SDPA=cudnn's PyTorch anchor at 32K / 128K, in the same call.
 # Predicted as in AJ / AK: pv_beside_exp 0-4% at 32K / 128K, group order 0.5-1.5%, skip 1-3%.
+# CALL_END (default 590 s): when the call must end; arms stop 120 s before it (the anchor's).
 source "$(dirname "$0")/lib.sh"
 call_begin
+CALL_END=${CALL_END:-590}
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv > $OUT/gpu.txt
 ( UP_GPU_TARGETS="uniprefill" bash scripts/gpu_build.sh build build-dev-new \
     > /tmp/build.txt 2>&1; echo "build rc $? at $(elapsed) s" > /tmp/build_rc.txt ) &
@@ -31,11 +33,11 @@ nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw --format=csv,noheader -lms
 sampler=$!
 B_FLAGS="UNIPREFILL_CUDA_WGMMA_GROUP_ORDER=1 UNIPREFILL_CUDA_WGMMA_SKIP_UNIT_RESCALE=1 UNIPREFILL_CUDA_WGMMA_SCHEDULE=pv_beside_exp"
 C_FLAGS="UNIPREFILL_CUDA_WGMMA_SCHEDULE=pv_beside_exp"
-run_arm() {  # run_arm NAME [VAR=VALUE...]; skipped unless it can end by 470 s (the anchor needs ~100 s)
+run_arm() {  # run_arm NAME [VAR=VALUE...]; skipped unless it can end 120 s before CALL_END (the anchor's ~100 s)
   local name=$1; shift
-  if [ $(( $(elapsed) + 55 )) -gt 470 ]; then echo "$name skipped at $(elapsed) s"; return; fi
+  if [ $(( $(elapsed) + 55 )) -gt $(( CALL_END - 120 )) ]; then echo "$name skipped at $(elapsed) s"; return; fi
   echo "$name from $(date +%s%3N)" >> $OUT/phases.txt
-  env "$@" timeout $(( 475 - $(elapsed) )) build-dev-new/uniprefill bench gpu-prefill \
+  env "$@" timeout $(( CALL_END - 115 - $(elapsed) )) build-dev-new/uniprefill bench gpu-prefill \
     --commit "$(git rev-parse --short HEAD)" --shape llama-3.1-8b --contexts 32768,131072 \
     --keep-ratios 0.5 --repeats 2 --json $OUT/$name.json > $OUT/$name.txt 2>&1
   echo "$name rc $? at $(elapsed) s"; grep -E "^(32768|131072) " $OUT/$name.txt
@@ -43,7 +45,7 @@ run_arm() {  # run_arm NAME [VAR=VALUE...]; skipped unless it can end by 470 s (
 run_arm a1; run_arm c1 $C_FLAGS; run_arm c2 $C_FLAGS; run_arm a2
 run_arm b1 $B_FLAGS; run_arm b2 $B_FLAGS; run_arm a3
 echo "anchor from $(date +%s%3N)" >> $OUT/phases.txt
-ANCHOR_SDPA=cudnn PYTHONUNBUFFERED=1 timeout $(( 590 - $(elapsed) )) \
+ANCHOR_SDPA=cudnn PYTHONUNBUFFERED=1 timeout $(( CALL_END - $(elapsed) )) \
   python3 .gpu_deps/anchor/pytorch_anchor.py 32768 131072 > $OUT/anchor_cudnn.jsonl 2>&1
 echo "anchor rc $? at $(elapsed) s"; cat $OUT/anchor_cudnn.jsonl
 echo "end $(date +%s%3N)" >> $OUT/phases.txt
