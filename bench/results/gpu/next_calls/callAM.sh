@@ -13,13 +13,16 @@
 #   4. ANCHOR_SDPA=cudnn's PyTorch anchor at 32K / 128K, in the same call.
 # Predicted as in AJ / AK: pv_beside_exp 0-4% at 32K / 128K, group order 0.5-1.5%, skip 1-3%.
 # CALL_END (default 590 s): when the call must end; arms stop 120 s before it (the anchor's).
+# PROBE_ONLY=1: steps 2 alone (~4 min; where the device time left cannot hold the rest).
 source "$(dirname "$0")/lib.sh"
 call_begin
 CALL_END=${CALL_END:-590}
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv > $OUT/gpu.txt
-( UP_GPU_TARGETS="uniprefill" bash scripts/gpu_build.sh build build-dev-new \
-    > /tmp/build.txt 2>&1; echo "build rc $? at $(elapsed) s" > /tmp/build_rc.txt ) &
-build_pid=$!
+if [ "${PROBE_ONLY:-0}" != 1 ]; then
+  ( UP_GPU_TARGETS="uniprefill" bash scripts/gpu_build.sh build build-dev-new \
+      > /tmp/build.txt 2>&1; echo "build rc $? at $(elapsed) s" > /tmp/build_rc.txt ) &
+  build_pid=$!
+fi
 nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Isrc tools/gpu/wgmma_attention_probe.cu \
   src/ops/cuda/sm90/flash_attention_wgmma.cu -o /tmp/probe > /tmp/probe_build.txt 2>&1
 echo "probe build rc $? at $(elapsed) s"
@@ -27,6 +30,7 @@ timeout 200 /tmp/probe ab 32768 131072 > $OUT/probe_ab.txt 2>&1
 echo "probe ab rc $? at $(elapsed) s"; cat $OUT/probe_ab.txt
 timeout 60 /tmp/probe check > $OUT/probe_check.txt 2>&1
 echo "probe check rc $? at $(elapsed) s"; grep -E "o3|check:" $OUT/probe_check.txt
+[ "${PROBE_ONLY:-0}" = 1 ] && exit 0
 wait $build_pid; cat /tmp/build_rc.txt; tail -3 /tmp/build.txt
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw --format=csv,noheader -lms 100 \
   > $OUT/clocks.csv 2>&1 &
