@@ -13,7 +13,8 @@
 #   4. ANCHOR_SDPA=cudnn's PyTorch anchor at 32K / 128K, in the same call.
 # Predicted as in AJ / AK: pv_beside_exp 0-4% at 32K / 128K, group order 0.5-1.5%, skip 1-3%.
 # CALL_END (default 590 s): when the call must end; arms stop 120 s before it (the anchor's).
-# PROBE_ONLY=1: steps 2 alone (~4 min; where the device time left cannot hold the rest).
+# PROBE_ONLY=1: steps 2 alone (~4 min; where the device time left cannot hold the rest);
+# PROBE_SIZES: the ab sizes (default 32768 131072; 128K is ~125 s of the ab's time).
 source "$(dirname "$0")/lib.sh"
 call_begin
 CALL_END=${CALL_END:-590}
@@ -26,7 +27,7 @@ fi
 nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Isrc tools/gpu/wgmma_attention_probe.cu \
   src/ops/cuda/sm90/flash_attention_wgmma.cu -o /tmp/probe > /tmp/probe_build.txt 2>&1
 echo "probe build rc $? at $(elapsed) s"
-timeout 200 /tmp/probe ab 32768 131072 > $OUT/probe_ab.txt 2>&1
+timeout 200 /tmp/probe ab ${PROBE_SIZES:-32768 131072} > $OUT/probe_ab.txt 2>&1
 echo "probe ab rc $? at $(elapsed) s"; cat $OUT/probe_ab.txt
 timeout 60 /tmp/probe check > $OUT/probe_check.txt 2>&1
 echo "probe check rc $? at $(elapsed) s"; grep -E "o3|check:" $OUT/probe_check.txt
