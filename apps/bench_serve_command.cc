@@ -112,6 +112,20 @@ void PrintTable(const std::vector<ModeRun>& runs) {
   row("mixed prefill+decode steps", [](const ModeRun& r) {
     return r.run.metrics.available ? Cell(r.run.metrics.mixed_steps, 1, 0) : "-";
   });
+  // The GPU's clock under the power limit (serve --device cuda): ratios between modes compare
+  // like with like only at like clocks.
+  bool any_gpu = false;
+  for (const ModeRun& r : runs) any_gpu |= r.run.metrics.gpu_scrapes > 0;
+  if (any_gpu) {
+    auto gpu = [](double loadgen::KvMetrics::*field, int decimals) {
+      return [=](const ModeRun& r) {
+        return r.run.metrics.gpu_scrapes > 0 ? Cell(r.run.metrics.*field, 1, decimals) : "-";
+      };
+    };
+    row("GPU SM clock mean (MHz)", gpu(&loadgen::KvMetrics::gpu_sm_mhz_mean, 0));
+    row("GPU SM clock min (MHz)", gpu(&loadgen::KvMetrics::gpu_sm_mhz_min, 0));
+    row("GPU power mean (W)", gpu(&loadgen::KvMetrics::gpu_power_w_mean, 0));
+  }
   row("goodput (req/s, SLO)", [](const ModeRun& r) { return Cell(r.summary.goodput, 1, 3); });
   if (runs.empty() || runs[0].classes.empty()) return;
   for (size_t k = 0; k < runs[0].classes.size(); ++k) {

@@ -104,14 +104,14 @@ class MetricsPoller {
   MetricsPoller(const HttpClient& client, double interval_s)
       : client_(client.url(), ShortTimeouts(client.options(), interval_s)), interval_s_(interval_s) {
     if (interval_s_ <= 0) return;
-    Scrape();
+    Scrape(/*during_run=*/false);
     thread_ = std::thread([this] {
       std::unique_lock<std::mutex> lock(mu_);
       while (!stop_) {
         cv_.wait_for(lock, std::chrono::duration<double>(interval_s_), [this] { return stop_; });
         if (stop_) break;
         lock.unlock();
-        Scrape();
+        Scrape(/*during_run=*/true);
         lock.lock();
       }
     });
@@ -126,11 +126,15 @@ class MetricsPoller {
       }
       cv_.notify_all();
       thread_.join();
-      Scrape();  // the final state, after the last request
+      Scrape(/*during_run=*/false);  // the final state, after the last request
     }
     std::lock_guard<std::mutex> lock(mu_);
     KvMetrics m = metrics_;
     if (first_mixed_ >= 0 && last_mixed_ >= 0) m.mixed_steps = last_mixed_ - first_mixed_;
+    if (m.gpu_scrapes > 0) {
+      m.gpu_sm_mhz_mean = gpu_sm_mhz_sum_ / m.gpu_scrapes;
+      m.gpu_power_w_mean = gpu_power_w_sum_ / m.gpu_scrapes;
+    }
     return m;
   }
 
@@ -141,7 +145,8 @@ class MetricsPoller {
     return o;
   }
 
-  void Scrape() {
+  // `during_run`: made while requests run (the GPU's clock and power count only then).
+  void Scrape(bool during_run) {
     Result<HttpResponse> res = client_.Get("/metrics");
     if (!res.ok() || res->status != 200) return;
     const std::map<std::string, double> values = ParsePrometheusText(res->body);
@@ -165,6 +170,14 @@ class MetricsPoller {
       if (first_mixed_ < 0) first_mixed_ = mixed;
       last_mixed_ = mixed;
     }
+    const double mhz = get("uniprefill_gpu_sm_clock_mhz"), watts = get("uniprefill_gpu_power_watts");
+    if (during_run && mhz >= 0 && watts >= 0) {
+      metrics_.gpu_sm_mhz_min =
+          metrics_.gpu_scrapes == 0 ? mhz : std::min(metrics_.gpu_sm_mhz_min, mhz);
+      ++metrics_.gpu_scrapes;
+      gpu_sm_mhz_sum_ += mhz;
+      gpu_power_w_sum_ += watts;
+    }
   }
 
   HttpClient client_;
@@ -175,6 +188,7 @@ class MetricsPoller {
   bool stop_ = false;
   KvMetrics metrics_;
   double first_mixed_ = -1, last_mixed_ = -1;
+  double gpu_sm_mhz_sum_ = 0, gpu_power_w_sum_ = 0;  // over metrics_.gpu_scrapes
 };
 
 }  // namespace
@@ -654,7 +668,11 @@ nlohmann::json ToJson(const KvMetrics& m) {
           {"kv_bytes_used_peak", m.kv_bytes_used_peak},
           {"kv_bytes_dense_equivalent_peak", m.kv_bytes_dense_equivalent_peak},
           {"kv_bytes_saved_peak", m.kv_bytes_saved_peak},
-          {"mixed_steps", m.mixed_steps}};
+          {"mixed_steps", m.mixed_steps},
+          {"gpu_scrapes", m.gpu_scrapes},
+          {"gpu_sm_clock_mhz_mean", m.gpu_sm_mhz_mean},
+          {"gpu_sm_clock_mhz_min", m.gpu_sm_mhz_min},
+          {"gpu_power_watts_mean", m.gpu_power_w_mean}};
 }
 
 }  // namespace uniprefill::loadgen

@@ -131,7 +131,8 @@ RequestRecord SendCompletion(const HttpClient& client, const std::string& json_b
 // comments, blank and malformed lines are skipped.
 std::map<std::string, double> ParsePrometheusText(const std::string& text);
 
-// KV-memory gauges seen while a run lasted (bytes) and how many mixed prefill+decode steps ran.
+// KV-memory gauges seen while a run lasted (bytes), how many mixed prefill+decode steps ran, and
+// the GPU's clock and power where the server reports them.
 struct KvMetrics {
   bool available = false;  // some scrape of /metrics had uniprefill_kv_bytes_used
   int scrapes = 0;
@@ -139,6 +140,12 @@ struct KvMetrics {
   double kv_bytes_dense_equivalent_peak = 0;
   double kv_bytes_saved_peak = 0;
   double mixed_steps = 0;  // increase of uniprefill_mixed_steps_total over the run
+  // serve --device cuda: the GPU's SM clock and board power (uniprefill_gpu_sm_clock_mhz,
+  // uniprefill_gpu_power_watts) over the scrapes made while the run lasted (not the one before
+  // its first request nor the one after its last): a served figure means little without the
+  // clock the power limit left it. gpu_scrapes 0 (and the rest 0): the server reported none.
+  int gpu_scrapes = 0;
+  double gpu_sm_mhz_mean = 0, gpu_sm_mhz_min = 0, gpu_power_w_mean = 0;
 };
 
 struct LoadOptions {

@@ -399,6 +399,11 @@ class FakeServer {
         << "\nuniprefill_kv_bytes_dense_equivalent " << n * 2000
         << "\nuniprefill_kv_bytes_saved " << n * 1000
         << "\nuniprefill_mixed_steps_total " << completed_.load() << "\n";
+      if (report_gpu_) {  // as serve --device cuda: 1400 / 1600 MHz in turn, 600 / 700 W
+        const bool odd = scrapes_++ % 2 == 1;
+        m << "uniprefill_gpu_sm_clock_mhz{gpu=\"0000:01:00.0\"} " << (odd ? 1600 : 1400)
+          << "\nuniprefill_gpu_power_watts{gpu=\"0000:01:00.0\"} " << (odd ? 700 : 600) << "\n";
+      }
       res.set_content(m.str(), "text/plain; version=0.0.4");
     });
     server_.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
@@ -414,6 +419,8 @@ class FakeServer {
 
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
   int max_in_flight() const { return max_in_flight_.load(); }
+  // /metrics also reports a GPU's clock and power from now on.
+  void ReportGpu() { report_gpu_ = true; }
   nlohmann::json last_body() {
     std::lock_guard<std::mutex> lock(mu_);
     return last_body_;
@@ -476,6 +483,8 @@ class FakeServer {
   std::thread thread_;
   int port_ = 0;
   std::atomic<int> in_flight_{0}, max_in_flight_{0}, completed_{0};
+  std::atomic<bool> report_gpu_{false};
+  std::atomic<int> scrapes_{0};
   std::mutex mu_;
   nlohmann::json last_body_;
 };
@@ -542,6 +551,34 @@ TEST(LoadGeneratorTest, ConcurrencyRunAgainstFakeServer) {
   EXPECT_EQ(body["stream"], true);
   EXPECT_EQ(body["ignore_eos"], true);
   EXPECT_EQ(body["prompt"].size(), 32u);
+}
+
+TEST(LoadGeneratorTest, TheGpuClockIsAveragedOverTheScrapesMadeDuringTheRun) {
+  FakeServer server(std::chrono::milliseconds(10));
+  server.ReportGpu();
+  LoadOptions o;
+  o.model = "fake-model";
+  o.concurrency = 2;
+  o.metrics_interval_s = 0.01;
+  const RunResult run = RunLoad(ClientFor(server.url()), o, ParseModes("dense").value()[0],
+                                RandomTokenRequests(6, 16, 5, 1000, 20000, 3));
+  const KvMetrics& m = run.metrics;
+  // Every scrape but the one before the first request and the one after the last.
+  EXPECT_EQ(m.gpu_scrapes, m.scrapes - 2);
+  ASSERT_GE(m.gpu_scrapes, 2);
+  EXPECT_DOUBLE_EQ(m.gpu_sm_mhz_min, 1400);
+  EXPECT_GT(m.gpu_sm_mhz_mean, 1400);
+  EXPECT_LT(m.gpu_sm_mhz_mean, 1600);
+  EXPECT_NEAR(m.gpu_power_w_mean, 600 + (m.gpu_sm_mhz_mean - 1400) / 2, 1e-9);
+  const nlohmann::json j = ToJson(m);
+  EXPECT_EQ(j["gpu_scrapes"], m.gpu_scrapes);
+  EXPECT_DOUBLE_EQ(j["gpu_sm_clock_mhz_mean"].get<double>(), m.gpu_sm_mhz_mean);
+  // Without the gauges (a CPU server): none counted.
+  FakeServer cpu(std::chrono::milliseconds(1));
+  const RunResult plain = RunLoad(ClientFor(cpu.url()), o, ParseModes("dense").value()[0],
+                                  RandomTokenRequests(2, 16, 2, 1000, 20000, 3));
+  EXPECT_GT(plain.metrics.scrapes, 0);
+  EXPECT_EQ(plain.metrics.gpu_scrapes, 0);
 }
 
 TEST(LoadGeneratorTest, RateRunSendsEveryRequestDense) {
@@ -697,6 +734,26 @@ TEST(BenchServeCliTest, ComparesDenseAndUniPrefillAgainstFakeServer) {
     EXPECT_TRUE(m["kv_metrics"]["available"]);
   }
   EXPECT_GT(j["comparisons"][0]["ttft_p50_ratio"].get<double>(), 0);
+  EXPECT_EQ(r.out.find("GPU SM clock"), std::string::npos) << "a CPU server has no GPU rows";
+}
+
+TEST(BenchServeCliTest, AGpuServersClockAndPowerAreRowsAndJson) {
+  FakeServer server(std::chrono::milliseconds(10));
+  server.ReportGpu();
+  const std::string json = testing::TempPath("bench_serve_gpu.json");
+  CliResult r = RunCli("bench serve --url " + server.url() +
+                       " --concurrency 2 -n 4 --prompt-tokens 16 --output-tokens 40 --modes dense -o " +
+                       json);
+  // 2 rounds of 40 tokens 10 ms apart: ~0.8 s, several of bench serve's 0.2 s scrapes.
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* row : {"GPU SM clock mean (MHz)", "GPU SM clock min (MHz)", "GPU power mean (W)"}) {
+    EXPECT_NE(r.out.find(row), std::string::npos) << row << "\n" << r.out;
+  }
+  const nlohmann::json j = nlohmann::json::parse(ReadAll(json));
+  const nlohmann::json& kv = j["modes"][0]["kv_metrics"];
+  EXPECT_GT(kv["gpu_scrapes"].get<int>(), 0) << kv.dump();
+  EXPECT_GE(kv["gpu_sm_clock_mhz_mean"].get<double>(), 1400);
+  EXPECT_LE(kv["gpu_sm_clock_mhz_mean"].get<double>(), 1600);
 }
 
 // A mixed workload: short requests at Poisson times, one long among them, each class reported.
