@@ -170,7 +170,8 @@ class MetricsPoller {
       if (first_mixed_ < 0) first_mixed_ = mixed;
       last_mixed_ = mixed;
     }
-    const double mhz = get("uniprefill_gpu_sm_clock_mhz"), watts = get("uniprefill_gpu_power_watts");
+    const double mhz = get("uniprefill_gpu_sm_clock_mhz"),
+                 watts = get("uniprefill_gpu_power_watts");
     if (during_run && mhz >= 0 && watts >= 0) {
       metrics_.gpu_sm_mhz_min =
           metrics_.gpu_scrapes == 0 ? mhz : std::min(metrics_.gpu_sm_mhz_min, mhz);

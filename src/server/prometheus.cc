@@ -117,12 +117,14 @@ std::string FormatPrometheus(const ServingMetrics& m, const std::string& model_n
     w.Family("uniprefill_gpu_sm_clock_mhz", "gauge",
              "The GPU's SM clock at the scrape (NVML), in MHz.");
     for (const GpuReading& g : gpus) {
-      w.Sample("uniprefill_gpu_sm_clock_mhz", g.sm_mhz, "gpu=\"" + EscapeLabel(g.pci_bus_id) + "\"");
+      w.Sample("uniprefill_gpu_sm_clock_mhz", g.sm_mhz,
+               "gpu=\"" + EscapeLabel(g.pci_bus_id) + "\"");
     }
     w.Family("uniprefill_gpu_power_watts", "gauge",
              "The GPU's board power at the scrape (NVML), in watts.");
     for (const GpuReading& g : gpus) {
-      w.Sample("uniprefill_gpu_power_watts", g.power_w, "gpu=\"" + EscapeLabel(g.pci_bus_id) + "\"");
+      w.Sample("uniprefill_gpu_power_watts", g.power_w,
+               "gpu=\"" + EscapeLabel(g.pci_bus_id) + "\"");
     }
   }
 

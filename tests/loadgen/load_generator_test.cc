@@ -396,9 +396,8 @@ class FakeServer {
       const int n = in_flight_.load();
       std::ostringstream m;
       m << "# TYPE uniprefill_kv_bytes_used gauge\nuniprefill_kv_bytes_used " << n * 1000
-        << "\nuniprefill_kv_bytes_dense_equivalent " << n * 2000
-        << "\nuniprefill_kv_bytes_saved " << n * 1000
-        << "\nuniprefill_mixed_steps_total " << completed_.load() << "\n";
+        << "\nuniprefill_kv_bytes_dense_equivalent " << n * 2000 << "\nuniprefill_kv_bytes_saved "
+        << n * 1000 << "\nuniprefill_mixed_steps_total " << completed_.load() << "\n";
       if (report_gpu_) {  // as serve --device cuda: 1400 / 1600 MHz in turn, 600 / 700 W
         const bool odd = scrapes_++ % 2 == 1;
         m << "uniprefill_gpu_sm_clock_mhz{gpu=\"0000:01:00.0\"} " << (odd ? 1600 : 1400)
@@ -741,12 +740,13 @@ TEST(BenchServeCliTest, AGpuServersClockAndPowerAreRowsAndJson) {
   FakeServer server(std::chrono::milliseconds(10));
   server.ReportGpu();
   const std::string json = testing::TempPath("bench_serve_gpu.json");
-  CliResult r = RunCli("bench serve --url " + server.url() +
-                       " --concurrency 2 -n 4 --prompt-tokens 16 --output-tokens 40 --modes dense -o " +
-                       json);
+  CliResult r = RunCli(
+      "bench serve --url " + server.url() +
+      " --concurrency 2 -n 4 --prompt-tokens 16 --output-tokens 40 --modes dense -o " + json);
   // 2 rounds of 40 tokens 10 ms apart: ~0.8 s, several of bench serve's 0.2 s scrapes.
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  for (const char* row : {"GPU SM clock mean (MHz)", "GPU SM clock min (MHz)", "GPU power mean (W)"}) {
+  for (const char* row :
+       {"GPU SM clock mean (MHz)", "GPU SM clock min (MHz)", "GPU power mean (W)"}) {
     EXPECT_NE(r.out.find(row), std::string::npos) << row << "\n" << r.out;
   }
   const nlohmann::json j = nlohmann::json::parse(ReadAll(json));

@@ -451,10 +451,12 @@ TEST_F(HttpServerTest, MetricsReportTheGpuClockAndPowerAtEachScrape) {
     ASSERT_TRUE(r);
     ASSERT_EQ(r->status, 200);
     EXPECT_NE(r->body.find("# TYPE uniprefill_gpu_sm_clock_mhz gauge"), std::string::npos);
-    EXPECT_NE(r->body.find("uniprefill_gpu_power_watts{model_name=\"tiny\",gpu=\"0000:01:00.0\"} 650\n"),
-              std::string::npos)
+    EXPECT_NE(
+        r->body.find("uniprefill_gpu_power_watts{model_name=\"tiny\",gpu=\"0000:01:00.0\"} 650\n"),
+        std::string::npos)
         << r->body;
-    const std::string key = "uniprefill_gpu_sm_clock_mhz{model_name=\"tiny\",gpu=\"0000:01:00.0\"} ";
+    const std::string key =
+        "uniprefill_gpu_sm_clock_mhz{model_name=\"tiny\",gpu=\"0000:01:00.0\"} ";
     const size_t at = r->body.find(key);
     ASSERT_NE(at, std::string::npos) << r->body;
     clocks.insert(r->body.substr(at + key.size(), 4));

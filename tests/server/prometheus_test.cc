@@ -180,8 +180,8 @@ TEST(PrometheusFormatTest, EverySampleIsTypedAndHelped) {
 }
 
 TEST(PrometheusFormatTest, GpuClockAndPowerAreGaugesLabelledByTheirGpu) {
-  const Parsed p = Parse(FormatPrometheus(SampleMetrics(), "m", {},
-                                          {{"0000:65:00.0", 1455, 699.5}, {"0000:66:\"x", 1980, 90}}));
+  const Parsed p = Parse(FormatPrometheus(
+      SampleMetrics(), "m", {}, {{"0000:65:00.0", 1455, 699.5}, {"0000:66:\"x", 1980, 90}}));
   EXPECT_EQ(p.types.at("uniprefill_gpu_sm_clock_mhz"), "gauge");
   EXPECT_EQ(p.types.at("uniprefill_gpu_power_watts"), "gauge");
   std::map<std::string, double> clock, power;
