@@ -12,6 +12,12 @@ one panel per architecture, batch-1 rows only. Needs matplotlib (.venv/bin/pip i
 
   .venv/bin/python tools/plot_gpu_prefill.py [--results-dir bench/results/gpu]
                                              [--out bench/results/gpu/prefill_throughput]
+
+One device call's results alone (ours and the anchor from the same call, e.g. the 29th session's
+H100 call AF; the panels whose files the folder lacks are skipped):
+
+  .venv/bin/python tools/plot_gpu_prefill.py --results-dir bench/results/gpu/session29/callAF \
+      --out bench/results/gpu/session29/callAF/prefill_throughput_h100
 """
 import argparse
 import json
@@ -93,7 +99,8 @@ MARKERS = [
 
 def draw_panel(ax, title: str, tput: dict, markers: dict) -> None:
     width = 0.26
-    offsets = {m: (i - 1) * width for i, m in enumerate(MODES)}
+    modes = [m for m in MODES if any(k[1] == m for k in tput)]  # bars centred on what ran
+    offsets = {m: (i - (len(modes) - 1) / 2) * width for i, m in enumerate(modes)}
     ymax = max(list(tput.values()) + [v for m in markers.values() for v in m.values()]) / 1e3
     for gi, ctx in enumerate(CONTEXTS):
         dense = tput.get((ctx, "dense"))
@@ -101,7 +108,7 @@ def draw_panel(ax, title: str, tput: dict, markers: dict) -> None:
             ax.text(gi, ymax * 0.04, "not run", ha="center", va="bottom", fontsize=9,
                     color="0.45", style="italic")
             continue
-        for m in MODES:
+        for m in modes:
             v = tput.get((ctx, m))
             if v is None:
                 continue
@@ -160,22 +167,28 @@ def main() -> int:
         return 1
 
     plt.rcParams.update({"font.size": 10, "hatch.linewidth": 0.8, "svg.hashsalt": "uniprefill"})
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.6 * len(panels), 4.6), squeeze=False)
+    # One panel (a single call's Llama results) still needs room for the title and legend.
+    fig, axes = plt.subplots(1, len(panels), figsize=(max(5.6 * len(panels), 9.5), 4.6),
+                             squeeze=False)
     for ax, (title, tput, anc) in zip(axes[0], panels):
         draw_panel(ax, title, tput, anc)
     axes[0][0].set_ylabel("Prefill throughput (K prompt tokens/s)")
 
-    handles = [Patch(label=MODE_LABEL[m], linewidth=1.0, **MODE_STYLE[m]) for m in MODES]
+    present = {m for _, tput, _ in panels for (_, m) in tput}
+    handles = [Patch(label=MODE_LABEL[m], linewidth=1.0, **MODE_STYLE[m])
+               for m in MODES if m in present]
     drawn = {key for _, _, markers in panels for key in markers}
     for key, label, style in MARKERS:
         if key in drawn:
             handles.append(Line2D([], [], linestyle="none", label=label, **style))
-    ncol = min(len(handles), 4)
+    ncol = min(len(handles), 4 if len(panels) > 1 else 2)
     fig.legend(handles=handles, loc="upper center", ncol=ncol, frameon=False,
-               bbox_to_anchor=(0.5, 0.935), fontsize=9.5, handlelength=2.2)
-    fig.suptitle(f"Prefill throughput, batch 1 \u2014 {'; '.join(gpus) or 'GPU'}"
+               bbox_to_anchor=(0.5, 0.935 if len(panels) > 1 else 0.9), fontsize=9.5,
+               handlelength=2.2)
+    sep = " \u2014 " if len(panels) > 1 else "\n"
+    fig.suptitle(f"Prefill throughput, batch 1{sep}{'; '.join(gpus) or 'GPU'}"
                  f"{', ' + ', '.join(dates) if dates else ''}", fontsize=12.5, y=0.985)
-    fig.tight_layout(rect=(0, 0, 1, 0.9))
+    fig.tight_layout(rect=(0, 0, 1, 0.9 if len(panels) > 1 else 0.84))
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
     for ext in ("png", "svg"):
