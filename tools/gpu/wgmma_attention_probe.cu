@@ -235,8 +235,9 @@ struct CausalInputs {
   bf16* qkv = nullptr;  // bf16 [n, (32 + 2 * 8) * 128]
   bf16* out = nullptr;  // bf16 [n, 32 * 128]
   int* cu = nullptr;    // int32 {0, n, n}: offsets, then the length
+  int n = 0;
   double flops = 0;
-  explicit CausalInputs(int n) {
+  explicit CausalInputs(int tokens) : n(tokens) {
     std::mt19937 rng(n);
     const auto host = Random(rng, int64_t(n) * s.width(), -1.0f, 1.0f);
     CHECK(cudaMalloc(&qkv, host.size() * 2));
@@ -250,19 +251,20 @@ struct CausalInputs {
   ~CausalInputs() { cudaFree(qkv), cudaFree(out), cudaFree(cu); }
   CausalInputs(const CausalInputs&) = delete;
   CausalInputs& operator=(const CausalInputs&) = delete;
+  // The kernel's problem over these inputs with `variant`'s launch choices.
+  WgmmaAttentionProblem ProblemFor(const Variant& variant) const {
+    WgmmaAttentionProblem p = Problem(s, qkv, out, n, cu, 1, n);
+    Apply(variant, p);
+    return p;
+  }
 };
 
 int Bench(const std::vector<int>& ns) {
   for (int n : ns) {
     const CausalInputs in(n);
-    const Packed& s = in.s;
-    bf16* const qkv = in.qkv;
-    bf16* const out = in.out;
-    const int* const cu_dev = in.cu;
     const double flops = in.flops;
     for (const Variant& variant : kVariants) {
-      auto p = Problem(s, qkv, out, n, cu_dev, 1, n);
-      Apply(variant, p);
+      const WgmmaAttentionProblem p = in.ProblemFor(variant);
       auto run = [&] { CHECK(LaunchFlashAttentionWgmma(p, nullptr)); };
       run();
       CHECK(cudaDeviceSynchronize());
@@ -288,23 +290,18 @@ int AB(const std::vector<int>& ns) {
   }
   for (int n : ns) {
     const CausalInputs in(n);
-    const Packed& s = in.s;
-    bf16* const qkv = in.qkv;
-    bf16* const out = in.out;
-    const int* const cu_dev = in.cu;
     const double flops = in.flops;
     std::vector<std::vector<float>> ms(variants.size());
     std::vector<std::vector<uint16_t>> bits(variants.size());
     for (int r = 0; r < kRounds; ++r) {
       for (size_t i = 0; i < variants.size(); ++i) {
-        auto p = Problem(s, qkv, out, n, cu_dev, 1, n);
-        Apply(*variants[i], p);
+        const WgmmaAttentionProblem p = in.ProblemFor(*variants[i]);
         auto run = [&] { CHECK(LaunchFlashAttentionWgmma(p, nullptr)); };
         run();
         ms[i].push_back(TimeMs(kLaunches, run));
         if (r == 0) {
-          bits[i].resize(size_t(n) * s.hq * s.d);
-          CHECK(cudaMemcpy(bits[i].data(), out, bits[i].size() * 2, cudaMemcpyDeviceToHost));
+          bits[i].resize(size_t(n) * in.s.hq * in.s.d);
+          CHECK(cudaMemcpy(bits[i].data(), in.out, bits[i].size() * 2, cudaMemcpyDeviceToHost));
         }
       }
     }
