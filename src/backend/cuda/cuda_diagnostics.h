@@ -60,12 +60,12 @@
 //   UNIPREFILL_CUDA_WGMMA_GROUP_ORDER=0|1     our Hopper attention kernel meets its CTAs kv head
 //                                             group by group, heaviest query tiles first across
 //                                             the group (WgmmaTileOrder::kKvGroupLongestFirst),
-//                                             or head by head (kHeadMajor).
+//                                             or head by head (kHeadMajor). Default 1.
 //   UNIPREFILL_CUDA_WGMMA_SKIP_UNIT_RESCALE=0|1  the kernel leaves O alone where no row of a
 //                                             warp saw a new max (bit-identical output), or
-//                                             rescales every key tile.
+//                                             rescales every key tile. Default 1.
 //   UNIPREFILL_CUDA_WGMMA_SCHEDULE=overlap|pv_beside_exp|serial  the kernel's consumer schedule
-//                                             (WgmmaAttentionSchedule; default overlap; all
+//                                             (WgmmaAttentionSchedule; default pv_beside_exp; all
 //                                             three bit-identical).
 //   UNIPREFILL_CUDNN_SDPA=unified|auto        cuDNN's graphs built with its UNIFIED SDPA engine
 //                                             (cuDNN >= 9.21), or with both and the faster kept,
@@ -97,10 +97,12 @@ struct CudaDiagnostics {
   bool separate_uploads = false;
   bool separate_rope = false;
   double tile_overshoot = 0;  // 0: off
-  bool wgmma_group_order = false;
-  bool wgmma_skip_unit_rescale = false;
+  // The three launch choices default on since the 32nd session's H200 call (probe 233.4 vs
+  // 247.6 ms at 128K; bench gpu-prefill 8B dense 128K 10497 vs 10961 ms; docs/gpu_performance.md).
+  bool wgmma_group_order = true;
+  bool wgmma_skip_unit_rescale = true;
   ops::cuda::WgmmaAttentionSchedule wgmma_schedule =
-      ops::cuda::WgmmaAttentionSchedule::kIntraOverlap;
+      ops::cuda::WgmmaAttentionSchedule::kIntraOverlapPvBesideExp;
   ops::cuda::CudnnSdpaImplementation cudnn_sdpa = ops::cuda::CudnnSdpaImplementation::kComposite;
 };
 

@@ -12,9 +12,10 @@ namespace uniprefill::cuda_backend {
 // How the backend launches the kernel (cuda_diagnostics.h: UNIPREFILL_CUDA_WGMMA_*); neither
 // changes a bit of the output.
 struct WgmmaLaunchChoices {
-  ops::cuda::WgmmaTileOrder tile_order = ops::cuda::WgmmaTileOrder::kHeadMajor;
-  bool skip_unit_rescale = false;
-  ops::cuda::WgmmaAttentionSchedule schedule = ops::cuda::WgmmaAttentionSchedule::kIntraOverlap;
+  ops::cuda::WgmmaTileOrder tile_order = ops::cuda::WgmmaTileOrder::kKvGroupLongestFirst;
+  bool skip_unit_rescale = true;
+  ops::cuda::WgmmaAttentionSchedule schedule =
+      ops::cuda::WgmmaAttentionSchedule::kIntraOverlapPvBesideExp;
 };
 
 // q bf16 [Tq, Hq, 128], k / v bf16 [Tk, Hkv, 128], attn bf16 [Tq, Hq, 128], rows strided; the
