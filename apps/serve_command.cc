@@ -139,6 +139,12 @@ void AddLimitFlags(CLI::App& cmd, ServeOptions& o) {
       "Seconds SIGTERM / SIGINT give requests in flight before they are aborted");
 }
 
+// CUDA device `device`'s SM clock and power sampler: CUDA names its PCI bus id, NVML reads it.
+Result<std::unique_ptr<GpuClockSampler>> ClockSamplerOfDevice(int device) {
+  UP_ASSIGN_OR_RETURN(const std::string bus, CudaPciBusId(device));
+  return GpuClockSampler::Create(bus);
+}
+
 }  // namespace
 
 bool ParseByteSize(const std::string& text, int64_t* bytes) {
@@ -361,10 +367,7 @@ int ServeCommand(const ServeOptions& o) {
   // GPU 0's SM clock and power on /metrics, where NVML answers (the NVIDIA driver's library).
   std::unique_ptr<GpuClockSampler> gpu_clock;
   if (o.device.device == "cuda") {
-    Result<std::string> bus = CudaPciBusId(0);
-    Result<std::unique_ptr<GpuClockSampler>> made =
-        bus.ok() ? GpuClockSampler::Create(*bus) : Result<std::unique_ptr<GpuClockSampler>>(
-                                                       bus.status());
+    Result<std::unique_ptr<GpuClockSampler>> made = ClockSamplerOfDevice(0);
     if (made.ok()) {
       gpu_clock = std::move(*made);
       sc.gpu_clock = gpu_clock.get();
