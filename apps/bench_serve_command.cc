@@ -122,9 +122,17 @@ void PrintTable(const std::vector<ModeRun>& runs) {
         return r.run.metrics.gpu_scrapes > 0 ? Cell(r.run.metrics.*field, 1, decimals) : "-";
       };
     };
+    // A tensor-parallel server reports each of its GPUs: the clock is their mean (the minimum
+    // over all), the power their sum.
+    int most_gpus = 0;
+    for (const ModeRun& r : runs) most_gpus = std::max(most_gpus, r.run.metrics.gpus);
+    if (most_gpus > 1) {
+      row("GPUs reported", [](const ModeRun& r) { return Cell(r.run.metrics.gpus, 1, 0); });
+    }
     row("GPU SM clock mean (MHz)", gpu(&loadgen::KvMetrics::gpu_sm_mhz_mean, 0));
     row("GPU SM clock min (MHz)", gpu(&loadgen::KvMetrics::gpu_sm_mhz_min, 0));
-    row("GPU power mean (W)", gpu(&loadgen::KvMetrics::gpu_power_w_mean, 0));
+    row(most_gpus > 1 ? "GPU power mean, GPUs summed (W)" : "GPU power mean (W)",
+        gpu(&loadgen::KvMetrics::gpu_power_w_mean, 0));
   }
   row("goodput (req/s, SLO)", [](const ModeRun& r) { return Cell(r.summary.goodput, 1, 3); });
   if (runs.empty() || runs[0].classes.empty()) return;

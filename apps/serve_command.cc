@@ -1,18 +1,23 @@
 #include "serve_command.h"
 
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <thread>
-
-#include <signal.h>
-#include <unistd.h>
+#include <vector>
 
 #include "core/memory_check.h"
+#include "dist/rank_devices.h"
 #include "model_names.h"
 #include "run_command.h"
 #include "server/http_server.h"
@@ -364,16 +369,20 @@ int ServeCommand(const ServeOptions& o) {
   sc.keep_alive_timeout_s = o.keep_alive_timeout_s;
   sc.max_connections = o.max_connections;
   sc.shutdown_timeout_s = o.shutdown_timeout_s;
-  // GPU 0's SM clock and power on /metrics, where NVML answers (the NVIDIA driver's library).
-  std::unique_ptr<GpuClockSampler> gpu_clock;
+  // The GPUs' SM clock and power on /metrics, where NVML answers (the NVIDIA driver's library).
+  std::vector<std::unique_ptr<GpuClockSampler>> gpu_clocks;
   if (o.device.device == "cuda") {
-    Result<std::unique_ptr<GpuClockSampler>> made = ClockSamplerOfDevice(0);
-    if (made.ok()) {
-      gpu_clock = std::move(*made);
-      sc.gpu_clock = gpu_clock.get();
-    } else {
-      std::fprintf(stderr, "note: /metrics has no GPU clock and power: %s\n",
-                   made.status().message().c_str());
+    // GPU 0, the one serve drives; under --tensor-parallel every GPU of a rank on this host
+    // (ranks on other hosts are not reported: NVML reads this host's GPUs only).
+    for (int device : dist::HostCudaDevices(o.device.tensor_parallel)) {
+      Result<std::unique_ptr<GpuClockSampler>> made = ClockSamplerOfDevice(device);
+      if (made.ok()) {
+        gpu_clocks.push_back(std::move(*made));
+        sc.gpu_clocks.push_back(gpu_clocks.back().get());
+      } else {
+        std::fprintf(stderr, "note: /metrics has no clock and power of GPU %d: %s\n", device,
+                     made.status().message().c_str());
+      }
     }
   }
   server::OpenAiServer server(*batch, sc);

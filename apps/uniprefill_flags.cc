@@ -82,6 +82,13 @@ void AddDeviceFlags(CLI::App& cmd, DeviceFlags& flags) {
                  "by side, then merged) when each piece holds at least this many keys; 0: never")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  cmd.add_option("--cudnn-plan", flags.cudnn_plan,
+                 "With --device cuda, which of cuDNN's attention plans each shape keeps: "
+                 "fastest (its heuristics' plans each timed once at start-up; the pick can "
+                 "follow the machine's load, and plans round differently) or first (the "
+                 "heuristics' first plan: the same on every run, so logits repeat run to run)")
+      ->check(CLI::IsMember({"fastest", "first"}))
+      ->capture_default_str();
   cmd.add_option("--tensor-parallel", flags.tensor_parallel,
                  "Tensor-parallel ranks: run as `mpirun -np N uniprefill ... "
                  "--tensor-parallel N`; each rank holds 1/N of the heads and FFN columns (llama "

@@ -36,6 +36,7 @@ struct DeviceFlags {
   std::string gpu_attention = "auto";
   bool cuda_graphs = false;
   int prefix_split_min_keys = 2048;  // --gpu-prefix-split (EngineOptions)
+  std::string cudnn_plan = "fastest";  // --cudnn-plan (EngineOptions::gpu_cudnn_plan)
   int tensor_parallel = 1;  // ranks under mpirun (EngineOptions::tensor_parallel)
   double tensor_parallel_timeout_s = 60;  // --tensor-parallel-timeout (EngineOptions)
   std::string cpu_isa = "auto";  // --cpu-isa or UNIPREFILL_CPU_ISA (EngineOptions::cpu_isa)
@@ -49,6 +50,7 @@ struct DeviceFlags {
     eo.gpu_attention = gpu_attention;
     eo.gpu_decode_graphs = cuda_graphs;
     eo.gpu_prefix_split_min_keys = prefix_split_min_keys;
+    eo.gpu_cudnn_plan = cudnn_plan;
     eo.tensor_parallel = tensor_parallel;
     eo.tensor_parallel_timeout_s = tensor_parallel_timeout_s;
   }

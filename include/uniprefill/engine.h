@@ -75,6 +75,11 @@ struct EngineOptions {
   // GPU: split-KV for prefill chunks over a deep cached prefix (LoadOptions field of this name;
   // 0: never split).
   int gpu_prefix_split_min_keys = 2048;
+  // GPU: which of cuDNN's attention plans each shape bucket keeps (LoadOptions::
+  // gpu_cudnn_autotune): "fastest" (each of its heuristics' plans timed once at start-up; the
+  // choice can follow the machine's load then, and plans round differently) or "first" (the
+  // heuristics' first plan: the same plan on every run, so logits repeat from run to run).
+  std::string gpu_cudnn_plan = "fastest";
   // Tensor parallel ranks (CPU): > 1 runs this process as one rank of an MPI world of exactly
   // that many processes (`mpirun -np N`), each holding 1/N of the heads and FFN columns; every
   // rank runs the same requests and gets the same tokens. Serving: BatchEngine::Start on rank 0,

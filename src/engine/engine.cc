@@ -10,6 +10,7 @@
 
 #include "core/device_context.h"
 #include "dist/communicator.h"
+#include "dist/rank_devices.h"
 #ifdef UNIPREFILL_WITH_NCCL
 #include "dist/cuda/nccl_communicator.h"
 #endif
@@ -53,10 +54,8 @@ Result<std::unique_ptr<Engine>> Engine::Load(const EngineOptions& options,
           std::to_string(options.tensor_parallel) + " uniprefill ...` (this one is rank " +
           std::to_string(comm->rank()) + " of " + std::to_string(comm->world_size()) + ")");
     }
-    // Under --tensor-parallel each process drives the GPU of its rank on its host (Open MPI's
-    // local rank).
-    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-    cuda_device = local != nullptr ? std::atoi(local) : comm->rank();
+    // Under --tensor-parallel each process drives the GPU of its rank on its host.
+    cuda_device = dist::RankCudaDevice(comm->rank());
   }
   return EngineLoader::Load(options, std::move(comm), cuda_device, progress);
 }
@@ -106,6 +105,11 @@ Result<std::unique_ptr<Engine>> EngineLoader::Load(const EngineOptions& options,
   lo.cpu_kv_dtype = options.kv_cache_dtype == "f32" ? DType::kF32 : DType::kF16;
   lo.gpu_decode_graphs = options.gpu_decode_graphs;
   lo.gpu_prefix_split_min_keys = options.gpu_prefix_split_min_keys;
+  if (options.gpu_cudnn_plan != "fastest" && options.gpu_cudnn_plan != "first") {
+    return InvalidArgument("gpu_cudnn_plan '" + options.gpu_cudnn_plan +
+                           "' is not one of: fastest, first (--cudnn-plan)");
+  }
+  lo.gpu_cudnn_autotune = options.gpu_cudnn_plan == "fastest";
   const std::optional<GpuAttention> attention = GpuAttentionFromName(options.gpu_attention);
   if (!attention) {
     return InvalidArgument("unknown gpu attention '" + options.gpu_attention +

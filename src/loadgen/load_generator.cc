@@ -170,14 +170,16 @@ class MetricsPoller {
       if (first_mixed_ < 0) first_mixed_ = mixed;
       last_mixed_ = mixed;
     }
-    const double mhz = get("uniprefill_gpu_sm_clock_mhz"),
-                 watts = get("uniprefill_gpu_power_watts");
-    if (during_run && mhz >= 0 && watts >= 0) {
+    const std::vector<double> mhz = PrometheusValues(res->body, "uniprefill_gpu_sm_clock_mhz");
+    const std::vector<double> watts = PrometheusValues(res->body, "uniprefill_gpu_power_watts");
+    if (during_run && !mhz.empty() && mhz.size() == watts.size()) {
+      const double slowest = *std::min_element(mhz.begin(), mhz.end());
       metrics_.gpu_sm_mhz_min =
-          metrics_.gpu_scrapes == 0 ? mhz : std::min(metrics_.gpu_sm_mhz_min, mhz);
+          metrics_.gpu_scrapes == 0 ? slowest : std::min(metrics_.gpu_sm_mhz_min, slowest);
+      metrics_.gpus = std::max(metrics_.gpus, static_cast<int>(mhz.size()));
       ++metrics_.gpu_scrapes;
-      gpu_sm_mhz_sum_ += mhz;
-      gpu_power_w_sum_ += watts;
+      gpu_sm_mhz_sum_ += std::accumulate(mhz.begin(), mhz.end(), 0.0) / mhz.size();
+      gpu_power_w_sum_ += std::accumulate(watts.begin(), watts.end(), 0.0);
     }
   }
 
@@ -447,8 +449,12 @@ RequestRecord SendCompletion(const HttpClient& client, const std::string& json_b
   return r;
 }
 
-std::map<std::string, double> ParsePrometheusText(const std::string& text) {
-  std::map<std::string, double> out;
+namespace {
+
+// Each sample line of a Prometheus text exposition as (metric name, value), labels dropped;
+// comments, blank and malformed lines are skipped.
+template <typename Visit>
+void ForEachPrometheusSample(const std::string& text, Visit visit) {
   std::istringstream in(text);
   for (std::string line; std::getline(in, line);) {
     line = Trim(line);
@@ -468,8 +474,23 @@ std::map<std::string, double> ParsePrometheusText(const std::string& text) {
     char* end = nullptr;
     const double v = std::strtod(value_text.c_str(), &end);
     if (end == value_text.c_str() || *end != '\0') continue;
-    out[name] += v;
+    visit(name, v);
   }
+}
+
+}  // namespace
+
+std::map<std::string, double> ParsePrometheusText(const std::string& text) {
+  std::map<std::string, double> out;
+  ForEachPrometheusSample(text, [&](const std::string& name, double v) { out[name] += v; });
+  return out;
+}
+
+std::vector<double> PrometheusValues(const std::string& text, const std::string& name) {
+  std::vector<double> out;
+  ForEachPrometheusSample(text, [&](const std::string& sample, double v) {
+    if (sample == name) out.push_back(v);
+  });
   return out;
 }
 
@@ -671,6 +692,7 @@ nlohmann::json ToJson(const KvMetrics& m) {
           {"kv_bytes_saved_peak", m.kv_bytes_saved_peak},
           {"mixed_steps", m.mixed_steps},
           {"gpu_scrapes", m.gpu_scrapes},
+          {"gpus", m.gpus},
           {"gpu_sm_clock_mhz_mean", m.gpu_sm_mhz_mean},
           {"gpu_sm_clock_mhz_min", m.gpu_sm_mhz_min},
           {"gpu_power_watts_mean", m.gpu_power_w_mean}};

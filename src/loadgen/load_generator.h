@@ -131,6 +131,9 @@ RequestRecord SendCompletion(const HttpClient& client, const std::string& json_b
 // comments, blank and malformed lines are skipped.
 std::map<std::string, double> ParsePrometheusText(const std::string& text);
 
+// The values of metric `name`, one per label set, in the order the text gives them.
+std::vector<double> PrometheusValues(const std::string& text, const std::string& name);
+
 // KV-memory gauges seen while a run lasted (bytes), how many mixed prefill+decode steps ran, and
 // the GPU's clock and power where the server reports them.
 struct KvMetrics {
@@ -140,11 +143,14 @@ struct KvMetrics {
   double kv_bytes_dense_equivalent_peak = 0;
   double kv_bytes_saved_peak = 0;
   double mixed_steps = 0;  // increase of uniprefill_mixed_steps_total over the run
-  // serve --device cuda: the GPU's SM clock and board power (uniprefill_gpu_sm_clock_mhz,
-  // uniprefill_gpu_power_watts) over the scrapes made while the run lasted (not the one before
-  // its first request nor the one after its last): a served figure means little without the
-  // clock the power limit left it. gpu_scrapes 0 (and the rest 0): the server reported none.
+  // serve --device cuda: the GPUs' SM clock and board power (uniprefill_gpu_sm_clock_mhz,
+  // uniprefill_gpu_power_watts, a label set per GPU) over the scrapes made while the run lasted
+  // (not the one before its first request nor the one after its last): a served figure means
+  // little without the clock the power limit left it. With several GPUs (--tensor-parallel) a
+  // scrape's clock is their mean, the minimum is over every GPU, the power their sum. gpu_scrapes
+  // 0 (and the rest 0): the server reported none.
   int gpu_scrapes = 0;
+  int gpus = 0;  // the most GPUs one scrape reported
   double gpu_sm_mhz_mean = 0, gpu_sm_mhz_min = 0, gpu_power_w_mean = 0;
 };
 

@@ -313,9 +313,9 @@ struct OpenAiServer::Impl {
       counts = http_counts;
     }
     std::vector<GpuReading> gpus;
-    if (config.gpu_clock != nullptr) {
-      if (Result<ClockSample> c = config.gpu_clock->Read(); c.ok()) {
-        gpus.push_back({config.gpu_clock->pci_bus_id(), double(c->sm_mhz), c->power_w});
+    for (const GpuClockSampler* gpu : config.gpu_clocks) {
+      if (Result<ClockSample> c = gpu->Read(); c.ok()) {
+        gpus.push_back({gpu->pci_bus_id(), double(c->sm_mhz), c->power_w});
       }
     }
     res.status = 200;

@@ -61,10 +61,12 @@ struct ServerConfig {
   // Stop(): requests in flight get this long to finish (then they are aborted and every
   // connection is closed, whatever the clients do).
   double shutdown_timeout_s = 5;
-  // When set (serve --device cuda where NVML answers), GET /metrics reads it at each scrape and
-  // reports the GPU's SM clock and power (uniprefill_gpu_sm_clock_mhz, uniprefill_gpu_power_watts);
-  // a read that fails leaves the two out of that scrape. Must outlive the server.
-  const GpuClockSampler* gpu_clock = nullptr;
+  // The GPUs whose SM clock and power GET /metrics reads at each scrape (serve --device cuda
+  // where NVML answers: GPU 0, or under --tensor-parallel every GPU its ranks drive on this
+  // host), one label set each (uniprefill_gpu_sm_clock_mhz{gpu=<PCI bus id>},
+  // uniprefill_gpu_power_watts); a read that fails leaves that GPU out of that scrape. Each must
+  // outlive the server.
+  std::vector<const GpuClockSampler*> gpu_clocks;
 };
 
 class OpenAiServer {

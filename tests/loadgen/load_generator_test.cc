@@ -402,6 +402,10 @@ class FakeServer {
         const bool odd = scrapes_++ % 2 == 1;
         m << "uniprefill_gpu_sm_clock_mhz{gpu=\"0000:01:00.0\"} " << (odd ? 1600 : 1400)
           << "\nuniprefill_gpu_power_watts{gpu=\"0000:01:00.0\"} " << (odd ? 700 : 600) << "\n";
+        if (second_gpu_) {  // a tensor-parallel server's other GPU: 1200 MHz, 300 W
+          m << "uniprefill_gpu_sm_clock_mhz{gpu=\"0000:41:00.0\"} 1200\n"
+            << "uniprefill_gpu_power_watts{gpu=\"0000:41:00.0\"} 300\n";
+        }
       }
       res.set_content(m.str(), "text/plain; version=0.0.4");
     });
@@ -420,6 +424,8 @@ class FakeServer {
   int max_in_flight() const { return max_in_flight_.load(); }
   // /metrics also reports a GPU's clock and power from now on.
   void ReportGpu() { report_gpu_ = true; }
+  // ... and a second GPU's (a --tensor-parallel server's).
+  void ReportTwoGpus() { report_gpu_ = second_gpu_ = true; }
   nlohmann::json last_body() {
     std::lock_guard<std::mutex> lock(mu_);
     return last_body_;
@@ -483,6 +489,7 @@ class FakeServer {
   int port_ = 0;
   std::atomic<int> in_flight_{0}, max_in_flight_{0}, completed_{0};
   std::atomic<bool> report_gpu_{false};
+  std::atomic<bool> second_gpu_{false};
   std::atomic<int> scrapes_{0};
   std::mutex mu_;
   nlohmann::json last_body_;
@@ -571,6 +578,7 @@ TEST(LoadGeneratorTest, TheGpuClockIsAveragedOverTheScrapesMadeDuringTheRun) {
   EXPECT_NEAR(m.gpu_power_w_mean, 600 + (m.gpu_sm_mhz_mean - 1400) / 2, 1e-9);
   const nlohmann::json j = ToJson(m);
   EXPECT_EQ(j["gpu_scrapes"], m.gpu_scrapes);
+  EXPECT_EQ(m.gpus, 1);
   EXPECT_DOUBLE_EQ(j["gpu_sm_clock_mhz_mean"].get<double>(), m.gpu_sm_mhz_mean);
   // Without the gauges (a CPU server): none counted.
   FakeServer cpu(std::chrono::milliseconds(1));
@@ -578,6 +586,36 @@ TEST(LoadGeneratorTest, TheGpuClockIsAveragedOverTheScrapesMadeDuringTheRun) {
                                   RandomTokenRequests(2, 16, 2, 1000, 20000, 3));
   EXPECT_GT(plain.metrics.scrapes, 0);
   EXPECT_EQ(plain.metrics.gpu_scrapes, 0);
+}
+
+// Two GPUs (a tensor-parallel server): a scrape's clock is their mean, the minimum over both,
+// the power their sum; not the label sets' sums of ParsePrometheusText.
+TEST(LoadGeneratorTest, SeveralGpusClocksAreAveragedAndTheirPowerSummed) {
+  FakeServer server(std::chrono::milliseconds(10));
+  server.ReportTwoGpus();
+  LoadOptions o;
+  o.model = "fake-model";
+  o.concurrency = 2;
+  o.metrics_interval_s = 0.01;
+  const RunResult run = RunLoad(ClientFor(server.url()), o, ParseModes("dense").value()[0],
+                                RandomTokenRequests(6, 16, 5, 1000, 20000, 3));
+  const KvMetrics& m = run.metrics;
+  ASSERT_GE(m.gpu_scrapes, 2);
+  EXPECT_EQ(m.gpus, 2);
+  EXPECT_DOUBLE_EQ(m.gpu_sm_mhz_min, 1200);
+  // The first GPU's 1400 / 1600 in turn beside the second's 1200: means of 1300 / 1400.
+  EXPECT_GT(m.gpu_sm_mhz_mean, 1300);
+  EXPECT_LT(m.gpu_sm_mhz_mean, 1400);
+  // 600 / 700 W beside 300 W: 900 / 1000 W, in step with the clock's mean.
+  EXPECT_NEAR(m.gpu_power_w_mean, 900 + (m.gpu_sm_mhz_mean - 1300), 1e-9);
+  EXPECT_EQ(ToJson(m)["gpus"], 2);
+}
+
+TEST(LoadGeneratorTest, PrometheusValuesKeepsEachLabelSet) {
+  const std::string text = "# TYPE g gauge\ng{gpu=\"a\"} 1\ng{gpu=\"b\"} 2.5\ngx 7\nbad{ 3\ng 4\n";
+  EXPECT_EQ(PrometheusValues(text, "g"), (std::vector<double>{1, 2.5, 4}));
+  EXPECT_TRUE(PrometheusValues(text, "missing").empty());
+  EXPECT_DOUBLE_EQ(ParsePrometheusText(text)["g"], 7.5);
 }
 
 TEST(LoadGeneratorTest, RateRunSendsEveryRequestDense) {
@@ -754,6 +792,26 @@ TEST(BenchServeCliTest, AGpuServersClockAndPowerAreRowsAndJson) {
   EXPECT_GT(kv["gpu_scrapes"].get<int>(), 0) << kv.dump();
   EXPECT_GE(kv["gpu_sm_clock_mhz_mean"].get<double>(), 1400);
   EXPECT_LE(kv["gpu_sm_clock_mhz_mean"].get<double>(), 1600);
+  EXPECT_EQ(r.out.find("GPUs reported"), std::string::npos) << "one GPU: no count row";
+}
+
+TEST(BenchServeCliTest, ATensorParallelServersGpusAreCountedAndTheirPowerSummed) {
+  FakeServer server(std::chrono::milliseconds(10));
+  server.ReportTwoGpus();
+  const std::string json = testing::TempPath("bench_serve_two_gpus.json");
+  CliResult r = RunCli(
+      "bench serve --url " + server.url() +
+      " --concurrency 2 -n 4 --prompt-tokens 16 --output-tokens 40 --modes dense -o " + json);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* row :
+       {"GPUs reported", "GPU SM clock mean (MHz)", "GPU power mean, GPUs summed (W)"}) {
+    EXPECT_NE(r.out.find(row), std::string::npos) << row << "\n" << r.out;
+  }
+  const nlohmann::json j = nlohmann::json::parse(ReadAll(json));
+  const nlohmann::json& kv = j["modes"][0]["kv_metrics"];
+  EXPECT_EQ(kv["gpus"], 2) << kv.dump();
+  EXPECT_DOUBLE_EQ(kv["gpu_sm_clock_mhz_min"].get<double>(), 1200);
+  EXPECT_GE(kv["gpu_power_watts_mean"].get<double>(), 900);
 }
 
 // A mixed workload: short requests at Poisson times, one long among them, each class reported.

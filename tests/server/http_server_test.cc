@@ -442,7 +442,7 @@ TEST_F(HttpServerTest, MetricsReportTheGpuClockAndPowerAtEachScrape) {
   sc.port = 0;
   sc.served_model_names = {"tiny"};
   sc.threads = 2;
-  sc.gpu_clock = sampler->get();
+  sc.gpu_clocks = {sampler->get()};
   OpenAiServer with_gpu(*batch_, sc);
   ASSERT_TRUE(with_gpu.Start().ok());
   std::set<std::string> clocks;
@@ -469,6 +469,41 @@ TEST_F(HttpServerTest, MetricsReportTheGpuClockAndPowerAtEachScrape) {
   auto plain = Client()->Get("/metrics");
   ASSERT_TRUE(plain);
   EXPECT_EQ(plain->body.find("uniprefill_gpu_"), std::string::npos);
+}
+
+// Under --tensor-parallel serve samples every GPU its ranks drive on the host: one label set each.
+TEST_F(HttpServerTest, MetricsReportEachGpuOfATensorParallelJob) {
+  GpuClockSamplerOptions nvml;
+  nvml.library = UP_FAKE_NVML;
+  Result<std::unique_ptr<GpuClockSampler>> first = GpuClockSampler::Create("0000:01:00.0", nvml);
+  Result<std::unique_ptr<GpuClockSampler>> second = GpuClockSampler::Create("0000:41:00.0", nvml);
+  ASSERT_TRUE(first.ok()) << first.status().message();
+  ASSERT_TRUE(second.ok()) << second.status().message();
+  ServerConfig sc;
+  sc.port = 0;
+  sc.served_model_names = {"tiny"};
+  sc.threads = 2;
+  sc.gpu_clocks = {first->get(), second->get()};
+  OpenAiServer server(*batch_, sc);
+  ASSERT_TRUE(server.Start().ok());
+  auto r = Client(server.port())->Get("/metrics");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200);
+  for (const char* line :
+       {"uniprefill_gpu_power_watts{model_name=\"tiny\",gpu=\"0000:01:00.0\"} 650\n",
+        "uniprefill_gpu_power_watts{model_name=\"tiny\",gpu=\"0000:41:00.0\"} 300\n",
+        "uniprefill_gpu_sm_clock_mhz{model_name=\"tiny\",gpu=\"0000:41:00.0\"} 1200\n",
+        "uniprefill_gpu_sm_clock_mhz{model_name=\"tiny\",gpu=\"0000:01:00.0\"} 1"}) {
+    EXPECT_NE(r->body.find(line), std::string::npos) << line << " in\n" << r->body;
+  }
+  // One TYPE line per family, however many GPUs.
+  size_t types = 0;
+  for (size_t at = r->body.find("# TYPE uniprefill_gpu_sm_clock_mhz"); at != std::string::npos;
+       at = r->body.find("# TYPE uniprefill_gpu_sm_clock_mhz", at + 1)) {
+    ++types;
+  }
+  EXPECT_EQ(types, 1u);
+  server.Stop();
 }
 
 TEST_F(HttpServerTest, PortInUseIsAClearError) {
