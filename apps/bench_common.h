@@ -5,11 +5,13 @@
 #include <algorithm>
 #include <cstdio>
 #include <ctime>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "core/environment.h"
 #include "core/gpu_clock_sampler.h"
 
 namespace uniprefill::cli {
@@ -40,6 +42,13 @@ inline double Quantile(std::vector<double> v, double q) {
   std::sort(v.begin(), v.end());
   const size_t i = static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5);
   return v[std::min(i, v.size() - 1)];
+}
+
+// The UNIPREFILL_* variables this run was started with (diagnostics and launch choices,
+// backend/cuda/cuda_diagnostics.h), recorded in benchmark JSON: two runs of one binary may differ
+// by nothing else (the 32nd session's arms of old and new launch choices did).
+inline std::map<std::string, std::string> BenchEnvironment() {
+  return EnvironmentWithPrefix("UNIPREFILL_");
 }
 
 // Today's date in UTC, YYYY-MM-DD (recorded in benchmark JSON).

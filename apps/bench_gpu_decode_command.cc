@@ -251,6 +251,7 @@ int BenchGpuDecodeCommand(const BenchGpuDecodeOptions& o) {
       {"date", Today()},
       {"gpu", gpu},
       {"commit", o.commit},
+      {"environment", BenchEnvironment()},
       {"shape", o.shape},
       {"n_layers", config.n_layers},
       {"weight_bytes", weight_bytes},

@@ -265,6 +265,7 @@ int BenchStepCommand(const BenchStepOptions& o) {
       {"date", Today()},
       {"device", where},
       {"commit", o.commit},
+      {"environment", BenchEnvironment()},
       {"shape", o.shape},
       {"n_layers", config.n_layers},
       {"drop_layers", so.uniprefill.drop_layers},

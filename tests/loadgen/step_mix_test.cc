@@ -264,6 +264,23 @@ TEST(BenchStepCliTest, TimesEachMixAndWritesJson) {
   EXPECT_EQ(j["rows"][1]["clock_samples"], 0) << "the CPU has no GPU clock to sample";
 }
 
+// The JSON records the UNIPREFILL_* variables the run was started with (the launch choices of
+// two arms of one binary differ by nothing else), and no other variable.
+TEST(BenchStepCliTest, TheJsonRecordsTheRunsUniprefillVariables) {
+  const std::string json = testing::TempPath("bench_step_env.json");
+  const CliResult r = RunCliWithEnv(
+      "UNIPREFILL_CUDA_WGMMA_SCHEDULE=overlap UP_NOT_RECORDED=1",
+      "bench step --shape tiny --threads 1 --warmup 0 --repeats 1 --mixes 'c8@8' --json " + json);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(ReadAll(json));
+  ASSERT_TRUE(j["environment"].is_object()) << j.dump();
+  EXPECT_EQ(j["environment"]["UNIPREFILL_CUDA_WGMMA_SCHEDULE"], "overlap");
+  EXPECT_FALSE(j["environment"].contains("UP_NOT_RECORDED"));
+  for (const auto& [name, value] : j["environment"].items()) {
+    EXPECT_EQ(name.rfind("UNIPREFILL_", 0), 0u) << name;
+  }
+}
+
 TEST(BenchStepCliTest, BadMixesAndAMissingGpuAreOneErrorLine) {
   const CliResult bad = RunCli("bench step --shape tiny --mixes 'q1@1'");
   EXPECT_EQ(bad.exit_code, 1);
