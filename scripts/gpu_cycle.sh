@@ -31,7 +31,9 @@ case "$mode" in
       { cat /tmp/uniprefill-gpu-cmake.log; exit 1; }
     cmake --build "$build" -j "$(nproc)" --target uniprefill uniprefill_cuda_tests
     rm -rf "$carry" && mkdir -p "$carry/lib" "$carry/anchor"
-    cp "$build/uniprefill" "$build/uniprefill_cuda_tests" "$carry/"
+    # Compressed: the two binaries are ~30 MB each, ~6 MB each under xz, and a device call carries
+    # at most 64 MiB.
+    for b in uniprefill uniprefill_cuda_tests; do xz -T0 -6 -c "$build/$b" > "$carry/$b.xz"; done
     # Every shared library the binaries need except glibc, the C++ runtime and CUDA's own.
     ldd "$build/uniprefill" "$build/uniprefill_cuda_tests" | awk '/=> \//{print $3}' | sort -u |
       grep -Ev '/(libc|libm|libstdc\+\+|libgcc_s|libpthread|libdl|librt|ld-linux[^/]*|libcublas[^/]*|libcudart[^/]*|libcuda)\.so' |
@@ -60,6 +62,10 @@ case "$mode" in
     mkdir -p "$out" /tmp/uniprefill-libs
     # Packed binaries bring their libraries; a build-run's carry an RPATH into its prefix.
     if [ -f "$carry/lib.tar.xz" ]; then tar -C /tmp/uniprefill-libs -xJf "$carry/lib.tar.xz"; fi
+    for b in uniprefill uniprefill_cuda_tests; do
+      if [ -f "$carry/$b.xz" ]; then xz -dc "$carry/$b.xz" > "/tmp/uniprefill-libs/$b" &&
+        chmod +x "/tmp/uniprefill-libs/$b"; fi
+    done
     export LD_LIBRARY_PATH=/tmp/uniprefill-libs/lib:${LD_LIBRARY_PATH:-}
     # cuBLASLt: the system's, else the copy inside PyTorch's wheels.
     if ! ldconfig -p | grep -q libcublasLt.so.13; then
@@ -67,6 +73,7 @@ case "$mode" in
       [ -n "$lt" ] && export LD_LIBRARY_PATH=$(dirname "$lt"):$LD_LIBRARY_PATH
     fi
     bin=$carry
+    [ -f "$carry/uniprefill.xz" ] && bin=/tmp/uniprefill-libs  # unpacked there, above
     commit=$(cat "$carry/commit")
     # UP_CONTEXTS: the Llama / anchor contexts (default 8K, 32K, 128K); UP_ATTENTION: the prefill
     # attention kernel of every bench (ours or cudnn; the cudnn stage always runs cudnn).

@@ -9,7 +9,7 @@ source "$(dirname "$0")/lib.sh"
 call_begin
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv > $OUT/gpu.txt
 export UNIPREFILL_ALLOW_MISSING_ASSETS=1 UP_SOURCE_DIR=$PWD
-[ -x build-dev-new/uniprefill_cuda_tests ] ||
+[ -f build-dev-new/build.ninja ] ||  # a build folder (a pack's binaries alone cannot rebuild)
   UP_GPU_TARGETS="uniprefill_cuda_tests" bash scripts/gpu_build.sh build build-dev-new > $OUT/build.txt 2>&1
 MUTATIONS="gpu_wgmma_skip_rescale_any_row.patch gpu_wgmma_group_order_one_head.patch" \
   timeout $(( 585 - $(elapsed) )) bash scripts/mutation_check.sh build-dev-new uniprefill_cuda_tests \

@@ -9,6 +9,7 @@ call_begin() {
 elapsed() { echo $(( $(date +%s) - t0 )); }
 # The uniprefill binary in build-dev-new, built when this machine has none yet (a cold start).
 ensure_uniprefill() {
+  use_pack && return 0
   [ -x build-dev-new/uniprefill ] && return 0
   UP_GPU_TARGETS="uniprefill" bash scripts/gpu_build.sh build build-dev-new > /tmp/build.log 2>&1
   echo "build rc $? at $(elapsed) s"
@@ -25,8 +26,10 @@ wait_checkpoint() { if [ -n "${ckpt_pid:-}" ]; then wait "$ckpt_pid"; fi; }
 # build_and_test TARGETS FILTER [TIMEOUT]: build TARGETS into build-dev-new (build.txt), then run
 # the CUDA tests FILTER names (tests.txt, assets the machine lacks skipped) and print the verdict.
 build_and_test() {
-  UP_GPU_TARGETS="$1" bash scripts/gpu_build.sh build build-dev-new > $OUT/build.txt 2>&1
-  echo "build rc $? at $(elapsed) s"
+  if ! use_pack; then
+    UP_GPU_TARGETS="$1" bash scripts/gpu_build.sh build build-dev-new > $OUT/build.txt 2>&1
+    echo "build rc $? at $(elapsed) s"
+  fi
   export UNIPREFILL_ALLOW_MISSING_ASSETS=1 UP_SOURCE_DIR=$PWD
   timeout "${3:-120}" build-dev-new/uniprefill_cuda_tests --gtest_brief=1 --gtest_filter="$2" \
     > $OUT/tests.txt 2>&1
@@ -62,4 +65,27 @@ prefill_beside_anchor() {
   echo "anchor rc $? at $(elapsed) s"; cat $OUT/anchor_cudnn.jsonl
   echo "end $(date +%s%3N)" >> $OUT/phases.txt
   kill $sampler
+}
+# use_pack: where `bash scripts/gpu_cycle.sh pack` was run here at this commit and .gpu_carry is
+# carried, its binaries (built for sm_90 here, xz-compressed: ~6 MB each) go into build-dev-new/
+# and their libraries into /tmp/uniprefill-libs, so that the call builds nothing (a cold build of
+# both binaries is 80-200 s of device time). Returns 1 (and the call builds) where there is no
+# pack or it is of another commit. The mutation check still needs a build folder.
+use_pack() {
+  local carry=${UP_GPU_CARRY:-.gpu_carry}
+  [ -f "$carry/uniprefill.xz" ] || return 1
+  [ "$(cat "$carry/commit" 2>/dev/null)" = "$(git rev-parse --short HEAD)" ] ||
+    { echo "use_pack: $carry is of commit $(cat "$carry/commit"), not HEAD: building"; return 1; }
+  mkdir -p build-dev-new /tmp/uniprefill-libs
+  tar -C /tmp/uniprefill-libs -xJf "$carry/lib.tar.xz"
+  for b in uniprefill uniprefill_cuda_tests; do
+    xz -dc "$carry/$b.xz" > "build-dev-new/$b" && chmod +x "build-dev-new/$b"
+  done
+  export LD_LIBRARY_PATH=/tmp/uniprefill-libs/lib:${LD_LIBRARY_PATH:-}
+  if ! ldconfig -p | grep -q libcublasLt.so.13; then
+    local lt
+    lt=$(find / -name 'libcublasLt.so.13*' -not -path '/proc/*' 2>/dev/null | head -1 || true)
+    [ -n "$lt" ] && export LD_LIBRARY_PATH=$(dirname "$lt"):$LD_LIBRARY_PATH
+  fi
+  echo "use_pack: binaries of $(cat "$carry/commit") unpacked at $(elapsed) s"
 }
