@@ -168,15 +168,26 @@ TEST_F(HttpServerTest, Models) {
 
 TEST_F(HttpServerTest, Metrics) {
   ExpectStillServing();
-  auto r = Client()->Get("/metrics");
-  ASSERT_TRUE(r);
-  EXPECT_EQ(r->status, 200);
-  EXPECT_EQ(r->get_header_value("Content-Type").rfind("text/plain; version=0.0.4", 0), 0u);
-  EXPECT_NE(r->body.find("# TYPE uniprefill_requests_running gauge"), std::string::npos);
-  EXPECT_NE(r->body.find("uniprefill_http_requests_total{model_name=\"tiny\",status=\"200\"}"),
-            std::string::npos)
-      << r->body;
-  EXPECT_NE(r->body.find("uniprefill_time_to_first_token_seconds_bucket"), std::string::npos);
+  // A response is counted by httplib's logger, which runs after the response is written: the
+  // client can hold the body before the count is made, so the scrape waits for it (CI once
+  // scraped in between).
+  const std::string counted = "uniprefill_http_requests_total{model_name=\"tiny\",status=\"200\"}";
+  int status = 0;
+  std::string content_type, body;
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    auto r = Client()->Get("/metrics");
+    ASSERT_TRUE(r);
+    status = r->status;
+    content_type = r->get_header_value("Content-Type");
+    body = r->body;
+    if (body.find(counted) != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(status, 200);
+  EXPECT_EQ(content_type.rfind("text/plain; version=0.0.4", 0), 0u);
+  EXPECT_NE(body.find("# TYPE uniprefill_requests_running gauge"), std::string::npos);
+  EXPECT_NE(body.find(counted), std::string::npos) << body;
+  EXPECT_NE(body.find("uniprefill_time_to_first_token_seconds_bucket"), std::string::npos);
 }
 
 TEST_F(HttpServerTest, Completion) {
