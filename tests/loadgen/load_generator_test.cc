@@ -559,15 +559,21 @@ TEST(LoadGeneratorTest, ConcurrencyRunAgainstFakeServer) {
   EXPECT_EQ(body["prompt"].size(), 32u);
 }
 
-TEST(LoadGeneratorTest, TheGpuClockIsAveragedOverTheScrapesMadeDuringTheRun) {
-  FakeServer server(std::chrono::milliseconds(10));
-  server.ReportGpu();
+// `requests` dense requests of `output_tokens` against `server`, two at a time, /metrics scraped
+// every 10 ms: what the GPU-gauge tests below run.
+RunResult RunScrapingOften(const FakeServer& server, int requests, int output_tokens) {
   LoadOptions o;
   o.model = "fake-model";
   o.concurrency = 2;
   o.metrics_interval_s = 0.01;
-  const RunResult run = RunLoad(ClientFor(server.url()), o, ParseModes("dense").value()[0],
-                                RandomTokenRequests(6, 16, 5, 1000, 20000, 3));
+  return RunLoad(ClientFor(server.url()), o, ParseModes("dense").value()[0],
+                 RandomTokenRequests(requests, 16, output_tokens, 1000, 20000, 3));
+}
+
+TEST(LoadGeneratorTest, TheGpuClockIsAveragedOverTheScrapesMadeDuringTheRun) {
+  FakeServer server(std::chrono::milliseconds(10));
+  server.ReportGpu();
+  const RunResult run = RunScrapingOften(server, 6, 5);
   const KvMetrics& m = run.metrics;
   // Every scrape but the one before the first request and the one after the last.
   EXPECT_EQ(m.gpu_scrapes, m.scrapes - 2);
@@ -582,8 +588,7 @@ TEST(LoadGeneratorTest, TheGpuClockIsAveragedOverTheScrapesMadeDuringTheRun) {
   EXPECT_DOUBLE_EQ(j["gpu_sm_clock_mhz_mean"].get<double>(), m.gpu_sm_mhz_mean);
   // Without the gauges (a CPU server): none counted.
   FakeServer cpu(std::chrono::milliseconds(1));
-  const RunResult plain = RunLoad(ClientFor(cpu.url()), o, ParseModes("dense").value()[0],
-                                  RandomTokenRequests(2, 16, 2, 1000, 20000, 3));
+  const RunResult plain = RunScrapingOften(cpu, 2, 2);
   EXPECT_GT(plain.metrics.scrapes, 0);
   EXPECT_EQ(plain.metrics.gpu_scrapes, 0);
 }
@@ -593,12 +598,7 @@ TEST(LoadGeneratorTest, TheGpuClockIsAveragedOverTheScrapesMadeDuringTheRun) {
 TEST(LoadGeneratorTest, SeveralGpusClocksAreAveragedAndTheirPowerSummed) {
   FakeServer server(std::chrono::milliseconds(10));
   server.ReportTwoGpus();
-  LoadOptions o;
-  o.model = "fake-model";
-  o.concurrency = 2;
-  o.metrics_interval_s = 0.01;
-  const RunResult run = RunLoad(ClientFor(server.url()), o, ParseModes("dense").value()[0],
-                                RandomTokenRequests(6, 16, 5, 1000, 20000, 3));
+  const RunResult run = RunScrapingOften(server, 6, 5);
   const KvMetrics& m = run.metrics;
   ASSERT_GE(m.gpu_scrapes, 2);
   EXPECT_EQ(m.gpus, 2);
@@ -774,14 +774,19 @@ TEST(BenchServeCliTest, ComparesDenseAndUniPrefillAgainstFakeServer) {
   EXPECT_EQ(r.out.find("GPU SM clock"), std::string::npos) << "a CPU server has no GPU rows";
 }
 
+// `bench serve` against a fake GPU server, JSON to `json`: 2 rounds of 40 tokens 10 ms apart,
+// ~0.8 s, several of bench serve's 0.2 s scrapes.
+CliResult BenchServeLongEnoughToScrape(const FakeServer& server, const std::string& json) {
+  return RunCli("bench serve --url " + server.url() +
+                " --concurrency 2 -n 4 --prompt-tokens 16 --output-tokens 40 --modes dense -o " +
+                json);
+}
+
 TEST(BenchServeCliTest, AGpuServersClockAndPowerAreRowsAndJson) {
   FakeServer server(std::chrono::milliseconds(10));
   server.ReportGpu();
   const std::string json = testing::TempPath("bench_serve_gpu.json");
-  CliResult r = RunCli(
-      "bench serve --url " + server.url() +
-      " --concurrency 2 -n 4 --prompt-tokens 16 --output-tokens 40 --modes dense -o " + json);
-  // 2 rounds of 40 tokens 10 ms apart: ~0.8 s, several of bench serve's 0.2 s scrapes.
+  const CliResult r = BenchServeLongEnoughToScrape(server, json);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   for (const char* row :
        {"GPU SM clock mean (MHz)", "GPU SM clock min (MHz)", "GPU power mean (W)"}) {
@@ -799,9 +804,7 @@ TEST(BenchServeCliTest, ATensorParallelServersGpusAreCountedAndTheirPowerSummed)
   FakeServer server(std::chrono::milliseconds(10));
   server.ReportTwoGpus();
   const std::string json = testing::TempPath("bench_serve_two_gpus.json");
-  CliResult r = RunCli(
-      "bench serve --url " + server.url() +
-      " --concurrency 2 -n 4 --prompt-tokens 16 --output-tokens 40 --modes dense -o " + json);
+  const CliResult r = BenchServeLongEnoughToScrape(server, json);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   for (const char* row :
        {"GPUs reported", "GPU SM clock mean (MHz)", "GPU power mean, GPUs summed (W)"}) {
