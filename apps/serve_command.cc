@@ -249,6 +249,12 @@ void AddServeCommand(CLI::App& app, ServeOptions& o) {
                 "chunks that share steps with the running decodes; UniPrefill prefills "
                 "segment by segment)")
       ->group("Batching");
+  cmd->add_flag("--dense-segment-chunks", o.dense_segment_chunks,
+                "Run a dense prefill too long for one step segment by segment like a UniPrefill "
+                "one (at the drop layers, every token kept): chunks deep into a long prompt run a "
+                "few layers on many rows instead of every layer on a few hundred. Off by default: "
+                "slower served beside decodes on an H100 (docs/serving.md)")
+      ->group("Batching");
   cmd->add_flag("--budget-counts-rows", o.budget_counts_rows,
                 "Count only rows against --max-batched-tokens (vLLM's rule). By default a prefill "
                 "chunk is also charged for the cached keys it attends (the model's attention "
@@ -332,6 +338,7 @@ int ServeCommand(const ServeOptions& o) {
   so.device_sampling = !o.host_sampling;
   so.chunked_prefill = !o.no_chunked_prefill;
   so.budget_counts_attention = !o.budget_counts_rows;
+  so.dense_segment_chunks = o.dense_segment_chunks;
   if (engine.tensor_parallel_rank() != 0) return FollowRankZero(engine, so);
   std::fprintf(stderr, "model: %s | %d threads | context %d\n", engine.model_description().c_str(),
                engine.threads(), engine.context_size());

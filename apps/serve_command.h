@@ -26,6 +26,7 @@ struct ServeOptions {
   bool no_chunked_prefill = false;  // --no-chunked-prefill: every prefill whole in one step
   std::string log_format = "text";  // --log-format: text or json access log lines
   bool budget_counts_rows = false;  // --budget-counts-rows: chunks not charged for attention
+  bool dense_segment_chunks = false;  // --dense-segment-chunks: dense prefills segment-wise
   int max_tokens_default = 4096;  // chat requests without max_tokens
   int threads = 0;                // compute threads (0 = every core)
   DeviceFlags device;  // --device, --gpu-attention

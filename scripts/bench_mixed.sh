@@ -11,24 +11,33 @@
 # is prefilled: their ITL then shows whether that prefill stalls them.
 # Environment: LONG (long prompt tokens, default 16384), BUDGET (chunked step budget, default
 # 256), SHORTS (short requests, default 6), RATE (short arrivals/s, default 1), SHORT_OUT (tokens
-# each short request generates, default 600), VARIANTS (default "chunked whole").
+# each short request generates, default 600), VARIANTS (default "chunked whole"; also
+# chunkedsegments: chunked with --dense-segment-chunks), MODES (default "dense uniprefill"), OUT
+# (the JSON folder, default docs/results), CLI (a built uniprefill binary; default: build
+# ./build with scripts/build.sh and use it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/build.sh >/dev/null
+if [ -z "${CLI:-}" ]; then
+  bash scripts/build.sh >/dev/null
+  CLI=./build/uniprefill
+fi
+out=${OUT:-docs/results}
 long=${LONG:-16384}
 budget=${BUDGET:-256}
 shorts=${SHORTS:-6}
 rate=${RATE:-1}
 short_out=${SHORT_OUT:-600}
 port=${PORT:-18081}
-mkdir -p bench/out docs/results
+mkdir -p bench/out "$out"
 for variant in ${VARIANTS:-chunked whole}; do
   if [ "$variant" = chunked ]; then
     flags=(--max-batched-tokens "$budget")
+  elif [ "$variant" = chunkedsegments ]; then
+    flags=(--max-batched-tokens "$budget" --dense-segment-chunks)
   else
     flags=(--no-chunked-prefill)
   fi
-  ./build/uniprefill serve --port "$port" --kv-cache-memory 4GiB --quiet "${flags[@]}" "$@" \
+  "$CLI" serve --port "$port" --kv-cache-memory 4GiB --quiet "${flags[@]}" "$@" \
     2> "bench/out/mixed_server_$variant.log" &
   server=$!
   trap 'kill $server 2>/dev/null || true' EXIT
@@ -38,12 +47,12 @@ for variant in ${VARIANTS:-chunked whole}; do
   done
   # One bench serve per mode, so the server's peak resident memory (VmHWM, which only grows) is
   # read after the dense run alone and again after the UniPrefill run.
-  for mode in dense uniprefill; do
+  for mode in ${MODES:-dense uniprefill}; do
     echo "== $variant prefill (${flags[*]}), $mode"
-    ./build/uniprefill bench serve --url "http://127.0.0.1:$port" --rate "$rate" -n "$shorts" \
+    "$CLI" bench serve --url "http://127.0.0.1:$port" --rate "$rate" -n "$shorts" \
       --prompt-tokens 256 --output-tokens "$short_out" --long-prompt-tokens "$long" \
       --long-requests 1 --long-output-tokens 4 --slo-ttft-ms 2000 --slo-itl-ms 1000 \
-      --modes "$mode" --warmup 1 -o "docs/results/mixed_gemma3_270m_${variant}_$mode.json"
+      --modes "$mode" --warmup 1 -o "$out/mixed_gemma3_270m_${variant}_$mode.json"
     echo "server peak resident memory after the $mode run: $(grep VmHWM /proc/$server/status)"
   done
   kill "$server" 2>/dev/null || true

@@ -35,7 +35,9 @@
 # prompts in one launch of our attention kernel: UNIPREFILL_CUDA_PREFIX_ONE_LAUNCH=1, not yet the
 # default), nosplit (the same budget, no prefill-only budget, --gpu-prefix-split 0: the
 # previous session's server), chunkedrows (the budget counting rows only,
-# --budget-counts-rows), whole (--no-chunked-prefill) and chunkedsync (chunked's flags with
+# --budget-counts-rows), chunkedsegments (chunked's flags, a dense prefill too long for a step
+# run segment by segment: --dense-segment-chunks, slower in the 33rd session's call AR), whole
+# (--no-chunked-prefill) and chunkedsync (chunked's flags with
 # the previous session's backend behaviour: a host sync after every forward and chunks priced
 # by FLOPs alone, UNIPREFILL_CUDA_SYNC_EVERY_FORWARD=1 and UNIPREFILL_CUDA_ATTENTION_SLOWDOWN=1;
 # src/backend/cuda/cuda_diagnostics.h).
@@ -100,7 +102,10 @@ for variant in $variants; do
       nosplit) flags=(--max-batched-tokens "$budget" --prefill-only-tokens 0 --gpu-prefix-split 0) ;;
       chunkedrows) flags=(--max-batched-tokens "$budget" --prefill-only-tokens 0 --budget-counts-rows) ;;
       whole) flags=(--no-chunked-prefill) ;;
-      *) echo "unknown variant $variant (${!chunked_env[*]} nosplit chunkedrows whole)" >&2
+      # dense prefills segment by segment (33rd session; slower on an H100, so opt-in)
+      chunkedsegments) flags=(--max-batched-tokens "$budget" --prefill-only-tokens "$prefill_only"
+                              --dense-segment-chunks) ;;
+      *) echo "unknown variant $variant (${!chunked_env[*]} nosplit chunkedrows chunkedsegments whole)" >&2
          exit 2 ;;
     esac
   fi

@@ -42,6 +42,14 @@ struct ServingOptions {
   // and a segment-wise chunk for its segment's layers only (SchedulerConfig::segment_costs);
   // false: the budget counts rows only.
   bool budget_counts_attention = true;
+  // Dense prefills that do not fit a step run segment-wise too, at the UniPrefill drop layers'
+  // segment boundaries, every row kept (SchedulerConfig::dense_segment_chunks): a chunk deep in a
+  // long prompt then runs a segment's layers on several times the rows. Needs chunked_prefill and
+  // UniPrefill's drop layers on the server (the cache's segments). Off by default: served on an
+  // H100 (33rd session, 8B shape, budget 2048) it was slower than all-layer chunks (the 130K
+  // prompt among 16 shorts 1.184x whole against 1.164x; 4 x 32K 1.228x against 1.159x): beside
+  // decodes, every layer a chunk does not run still streams its weights for the decodes alone.
+  bool dense_segment_chunks = false;
   // A step with no decodes in it spends this budget instead, when larger (--prefill-only-tokens;
   // SchedulerConfig::prefill_only_tokens): a long prompt alone runs in larger chunks. 0: off.
   int prefill_only_tokens = 0;
@@ -119,6 +127,8 @@ struct ServingMetrics {
   int64_t generation_tokens = 0;  // sampled tokens
   int64_t steps = 0;
   int64_t mixed_steps = 0;  // steps that ran prefills and decodes together
+  // Prefill chunks that ran one segment's layers (segment-wise), dense ones among them.
+  int64_t segment_chunks = 0, dense_segment_chunks = 0;
   int64_t preemptions = 0;
   double generation_tokens_per_s = 0;  // over the last ~10 s
   // KV memory (KvBlockManager::Usage): blocks used now and what dense prefills would have used.

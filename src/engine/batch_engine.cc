@@ -219,6 +219,7 @@ Result<std::unique_ptr<BatchEngine>> BatchEngine::Start(Engine& engine,
   sc.max_batched_tokens = options.max_batched_tokens;
   sc.chunked_prefill = options.chunked_prefill;
   sc.segment_chunks = segment_chunks;
+  sc.dense_segment_chunks = segment_chunks && options.dense_segment_chunks;
   sc.prefill_only_tokens = options.prefill_only_tokens;
   if (options.budget_counts_attention) {
     const std::vector<SegmentCost> whole = core.model->SegmentCosts({});
@@ -595,6 +596,8 @@ void BatchEngine::Impl::RunStep() {
     if (sr.segment >= 0) {
       l.chunk = SegmentChunk{sr.segment, sr.num_tokens, sr.segment_rows, sr.ends_segment()};
       s.chunk = &l.chunk;
+      ++counters.segment_chunks;
+      if (!sr.uniprefill) ++counters.dense_segment_chunks;
     }
     steps.push_back(s);
     step_live.push_back(&l);

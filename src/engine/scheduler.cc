@@ -16,6 +16,12 @@ namespace {
 
 std::string Str(int64_t v) { return std::to_string(v); }
 
+// The rows a segment-wise prefill's segment must end with in one chunk: the queries its selection
+// reads (UniPrefill), none for a dense prefill (it selects nothing).
+int SelectionTail(const RequestInfo& r, int segment_rows) {
+  return r.uniprefill ? std::min(r.selection_queries, segment_rows) : 0;
+}
+
 // Keeps block-count arithmetic (pages * layers * segments) far from int overflow.
 constexpr int64_t kMaxRequestTokens = int64_t{1} << 30;
 
@@ -310,9 +316,15 @@ double Scheduler::PrefillWorkLeft(const RequestInfo& r) const {
   return work;
 }
 
+bool Scheduler::DenseSegmentWise(bool fits) const {
+  return config_.chunked_prefill && config_.segment_chunks && config_.dense_segment_chunks &&
+         !fits && kv_.n_segments() > 1 && PricedPerSegment();
+}
+
 double Scheduler::WaitingPrefillWork(const RequestInfo& r) const {
   const int n = PrefillTokens(r);
-  if (!(config_.chunked_prefill && config_.segment_chunks && r.uniprefill)) {
+  if (!(config_.chunked_prefill && config_.segment_chunks &&
+        (r.uniprefill || DenseSegmentWise(/*fits=*/false)))) {
     return n * Price(-1).linear_share;
   }
   double work = 0;
@@ -381,15 +393,14 @@ ScheduledRequest Scheduler::NextChunk(const RequestInfo& r, int budget, int max_
     s.last_chunk = s.prefill_tokens() == r.prefill_target;
     return s;
   }
-  s.uniprefill = true;
+  s.uniprefill = r.uniprefill;  // a dense prefill may run segment-wise too (keeping every row)
   s.segment = r.segment;
   s.segment_rows = r.segment_rows;
   s.chunk_begin = r.segment_done;
-  s.num_tokens = NextSegmentChunkRows(r.segment_rows - r.segment_done,
-                                      std::min(RowsWithin(r.segment, r.segment_done, budget,
-                                                          free_rows),
-                                               max_rows),
-                                      std::min(r.selection_queries, r.segment_rows));
+  s.num_tokens = NextSegmentChunkRows(
+      r.segment_rows - r.segment_done,
+      std::min(RowsWithin(r.segment, r.segment_done, budget, free_rows), max_rows),
+      SelectionTail(r, r.segment_rows));
   s.last_chunk = s.ends_segment() && r.segment + 1 == kv_.n_segments();
   return s;
 }
@@ -433,7 +444,7 @@ void Scheduler::RoundChunkToNearestTile(StepPlan& plan) {
     rows = std::min(rows, r.prefill_target - chunk->chunk_begin);
   } else {  // the segment's tail rule holds: a chunk stops `tail` short of its end or takes all
     rows = NextSegmentChunkRows(chunk->segment_rows - chunk->chunk_begin, rows,
-                                std::min(r.selection_queries, chunk->segment_rows));
+                                SelectionTail(r, chunk->segment_rows));
   }
   if (rows <= before) return;
   const int budget = config_.max_batched_tokens;  // the step holds decodes
@@ -512,10 +523,11 @@ void Scheduler::AdmitWaiting(StepPlan& plan) {
     }
     ScheduledRequest s{r.id, n, true, r.uniprefill};
     RequestInfo started = r;  // its chunked prefill's state, kept once it is admitted
+    const bool segment_wise = chunked && (r.uniprefill || DenseSegmentWise(fits));
     if (chunked) {
       started.prefill_target = n;
       started.prefilled = 0;
-      if (r.uniprefill) {
+      if (segment_wise) {
         started.segment = 0;
         started.segment_rows = n;
         started.segment_done = 0;

@@ -72,6 +72,15 @@ struct SchedulerConfig {
   // With chunked_prefill: cut UniPrefill prefills segment-wise (the model runs
   // SequenceStep::chunk); false: such a prefill runs whole in one step.
   bool segment_chunks = true;
+  // With segment_chunks: a dense prefill that does not fit the step runs segment-wise too, at the
+  // cache's segment boundaries (the UniPrefill drop layers), keeping every row at each boundary
+  // (SequenceStep::allow_drop false): the same computation, cut by layers as well as by rows. A
+  // chunk deep in a long prompt is priced by its attention, so an all-layer chunk there gets a
+  // few hundred rows (GEMMs at low efficiency, ~500 small kernels a forward for them); a
+  // segment's chunk in a step of the same price runs about n_segments times the rows. Only where
+  // each segment is priced (segment_costs; Scheduler::DenseSegmentWise). false: a dense
+  // prefill's chunks run every layer.
+  bool dense_segment_chunks = false;
   // What one cached key that a chunk's row attends costs, in rows of the budget (the model's
   // attention FLOPs per key over its linear FLOPs per row: Model::AttentionKeyCost). A prefill
   // chunk of r rows after p cached keys costs r (1 + attention_key_cost (p + r / 2)), so a step
@@ -293,6 +302,11 @@ class Scheduler {
   double WeightFloor() const;
   // The price of a row and of a cached key in `segment` (-1: the whole model's).
   SegmentCost Price(int segment) const;
+  // Whether a dense prefill runs segment-wise (SchedulerConfig::dense_segment_chunks): chunked,
+  // segment-wise chunks on, more than one segment, each priced at its share (unpriced, a
+  // segment's chunk would cost as much as an all-layer one and the prompt take n_segments times
+  // the steps), and the prefill does not `fits` the step whole.
+  bool DenseSegmentWise(bool fits) const;
   // Whether each segment has its own price (SchedulerConfig::segment_costs), as Price reads it.
   bool PricedPerSegment() const {
     return config_.segment_costs.size() == static_cast<size_t>(kv_.n_segments());

@@ -140,6 +140,11 @@ std::string FormatPrometheus(const ServingMetrics& m, const std::string& model_n
   w.Counter("uniprefill_steps_total", "Engine steps (one batched forward each).", double(m.steps));
   w.Counter("uniprefill_mixed_steps_total", "Steps that ran prefills and decodes together.",
             double(m.mixed_steps));
+  w.Family("uniprefill_segment_chunks_total", "counter",
+           "Prefill chunks that ran one segment's layers (segment-wise), by prefill mode.");
+  w.Sample("uniprefill_segment_chunks_total", double(m.segment_chunks - m.dense_segment_chunks),
+           "mode=\"uniprefill\"");
+  w.Sample("uniprefill_segment_chunks_total", double(m.dense_segment_chunks), "mode=\"dense\"");
   w.Counter("uniprefill_preemptions_total", "Requests preempted to free KV memory.",
             double(m.preemptions));
   w.Family("uniprefill_http_requests_total", "counter", "HTTP responses by status code.");

@@ -193,6 +193,28 @@ class BatchEngineTest : public ::testing::Test {
     return out;
   }
 
+  // Each prompt alone with its prefill whole (no chunked prefill): the chunked tests' reference,
+  // every output token with its logprobs and the final usage's UniPrefill record.
+  struct WholeOutput {
+    std::vector<SampledToken> sampled;
+    std::vector<KeptTokensInfo> kept;
+  };
+  static std::vector<WholeOutput> RunEachWhole(const std::vector<std::vector<int32_t>>& prompts,
+                                               const SamplingParams& p) {
+    ServingOptions whole;
+    whole.chunked_prefill = false;
+    auto batch = Start(whole);
+    std::vector<WholeOutput> out;
+    for (const std::vector<int32_t>& prompt : prompts) {
+      Collector c;
+      EXPECT_TRUE(batch->Submit(prompt, p, c.Callback()).ok());
+      const bool done = c.Wait();
+      EXPECT_TRUE(done) << "a whole-prefill reference never finished";
+      out.push_back(done ? WholeOutput{c.Sampled(), c.Final().usage.kept} : WholeOutput{});
+    }
+    return out;
+  }
+
   // Every request at once into PreemptingPool(); `c` (one collector per request) receives what
   // each produced. Returns the metrics once all have finished.
   static ServingMetrics RunPreempting(const std::vector<Request>& requests,
@@ -371,22 +393,7 @@ TEST_F(BatchEngineTest, ChunkedDensePrefillsGiveTheirWholePrefillTokens) {
     prompts.push_back(Prompt(60 + 45 * i, 300 + i));
     prompt_tokens += static_cast<int>(prompts.back().size());
   }
-  std::vector<std::vector<int32_t>> alone(n);
-  std::vector<std::vector<SampledToken>> alone_lp(n);
-  {
-    ServingOptions whole;
-    whole.chunked_prefill = false;
-    auto batch = Start(whole);
-    for (int i = 0; i < n; ++i) {
-      Collector c;
-      ASSERT_TRUE(batch->Submit(prompts[i], p, c.Callback()).ok());
-      ASSERT_TRUE(c.Wait());
-      alone[i] = c.Tokens();
-      for (const RequestUpdate& u : c.updates) {
-        alone_lp[i].insert(alone_lp[i].end(), u.tokens.begin(), u.tokens.end());
-      }
-    }
-  }
+  const std::vector<WholeOutput> alone = RunEachWhole(prompts, p);
   ServingOptions o;
   o.max_batched_tokens = 24;
   auto batch = Start(o);
@@ -394,7 +401,8 @@ TEST_F(BatchEngineTest, ChunkedDensePrefillsGiveTheirWholePrefillTokens) {
   for (int i = 0; i < n; ++i) ASSERT_TRUE(batch->Submit(prompts[i], p, c[i].Callback()).ok());
   for (int i = 0; i < n; ++i) {
     ASSERT_TRUE(c[i].Wait());
-    ExpectSameOrNearTie(c[i].Tokens(), alone[i], alone_lp[i], "request " + std::to_string(i));
+    ExpectSameOrNearTie(c[i].Tokens(), Ids(alone[i].sampled), alone[i].sampled,
+                        "request " + std::to_string(i));
     EXPECT_EQ(c[i].Final().finish_reason, "length");
     EXPECT_EQ(c[i].Final().usage.prompt_tokens, static_cast<int>(prompts[i].size()));
   }
@@ -553,20 +561,7 @@ TEST_F(BatchEngineTest, SegmentChunkedUniPrefillPrefillsKeepWhatWholePrefillsKee
   std::vector<std::vector<int32_t>> prompts;
   for (int i = 0; i < n; ++i) prompts.push_back(Prompt(70 + 45 * i, 400 + i));
   const SamplingParams p = Greedy(8);
-  std::vector<std::vector<SampledToken>> alone(n);
-  std::vector<std::vector<KeptTokensInfo>> alone_kept(n);
-  {
-    ServingOptions whole;
-    whole.chunked_prefill = false;
-    auto batch = Start(whole);
-    for (int i = 0; i < n; ++i) {
-      Collector c;
-      ASSERT_TRUE(batch->Submit(prompts[i], p, c.Callback()).ok());
-      ASSERT_TRUE(c.Wait());
-      alone[i] = c.Sampled();
-      alone_kept[i] = c.Final().usage.kept;
-    }
-  }
+  const std::vector<WholeOutput> alone = RunEachWhole(prompts, p);
   ServingOptions o;
   o.max_batched_tokens = 24;
   auto batch = Start(o);
@@ -575,13 +570,14 @@ TEST_F(BatchEngineTest, SegmentChunkedUniPrefillPrefillsKeepWhatWholePrefillsKee
   for (int i = 0; i < n; ++i) {
     ASSERT_TRUE(c[i].Wait());
     const std::string what = "request " + std::to_string(i);
-    ExpectSameOutput(c[i].Sampled(), alone[i], what);
+    ExpectSameOutput(c[i].Sampled(), alone[i].sampled, what);
     const std::vector<KeptTokensInfo> kept = c[i].Final().usage.kept;
+    const std::vector<KeptTokensInfo>& whole_kept = alone[i].kept;
     ASSERT_EQ(kept.size(), 1u) << what;
-    ASSERT_EQ(alone_kept[i].size(), 1u) << what;
-    EXPECT_EQ(kept[0].layer, alone_kept[i][0].layer) << what;
-    EXPECT_EQ(kept[0].kept, alone_kept[i][0].kept) << what;
-    EXPECT_EQ(kept[0].alive, alone_kept[i][0].alive) << what;
+    ASSERT_EQ(whole_kept.size(), 1u) << what;
+    EXPECT_EQ(kept[0].layer, whole_kept[0].layer) << what;
+    EXPECT_EQ(kept[0].kept, whole_kept[0].kept) << what;
+    EXPECT_EQ(kept[0].alive, whole_kept[0].alive) << what;
     EXPECT_LT(kept[0].kept, kept[0].alive) << what;
   }
   const ServingMetrics m = batch->Metrics();
@@ -590,6 +586,44 @@ TEST_F(BatchEngineTest, SegmentChunkedUniPrefillPrefillsKeepWhatWholePrefillsKee
   EXPECT_EQ(m.prompt_tokens, prompt_tokens);  // segment 0's tokens once; later segments are rows
   EXPECT_GT(m.mixed_steps, 0) << "no chunk shared a step with decodes";
   EXPECT_EQ(m.kv_blocks_used, 0);
+}
+
+// ServingOptions::dense_segment_chunks: dense prompts too long for a step run segment-wise (at
+// the drop layers' boundaries, every row kept) and give what they give prefilled whole, each
+// token's logprobs too; they report no selection. Off (the default), their chunks run every layer.
+TEST_F(BatchEngineTest, SegmentChunkedDensePrefillsGiveTheirWholePrefillOutput) {
+  const int n = 3;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < n; ++i) prompts.push_back(Prompt(70 + 45 * i, 500 + i));
+  SamplingParams p = Greedy(8);
+  p.uniprefill = false;
+  p.logprobs = 2;
+  const std::vector<WholeOutput> alone = RunEachWhole(prompts, p);
+  for (bool segment_wise : {true, false}) {
+    SCOPED_TRACE(segment_wise ? "segment-wise" : "all layers");
+    ServingOptions o;
+    o.max_batched_tokens = 24;
+    o.dense_segment_chunks = segment_wise;
+    auto batch = Start(o);
+    std::vector<Collector> c(n);
+    for (int i = 0; i < n; ++i) ASSERT_TRUE(batch->Submit(prompts[i], p, c[i].Callback()).ok());
+    for (int i = 0; i < n; ++i) {
+      ASSERT_TRUE(c[i].Wait());
+      const std::string what = "request " + std::to_string(i);
+      ExpectSameOutput(c[i].Sampled(), alone[i].sampled, what);
+      EXPECT_TRUE(c[i].Final().usage.kept.empty()) << what;
+    }
+    const ServingMetrics m = batch->Metrics();
+    if (segment_wise) {
+      // Each prompt is longer than the step: at least one chunk in each of its segments.
+      EXPECT_GE(m.dense_segment_chunks, 2 * n);
+    } else {
+      EXPECT_EQ(m.dense_segment_chunks, 0);
+    }
+    EXPECT_EQ(m.segment_chunks, m.dense_segment_chunks);
+    EXPECT_GT(m.mixed_steps, 0) << "no chunk shared a step with decodes";
+    EXPECT_EQ(m.kv_blocks_used, 0);
+  }
 }
 
 TEST_F(BatchEngineTest, CancelEndsTheRequestAndFreesItsKv) {

@@ -491,6 +491,53 @@ TEST(SchedulerTest, SegmentChunksPayForTheirSegmentsLayersOnly) {
   });
 }
 
+// SchedulerConfig::dense_segment_chunks: a dense prompt too long for the step runs segment-wise
+// like a UniPrefill one (uniprefill false on its chunks, so the model keeps every row), with no
+// tail rule (it selects nothing): segment 0's chunks at a quarter of the model, segment 1's at
+// three quarters, and the segment ends on all of its rows. A dense prompt that fits stays one
+// all-layer chunk. Unpriced segments (the budget counting rows) keep all-layer chunks: a
+// segment's chunk would cost as much as an all-layer one.
+TEST(SchedulerTest, ALongDensePromptRunsSegmentWiseWhereSegmentsArePriced) {
+  auto dense_chunk = [](RequestId id, int n, int begin, int seg, int rows, bool last = false) {
+    ScheduledRequest r = SC(id, n, begin, seg, rows, last);
+    r.uniprefill = false;
+    return r;
+  };
+  KvCacheSpec spec = Spec(std::vector<KvSegmentSpec>(2, KvSegmentSpec{1, 0, 0}));
+  SchedulerConfig config = ConfigOf(/*max_batched_tokens=*/40, /*chunked_prefill=*/true,
+                                    /*segment_chunks=*/true, 0);
+  config.prefill_only_tokens = 100;
+  config.dense_segment_chunks = true;
+  config.segment_costs = {SegmentCost{0.25, 0.0}, SegmentCost{0.75, 0.0}};
+  {
+    Scheduler s(config, KvBlockManager(spec, KvPoolSize{1000, 4, 8}));
+    SubmitAll(s, {Dense(5, 20), Dense(120, 1)});
+    RunSteps(s, {
+        // No decodes: 100 to spend; A fits (one chunk of every layer), B's 95 rows (the cap).
+        {Plan({C(0, 5, 0, true), dense_chunk(1, 95, 0, 0, 120)})},
+        // 25 rows end segment 0: the engine reports every row kept.
+        {Plan({D(0), dense_chunk(1, 25, 95, 0, 120)}), {Kept(1, 120)}},
+        {Plan({D(0), dense_chunk(1, 52, 0, 1, 120)})},  // 1 + 39 of 40 at three quarters
+        {Plan({D(0), dense_chunk(1, 52, 52, 1, 120)})},
+        {Plan({D(0), dense_chunk(1, 16, 104, 1, 120, true)}),
+         {{1, {120, 120}, false}},
+         {Length(1, 1)}},
+    });
+    EXPECT_EQ(s.Find(0)->segment, -1);
+    EXPECT_EQ(s.kv().Usage().used_blocks, 2 * 3);  // A alone: 10 tokens, 3 blocks a segment
+  }
+  {
+    SchedulerConfig unpriced = config;
+    unpriced.segment_costs.clear();
+    Scheduler s(unpriced, KvBlockManager(spec, KvPoolSize{1000, 4, 8}));
+    SubmitAll(s, {Dense(5, 20), Dense(120, 1)});
+    RunSteps(s, {
+        {Plan({C(0, 5, 0, true), C(1, 95, 0, false)})},
+        {Plan({D(0), C(1, 25, 95, true)}), {}, {Length(1, 1)}},
+    });
+  }
+}
+
 // SchedulerConfig::weight_floor_rows: beside a decode every segment's layers cost at least the
 // floor's rows of their share (their weights' stream); 20 asked, a quarter of the budget (10)
 // counts. The test above with that floor: segment 0's chunks still reach the row cap (9 of their
@@ -1049,7 +1096,7 @@ TEST(SchedulerTest, ProtocolErrorsChangeNothing) {
 // cache small enough to force waiting and preemption. Checks every step: invariants, plan shape,
 // the budget rule; at the end: each request finished exactly once, and no block leaked.
 TEST(SchedulerTest, RandomizedSimulationFinishesEveryRequestOnceWithoutLeaks) {
-  for (uint64_t seed : {1u, 2u, 3u, 4u, 5u, 6u, 7u, 8u, 9u, 10u, 11u, 12u, 13u}) {
+  for (uint64_t seed : {1u, 2u, 3u, 4u, 5u, 6u, 7u, 8u, 9u, 10u, 11u, 12u, 13u, 14u}) {
     // UniPrefill segment-wise
     const bool segment_chunks = seed > 3 && seed != 7 && seed != 11 && seed != 13;
     // Seeds 7, 8 and 11 charge chunks for their cached keys (a row after 400 keys costs 2.6
@@ -1074,9 +1121,14 @@ TEST(SchedulerTest, RandomizedSimulationFinishesEveryRequestOnceWithoutLeaks) {
       config.weight_floor_rows = 200;
       config.min_extra_chunk_rows = 32;
     }
-    if (seed == 10) {
+    if (seed == 10 || seed == 14) {
       config.segment_costs = {SegmentCost{0.5, 0.0}, SegmentCost{0.3, 0.0}, SegmentCost{0.2, 0.0}};
     }
+    // Seed 14 runs dense prefills that do not fit segment-wise too (dense_segment_chunks): they
+    // keep every row at each segment's end and hold no selection tail.
+    const bool dense_segments = seed == 14;
+    config.dense_segment_chunks = dense_segments;
+    int dense_segment_chunks = 0;
     // Seeds 11 and 12 align steps to a GEMM row tile of 48 (not a divisor of the budget, so
     // that full steps are aligned too; dense chunks only; seed 12 beside segment-wise ones,
     // which leave their steps as they are).
@@ -1140,13 +1192,15 @@ TEST(SchedulerTest, RandomizedSimulationFinishesEveryRequestOnceWithoutLeaks) {
           const int prefill = info->prompt_tokens + info->generated;
           ASSERT_LE(r.prefill_tokens(), prefill);
           if (r.segment >= 0) {  // the chunk continues its segment where the last one stopped
-            ASSERT_TRUE(segment_chunks && r.uniprefill);
+            ASSERT_TRUE(segment_chunks && (r.uniprefill || dense_segments));
+            dense_segment_chunks += !r.uniprefill;
             InFlight& f = in_flight[r.id];
             if (f.segment_rows.empty()) f.segment_rows = {prefill};
             ASSERT_EQ(r.segment, f.segment);
             ASSERT_EQ(r.chunk_begin, f.done);
             ASSERT_EQ(r.segment_rows, f.segment_rows.back());
-            ASSERT_TRUE(!r.ends_segment() || r.num_tokens >= std::min(tail, r.segment_rows));
+            ASSERT_TRUE(!r.uniprefill || !r.ends_segment() ||
+                        r.num_tokens >= std::min(tail, r.segment_rows));
             ASSERT_EQ(r.last_chunk, r.ends_segment() && r.segment == 2);
             continue;
           }
@@ -1210,7 +1264,9 @@ TEST(SchedulerTest, RandomizedSimulationFinishesEveryRequestOnceWithoutLeaks) {
         if (r.segment >= 0) {  // the engine's boundary: what each segment kept
           InFlight& f = in_flight[r.id];
           if (r.ends_segment() && !r.last_chunk) {
-            res.next_segment_rows = std::max(1, r.segment_rows * uniform(20, 100) / 100);
+            res.next_segment_rows = r.uniprefill
+                                        ? std::max(1, r.segment_rows * uniform(20, 100) / 100)
+                                        : r.segment_rows;  // a dense prefill keeps every row
             f.segment_rows.push_back(res.next_segment_rows);
             ++f.segment;
             f.done = 0;
@@ -1261,6 +1317,11 @@ TEST(SchedulerTest, RandomizedSimulationFinishesEveryRequestOnceWithoutLeaks) {
     }
     if (seed == 13) {
       EXPECT_GT(overshot_steps, 0);
+    }
+    if (dense_segments) {
+      EXPECT_GT(dense_segment_chunks, 0);
+    } else {
+      EXPECT_EQ(dense_segment_chunks, 0);
     }
     if (segment_chunks) {
       EXPECT_GT(max_boundaries, 0);

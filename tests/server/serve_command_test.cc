@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -134,6 +135,67 @@ TEST(ServeCommandTest, StepBudgetFlagsWinOverTheDevicesDefaults) {
   const std::string log = ReadAll(err_path);
   EXPECT_NE(log.find("300 tokens per step (1000 with no decodes)"), std::string::npos) << log;
   EXPECT_EQ(StopServer(pid, SIGINT), 0) << ReadAll(err_path);
+}
+
+// Full attention at layers 5 and 11: a drop at 5 leaves KV on both sides of it (two segments).
+std::string TwelveLayerTinyModel() {
+  testing::TinyGemma3Options tiny;
+  tiny.layers = 12;
+  static const std::string path =
+      testing::WriteTempFile("serve_cli_tiny12.gguf", testing::BuildTinyGemma3(tiny));
+  return path;
+}
+
+// `n` words of a few letters each (more tokens than the words' count under any vocabulary).
+std::string PromptOfWords(int n) {
+  std::string text;
+  for (int i = 0; i < n; ++i) text += std::string(1, static_cast<char>('a' + i * 7 % 26)) + "q ";
+  return text;
+}
+
+// --dense-segment-chunks reaches the scheduler: a dense prompt longer than the step runs
+// segment-wise (counted on /metrics by mode), and without the flag its chunks run every layer.
+TEST(ServeCommandTest, DenseSegmentChunksFlagRunsDensePromptsSegmentWise) {
+  for (bool flag : {true, false}) {
+    SCOPED_TRACE(flag ? "--dense-segment-chunks" : "default");
+    const std::string err_path =
+        testing::TempPath(flag ? "serve_err_dense_segments.txt" : "serve_err_dense_layers.txt");
+    int port = -1;
+    const pid_t pid =
+        StartServer("serve --model " + TwelveLayerTinyModel() +
+                        " --port 0 --threads 1 --ctx-size 512 --kv-cache-memory 32MiB "
+                        "--max-batched-tokens 32 --drop-layers 5 --served-model-name tiny -q" +
+                        std::string(flag ? " --dense-segment-chunks" : ""),
+                    err_path, &port);
+    ASSERT_GT(port, 0) << ReadAll(err_path);
+    httplib::Client client("127.0.0.1", port);
+    client.set_read_timeout(60);
+    nlohmann::json body = {{"model", "tiny"},
+                           {"prompt", PromptOfWords(60)},
+                           {"max_tokens", 2},
+                           {"temperature", 0},
+                           {"uniprefill", false}};
+    auto r = client.Post("/v1/completions", body.dump(), "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << r->body;
+    EXPECT_GT(nlohmann::json::parse(r->body)["usage"]["prompt_tokens"].get<int>(), 64) << r->body;
+    auto metrics = client.Get("/metrics");
+    ASSERT_TRUE(metrics);
+    double chunks = -1;  // uniprefill_segment_chunks_total{model_name="tiny",mode="dense"} N
+    std::istringstream lines(metrics->body);
+    for (std::string line; std::getline(lines, line);) {
+      if (line.rfind("uniprefill_segment_chunks_total{", 0) != 0) continue;
+      if (line.find("mode=\"dense\"}") == std::string::npos) continue;
+      chunks = std::stod(line.substr(line.rfind(' ') + 1));
+    }
+    ASSERT_GE(chunks, 0) << "no dense segment-chunk count on /metrics:\n" << metrics->body;
+    if (flag) {
+      EXPECT_GE(chunks, 2) << "a long prompt in steps of 32 ran no segment's chunks";
+    } else {
+      EXPECT_EQ(chunks, 0);
+    }
+    EXPECT_EQ(StopServer(pid, SIGINT), 0) << ReadAll(err_path);
+  }
 }
 
 TEST(ServeCommandTest, SigtermStopsToo) {
