@@ -30,17 +30,14 @@ case "$mode" in
       -DUNIPREFILL_NATIVE=OFF -DUNIPREFILL_BENCH=OFF >/tmp/uniprefill-gpu-cmake.log 2>&1 ||
       { cat /tmp/uniprefill-gpu-cmake.log; exit 1; }
     cmake --build "$build" -j "$(nproc)" --target uniprefill uniprefill_cuda_tests
-    rm -rf "$carry" && mkdir -p "$carry/lib" "$carry/anchor"
+    rm -rf "$carry" && mkdir -p "$carry/anchor"
     # Compressed: the two binaries are ~30 MB each, ~6 MB each under xz, and a device call carries
     # at most 64 MiB.
     for b in uniprefill uniprefill_cuda_tests; do xz -T0 -6 -c "$build/$b" > "$carry/$b.xz"; done
-    # Every shared library the binaries need except glibc, the C++ runtime and CUDA's own.
-    ldd "$build/uniprefill" "$build/uniprefill_cuda_tests" | awk '/=> \//{print $3}' | sort -u |
-      grep -Ev '/(libc|libm|libstdc\+\+|libgcc_s|libpthread|libdl|librt|ld-linux[^/]*|libcublas[^/]*|libcudart[^/]*|libcuda)\.so' |
-      while read -r lib; do cp -L "$lib" "$carry/lib/"; done
-    tar -C "$carry" -cJf "$carry/lib.tar.xz" lib && rm -rf "$carry/lib"
+    bash scripts/pack_shared_libs.sh "$carry" "$build/uniprefill" "$build/uniprefill_cuda_tests"
     if [ -f ../shared/bench/pytorch_anchor.py ]; then cp ../shared/bench/pytorch_anchor.py "$carry/anchor/"; fi
     git rev-parse --short HEAD > "$carry/commit" 2>/dev/null || echo unknown > "$carry/commit"
+    bash scripts/source_digest.sh > "$carry/sources"
     du -sh "$carry"
     ;;
   build-run)

@@ -66,16 +66,18 @@ prefill_beside_anchor() {
   echo "end $(date +%s%3N)" >> $OUT/phases.txt
   kill $sampler
 }
-# use_pack: where `bash scripts/gpu_cycle.sh pack` was run here at this commit and .gpu_carry is
+# use_pack: where `bash scripts/gpu_cycle.sh pack` was run here on these sources and .gpu_carry is
 # carried, its binaries (built for sm_90 here, xz-compressed: ~6 MB each) go into build-dev-new/
 # and their libraries into /tmp/uniprefill-libs, so that the call builds nothing (a cold build of
 # both binaries is 80-200 s of device time). Returns 1 (and the call builds) where there is no
-# pack or it is of another commit. The mutation check still needs a build folder.
+# pack or it was built from other sources (scripts/source_digest.sh). The mutation check still
+# needs a build folder.
 use_pack() {
   local carry=${UP_GPU_CARRY:-.gpu_carry}
   [ -f "$carry/uniprefill.xz" ] || return 1
-  [ "$(cat "$carry/commit" 2>/dev/null)" = "$(git rev-parse --short HEAD)" ] ||
-    { echo "use_pack: $carry is of commit $(cat "$carry/commit"), not HEAD: building"; return 1; }
+  # The same sources by content (a device call's copy of the checkout has a HEAD of its own).
+  [ "$(cat "$carry/sources" 2>/dev/null)" = "$(bash scripts/source_digest.sh)" ] ||
+    { echo "use_pack: $carry was built from other sources (commit $(cat "$carry/commit")): building"; return 1; }
   mkdir -p build-dev-new /tmp/uniprefill-libs
   tar -C /tmp/uniprefill-libs -xJf "$carry/lib.tar.xz"
   for b in uniprefill uniprefill_cuda_tests; do
@@ -87,5 +89,8 @@ use_pack() {
     lt=$(find / -name 'libcublasLt.so.13*' -not -path '/proc/*' 2>/dev/null | head -1 || true)
     [ -n "$lt" ] && export LD_LIBRARY_PATH=$(dirname "$lt"):$LD_LIBRARY_PATH
   fi
+  # A pack whose binary does not start here (a library missing) is no use: build instead.
+  build-dev-new/uniprefill --help > /dev/null 2>&1 ||
+    { echo "use_pack: the unpacked uniprefill does not start: building"; rm -f build-dev-new/uniprefill build-dev-new/uniprefill_cuda_tests; return 1; }
   echo "use_pack: binaries of $(cat "$carry/commit") unpacked at $(elapsed) s"
 }
