@@ -11,13 +11,15 @@ per second (context * batch / TTFT) against context length, dense vs UniPrefill 
 one panel per architecture, batch-1 rows only. Needs matplotlib (.venv/bin/pip install matplotlib).
 
   .venv/bin/python tools/plot_gpu_prefill.py [--results-dir bench/results/gpu]
-                                             [--out bench/results/gpu/prefill_throughput]
+                                             [--out bench/results/gpu/prefill_throughput_families]
 
-One device call's results alone (ours and the anchor from the same call, e.g. the 29th session's
-H100 call AF; the panels whose files the folder lacks are skipped):
+One device call's results alone (ours and the anchors from the same call, e.g. the 33rd session's
+H100 call AP, which is bench/results/gpu/prefill_throughput.png, Figure 1; the three-family figure
+of mixed dates is prefill_throughput_families.png; the panels whose files the folder lacks are
+skipped):
 
-  .venv/bin/python tools/plot_gpu_prefill.py --results-dir bench/results/gpu/session29/callAF \
-      --out bench/results/gpu/session29/callAF/prefill_throughput_h100
+  .venv/bin/python tools/plot_gpu_prefill.py --results-dir bench/results/gpu/session33/callAP \
+      --out bench/results/gpu/session33/callAP/prefill_throughput_h100
 """
 import argparse
 import json
@@ -135,7 +137,8 @@ def draw_panel(ax, title: str, tput: dict, markers: dict) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--results-dir", type=Path, default=ROOT / "bench/results/gpu")
-    ap.add_argument("--out", type=Path, default=ROOT / "bench/results/gpu/prefill_throughput",
+    ap.add_argument("--out", type=Path,
+                    default=ROOT / "bench/results/gpu/prefill_throughput_families",
                     help="output path prefix; .png and .svg are appended")
     args = ap.parse_args()
 
