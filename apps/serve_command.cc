@@ -233,9 +233,17 @@ void AddServeCommand(CLI::App& app, ServeOptions& o) {
       ->capture_default_str()
       ->group("Batching");
   cmd->add_option("--max-batched-tokens", o.max_batched_tokens,
-                  "Most tokens (prefill + decode) of all requests in one step [default: 8192; "
-                  "2048 with --device cuda]")
+                  "Most tokens (prefill + decode) of all requests in one step [default: on the "
+                  "CPU, measured at start for --target-step-ms; 2048 with --device cuda]")
       ->check(CLI::Range(1, 1 << 24))
+      ->group("Batching");
+  cmd->add_option("--target-step-ms", o.target_step_ms,
+                  "CPU, without --max-batched-tokens: time a few forwards of the model at start "
+                  "and take the step budget whose step lasts about this long, so a long prompt "
+                  "stalls the decodes beside it for about this long per step on any machine; "
+                  "0: a fixed 8192 tokens")
+      ->check(CLI::Range(0, 60000))
+      ->capture_default_str()
       ->group("Batching");
   cmd->add_option("--prefill-only-tokens", o.prefill_only_tokens,
                   "The budget of a step with no decodes in it, when larger than "
@@ -339,6 +347,23 @@ int ServeCommand(const ServeOptions& o) {
   so.chunked_prefill = !o.no_chunked_prefill;
   so.budget_counts_attention = !o.budget_counts_rows;
   so.dense_segment_chunks = o.dense_segment_chunks;
+  if (o.max_batched_tokens == 0 && o.target_step_ms > 0 && o.device.device != "cuda" &&
+      so.chunked_prefill && o.device.tensor_parallel <= 1) {
+    Result<StepBudgetCalibration> c = BatchEngine::CalibrateStepBudget(
+        engine, o.target_step_ms / 1000.0, budgets.max_batched_tokens);
+    if (!c.ok()) {
+      std::fprintf(stderr, "error: calibrating the step budget: %s\n",
+                   c.status().message().c_str());
+      return 1;
+    }
+    so.max_batched_tokens = c->max_batched_tokens;
+    std::fprintf(stderr,
+                 "serving: step budget %d tokens, for steps of about %d ms on this machine (a "
+                 "%d-token forward took %.0f ms, a %d-token one %.0f ms; predicted %.0f ms; "
+                 "--max-batched-tokens or --target-step-ms change it)\n",
+                 so.max_batched_tokens, o.target_step_ms, c->small_rows, 1000 * c->small_s,
+                 c->large_rows, 1000 * c->large_s, 1000 * c->predicted_step_s);
+  }
   if (engine.tensor_parallel_rank() != 0) return FollowRankZero(engine, so);
   std::fprintf(stderr, "model: %s | %d threads | context %d\n", engine.model_description().c_str(),
                engine.threads(), engine.context_size());

@@ -22,6 +22,9 @@ struct ServeOptions {
   int max_num_seqs = 256;
   int max_batched_tokens = 0;    // 0: the device's (uniprefill/batch_engine.h DefaultStepBudgets)
   int prefill_only_tokens = -1;  // --prefill-only-tokens (ServingOptions); -1: the device's
+  // --target-step-ms: the CPU's budget when max_batched_tokens is not given, calibrated at start
+  // (BatchEngine::CalibrateStepBudget); 0: the fixed default.
+  int target_step_ms = 500;
   bool host_sampling = false;  // --host-sampling: CUDA models choose tokens from host logits
   bool no_chunked_prefill = false;  // --no-chunked-prefill: every prefill whole in one step
   std::string log_format = "text";  // --log-format: text or json access log lines

@@ -12,7 +12,8 @@
 # Environment: LONG (long prompt tokens, default 16384), BUDGET (chunked step budget, default
 # 256), SHORTS (short requests, default 6), RATE (short arrivals/s, default 1), SHORT_OUT (tokens
 # each short request generates, default 600), VARIANTS (default "chunked whole"; also
-# chunkedsegments: chunked with --dense-segment-chunks), MODES (default "dense uniprefill"), OUT
+# chunkedsegments: chunked with --dense-segment-chunks; default: no budget flag, the server's
+# measured one; fixed: --target-step-ms 0), MODES (default "dense uniprefill"), OUT
 # (the JSON folder, default docs/results), CLI (a built uniprefill binary; default: build
 # ./build with scripts/build.sh and use it).
 set -euo pipefail
@@ -34,10 +35,14 @@ for variant in ${VARIANTS:-chunked whole}; do
     flags=(--max-batched-tokens "$budget")
   elif [ "$variant" = chunkedsegments ]; then
     flags=(--max-batched-tokens "$budget" --dense-segment-chunks)
+  elif [ "$variant" = default ]; then
+    flags=()  # the server's own budget: on the CPU measured at start (--target-step-ms)
+  elif [ "$variant" = fixed ]; then
+    flags=(--target-step-ms 0)  # the fixed CPU default of 8192 tokens a step
   else
     flags=(--no-chunked-prefill)
   fi
-  "$CLI" serve --port "$port" --kv-cache-memory 4GiB --quiet "${flags[@]}" "$@" \
+  "$CLI" serve --port "$port" --kv-cache-memory 4GiB --quiet ${flags[@]+"${flags[@]}"} "$@" \
     2> "bench/out/mixed_server_$variant.log" &
   server=$!
   trap 'kill $server 2>/dev/null || true' EXIT
@@ -48,7 +53,7 @@ for variant in ${VARIANTS:-chunked whole}; do
   # One bench serve per mode, so the server's peak resident memory (VmHWM, which only grows) is
   # read after the dense run alone and again after the UniPrefill run.
   for mode in ${MODES:-dense uniprefill}; do
-    echo "== $variant prefill (${flags[*]}), $mode"
+    echo "== $variant prefill (${flags[*]-}), $mode"
     "$CLI" bench serve --url "http://127.0.0.1:$port" --rate "$rate" -n "$shorts" \
       --prompt-tokens 256 --output-tokens "$short_out" --long-prompt-tokens "$long" \
       --long-requests 1 --long-output-tokens 4 --slo-ttft-ms 2000 --slo-itl-ms 1000 \

@@ -59,7 +59,8 @@ struct ServingOptions {
 };
 
 // The step budgets `serve` gives a device ("cpu", "cuda") when the user sets neither flag: the
-// CPU 8192 tokens a step (vLLM's default on large GPUs) and no prefill-only budget; CUDA 2048,
+// CPU 8192 tokens a step (vLLM's default on large GPUs; serve measures a CPU budget below this cap
+// instead unless --target-step-ms 0, CalibrateStepBudget) and no prefill-only budget; CUDA 2048,
 // and 8192 for steps without decodes: the configuration issue 18's served goals were measured
 // with on an H200 (8B shape, 4 x 32K: ITL p99 ~50 ms at TTFT 1.13-1.14x whole, where a step
 // deep in a long prompt ran ~180 ms at 8192).
@@ -68,6 +69,24 @@ struct StepBudgets {
   int prefill_only_tokens = 0;
 };
 StepBudgets DefaultStepBudgets(const std::string& device);
+
+// What BatchEngine::CalibrateStepBudget timed and chose: the fastest of each size's timed
+// forwards (fresh caches, the last row's logits computed, as a step with decodes does).
+struct StepBudgetCalibration {
+  int max_batched_tokens = 0;  // the budget chosen
+  int small_rows = 0, large_rows = 0;
+  double small_s = 0, large_s = 0;
+  double predicted_step_s = 0;  // a step of the chosen budget, on the line through the two
+  double seconds = 0;           // the calibration's wall time, warm-up forwards included
+};
+
+// The step budget whose forward takes about target_step_s on the line through two timed
+// forwards (small_rows in small_s, large_rows in large_s: a fixed part plus a cost per row),
+// rounded down to a multiple of 16 and held within [32, max(32, max_budget)]. A line that does
+// not rise or starts below 0 s (timing noise; or one point, small_rows == large_rows) is read
+// as the larger forward's own time per row.
+int StepBudgetFromTimings(int small_rows, double small_s, int large_rows, double large_s,
+                          double target_step_s, int max_budget);
 
 struct TokenLogprob {
   int32_t id = 0;
@@ -155,6 +174,16 @@ class BatchEngine {
   // 0 or another rank died or hung (the communicator's timeout), so the rank can exit with an
   // error instead of hanging.
   static Status Follow(Engine& engine, const ServingOptions& options);
+  // A host model's step budget from this machine's measured pace (serve's default on the CPU,
+  // where one budget can not suit a 2-core VM and a 64-core server alike): times dense forwards
+  // of 32 rows and of about half the budget that timing predicts (each after an untimed one:
+  // a process's first forwards run slower), and picks the budget whose step takes about
+  // target_step_s (StepBudgetFromTimings), at most max_budget. A step then stalls the decodes
+  // beside a long prefill for about that long: with the default 0.5 s, ITL p99 stays under 1 s.
+  // InvalidArgument for a target outside (0, 60] s or a max_budget below 32; Unimplemented for
+  // a device model or a tensor-parallel engine (every rank would have to run the forwards).
+  static Result<StepBudgetCalibration> CalibrateStepBudget(Engine& engine, double target_step_s,
+                                                           int max_budget);
   // Aborts every unfinished request (final update "abort") and joins the thread.
   ~BatchEngine();
   // The same as the destructor, with what went wrong: under tensor parallelism telling the other

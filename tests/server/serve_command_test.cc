@@ -40,7 +40,7 @@ TEST(ServeCommandTest, HelpListsTheFlags) {
 TEST(ServeCommandTest, BadFlagsExitTwo) {
   for (const char* args :
        {"serve --kv-cache-memory lots", "serve --kv-cache-memory 4XB", "serve --port 70000",
-        "serve --max-num-seqs 0", "serve --no-such-flag"}) {
+        "serve --max-num-seqs 0", "serve --no-such-flag", "serve --target-step-ms -5"}) {
     SCOPED_TRACE(args);
     CliResult r = RunCli(args);
     EXPECT_FALSE(r.crashed) << r.err;
@@ -104,8 +104,8 @@ TEST(ServeCommandTest, ServesAndStopsCleanly) {
   const std::string log = ReadAll(err_path);
   EXPECT_NE(log.find("kv cache:"), std::string::npos) << log;
   EXPECT_NE(log.find("/v1/chat/completions"), std::string::npos) << log;
-  // The CPU's step budgets when neither flag is given (DefaultStepBudgets).
-  EXPECT_NE(log.find("8192 tokens per step (8192 with no decodes)"), std::string::npos) << log;
+  // The CPU's step budget when no flag is given: measured at start for --target-step-ms.
+  EXPECT_NE(log.find("serving: step budget "), std::string::npos) << log;
 
   httplib::Client client("127.0.0.1", port);
   client.set_read_timeout(60);
@@ -134,7 +134,42 @@ TEST(ServeCommandTest, StepBudgetFlagsWinOverTheDevicesDefaults) {
   ASSERT_GT(port, 0) << ReadAll(err_path);
   const std::string log = ReadAll(err_path);
   EXPECT_NE(log.find("300 tokens per step (1000 with no decodes)"), std::string::npos) << log;
+  EXPECT_EQ(log.find("serving: step budget"), std::string::npos) << log;  // given: not measured
   EXPECT_EQ(StopServer(pid, SIGINT), 0) << ReadAll(err_path);
+}
+
+// Without --max-batched-tokens the CPU server times the model at start and serves with the
+// budget it reports (BatchEngine::CalibrateStepBudget; a tiny model's steps are fast, so any
+// budget from 32 to the 8192 cap may come out); --target-step-ms 0 keeps the fixed 8192 (a bad
+// target is a usage error: BadFlagsExitTwo).
+TEST(ServeCommandTest, TheCpuStepBudgetIsMeasuredForTheTargetStepTime) {
+  for (const char* target : {"", " --target-step-ms 0"}) {
+    SCOPED_TRACE(target);
+    const std::string err_path =
+        testing::TempPath(*target ? "serve_err_fixed_budget.txt" : "serve_err_calibrated.txt");
+    int port = -1;
+    const pid_t pid = StartServer("serve --model " + TinyModel() +
+                                      " --port 0 --threads 1 --ctx-size 512 "
+                                      "--kv-cache-memory 32MiB -q" +
+                                      std::string(target),
+                                  err_path, &port);
+    ASSERT_GT(port, 0) << ReadAll(err_path);
+    const std::string log = ReadAll(err_path);
+    const size_t at = log.find("serving: step budget ");
+    if (*target == '\0') {
+      ASSERT_NE(at, std::string::npos) << log;
+      const int budget = std::stoi(log.substr(at + std::string("serving: step budget ").size()));
+      EXPECT_GE(budget, 32) << log;
+      EXPECT_LE(budget, 8192) << log;
+      EXPECT_NE(log.find("for steps of about 500 ms"), std::string::npos) << log;
+      const std::string served = std::to_string(budget) + " tokens per step";
+      EXPECT_NE(log.find(served), std::string::npos) << "the server did not use it:\n" << log;
+    } else {
+      EXPECT_EQ(at, std::string::npos) << log;
+      EXPECT_NE(log.find("8192 tokens per step (8192 with no decodes)"), std::string::npos) << log;
+    }
+    EXPECT_EQ(StopServer(pid, SIGINT), 0) << ReadAll(err_path);
+  }
 }
 
 // Full attention at layers 5 and 11: a drop at 5 leaves KV on both sides of it (two segments).
