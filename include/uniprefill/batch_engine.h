@@ -150,6 +150,8 @@ struct ServingMetrics {
   int64_t segment_chunks = 0, dense_segment_chunks = 0;
   int64_t preemptions = 0;
   double generation_tokens_per_s = 0;  // over the last ~10 s
+  // The step budgets served with (ServingOptions; serve measures the CPU's at start).
+  int max_batched_tokens = 0, prefill_only_tokens = 0;
   // KV memory (KvBlockManager::Usage): blocks used now and what dense prefills would have used.
   int kv_blocks_total = 0, kv_blocks_used = 0;
   int64_t kv_block_bytes = 0, kv_bytes_used = 0, kv_bytes_dense = 0, kv_bytes_saved = 0;

@@ -243,6 +243,8 @@ Result<std::unique_ptr<BatchEngine>> BatchEngine::Start(Engine& engine,
   m.e2e_s = Histogram::WithBounds(LatencyBounds());
   m.inter_token_s = Histogram::WithBounds(InterTokenBounds());
   m.kv_blocks_total = size.num_blocks;
+  m.max_batched_tokens = options.max_batched_tokens;
+  m.prefill_only_tokens = options.prefill_only_tokens;
   m.kv_block_bytes = impl->scheduler->kv().block_bytes();
   impl->metrics = m;
   Impl* raw = impl.get();

@@ -96,6 +96,12 @@ std::string FormatPrometheus(const ServingMetrics& m, const std::string& model_n
   w.Gauge("uniprefill_generation_tokens_per_second", "Sampled tokens per second over ~10 s.",
           m.generation_tokens_per_s);
   w.Gauge("uniprefill_kv_blocks_total", "KV blocks in the pool.", m.kv_blocks_total);
+  w.Gauge("uniprefill_step_budget_tokens",
+          "Most tokens of one step (--max-batched-tokens; on the CPU measured at start).",
+          m.max_batched_tokens);
+  w.Gauge("uniprefill_prefill_only_step_budget_tokens",
+          "The budget of a step without decodes (--prefill-only-tokens; 0: off).",
+          m.prefill_only_tokens);
   w.Gauge("uniprefill_kv_blocks_used", "KV blocks in use.", m.kv_blocks_used);
   w.Gauge("uniprefill_kv_bytes_used", "Bytes of KV blocks in use.", double(m.kv_bytes_used));
   w.Gauge("uniprefill_kv_bytes_dense_equivalent",

@@ -114,6 +114,8 @@ ServingMetrics SampleMetrics() {
   m.preemptions = 2;
   m.generation_tokens_per_s = 45.5;
   m.kv_blocks_total = 100;
+  m.max_batched_tokens = 448;
+  m.prefill_only_tokens = 8192;
   m.kv_blocks_used = 25;
   m.kv_bytes_used = 1 << 20;
   m.kv_bytes_dense = 3 << 20;
@@ -166,7 +168,8 @@ TEST(PrometheusFormatTest, EverySampleIsTypedAndHelped) {
                            "uniprefill_generation_tokens_per_second", "uniprefill_kv_blocks_total",
                            "uniprefill_kv_blocks_used", "uniprefill_kv_bytes_used",
                            "uniprefill_kv_bytes_dense_equivalent", "uniprefill_kv_bytes_saved",
-                           "uniprefill_keep_ratio"}) {
+                           "uniprefill_keep_ratio", "uniprefill_step_budget_tokens",
+                           "uniprefill_prefill_only_step_budget_tokens"}) {
     EXPECT_EQ(p.types[name], "gauge") << name;
   }
   for (const char* name :
@@ -240,6 +243,8 @@ TEST(PrometheusFormatTest, ValuesAreTheSnapshots) {
   EXPECT_EQ(Value(p, "uniprefill_preemptions_total"), 2);
   EXPECT_DOUBLE_EQ(Value(p, "uniprefill_generation_tokens_per_second"), 45.5);
   EXPECT_EQ(Value(p, "uniprefill_kv_blocks_total"), 100);
+  EXPECT_EQ(Value(p, "uniprefill_step_budget_tokens"), 448);
+  EXPECT_EQ(Value(p, "uniprefill_prefill_only_step_budget_tokens"), 8192);
   EXPECT_EQ(Value(p, "uniprefill_kv_blocks_used"), 25);
   EXPECT_EQ(Value(p, "uniprefill_kv_bytes_used"), 1 << 20);
   EXPECT_EQ(Value(p, "uniprefill_kv_bytes_dense_equivalent"), 3 << 20);

@@ -170,6 +170,14 @@ TEST(ServeCommandTest, TheCpuStepBudgetIsMeasuredForTheTargetStepTime) {
       }
       const std::string served = std::to_string(budget) + " tokens per step";
       EXPECT_NE(log.find(served), std::string::npos) << "the server did not use it:\n" << log;
+      httplib::Client client("127.0.0.1", port);
+      auto metrics = client.Get("/metrics");
+      ASSERT_TRUE(metrics);
+      const std::string gauge = "uniprefill_step_budget_tokens{";  // {model_name="..."} N
+      const size_t g = metrics->body.find(gauge);
+      ASSERT_NE(g, std::string::npos) << metrics->body;
+      const std::string line = metrics->body.substr(g, metrics->body.find('\n', g) - g);
+      EXPECT_EQ(std::stoi(line.substr(line.rfind(' ') + 1)), budget) << line;
     } else {
       EXPECT_EQ(at, std::string::npos) << log;
       EXPECT_NE(log.find("8192 tokens per step (8192 with no decodes)"), std::string::npos) << log;
