@@ -112,6 +112,10 @@ void PrintTable(const std::vector<ModeRun>& runs) {
   row("mixed prefill+decode steps", [](const ModeRun& r) {
     return r.run.metrics.available ? Cell(r.run.metrics.mixed_steps, 1, 0) : "-";
   });
+  row("server step budget (tokens)", [](const ModeRun& r) {
+    return r.run.metrics.step_budget_tokens > 0 ? Cell(r.run.metrics.step_budget_tokens, 1, 0)
+                                                : "-";
+  });
   // The GPU's clock under the power limit (serve --device cuda): ratios between modes compare
   // like with like only at like clocks.
   bool any_gpu = false;

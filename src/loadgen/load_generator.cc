@@ -165,6 +165,9 @@ class MetricsPoller {
         metrics_.kv_bytes_dense_equivalent_peak, get("uniprefill_kv_bytes_dense_equivalent"));
     metrics_.kv_bytes_saved_peak =
         std::max(metrics_.kv_bytes_saved_peak, get("uniprefill_kv_bytes_saved"));
+    if (const double budget = get("uniprefill_step_budget_tokens"); budget > 0) {
+      metrics_.step_budget_tokens = budget;
+    }
     const double mixed = get("uniprefill_mixed_steps_total");
     if (mixed >= 0) {
       if (first_mixed_ < 0) first_mixed_ = mixed;
@@ -691,6 +694,7 @@ nlohmann::json ToJson(const KvMetrics& m) {
           {"kv_bytes_dense_equivalent_peak", m.kv_bytes_dense_equivalent_peak},
           {"kv_bytes_saved_peak", m.kv_bytes_saved_peak},
           {"mixed_steps", m.mixed_steps},
+          {"step_budget_tokens", m.step_budget_tokens},
           {"gpu_scrapes", m.gpu_scrapes},
           {"gpus", m.gpus},
           {"gpu_sm_clock_mhz_mean", m.gpu_sm_mhz_mean},

@@ -143,6 +143,9 @@ struct KvMetrics {
   double kv_bytes_dense_equivalent_peak = 0;
   double kv_bytes_saved_peak = 0;
   double mixed_steps = 0;  // increase of uniprefill_mixed_steps_total over the run
+  // The server's step budget (uniprefill_step_budget_tokens at the last scrape; 0: not reported):
+  // on the CPU serve measures it at start, so a served figure needs it beside.
+  double step_budget_tokens = 0;
   // serve --device cuda: the GPUs' SM clock and board power (uniprefill_gpu_sm_clock_mhz,
   // uniprefill_gpu_power_watts, a label set per GPU) over the scrapes made while the run lasted
   // (not the one before its first request nor the one after its last): a served figure means
