@@ -195,7 +195,6 @@ void TileSegments(const Problem& p, int64_t kh, int64_t j0, int nk, bool gather,
                 run->k.stride[0], n, d);
       WidenRows(v, run->v.as<uint16_t>() + kh * run->v.stride[1] + off * run->v.stride[0],
                 run->v.stride[0], n, d);
-      ws.segments.push_back({j, n, k, v, p.d, p.d});
     } else {
       ws.segments.push_back(
           {j, n, run->k.as<float>() + kh * run->k.stride[1] + off * run->k.stride[0],
