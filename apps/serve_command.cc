@@ -245,6 +245,14 @@ void AddServeCommand(CLI::App& app, ServeOptions& o) {
       ->check(CLI::Range(0, 60000))
       ->capture_default_str()
       ->group("Batching");
+  cmd->add_option("--attention-slowdown", o.attention_slowdown,
+                  "Price a prefill chunk's attention over its cached keys at this many times its "
+                  "FLOPs' time at the linear layers' rate, so steps deep in a long prompt last "
+                  "as long as shallow ones; 0: measured at start with the CPU's step budget "
+                  "(--target-step-ms), else 1 (by FLOPs)")
+      ->check(CLI::Range(0.0, 100.0))
+      ->capture_default_str()
+      ->group("Batching");
   cmd->add_option("--prefill-only-tokens", o.prefill_only_tokens,
                   "The budget of a step with no decodes in it, when larger than "
                   "--max-batched-tokens: a long prompt with nobody decoding beside it is "
@@ -350,7 +358,8 @@ int ServeCommand(const ServeOptions& o) {
   if (o.max_batched_tokens == 0 && o.target_step_ms > 0 && o.device.device != "cuda" &&
       so.chunked_prefill && o.device.tensor_parallel <= 1) {
     Result<StepBudgetCalibration> c = BatchEngine::CalibrateStepBudget(
-        engine, o.target_step_ms / 1000.0, budgets.max_batched_tokens);
+        engine, o.target_step_ms / 1000.0, budgets.max_batched_tokens,
+        /*measure_attention=*/o.attention_slowdown == 0);
     if (!c.ok()) {
       std::fprintf(stderr, "error: calibrating the step budget: %s\n",
                    c.status().message().c_str());
@@ -363,7 +372,16 @@ int ServeCommand(const ServeOptions& o) {
                  "--max-batched-tokens or --target-step-ms change it)\n",
                  so.max_batched_tokens, o.target_step_ms, c->small_rows, 1000 * c->small_s,
                  c->large_rows, 1000 * c->large_s, 1000 * c->predicted_step_s);
+    if (o.attention_slowdown == 0 && c->deep_prefix > 0) {
+      so.attention_slowdown = c->attention_slowdown;
+      std::fprintf(stderr,
+                   "serving: attention over cached keys priced at %.2fx its FLOPs (two %d-token "
+                   "forwards after %d cached tokens took %.0f ms; --attention-slowdown changes "
+                   "it)\n",
+                   so.attention_slowdown, c->deep_rows, c->deep_prefix, 1000 * c->deep_s);
+    }
   }
+  if (o.attention_slowdown > 0) so.attention_slowdown = o.attention_slowdown;
   if (engine.tensor_parallel_rank() != 0) return FollowRankZero(engine, so);
   std::fprintf(stderr, "model: %s | %d threads | context %d\n", engine.model_description().c_str(),
                engine.threads(), engine.context_size());

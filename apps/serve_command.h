@@ -25,6 +25,9 @@ struct ServeOptions {
   // --target-step-ms: the CPU's budget when max_batched_tokens is not given, calibrated at start
   // (BatchEngine::CalibrateStepBudget); 0: the fixed default.
   int target_step_ms = 500;
+  // --attention-slowdown (ServingOptions::attention_slowdown); 0: measured with the CPU's step
+  // budget (CalibrateStepBudget), 1 where the budget is not measured.
+  double attention_slowdown = 0;
   bool host_sampling = false;  // --host-sampling: CUDA models choose tokens from host logits
   bool no_chunked_prefill = false;  // --no-chunked-prefill: every prefill whole in one step
   std::string log_format = "text";  // --log-format: text or json access log lines

@@ -13,7 +13,8 @@
 # 256), SHORTS (short requests, default 6), RATE (short arrivals/s, default 1), SHORT_OUT (tokens
 # each short request generates, default 600), VARIANTS (default "chunked whole"; also
 # chunkedsegments: chunked with --dense-segment-chunks; default: no budget flag, the server's
-# measured one; fixed: --target-step-ms 0), MODES (default "dense uniprefill"), OUT
+# measured one; flops: the measured budget with cached keys priced by their FLOPs,
+# --attention-slowdown 1; fixed: --target-step-ms 0), MODES (default "dense uniprefill"), OUT
 # (the JSON folder, default docs/results), CLI (a built uniprefill binary; default: build
 # ./build with scripts/build.sh and use it).
 set -euo pipefail
@@ -37,6 +38,8 @@ for variant in ${VARIANTS:-chunked whole}; do
     flags=(--max-batched-tokens "$budget" --dense-segment-chunks)
   elif [ "$variant" = default ]; then
     flags=()  # the server's own budget: on the CPU measured at start (--target-step-ms)
+  elif [ "$variant" = flops ]; then
+    flags=(--attention-slowdown 1)  # the measured budget, cached keys priced by FLOPs (as before)
   elif [ "$variant" = fixed ]; then
     flags=(--target-step-ms 0)  # the fixed CPU default of 8192 tokens a step
   else

@@ -53,6 +53,12 @@ struct ServingOptions {
   // A step with no decodes in it spends this budget instead, when larger (--prefill-only-tokens;
   // SchedulerConfig::prefill_only_tokens): a long prompt alone runs in larger chunks. 0: off.
   int prefill_only_tokens = 0;
+  // The cached keys' price (SchedulerConfig::attention_key_cost, each segment's key_cost) times
+  // this: how many times longer one attention FLOP takes than one FLOP of the linear layers on
+  // this machine, on top of what the backend measured itself (the CUDA backend's PrepareServing;
+  // the CPU backend prices by FLOPs). serve sets the CPU's from CalibrateStepBudget, so a step
+  // deep in a long prompt lasts about as long as a shallow one. 1: by FLOPs. In (0, 100].
+  double attention_slowdown = 1.0;
   // CUDA models: choose each request's next token on the GPU (only ids travel back) when its
   // sampling has no penalties and asks for no top_logprobs; false: every token from host logits.
   bool device_sampling = true;
@@ -77,8 +83,27 @@ struct StepBudgetCalibration {
   int small_rows = 0, large_rows = 0;
   double small_s = 0, large_s = 0;
   double predicted_step_s = 0;  // a step of the chosen budget, on the line through the two
-  double seconds = 0;           // the calibration's wall time, warm-up forwards included
+  // Two forwards of deep_rows rows after deep_prefix (then deep_prefix + deep_rows) cached rows,
+  // deep_s seconds together: their time over the line's is the attention over the cached rows,
+  // and attention_slowdown what it took over its FLOPs' time at the line's rate per row
+  // (AttentionSlowdownFromTimings). deep_prefix 0: not measured (no full or sliding attention,
+  // or no room in the context), slowdown 1.
+  int deep_prefix = 0, deep_rows = 0;
+  double deep_s = 0;
+  double line_fixed_s = 0, line_s_per_row = 0;  // the line through the two timed sizes
+  double deep_excess_s = 0;   // deep_s less two of the line's forwards of deep_rows
+  double attention_rows = 0;  // their extra attention FLOPs in rows of the linear layers' FLOPs
+  double attention_slowdown = 1.0;
+  double seconds = 0;  // the calibration's wall time, warm-up forwards and the prefix included
 };
+
+// How many times longer the attention over cached keys took than its FLOPs at the linear
+// layers' rate: excess_s (the deep forwards' seconds over the line's for their rows) over
+// attention_rows (their extra attention FLOPs in rows of the linear layers' FLOPs) times
+// seconds_per_row (the line's slope). Held within [0.5, 8] (a noisy or disturbed measurement must
+// neither flood nor starve the steps); 1 where nothing was measured (attention_rows or
+// seconds_per_row not positive).
+double AttentionSlowdownFromTimings(double excess_s, double attention_rows, double seconds_per_row);
 
 // The step budget whose forward takes about target_step_s on the line through two timed
 // forwards (small_rows in small_s, large_rows in large_s: a fixed part plus a cost per row),
@@ -152,6 +177,7 @@ struct ServingMetrics {
   double generation_tokens_per_s = 0;  // over the last ~10 s
   // The step budgets served with (ServingOptions; serve measures the CPU's at start).
   int max_batched_tokens = 0, prefill_only_tokens = 0;
+  double attention_slowdown = 1;  // ServingOptions::attention_slowdown, as served
   // KV memory (KvBlockManager::Usage): blocks used now and what dense prefills would have used.
   int kv_blocks_total = 0, kv_blocks_used = 0;
   int64_t kv_block_bytes = 0, kv_bytes_used = 0, kv_bytes_dense = 0, kv_bytes_saved = 0;
@@ -182,10 +208,16 @@ class BatchEngine {
   // a process's first forwards run slower), and picks the budget whose step takes about
   // target_step_s (StepBudgetFromTimings), at most max_budget. A step then stalls the decodes
   // beside a long prefill for about that long: with the default 0.5 s, ITL p99 stays under 1 s.
+  // Then two forwards over a cached prefix (prefilled untimed, about four target steps long) give
+  // the attention's price (StepBudgetCalibration::attention_slowdown, for
+  // ServingOptions::attention_slowdown): FLOPs alone priced a 16K-deep step on a 2-core CPU at
+  // 500 ms where it took 650-740.
   // InvalidArgument for a target outside (0, 60] s or a max_budget below 32; Unimplemented for
   // a device model or a tensor-parallel engine (every rank would have to run the forwards).
+  // measure_attention false: the budget alone (the slowdown stays 1).
   static Result<StepBudgetCalibration> CalibrateStepBudget(Engine& engine, double target_step_s,
-                                                           int max_budget);
+                                                           int max_budget,
+                                                           bool measure_attention = true);
   // Aborts every unfinished request (final update "abort") and joins the thread.
   ~BatchEngine();
   // The same as the destructor, with what went wrong: under tensor parallelism telling the other

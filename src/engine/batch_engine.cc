@@ -182,6 +182,10 @@ Result<std::unique_ptr<BatchEngine>> BatchEngine::Start(Engine& engine,
     return InvalidArgument("--prefill-only-tokens must be 0 (off) or positive (got " +
                            std::to_string(options.prefill_only_tokens) + ")");
   }
+  if (!(options.attention_slowdown > 0 && options.attention_slowdown <= 100)) {
+    return InvalidArgument("the attention slowdown must be in (0, 100] (got " +
+                           std::to_string(options.attention_slowdown) + ")");
+  }
   Engine::Impl& core = *engine.impl_;
   const bool on_device = core.model->device() == Device::kCuda;
   dist::Communicator* comm = core.comm.get();
@@ -236,6 +240,9 @@ Result<std::unique_ptr<BatchEngine>> BatchEngine::Start(Engine& engine,
     if (segment_chunks) {
       sc.segment_costs = core.model->SegmentCosts(core.uniprefill.active_drop_layers());
     }
+    // What this machine's attention FLOPs take over the price the backend gave them.
+    sc.attention_key_cost *= options.attention_slowdown;
+    for (SegmentCost& c : sc.segment_costs) c.key_cost *= options.attention_slowdown;
   }
   impl->scheduler.emplace(std::move(sc), KvBlockManager(spec, size));
   ServingMetrics& m = impl->counters;
@@ -245,6 +252,7 @@ Result<std::unique_ptr<BatchEngine>> BatchEngine::Start(Engine& engine,
   m.kv_blocks_total = size.num_blocks;
   m.max_batched_tokens = options.max_batched_tokens;
   m.prefill_only_tokens = options.prefill_only_tokens;
+  m.attention_slowdown = options.attention_slowdown;
   m.kv_block_bytes = impl->scheduler->kv().block_bytes();
   impl->metrics = m;
   Impl* raw = impl.get();

@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "engine/engine_impl.h"
+#include "model/model_config.h"
+#include "model/segment_cost.h"
 #include "uniprefill/batch_engine.h"
 
 namespace uniprefill {
@@ -63,7 +65,54 @@ StepLine FitStepLine(int small_rows, double small_s, int large_rows, double larg
   return line;
 }
 
+// Attention FLOPs a forward of `rows` rows after `prefix` cached rows does beyond the same rows'
+// forward on a fresh cache (the line's), in rows of the linear layers' FLOPs (linear_flops_per_row):
+// each full-attention layer rows x prefix more (query, key) pairs, each sliding-window layer the
+// pairs its window adds.
+double ExtraAttentionRows(const ModelConfig& c, int prefix, int rows, double linear_flops_per_row) {
+  double pairs = 0;
+  for (const LayerKind kind : c.layer_kinds) {
+    if (kind == LayerKind::kFullAttention) {
+      pairs += double(rows) * prefix;
+    } else if (kind == LayerKind::kSlidingAttention && c.sliding_window > 0) {
+      const int w = c.sliding_window;
+      for (int i = 0; i < rows; ++i) pairs += std::min(prefix + i + 1, w) - std::min(i + 1, w);
+    }
+  }
+  return pairs * 4.0 * c.n_heads * c.head_dim / linear_flops_per_row;
+}
+
+// Seconds of two forwards of `rows` rows on one cache after `prefix` untimed rows (a prefill):
+// the first attends prefix cached rows, the second prefix + rows.
+Result<double> TimeDeepForwards(Model& model, DeviceContext& ctx, const UniPrefillConfig& dense,
+                                int prefix, int rows) {
+  const int vocab = model.config().vocab_size;
+  std::mt19937 rng(static_cast<uint32_t>(prefix + rows));
+  std::uniform_int_distribution<int32_t> token(0, vocab - 1);
+  std::vector<int32_t> ids(prefix + 2 * rows);
+  for (int32_t& id : ids) id = token(rng);
+  std::vector<float> logits(vocab);
+  std::unique_ptr<SequenceCache> cache = model.NewCache(prefix + 2 * rows);
+  const std::span<const int32_t> all(ids);
+  SequenceStep fill{cache.get(), all.subspan(0, prefix), logits.data(), nullptr};
+  UP_RETURN_IF_ERROR(model.ForwardBatch(ctx, std::span<const SequenceStep>(&fill, 1), dense));
+  double seconds = 0;
+  for (int i = 0; i < 2; ++i) {
+    SequenceStep step{cache.get(), all.subspan(prefix + i * rows, rows), logits.data(), nullptr};
+    const auto start = std::chrono::steady_clock::now();
+    UP_RETURN_IF_ERROR(model.ForwardBatch(ctx, std::span<const SequenceStep>(&step, 1), dense));
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  return seconds;
+}
+
 }  // namespace
+
+double AttentionSlowdownFromTimings(double excess_s, double attention_rows,
+                                    double seconds_per_row) {
+  if (!(attention_rows > 0) || !(seconds_per_row > 0)) return 1.0;
+  return std::clamp(excess_s / (attention_rows * seconds_per_row), 0.5, 8.0);
+}
 
 int StepBudgetFromTimings(int small_rows, double small_s, int large_rows, double large_s,
                           double target_step_s, int max_budget) {
@@ -76,7 +125,8 @@ int StepBudgetFromTimings(int small_rows, double small_s, int large_rows, double
 }
 
 Result<StepBudgetCalibration> BatchEngine::CalibrateStepBudget(Engine& engine, double target_step_s,
-                                                               int max_budget) {
+                                                               int max_budget,
+                                                               bool measure_attention) {
   if (!(target_step_s > 0 && target_step_s <= 60)) {
     return InvalidArgument("the step time target must be in (0, 60] seconds (got " +
                            std::to_string(target_step_s) + ")");
@@ -127,8 +177,42 @@ Result<StepBudgetCalibration> BatchEngine::CalibrateStepBudget(Engine& engine, d
   }
   c.max_batched_tokens = StepBudgetFromTimings(c.small_rows, c.small_s, c.large_rows, c.large_s,
                                                target_step_s, max_budget);
-  c.predicted_step_s =
-      FitStepLine(c.small_rows, c.small_s, c.large_rows, c.large_s).Seconds(c.max_batched_tokens);
+  const StepLine line = FitStepLine(c.small_rows, c.small_s, c.large_rows, c.large_s);
+  c.predicted_step_s = line.Seconds(c.max_batched_tokens);
+  c.line_fixed_s = line.fixed;
+  c.line_s_per_row = line.per_row;
+  // The attention's price: forwards of the larger size over a cached prefix whose prefill takes
+  // about four target steps (at least as deep as the rows, at most 4096), where the context has
+  // room; their time over the line's is the attention over the prefix. (Deep enough that the
+  // full-attention layers' keys, not only the sliding windows', show: on Gemma 3 270M at 0.5 s
+  // on 2 cores ~1900 keys against windows of 512.)
+  const ModelConfig& config = core.model->config();
+  const std::vector<SegmentCost> priced = core.model->SegmentCosts({});
+  const int full_layers = static_cast<int>(
+      std::count(config.layer_kinds.begin(), config.layer_kinds.end(), LayerKind::kFullAttention));
+  const double key_cost = priced.empty() ? 0.0 : priced[0].key_cost;
+  // The larger forward's rows (a quarter of the context at most, so that a prefix fits).
+  const int rows = std::min(c.large_rows, (core.context_size - 1) / 4);
+  const double prefill_rows =
+      line.per_row > 0 ? std::max(0.0, 4 * target_step_s - line.fixed) / line.per_row : 0.0;
+  const int prefix = std::min({core.context_size - 1 - 2 * rows, 4096,
+                               static_cast<int>(std::min(prefill_rows, 4096.0))}) /
+                     kBudgetStep * kBudgetStep;
+  if (measure_attention && full_layers > 0 && key_cost > 0 && rows >= kBudgetStep &&
+      prefix >= rows) {
+    // The linear layers' FLOPs per row, from the price of a key (full-attention FLOPs per key
+    // over them: model_presets.h SegmentCosts).
+    const double linear_flops_per_row =
+        full_layers * 4.0 * config.n_heads * config.head_dim / key_cost;
+    UP_ASSIGN_OR_RETURN(c.deep_s, TimeDeepForwards(*core.model, *core.ctx, dense, prefix, rows));
+    c.deep_prefix = prefix;
+    c.deep_rows = rows;
+    c.attention_rows = ExtraAttentionRows(config, prefix, rows, linear_flops_per_row) +
+                       ExtraAttentionRows(config, prefix + rows, rows, linear_flops_per_row);
+    c.deep_excess_s = c.deep_s - 2 * line.Seconds(rows);
+    c.attention_slowdown =
+        AttentionSlowdownFromTimings(c.deep_excess_s, c.attention_rows, line.per_row);
+  }
   c.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return c;
 }

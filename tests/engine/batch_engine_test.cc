@@ -342,6 +342,48 @@ TEST_F(BatchEngineTest, APromptWithNoDecodesBesideItSpendsThePrefillOnlyBudget) 
   EXPECT_EQ(batch->Metrics().steps, 2 + 2);
 }
 
+// ServingOptions::attention_slowdown reaches the scheduler's prices: a dense prompt alone, its
+// chunks charged for the keys they attend, takes more steps where an attention FLOP is priced at
+// 50 linear ones than by FLOPs (the tiny model's 400th key costs ~0.06 of a row by FLOPs, ~3 at
+// 50x), and gives the same tokens; the gauge says what it served with. Out of (0, 100] the
+// start is refused naming the option.
+TEST_F(BatchEngineTest, TheAttentionSlowdownPricesDeepChunksSmaller) {
+  SamplingParams p = Greedy(2);
+  p.uniprefill = false;
+  std::vector<int32_t> prompt = Prompt(2000, 9);
+  prompt.resize(std::min<size_t>(prompt.size(), 400));
+  std::vector<int64_t> steps;
+  std::vector<std::vector<int32_t>> tokens;
+  for (double slowdown : {1.0, 50.0}) {
+    SCOPED_TRACE(slowdown);
+    ServingOptions o;
+    o.max_batched_tokens = 64;
+    o.attention_slowdown = slowdown;
+    auto batch = Start(o);
+    ASSERT_NE(batch, nullptr);
+    Collector c;
+    ASSERT_TRUE(batch->Submit(prompt, p, c.Callback()).ok());
+    ASSERT_TRUE(c.Wait());
+    EXPECT_DOUBLE_EQ(batch->Metrics().attention_slowdown, slowdown);
+    steps.push_back(batch->Metrics().steps);
+    tokens.push_back(c.Tokens());
+  }
+  EXPECT_EQ(tokens[0], tokens[1]);
+  // By FLOPs: 400 rows in chunks of ~60 (7 steps) and a decode step; at 50x the deep chunks
+  // shrink to ~16 rows.
+  EXPECT_LE(steps[0], 9);
+  EXPECT_GT(steps[1], steps[0] + 4);
+  for (double bad : {0.0, -1.0, 101.0, std::nan("")}) {
+    ServingOptions o;
+    o.attention_slowdown = bad;
+    auto b = BatchEngine::Start(*engine_, o);
+    ASSERT_FALSE(b.ok()) << bad;
+    EXPECT_EQ(b.status().code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(b.status().message().find("attention slowdown"), std::string::npos)
+        << b.status().message();
+  }
+}
+
 TEST_F(BatchEngineTest, ConcurrentRequestsGiveTheirAloneTokensAndShareSteps) {
   // Reference: each request alone through the batch engine.
   const int n = 8;

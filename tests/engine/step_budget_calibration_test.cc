@@ -4,6 +4,7 @@
 // assertions: the budget it picks is the arithmetic's on the times it measured).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 
@@ -43,12 +44,26 @@ TEST(StepBudgetFromTimingsTest, NoiseAndOnePointReadAsTheLargerForwardsTimePerRo
   EXPECT_EQ(StepBudgetFromTimings(32, 0.040, 32, 0.040, 0.51, 8192), 400);
 }
 
-std::unique_ptr<Engine> LoadTiny() {
+TEST(AttentionSlowdownFromTimingsTest, TheExcessOverTheAttentionsFlopsAtTheLinearRate) {
+  // 0.3 s over the line for attention worth 100 rows at 1 ms a row: 3x.
+  EXPECT_DOUBLE_EQ(AttentionSlowdownFromTimings(0.3, 100, 0.001), 3.0);
+  EXPECT_DOUBLE_EQ(AttentionSlowdownFromTimings(0.075, 100, 0.001), 0.75);
+  // Held within [0.5, 8]: noise (the deep forwards no slower than the line) and disturbance.
+  EXPECT_DOUBLE_EQ(AttentionSlowdownFromTimings(-0.01, 100, 0.001), 0.5);
+  EXPECT_DOUBLE_EQ(AttentionSlowdownFromTimings(0.01, 100, 0.001), 0.5);
+  EXPECT_DOUBLE_EQ(AttentionSlowdownFromTimings(5.0, 100, 0.001), 8.0);
+  // Nothing measured: by FLOPs.
+  EXPECT_DOUBLE_EQ(AttentionSlowdownFromTimings(0.3, 0, 0.001), 1.0);
+  EXPECT_DOUBLE_EQ(AttentionSlowdownFromTimings(0.3, 100, 0), 1.0);
+  EXPECT_DOUBLE_EQ(AttentionSlowdownFromTimings(0.3, -5, 0.001), 1.0);
+}
+
+std::unique_ptr<Engine> LoadTiny(int context = 512) {
   EngineOptions o;
   o.model_path =
       testing::WriteTempFile("step_budget_calibration_tiny.gguf", testing::BuildTinyGemma3());
   o.threads = 1;
-  o.context_size = 512;
+  o.context_size = context;
   auto engine = Engine::Load(o);
   EXPECT_TRUE(engine.ok()) << engine.status().message();
   return engine.ok() ? std::move(*engine) : nullptr;
@@ -86,6 +101,58 @@ TEST(CalibrateStepBudgetTest, PicksTheArithmeticsBudgetOnTheTimesItMeasured) {
   ASSERT_TRUE(capped.ok()) << capped.status().message();
   EXPECT_LE(capped->max_batched_tokens, 96);
   EXPECT_GE(capped->max_batched_tokens, 32);
+}
+
+// The attention's price: two forwards over a cached prefix about four target steps deep (a
+// multiple of 16, at least their rows, at most 4096, within the context beside them), their
+// slowdown within its bounds; no room in the context or not asked for: not measured, 1.
+TEST(CalibrateStepBudgetTest, PricesTheAttentionOverACachedPrefixWhereTheContextHasRoom) {
+  std::unique_ptr<Engine> engine = LoadTiny(2048);  // the tiny model's trained context
+  ASSERT_NE(engine, nullptr);
+  for (double target : {0.005, 0.5}) {
+    SCOPED_TRACE(target);
+    auto c = BatchEngine::CalibrateStepBudget(*engine, target, 8192);
+    ASSERT_TRUE(c.ok()) << c.status().message();
+    ASSERT_GT(c->deep_prefix, 0);
+    EXPECT_EQ(c->deep_prefix % 16, 0);
+    EXPECT_GE(c->deep_rows, 16);
+    EXPECT_LE(c->deep_rows, std::min(c->large_rows, 2047 / 4));
+    EXPECT_GE(c->deep_prefix, c->deep_rows);
+    EXPECT_LE(c->deep_prefix + 2 * c->deep_rows, 2047);
+    EXPECT_LE(c->deep_prefix, 4096);
+    EXPECT_GT(c->deep_s, 0);
+    EXPECT_GE(c->attention_slowdown, 0.5);
+    EXPECT_LE(c->attention_slowdown, 8.0);
+    EXPECT_GE(c->seconds, c->small_s + c->deep_s);
+    // The line through the two timed sizes (where it rises from a fixed part of at least 0)...
+    if (c->large_rows > c->small_rows && c->large_s > c->small_s) {
+      const double slope = (c->large_s - c->small_s) / (c->large_rows - c->small_rows);
+      if (c->small_s - slope * c->small_rows >= 0) {
+        EXPECT_NEAR(c->line_s_per_row, slope, 1e-12);
+        EXPECT_NEAR(c->line_fixed_s, c->small_s - slope * c->small_rows, 1e-12);
+      }
+    }
+    // ... less two of its forwards of the deep rows is the attention's time, over its FLOPs
+    // (in rows of the linear layers' FLOPs) at the line's rate.
+    EXPECT_NEAR(c->deep_excess_s,
+                c->deep_s - 2 * (c->line_fixed_s + c->line_s_per_row * c->deep_rows), 1e-12);
+    EXPECT_GT(c->attention_rows, 0);
+    EXPECT_DOUBLE_EQ(c->attention_slowdown,
+                     AttentionSlowdownFromTimings(c->deep_excess_s, c->attention_rows,
+                                                  c->line_s_per_row));
+  }
+  auto budget_only = BatchEngine::CalibrateStepBudget(*engine, 0.5, 8192, false);
+  ASSERT_TRUE(budget_only.ok()) << budget_only.status().message();
+  EXPECT_EQ(budget_only->deep_prefix, 0);
+  EXPECT_EQ(budget_only->deep_s, 0);
+  EXPECT_EQ(budget_only->attention_slowdown, 1.0);
+  // A context of 40: a quarter of it (9 rows) is too few forwards' rows to time.
+  std::unique_ptr<Engine> small = LoadTiny(40);
+  ASSERT_NE(small, nullptr);
+  auto no_room = BatchEngine::CalibrateStepBudget(*small, 0.5, 8192);
+  ASSERT_TRUE(no_room.ok()) << no_room.status().message();
+  EXPECT_EQ(no_room->deep_prefix, 0);
+  EXPECT_EQ(no_room->attention_slowdown, 1.0);
 }
 
 TEST(CalibrateStepBudgetTest, BadTargetsAndCapsAreClearErrors) {

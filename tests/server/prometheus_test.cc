@@ -116,6 +116,7 @@ ServingMetrics SampleMetrics() {
   m.kv_blocks_total = 100;
   m.max_batched_tokens = 448;
   m.prefill_only_tokens = 8192;
+  m.attention_slowdown = 1.75;
   m.kv_blocks_used = 25;
   m.kv_bytes_used = 1 << 20;
   m.kv_bytes_dense = 3 << 20;
@@ -169,7 +170,8 @@ TEST(PrometheusFormatTest, EverySampleIsTypedAndHelped) {
                            "uniprefill_kv_blocks_used", "uniprefill_kv_bytes_used",
                            "uniprefill_kv_bytes_dense_equivalent", "uniprefill_kv_bytes_saved",
                            "uniprefill_keep_ratio", "uniprefill_step_budget_tokens",
-                           "uniprefill_prefill_only_step_budget_tokens"}) {
+                           "uniprefill_prefill_only_step_budget_tokens",
+                           "uniprefill_attention_price_slowdown"}) {
     EXPECT_EQ(p.types[name], "gauge") << name;
   }
   for (const char* name :
@@ -245,6 +247,7 @@ TEST(PrometheusFormatTest, ValuesAreTheSnapshots) {
   EXPECT_EQ(Value(p, "uniprefill_kv_blocks_total"), 100);
   EXPECT_EQ(Value(p, "uniprefill_step_budget_tokens"), 448);
   EXPECT_EQ(Value(p, "uniprefill_prefill_only_step_budget_tokens"), 8192);
+  EXPECT_DOUBLE_EQ(Value(p, "uniprefill_attention_price_slowdown"), 1.75);
   EXPECT_EQ(Value(p, "uniprefill_kv_blocks_used"), 25);
   EXPECT_EQ(Value(p, "uniprefill_kv_bytes_used"), 1 << 20);
   EXPECT_EQ(Value(p, "uniprefill_kv_bytes_dense_equivalent"), 3 << 20);

@@ -40,7 +40,8 @@ TEST(ServeCommandTest, HelpListsTheFlags) {
 TEST(ServeCommandTest, BadFlagsExitTwo) {
   for (const char* args :
        {"serve --kv-cache-memory lots", "serve --kv-cache-memory 4XB", "serve --port 70000",
-        "serve --max-num-seqs 0", "serve --no-such-flag", "serve --target-step-ms -5"}) {
+        "serve --max-num-seqs 0", "serve --no-such-flag", "serve --target-step-ms -5",
+        "serve --attention-slowdown -1", "serve --attention-slowdown 101"}) {
     SCOPED_TRACE(args);
     CliResult r = RunCli(args);
     EXPECT_FALSE(r.crashed) << r.err;
@@ -145,7 +146,8 @@ TEST(ServeCommandTest, StepBudgetFlagsWinOverTheDevicesDefaults) {
 // target is a usage error: BadFlagsExitTwo).
 TEST(ServeCommandTest, TheCpuStepBudgetIsMeasuredForTheTargetStepTime) {
   int n = 0;
-  for (const char* target : {"", " --target-step-ms 1", " --target-step-ms 0"}) {
+  for (const char* target :
+       {"", " --target-step-ms 1", " --target-step-ms 0", " --attention-slowdown 2.5"}) {
     SCOPED_TRACE(target);
     const std::string err_path =
         testing::TempPath("serve_err_budget_" + std::to_string(n++) + ".txt");
@@ -178,6 +180,25 @@ TEST(ServeCommandTest, TheCpuStepBudgetIsMeasuredForTheTargetStepTime) {
       ASSERT_NE(g, std::string::npos) << metrics->body;
       const std::string line = metrics->body.substr(g, metrics->body.find('\n', g) - g);
       EXPECT_EQ(std::stoi(line.substr(line.rfind(' ') + 1)), budget) << line;
+      // The attention's price: measured with the budget (the log's figure is the gauge's), or
+      // the one given.
+      const std::string priced = "attention over cached keys priced at ";
+      const size_t p = log.find(priced);
+      const std::string slowdown_gauge = "uniprefill_attention_price_slowdown{";
+      const size_t s = metrics->body.find(slowdown_gauge);
+      ASSERT_NE(s, std::string::npos) << metrics->body;
+      const std::string served_line = metrics->body.substr(s, metrics->body.find('\n', s) - s);
+      const double slowdown = std::stod(served_line.substr(served_line.rfind(' ') + 1));
+      if (std::string(target) == " --attention-slowdown 2.5") {
+        EXPECT_EQ(p, std::string::npos) << log;  // not measured
+        EXPECT_DOUBLE_EQ(slowdown, 2.5);
+      } else {
+        ASSERT_NE(p, std::string::npos) << log;
+        const double logged = std::stod(log.substr(p + priced.size()));
+        EXPECT_GE(logged, 0.5) << log;
+        EXPECT_LE(logged, 8.0) << log;
+        EXPECT_NEAR(slowdown, logged, 0.005) << served_line;
+      }
     } else {
       EXPECT_EQ(at, std::string::npos) << log;
       EXPECT_NE(log.find("8192 tokens per step (8192 with no decodes)"), std::string::npos) << log;
