@@ -230,6 +230,8 @@ Result<std::unique_ptr<BatchEngine>> BatchEngine::Start(Engine& engine,
     if (!whole.empty()) {
       sc.attention_key_cost = whole[0].key_cost;
       sc.prefix_key_cost = whole[0].prefix_key_cost;
+      sc.attention_window_key_cost = whole[0].window_key_cost;
+      sc.attention_window = whole[0].window;
       sc.attention_query_tile = whole[0].query_tile_rows;
       sc.decode_key_cost = whole[0].decode_key_cost;
       sc.weight_floor_rows = whole[0].weight_floor_rows;
@@ -242,7 +244,11 @@ Result<std::unique_ptr<BatchEngine>> BatchEngine::Start(Engine& engine,
     }
     // What this machine's attention FLOPs take over the price the backend gave them.
     sc.attention_key_cost *= options.attention_slowdown;
-    for (SegmentCost& c : sc.segment_costs) c.key_cost *= options.attention_slowdown;
+    sc.attention_window_key_cost *= options.attention_slowdown;
+    for (SegmentCost& c : sc.segment_costs) {
+      c.key_cost *= options.attention_slowdown;
+      c.window_key_cost *= options.attention_slowdown;
+    }
   }
   impl->scheduler.emplace(std::move(sc), KvBlockManager(spec, size));
   ServingMetrics& m = impl->counters;

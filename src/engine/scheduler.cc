@@ -152,9 +152,23 @@ SegmentCost Scheduler::Price(int segment) const {
     return costs[segment];
   }
   SegmentCost whole{1.0, config_.attention_key_cost, config_.prefix_key_cost};
+  whole.window_key_cost = config_.attention_window_key_cost;
+  whole.window = config_.attention_window;
   whole.query_tile_rows = config_.attention_query_tile;
   return whole;
 }
+
+namespace {
+
+// Keys rows [0, rows) after `prefix` cached rows see inside a window of `window`: the sum over
+// the rows of min(prefix + i + 1, window).
+double WindowKeys(int prefix, double rows, int window) {
+  if (window <= 0 || rows <= 0) return 0;
+  const double below = std::clamp(double(window) - prefix - 1, 0.0, rows);  // rows short of it
+  return below * (prefix + 1) + below * (below - 1) / 2 + (rows - below) * window;
+}
+
+}  // namespace
 
 int Scheduler::ChunkCost(int segment, int prefix, int rows, int free_rows) const {
   return PricedChunkCost(Price(segment), prefix, rows, free_rows);
@@ -167,6 +181,7 @@ int Scheduler::PricedChunkCost(const SegmentCost& c, int prefix, int rows, int f
   const double linear_rows = std::max(0, rows - std::max(0, free_rows));
   return static_cast<int>(std::min<double>(
       std::ceil(linear_rows * c.linear_share + tiled * c.key_cost * (prefix + tiled / 2.0) +
+                c.window_key_cost * WindowKeys(prefix, tiled, c.window) +
                 c.prefix_key_cost * prefix),
       std::numeric_limits<int>::max() / 2));
 }
@@ -198,7 +213,10 @@ int Scheduler::RowsWithin(int segment, int prefix, int budget, int free_rows) co
 
 int Scheduler::PricedRowsWithin(const SegmentCost& c, int prefix, int budget, int cap,
                                 int free_rows) {
-  const double k = c.key_cost, a = c.linear_share + k * prefix;
+  // The window's keys as a cost per row at the prefix's depth (exact past the window, short of
+  // it below; the loops below settle the rows on the exact price).
+  const double k = c.key_cost,
+               a = c.linear_share + k * prefix + c.window_key_cost * std::min(prefix + 1, c.window);
   // Free rows cost no linear work: as if the budget held their linear share more.
   const double for_rows = std::max(
       0.0, budget - c.prefix_key_cost * prefix + c.linear_share * std::max(0, free_rows));

@@ -90,6 +90,12 @@ struct SchedulerConfig {
   // Once per chunk and cached key (SegmentCost::prefix_key_cost): a dense chunk of r rows after
   // p keys then costs r (1 + attention_key_cost (p + r / 2)) + prefix_key_cost p.
   double prefix_key_cost = 0;
+  // The sliding-window layers' keys (SegmentCost::window_key_cost and window): a chunk also pays
+  // attention_window_key_cost for every key its rows see inside a window of attention_window
+  // (min(p + i + 1, window) for its row i), so a step past the window is not priced as a shallow
+  // one (Gemma 3's 15 sliding layers: ~16% of a row's FLOPs there). 0: unpriced.
+  double attention_window_key_cost = 0;
+  int attention_window = 0;
   // The backend's attention query tile (SegmentCost::query_tile_rows): a chunk's keys are priced
   // for its rows rounded up to whole tiles, so chunks that attend deep prefixes come out as whole
   // tiles (a 400-row chunk ran 4 tiles of 128-row CTAs, the last holding 16 rows, for the price

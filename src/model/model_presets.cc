@@ -374,6 +374,13 @@ double KeyFlops(const LayerDefinition& L) {
              : 0.0;
 }
 
+// The same for a sliding-window layer's keys (within its window); 0 for any other layer.
+double WindowKeyFlops(const LayerDefinition& L) {
+  return L.attention && L.attention->window > 0
+             ? 4.0 * L.attention->n_heads * L.attention->head_dim
+             : 0.0;
+}
+
 }  // namespace
 
 double LinearPrefillFlops(const ModelDefinition& def, int64_t n_tokens) {
@@ -401,6 +408,11 @@ std::vector<SegmentCost> SegmentCosts(const ModelDefinition& def,
     costs[mixer_segment].linear_share += mixer / per_row;
     costs[mixer_segment].key_cost += KeyFlops(def.layers[i]) / per_row;
     costs[mixer_segment].full_attention_layers += KeyFlops(def.layers[i]) > 0 ? 1 : 0;
+    if (WindowKeyFlops(def.layers[i]) > 0) {
+      costs[mixer_segment].window_key_cost += WindowKeyFlops(def.layers[i]) / per_row;
+      costs[mixer_segment].window =
+          std::max(costs[mixer_segment].window, def.layers[i].attention->window);
+    }
     costs[ffn_segment].linear_share += ffn / per_row;
   }
   return costs;

@@ -2,8 +2,8 @@
 // chunk of segment s runs only that segment's layers, so it pays their share of the model's linear
 // work per row and, per cached key its rows attend, their attention (the scheduler's step budget,
 // engine/scheduler.h; Model::SegmentCosts). A chunk of r rows after p cached rows of its segment
-// costs r linear_share + t key_cost (p + t / 2) + prefix_key_cost p, t being r rounded up to
-// whole query tiles.
+// costs r linear_share + t key_cost (p + t / 2) + prefix_key_cost p + window_key_cost times the
+// keys its t rows see in a window, t being r rounded up to whole query tiles.
 #pragma once
 
 namespace uniprefill {
@@ -18,6 +18,12 @@ struct SegmentCost {
   // Once per chunk and cached key, whatever its rows: the backend's per-layer work on the prefix
   // itself (CUDA: copying it out of the paged KV pool), in rows of the budget. 0 on the CPU.
   double prefix_key_cost = 0.0;
+  // The segment's sliding-window layers: their attention FLOPs per (row, key) over the whole
+  // model's linear FLOPs per row (times the backend's slowdown, as key_cost), a row attending
+  // min(its position + 1, window) keys in each. A chunk of r rows after p cached rows pays
+  // window_key_cost times sum over its rows of min(p + i + 1, window). 0: no windows.
+  double window_key_cost = 0.0;
+  int window = 0;  // the longest of the segment's windows
   int full_attention_layers = 0;  // the segment's layers that attend every cached key
   // The backend's attention runs a chunk's rows in tiles of this many queries (the CUDA kernels'
   // CTAs: 128), each tile costing its whole keys however few of its rows are real: a chunk's

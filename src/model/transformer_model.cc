@@ -135,6 +135,7 @@ std::vector<SegmentCost> TransformerModel::SegmentCosts(const std::vector<int>& 
                                    [](const LayerDefinition& L) { return L.moe.has_value(); });
   for (SegmentCost& c : costs) {
     c.key_cost *= backend.slowdown;
+    c.window_key_cost *= backend.slowdown;
     c.query_tile_rows = std::max(1, backend.query_tile_rows);
     c.weight_floor_rows = any_moe ? 0.0 : backend.weight_floor_rows;
     c.min_extra_chunk_rows = backend.min_extra_chunk_rows;

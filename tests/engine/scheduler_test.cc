@@ -254,6 +254,27 @@ TEST(SchedulerTest, ChunksDeepIntoALongPromptAreChargedForTheKeysTheyAttend) {
   EXPECT_EQ(s.kv().Usage().used_blocks, 0);
 }
 
+// SchedulerConfig::attention_window_key_cost: a sliding-window layer's keys cost too, each row
+// paying for min(its position + 1, 64) of them: 73 rows first (rows 0-62 see 1-63 keys, the
+// other 10 see 64: 26.56 + 73 = 100 after rounding up; 74 would cost 102), then 60 a step past
+// the window (60 x 1.64 = 98.4; 61: 101), whatever the depth, as FLOPs of a window do not grow.
+TEST(SchedulerTest, ChunksPayForTheKeysTheirSlidingWindowsSee) {
+  KvCacheSpec spec = Spec({KvSegmentSpec{1, 0, 0}});
+  SchedulerConfig config = ConfigOf(/*max_batched_tokens=*/100, /*chunked_prefill=*/true, false);
+  config.attention_window_key_cost = 0.01;
+  config.attention_window = 64;
+  Scheduler s(config, KvBlockManager(spec, KvPoolSize{1000, 4, 8}));
+  SubmitAll(s, {Dense(300, 1)});
+  RunSteps(s, {
+      {Plan({C(0, 73, 0, false)})},
+      {Plan({C(0, 60, 73, false)})},
+      {Plan({C(0, 60, 133, false)})},
+      {Plan({C(0, 60, 193, false)})},
+      {Plan({C(0, 47, 253, true)}), {}, {Length(0, 1)}},
+  });
+  EXPECT_EQ(s.kv().Usage().used_blocks, 0);
+}
+
 // SchedulerConfig::attention_query_tile: a chunk's keys are priced for its rows rounded up to
 // whole tiles of 32, so deep chunks end at a tile's end (64, then 32-row chunks where 50, 41, 35
 // would have run part-tiles for a whole tile's keys); once not one tile fits (224 keys deep: 32

@@ -421,6 +421,33 @@ TEST(ModelPresetTest, SegmentCostsSplitTheModelAtItsDropLayers) {
   EXPECT_NEAR(whole[0].key_cost, AttentionKeyCost(d), 1e-15);
 }
 
+// Gemma 3 12B's shape: 8 full-attention layers (every 6th) and 40 sliding ones of window 1024.
+// Their keys are priced apart: key_cost the full layers' (every cached key), window_key_cost the
+// sliding layers' (keys within the window), both over a row's linear FLOPs; per segment, their
+// sums the whole model's.
+TEST(ModelPresetTest, SlidingWindowLayersKeysArePricedWithTheirWindow) {
+  const ModelDefinition d = Preset("gemma-3-12b");
+  const double per_row = LinearPrefillFlops(d, 1), per_key = 4.0 * 16 * 256;
+  const std::vector<SegmentCost> whole = SegmentCosts(d, {});
+  ASSERT_EQ(whole.size(), 1u);
+  EXPECT_EQ(whole[0].full_attention_layers, 8);
+  EXPECT_NEAR(whole[0].key_cost, 8 * per_key / per_row, 1e-15);
+  EXPECT_NEAR(whole[0].window_key_cost, 40 * per_key / per_row, 1e-15);
+  EXPECT_EQ(whole[0].window, 1024);
+  const std::vector<SegmentCost> split = SegmentCosts(d, {11, 23, 35});
+  ASSERT_EQ(split.size(), 4u);
+  double window_keys = 0;
+  for (const SegmentCost& c : split) {
+    EXPECT_EQ(c.window, 1024);  // every segment holds sliding layers
+    window_keys += c.window_key_cost;
+  }
+  EXPECT_NEAR(window_keys, whole[0].window_key_cost, 1e-15);
+  // A model without windows prices none.
+  const std::vector<SegmentCost> llama = SegmentCosts(Preset("llama-3.1-8b"), {});
+  EXPECT_EQ(llama[0].window_key_cost, 0);
+  EXPECT_EQ(llama[0].window, 0);
+}
+
 // A backend that only reports prices (TransformerModel::SegmentCosts reads nothing else).
 class PricedBackend final : public testing::StubLayerBackend {
  public:
@@ -456,6 +483,7 @@ TEST(ModelPresetTest, SegmentCostsCarryTheBackendsMeasuredPrices) {
     const int layers = flops[s].full_attention_layers;
     EXPECT_DOUBLE_EQ(priced[s].linear_share, flops[s].linear_share);
     EXPECT_DOUBLE_EQ(priced[s].key_cost, 1.25 * flops[s].key_cost);
+    EXPECT_DOUBLE_EQ(priced[s].window_key_cost, 1.25 * flops[s].window_key_cost);
     EXPECT_DOUBLE_EQ(priced[s].prefix_key_cost, layers * 3e6 / per_row);
     EXPECT_DOUBLE_EQ(priced[s].decode_key_cost, layers * 1.5e6 / per_row);
     EXPECT_EQ(priced[s].query_tile_rows, 128);
@@ -474,6 +502,14 @@ TEST(ModelPresetTest, SegmentCostsCarryTheBackendsMeasuredPrices) {
       std::make_unique<const ModelDefinition>(Preset("tiny-hybrid")),
       std::make_unique<PricedBackend>(measured));
   for (const SegmentCost& c : moe.SegmentCosts({3})) EXPECT_DOUBLE_EQ(c.weight_floor_rows, 0);
+  // Sliding windows' keys take the slowdown too (Gemma 3 12B: 40 sliding layers).
+  const TransformerModel gemma(std::make_unique<const ModelDefinition>(Preset("gemma-3-12b")),
+                               std::make_unique<PricedBackend>(measured));
+  const std::vector<SegmentCost> gemma_flops = SegmentCosts(Preset("gemma-3-12b"), {});
+  const std::vector<SegmentCost> gemma_priced = gemma.SegmentCosts({});
+  ASSERT_GT(gemma_flops[0].window_key_cost, 0);
+  EXPECT_DOUBLE_EQ(gemma_priced[0].window_key_cost, 1.25 * gemma_flops[0].window_key_cost);
+  EXPECT_EQ(gemma_priced[0].window, 1024);
 }
 
 }  // namespace
