@@ -103,8 +103,9 @@ std::string FormatPrometheus(const ServingMetrics& m, const std::string& model_n
           "The budget of a step without decodes (--prefill-only-tokens; 0: off).",
           m.prefill_only_tokens);
   w.Gauge("uniprefill_attention_price_slowdown",
-          "The cached keys' price over their FLOPs' at the linear layers' rate (on the CPU "
-          "measured at start with the step budget; 1: by FLOPs).",
+          "The cached keys' price over their FLOPs' at the linear layers' rate, on top of the "
+          "backend's own (--attention-slowdown; the CPU's measured at start with the step "
+          "budget; 1: none).",
           m.attention_slowdown);
   w.Gauge("uniprefill_kv_blocks_used", "KV blocks in use.", m.kv_blocks_used);
   w.Gauge("uniprefill_kv_bytes_used", "Bytes of KV blocks in use.", double(m.kv_bytes_used));
