@@ -116,6 +116,11 @@ void PrintTable(const std::vector<ModeRun>& runs) {
     return r.run.metrics.step_budget_tokens > 0 ? Cell(r.run.metrics.step_budget_tokens, 1, 0)
                                                 : "-";
   });
+  row("server attention price (x FLOPs)", [](const ModeRun& r) {
+    return r.run.metrics.attention_price_slowdown > 0
+               ? Cell(r.run.metrics.attention_price_slowdown, 1, 2)
+               : "-";
+  });
   // The GPU's clock under the power limit (serve --device cuda): ratios between modes compare
   // like with like only at like clocks.
   bool any_gpu = false;

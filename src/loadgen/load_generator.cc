@@ -168,6 +168,9 @@ class MetricsPoller {
     if (const double budget = get("uniprefill_step_budget_tokens"); budget > 0) {
       metrics_.step_budget_tokens = budget;
     }
+    if (const double price = get("uniprefill_attention_price_slowdown"); price > 0) {
+      metrics_.attention_price_slowdown = price;
+    }
     const double mixed = get("uniprefill_mixed_steps_total");
     if (mixed >= 0) {
       if (first_mixed_ < 0) first_mixed_ = mixed;
@@ -695,6 +698,7 @@ nlohmann::json ToJson(const KvMetrics& m) {
           {"kv_bytes_saved_peak", m.kv_bytes_saved_peak},
           {"mixed_steps", m.mixed_steps},
           {"step_budget_tokens", m.step_budget_tokens},
+          {"attention_price_slowdown", m.attention_price_slowdown},
           {"gpu_scrapes", m.gpu_scrapes},
           {"gpus", m.gpus},
           {"gpu_sm_clock_mhz_mean", m.gpu_sm_mhz_mean},

@@ -146,6 +146,9 @@ struct KvMetrics {
   // The server's step budget (uniprefill_step_budget_tokens at the last scrape; 0: not reported):
   // on the CPU serve measures it at start, so a served figure needs it beside.
   double step_budget_tokens = 0;
+  // And the price it puts on a chunk's attention over its FLOPs (uniprefill_attention_price_
+  // slowdown; on the CPU measured at start too; 0: not reported).
+  double attention_price_slowdown = 0;
   // serve --device cuda: the GPUs' SM clock and board power (uniprefill_gpu_sm_clock_mhz,
   // uniprefill_gpu_power_watts, a label set per GPU) over the scrapes made while the run lasted
   // (not the one before its first request nor the one after its last): a served figure means

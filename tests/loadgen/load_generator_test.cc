@@ -398,7 +398,8 @@ class FakeServer {
       m << "# TYPE uniprefill_kv_bytes_used gauge\nuniprefill_kv_bytes_used " << n * 1000
         << "\nuniprefill_kv_bytes_dense_equivalent " << n * 2000 << "\nuniprefill_kv_bytes_saved "
         << n * 1000 << "\nuniprefill_mixed_steps_total " << completed_.load()
-        << "\nuniprefill_step_budget_tokens{model_name=\"fake-model\"} 432\n";
+        << "\nuniprefill_step_budget_tokens{model_name=\"fake-model\"} 432"
+        << "\nuniprefill_attention_price_slowdown{model_name=\"fake-model\"} 1.77\n";
       if (report_gpu_) {  // as serve --device cuda: 1400 / 1600 MHz in turn, 600 / 700 W
         const bool odd = scrapes_++ % 2 == 1;
         m << "uniprefill_gpu_sm_clock_mhz{gpu=\"0000:01:00.0\"} " << (odd ? 1600 : 1400)
@@ -755,7 +756,7 @@ TEST(BenchServeCliTest, ComparesDenseAndUniPrefillAgainstFakeServer) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   for (const char* row : {"requests ok/failed", "TTFT p50 (ms)", "ITL p99 (ms)", "E2E p90 (s)",
                           "mean keep ratio", "KV peak used (MiB)", "uniprefill vs dense:",
-                          "server step budget (tokens)"}) {
+                          "server step budget (tokens)", "server attention price (x FLOPs)"}) {
     EXPECT_NE(r.out.find(row), std::string::npos) << row << "\n" << r.out;
   }
   EXPECT_LE(server.max_in_flight(), 2);
@@ -772,6 +773,7 @@ TEST(BenchServeCliTest, ComparesDenseAndUniPrefillAgainstFakeServer) {
     EXPECT_EQ(m["requests"][0]["itl_s"].size(), 2u);
     EXPECT_TRUE(m["kv_metrics"]["available"]);
     EXPECT_EQ(m["kv_metrics"]["step_budget_tokens"], 432);  // the server's gauge, recorded
+    EXPECT_DOUBLE_EQ(m["kv_metrics"]["attention_price_slowdown"].get<double>(), 1.77);
   }
   EXPECT_GT(j["comparisons"][0]["ttft_p50_ratio"].get<double>(), 0);
   EXPECT_EQ(r.out.find("GPU SM clock"), std::string::npos) << "a CPU server has no GPU rows";
