@@ -1,7 +1,8 @@
 // AVX-512 versions of the attention tile kernels (cpu_gemm_tile.h), same contracts and the same
 // packed-panel layout (kPanel = 16 columns = one zmm), so PackPanels is shared.
-// Register blocking: 12 rows x 16 columns = 12 zmm accumulators, 1 for B; A comes in as an
-// embedded broadcast of each FMA (vfmadd231ps zmm, zmm, [a]{1to16}). Per k step: 1 load + 12 FMAs.
+// Register blocking: 12 rows x 32 columns (two panels) = 24 zmm accumulators, 2 for B; A comes in
+// as a broadcast shared by the two panels' FMAs. Per k step: 2 loads + 12 broadcasts + 24 FMAs
+// (a single 16-column panel, the last of an odd count, keeps 12 x 16).
 // Column tails are masked loads / stores instead of AVX2's maskload. With <= 6 rows (decode)
 // C = alpha C + P V runs 32 columns at a time (8 FMA chains). The decode scores (DotRows) stay on
 // the AVX2 kernel (see the end of the file).
@@ -86,6 +87,82 @@ inline __attribute__((always_inline)) void AccumTile2(float* c, int64_t ldc, con
   }
 }
 
+// Rows [0, MR) of a 32-column C tile made of two 16-column panels, b0 and b1 (each row stride
+// ldb: packed panels or in place): per k step 2 loads feed 2 x MR FMAs, where a one-panel Tile's
+// 1 load and MR embedded-broadcast loads feed MR (measured on the served chunked prefill: the
+// attention's tile kernels were ~29% of its time, Column the larger part). Each C element sees
+// the same FMAs in the same order as in Tile: bit-identical results.
+template <int MR, bool kAccum>
+inline __attribute__((always_inline)) void TilePair(float* c, int64_t ldc, const float* alpha,
+                                                    const float* a, int64_t lda, const float* b0,
+                                                    const float* b1, int64_t ldb, int k,
+                                                    __mmask16 mask0, __mmask16 mask1) {
+  __m512 acc0[MR], acc1[MR];
+#pragma GCC unroll 12
+  for (int r = 0; r < MR; ++r) {
+    if (kAccum) {
+      const __m512 s = _mm512_set1_ps(alpha[r]);
+      acc0[r] = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask0, c + r * ldc), s);
+      acc1[r] = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask1, c + r * ldc + kPanel), s);
+    } else {
+      acc0[r] = _mm512_setzero_ps();
+      acc1[r] = _mm512_setzero_ps();
+    }
+  }
+  for (int p = 0; p < k; ++p) {
+    const __m512 v0 = _mm512_maskz_loadu_ps(mask0, b0 + p * ldb);
+    const __m512 v1 = _mm512_maskz_loadu_ps(mask1, b1 + p * ldb);
+#pragma GCC unroll 12
+    for (int r = 0; r < MR; ++r) {
+      const __m512 av = _mm512_set1_ps(a[r * lda + p]);
+      acc0[r] = _mm512_fmadd_ps(av, v0, acc0[r]);
+      acc1[r] = _mm512_fmadd_ps(av, v1, acc1[r]);
+    }
+  }
+#pragma GCC unroll 12
+  for (int r = 0; r < MR; ++r) {
+    if (kAccum) {
+      _mm512_mask_storeu_ps(c + r * ldc, mask0, acc0[r]);
+      _mm512_mask_storeu_ps(c + r * ldc + kPanel, mask1, acc1[r]);
+    } else {
+      _mm512_storeu_ps(c + r * ldc, acc0[r]);
+      _mm512_storeu_ps(c + r * ldc + kPanel, acc1[r]);
+    }
+  }
+}
+
+// All m rows of a two-panel (32-column) C tile, kRows at a time, then the remainder.
+template <bool kAccum>
+void ColumnPair(float* c, int64_t ldc, const float* alpha, const float* a, int64_t lda,
+                const float* b0, const float* b1, int64_t ldb, int m, int k, __mmask16 mask0,
+                __mmask16 mask1) {
+  int r = 0;
+  for (; r + kRows <= m; r += kRows) {
+    TilePair<kRows, kAccum>(c + r * ldc, ldc, alpha + (kAccum ? r : 0), a + r * lda, lda, b0, b1,
+                            ldb, k, mask0, mask1);
+  }
+  float* cr = c + r * ldc;
+  const float* ar = a + r * lda;
+  const float* al = kAccum ? alpha + r : alpha;
+  switch (m - r) {
+#define UP_TAIL_CASE(n) \
+  case n: TilePair<n, kAccum>(cr, ldc, al, ar, lda, b0, b1, ldb, k, mask0, mask1); break;
+    UP_TAIL_CASE(1)
+    UP_TAIL_CASE(2)
+    UP_TAIL_CASE(3)
+    UP_TAIL_CASE(4)
+    UP_TAIL_CASE(5)
+    UP_TAIL_CASE(6)
+    UP_TAIL_CASE(7)
+    UP_TAIL_CASE(8)
+    UP_TAIL_CASE(9)
+    UP_TAIL_CASE(10)
+    UP_TAIL_CASE(11)
+#undef UP_TAIL_CASE
+    default: break;
+  }
+}
+
 // All m rows of one 16-column tile, kRows at a time, then the remainder.
 template <bool kAccum>
 void Column(float* c, int64_t ldc, const float* alpha, const float* a, int64_t lda,
@@ -118,7 +195,13 @@ void Column(float* c, int64_t ldc, const float* alpha, const float* a, int64_t l
 
 void GemmPacked512(float* c, int64_t ldc, const float* a, int64_t lda, const float* b_packed,
                    int m, int panels, int k) {
-  for (int p = 0; p < panels; ++p) {
+  int p = 0;
+  for (; p + 2 <= panels; p += 2) {
+    const float* b0 = b_packed + int64_t{p} * kPanel * k;
+    ColumnPair<false>(c + p * kPanel, ldc, nullptr, a, lda, b0, b0 + int64_t{kPanel} * k, kPanel,
+                      m, k, 0xFFFF, 0xFFFF);
+  }
+  if (p < panels) {
     Column<false>(c + p * kPanel, ldc, nullptr, a, lda, b_packed + int64_t{p} * kPanel * k, kPanel,
                   m, k, 0xFFFF);
   }
@@ -148,11 +231,12 @@ void GemmAccumScaled512(float* c, int64_t ldc, const float* alpha, const float* 
     }
     return;
   }
-  for (int c0 = 0; c0 < n; c0 += kPanel) {
-    const int valid = n - c0 < kPanel ? n - c0 : kPanel;
-    const __mmask16 mask = static_cast<__mmask16>((1u << valid) - 1);
-    Column<true>(c + c0, ldc, alpha, a, lda, b + c0, ldb, m, k, mask);
+  int c0 = 0;
+  for (; c0 + kPanel < n; c0 += 2 * kPanel) {  // two panels, the second at least partly inside
+    ColumnPair<true>(c + c0, ldc, alpha, a, lda, b + c0, b + c0 + kPanel, ldb, m, k,
+                     Lanes(n - c0), Lanes(n - c0 - kPanel));
   }
+  if (c0 < n) Column<true>(c + c0, ldc, alpha, a, lda, b + c0, ldb, m, k, Lanes(n - c0));
 }
 
 // DotRows (decode scores) stays the AVX2 kernel: a 16-lane version measured ~25% slower at 16K
