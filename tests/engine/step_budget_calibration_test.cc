@@ -109,7 +109,7 @@ TEST(CalibrateStepBudgetTest, PicksTheArithmeticsBudgetOnTheTimesItMeasured) {
 TEST(CalibrateStepBudgetTest, PricesTheAttentionOverACachedPrefixWhereTheContextHasRoom) {
   std::unique_ptr<Engine> engine = LoadTiny(2048);  // the tiny model's trained context
   ASSERT_NE(engine, nullptr);
-  for (double target : {0.005, 0.5}) {
+  for (double target : {0.05, 0.5}) {  // a prefix of >= 32 rows even on a loaded machine
     SCOPED_TRACE(target);
     auto c = BatchEngine::CalibrateStepBudget(*engine, target, 8192);
     ASSERT_TRUE(c.ok()) << c.status().message();

@@ -181,7 +181,8 @@ TEST(ServeCommandTest, TheCpuStepBudgetIsMeasuredForTheTargetStepTime) {
       const std::string line = metrics->body.substr(g, metrics->body.find('\n', g) - g);
       EXPECT_EQ(std::stoi(line.substr(line.rfind(' ') + 1)), budget) << line;
       // The attention's price: measured with the budget (the log's figure is the gauge's), or
-      // the one given.
+      // the one given. At a 1 ms target on a loaded machine the prefix the calibration may
+      // prefill (about four target steps) can be shallower than its forwards: not measured, 1.
       const std::string priced = "attention over cached keys priced at ";
       const size_t p = log.find(priced);
       const std::string slowdown_gauge = "uniprefill_attention_price_slowdown{";
@@ -192,6 +193,8 @@ TEST(ServeCommandTest, TheCpuStepBudgetIsMeasuredForTheTargetStepTime) {
       if (std::string(target) == " --attention-slowdown 2.5") {
         EXPECT_EQ(p, std::string::npos) << log;  // not measured
         EXPECT_DOUBLE_EQ(slowdown, 2.5);
+      } else if (p == std::string::npos && std::string(target) == " --target-step-ms 1") {
+        EXPECT_DOUBLE_EQ(slowdown, 1.0) << log;
       } else {
         ASSERT_NE(p, std::string::npos) << log;
         const double logged = std::stod(log.substr(p + priced.size()));
