@@ -6,6 +6,8 @@
 #include <string>
 #include <unordered_set>
 
+#include "model/window_keys.h"
+
 namespace uniprefill {
 
 int NextSegmentChunkRows(int remaining, int budget, int tail) {
@@ -157,18 +159,6 @@ SegmentCost Scheduler::Price(int segment) const {
   whole.query_tile_rows = config_.attention_query_tile;
   return whole;
 }
-
-namespace {
-
-// Keys rows [0, rows) after `prefix` cached rows see inside a window of `window`: the sum over
-// the rows of min(prefix + i + 1, window).
-double WindowKeys(int prefix, double rows, int window) {
-  if (window <= 0 || rows <= 0) return 0;
-  const double below = std::clamp(double(window) - prefix - 1, 0.0, rows);  // rows short of it
-  return below * (prefix + 1) + below * (below - 1) / 2 + (rows - below) * window;
-}
-
-}  // namespace
 
 int Scheduler::ChunkCost(int segment, int prefix, int rows, int free_rows) const {
   return PricedChunkCost(Price(segment), prefix, rows, free_rows);

@@ -12,6 +12,7 @@
 #include "engine/engine_impl.h"
 #include "model/model_config.h"
 #include "model/segment_cost.h"
+#include "model/window_keys.h"
 #include "uniprefill/batch_engine.h"
 
 namespace uniprefill {
@@ -74,9 +75,8 @@ double ExtraAttentionRows(const ModelConfig& c, int prefix, int rows, double lin
   for (const LayerKind kind : c.layer_kinds) {
     if (kind == LayerKind::kFullAttention) {
       pairs += double(rows) * prefix;
-    } else if (kind == LayerKind::kSlidingAttention && c.sliding_window > 0) {
-      const int w = c.sliding_window;
-      for (int i = 0; i < rows; ++i) pairs += std::min(prefix + i + 1, w) - std::min(i + 1, w);
+    } else if (kind == LayerKind::kSlidingAttention) {
+      pairs += WindowKeys(prefix, rows, c.sliding_window) - WindowKeys(0, rows, c.sliding_window);
     }
   }
   return pairs * 4.0 * c.n_heads * c.head_dim / linear_flops_per_row;
