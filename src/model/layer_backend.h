@@ -26,6 +26,15 @@ namespace uniprefill {
 
 enum class NormSlot { kMixer, kPostMixer, kFfn, kPostFfn };
 
+// Which query rows a layer's attention runs. kEvery: all of the step's rows. kLastOfEach (the
+// walk's last layer; at a drop layer after its selection): every row's key and value is cached, but
+// only each request's last row gets a query, an output and everything after (FFN, final norm):
+// no other row's hidden state is read past the last layer (Finish reads each request's last
+// row), so the forward's logits and caches are what kEvery gives, for ~1 / n_layers less work
+// (and that layer's whole attention). The rows shrink to one per request (none for a request
+// without rows); a step whose requests all have one row (decodes) is unchanged.
+enum class QueryRows { kEvery, kLastOfEach };
+
 class LayerBackend {
  public:
   virtual ~LayerBackend() = default;
@@ -51,8 +60,9 @@ class LayerBackend {
   virtual Status NormInput(int layer, NormSlot slot) = 0;
   // out = RmsNorm(out) with the (layer, slot) weight (Gemma 3's post norms).
   virtual Status NormOutput(int layer, NormSlot slot) = 0;
-  // out = attention(normed) of this layer; `drop` set at drop layers (rows shrink).
-  virtual Status Attention(int layer, const DropLayer* drop) = 0;
+  // out = attention(normed) of this layer; `drop` set at drop layers (rows shrink), and `queries`
+  // kLastOfEach at the last layer (rows shrink to each request's last).
+  virtual Status Attention(int layer, const DropLayer* drop, QueryRows queries) = 0;
   // At drop layer d_segment, after its attention (and post norm): rows of segment-wise chunks that
   // end segment - 1 leave for their caches' boundaries (compacted to the kept rows when the
   // chunk ended its segment), and chunks of `segment` enter from theirs (packed_batch.h,

@@ -179,6 +179,11 @@ struct LoadOptions {
   // tests compare computation orders with), or kF16 (half the bytes a decode step streams per
   // cached token; the engine's default, EngineOptions::kv_cache_dtype, as llama.cpp's cache).
   DType cpu_kv_dtype = DType::kF32;
+  // true: the last layer runs every row of a step, as before the 36th session; false (default):
+  // only each request's last row gets a query there (layer_backend.h, QueryRows::kLastOfEach),
+  // the others only cache their keys and values: the same logits and caches for ~1 / n_layers
+  // less work. UNIPREFILL_LAST_LAYER_EVERY_ROW=1 / 0 overrides it (benchmarks' two arms).
+  bool last_layer_every_row = false;
   // Tensor parallel: this process's rank of the world (not owned; it must outlive the model).
   // The model is this rank's shard (dist/shard_definition.h) and every forward is a collective
   // (all ranks run the same steps in the same order). A world of one runs the same path (the

@@ -73,6 +73,11 @@ const std::vector<Preset>& PresetTable() {
       {.name = "tiny", .family = "llama", .n_layers = 4, .hidden = 256, .n_heads = 4,
        .n_kv_heads = 2, .head_dim = 64, .ffn = 512, .vocab = 1000, .rms_eps = 1e-5f,
        .note = "a small Llama-shaped model for tests (no real model)"},
+      {.name = "tiny-gemma3", .family = "gemma3", .n_layers = 6, .hidden = 256, .n_heads = 4,
+       .n_kv_heads = 2, .head_dim = 128, .ffn = 512, .vocab = 1000, .rope_theta = 1e6,
+       .sliding_window = 48,
+       .note = "a small Gemma-3-shaped model for tests: 5 sliding layers (window 48), then a full "
+               "one; at 5 layers its last layer is a sliding one (no real model)"},
       {.name = "tiny-hybrid", .family = "qwen3_next", .n_layers = 8, .hidden = 256, .n_heads = 4,
        .n_kv_heads = 2, .head_dim = 64, .vocab = 1000, .full_every = 4, .rot_dims = 16,
        .lin_k_heads = 2, .lin_v_heads = 4, .lin_head_dim = 64, .n_experts = 8, .top_k = 2,

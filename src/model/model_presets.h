@@ -40,7 +40,7 @@ struct RandomModelOptions {
   bool f32_decode = false;          // as LoadOptions::f32_decode
 };
 
-// "llama-3.1-8b", "gemma-3-12b", "qwen3-next-80b-a3b", "tiny", "tiny-hybrid".
+// "llama-3.1-8b", "gemma-3-12b", "qwen3-next-80b-a3b", "tiny", "tiny-gemma3", "tiny-hybrid".
 const std::vector<std::string>& RandomModelPresets();
 
 // How the preset departs from the real model (recorded in the bench JSON); "" if unknown.

@@ -155,6 +155,33 @@ void PackedBatch::NextSegment(DeviceContext& ctx, const std::vector<std::vector<
   segment_ = next;
 }
 
+std::vector<int32_t> PackedBatch::KeepLastRows(DeviceContext& ctx) {
+  std::vector<int32_t> rows;
+  std::vector<int32_t> pos, index;
+  for (Seq& q : seqs_) {
+    const bool any = q.rows() > 0;
+    const int last = q.end - 1;
+    q.begin = static_cast<int>(rows.size());
+    if (any) {
+      rows.push_back(last);
+      pos.push_back(pos_[last]);
+      index.push_back(index_[last]);
+    }
+    q.end = static_cast<int>(rows.size());
+  }
+  Buffer x(sizeof(float) * std::max<size_t>(1, rows.size() * hidden_));
+  if (!rows.empty() && hidden_ > 0) {
+    ops::GatherRows(
+        ctx,
+        TensorView::Contiguous(x.data(), DType::kF32, {static_cast<int64_t>(rows.size()), hidden_}),
+        this->x(), rows.data());
+  }
+  x_ = std::move(x);
+  pos_ = std::move(pos);
+  index_ = std::move(index);
+  return rows;
+}
+
 bool PackedBatch::Exchanges(int segment) const {
   for (const Seq& q : seqs_) {
     if ((q.enters == segment && segment > 0) || (q.leaves >= 0 && q.leaves + 1 == segment)) {

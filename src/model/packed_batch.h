@@ -107,6 +107,10 @@ struct ForwardStats {
   // Rows the LM head ran on: the forward's requests that want logits or a token (a prefill chunk
   // before its last wants neither, so a forward of such chunks runs no head).
   int head_rows = 0;
+  // Rows the last layer's queries (and everything after) ran on: each request's last row
+  // (QueryRows::kLastOfEach), or every row it kept with LoadOptions::last_layer_every_row, where
+  // the last layer is no attention layer, and in a sync-free forward on the GPU (capacities).
+  int last_layer_rows = 0;
   // Benchmarks only: with time_phases the walk waits for the backend after every step and adds
   // its wall time to phase_s[WalkPhase] (the waits cost some speed: compare like with like).
   bool time_phases = false;
@@ -162,6 +166,11 @@ class PackedBatch {
   // ascending; an empty list keeps every row (decodes, short prefills, no drop). Gathers x, the
   // positions and the rows' next-segment indices.
   void NextSegment(DeviceContext& ctx, const std::vector<std::vector<int32_t>>& keep);
+
+  // QueryRows::kLastOfEach: every request keeps only its last row (none without rows), in the
+  // same segment (nothing else about the segment changes: its caches hold every row already).
+  // Returns the rows kept, ascending (each request's old last row).
+  std::vector<int32_t> KeepLastRows(DeviceContext& ctx);
 
   // Whether segment-wise chunks leave or enter at the start of `segment` (drop layer d_segment).
   bool Exchanges(int segment) const;

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <string>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
@@ -88,9 +90,15 @@ Status TransformerModel::Walk(std::span<const SequenceStep> steps,
         drop.comm = tensor_parallel ? comm_ : nullptr;
         ++next_drop;
       }
+      // Past the last layer only each request's last row is read (the head's), so there its
+      // other rows only cache their keys and values (QueryRows::kLastOfEach; at a drop layer,
+      // after the selection).
+      const QueryRows queries = i + 1 == c.n_layers && !last_layer_every_row_
+                                    ? QueryRows::kLastOfEach
+                                    : QueryRows::kEvery;
       UP_RETURN_IF_ERROR(
           clock.Run(is_drop ? WalkPhase::kDropAttention : WalkPhase::kAttention,
-                    [&] { return backend_->Attention(i, is_drop ? &drop : nullptr); }));
+                    [&] { return backend_->Attention(i, is_drop ? &drop : nullptr, queries); }));
     } else {
       UP_RETURN_IF_ERROR(clock.Run(WalkPhase::kDeltaNet, [&] { return backend_->DeltaNet(i); }));
     }
@@ -174,6 +182,17 @@ void AttachCpuBlockQuantSums(ModelDefinition& d, CpuIsa isa) {
 
 }  // namespace
 
+Result<bool> LastLayerEveryRow(const LoadOptions& options) {
+  const char* env = std::getenv("UNIPREFILL_LAST_LAYER_EVERY_ROW");
+  if (env == nullptr || *env == '\0') return options.last_layer_every_row;
+  const std::string v = env;
+  if (v == "1") return true;
+  if (v == "0") return false;
+  return InvalidArgument("UNIPREFILL_LAST_LAYER_EVERY_ROW='" + v +
+                         "': use 1 (the last layer runs every row, as before the 36th session) "
+                         "or 0 (only each request's last row; the default)");
+}
+
 Result<std::unique_ptr<Model>> MakeModel(ModelDefinition definition, DeviceContext& ctx,
                                          const LoadOptions& options) {
   dist::Communicator* comm = options.communicator;
@@ -214,6 +233,8 @@ Result<std::unique_ptr<Model>> MakeModel(ModelDefinition definition, DeviceConte
   if (comm != nullptr || ctx.device() == Device::kCuda) DropMappedPages(*def);
   auto model = std::make_unique<TransformerModel>(std::move(def), std::move(backend), comm);
   model->set_kv_dtype(options.cpu_kv_dtype);
+  UP_ASSIGN_OR_RETURN(const bool every_row, LastLayerEveryRow(options));
+  model->set_last_layer_every_row(every_row);
   return std::unique_ptr<Model>(std::move(model));
 }
 

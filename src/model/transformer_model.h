@@ -48,6 +48,8 @@ class TransformerModel final : public Model {
                       ForwardStats* stats = nullptr) override;
 
   const ModelDefinition& definition() const { return *def_; }
+  // LoadOptions::last_layer_every_row (MakeModel sets it).
+  void set_last_layer_every_row(bool on) { last_layer_every_row_ = on; }
 
  private:
   // Embed, every layer, Finish (after a Begin that found rows).
@@ -57,7 +59,12 @@ class TransformerModel final : public Model {
   std::unique_ptr<const ModelDefinition> def_;  // the backend points into it: declared first
   std::unique_ptr<LayerBackend> backend_;
   dist::Communicator* comm_ = nullptr;
+  bool last_layer_every_row_ = false;
 };
+
+// LoadOptions::last_layer_every_row, or UNIPREFILL_LAST_LAYER_EVERY_ROW (1 / 0) where set (so
+// one binary runs both in a benchmark); InvalidArgument naming any other value.
+Result<bool> LastLayerEveryRow(const LoadOptions& options);
 
 // The model of `definition` on ctx's device (the CPU, or a CUDA context's GPU: weights uploaded as
 // bf16; LoadOptions::progress counts layers uploaded, gpu_delta_rule picks the DeltaNet kernel).

@@ -207,7 +207,7 @@ TEST(ModelPresetTest, UnknownPresetListsTheKnownOnes) {
   for (const std::string& name : RandomModelPresets()) {
     EXPECT_NE(d.status().message().find(name), std::string::npos) << name;
   }
-  EXPECT_EQ(RandomModelPresets().size(), 5u);
+  EXPECT_EQ(RandomModelPresets().size(), 6u);
 }
 
 TEST(ModelPresetTest, ExpertCountAppliesToMoePresetsOnly) {

@@ -28,7 +28,7 @@ class RecordingBackend final : public testing::StubLayerBackend {
   Status Embed() override { return Step("embed"); }
   Status NormInput(int, NormSlot) override { return Step("norm"); }
   Status NormOutput(int, NormSlot) override { return Step("norm"); }
-  Status Attention(int, const DropLayer* drop) override {
+  Status Attention(int, const DropLayer* drop, QueryRows) override {
     return Step(drop ? "drop_attention" : "attention");
   }
   Status ExchangeSegmentRows(int) override { return Step("segment_exchange"); }

@@ -26,7 +26,7 @@ class StubLayerBackend : public LayerBackend {
   Status Embed() override { return OkStatus(); }
   Status NormInput(int, NormSlot) override { return OkStatus(); }
   Status NormOutput(int, NormSlot) override { return OkStatus(); }
-  Status Attention(int, const DropLayer*) override { return OkStatus(); }
+  Status Attention(int, const DropLayer*, QueryRows) override { return OkStatus(); }
   Status DeltaNet(int) override { return OkStatus(); }
   Status GatedFfn(int) override { return OkStatus(); }
   Status Moe(int) override { return OkStatus(); }

@@ -107,14 +107,14 @@ class CpuBackend final : public LayerBackend {
     return OkStatus();
   }
 
-  Status Attention(int layer, const DropLayer* drop) override {
+  Status Attention(int layer, const DropLayer* drop, QueryRows queries) override {
     if (batch_.rows() == 0) {  // no rows in this segment yet: the drop only moves to the next
       if (drop != nullptr) batch_.NextSegment(*ctx_, {});
       return OkStatus();
     }
     has_out_ = true;
     return AttentionForward(*ctx_, *def_.layers[layer].attention, layer, batch_, Normed(), drop,
-                            window_mode_, &out_);
+                            window_mode_, &out_, queries);
   }
 
   Status DeltaNet(int layer) override {
@@ -194,6 +194,7 @@ class CpuBackend final : public LayerBackend {
 
   Status Finish() override {
     AddPendingOutput();
+    if (stats_ != nullptr) stats_->last_layer_rows += batch_.rows();
     // Logits of each request's last row (never dropped): final norm, then the head.
     std::vector<int32_t> last;
     std::vector<int> wanted;

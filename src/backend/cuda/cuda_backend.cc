@@ -153,6 +153,7 @@ Status CudaBackend::EnsureWork(int64_t T, int requests) {
   UP_RETURN_IF_ERROR(Grow(kept_rows_, T * 4));
   UP_RETURN_IF_ERROR(Grow(kept_count_, batch * 4));
   UP_RETURN_IF_ERROR(Grow(last_hidden_, batch * H * 2));
+  UP_RETURN_IF_ERROR(Grow(q_last_, batch * max_qkv_ * 2));
   UP_RETURN_IF_ERROR(Grow(logits_, static_cast<size_t>(batch) * cfg_.vocab_size * 2));
   if (def_.vocab_sharded()) {
     UP_RETURN_IF_ERROR(Grow(logits_local_, static_cast<size_t>(batch) * vocab_rows_ * 2));
@@ -266,6 +267,7 @@ Result<bool> CudaBackend::Begin(DeviceContext& ctx, std::span<const SequenceStep
   rows_ = T;
   segment_ = 0;
   has_out_ = false;
+  segment_rows_counted_ = false;
 
   // Sync-free drops or one host sync per drop: the plan's rule (sparsity/drop_plan.h; top-p's
   // kept count is unknown until read back; a forward where nobody selects, e.g. a decode batch,
@@ -310,10 +312,11 @@ Result<bool> CudaBackend::Begin(DeviceContext& ctx, std::span<const SequenceStep
       (bounded_ ? 4 * T + 3 * B + B * (2 * max_last_n + 4) : 0) +
       (chunked_ ? 3 * T_max + 2 * chunk_candidates + 4 * B + 64 : 0);
   const size_t sampling = 6 * B + 16;  // SampleOnDevice: filters, uniforms, ids, logprobs
-  UP_RETURN_IF_ERROR(staging_.Reserve(
-      c.n_layers * per_layer + drops_.size() * per_drop + 4 * T_max + 8 * B +
-          drops_.size() * B + sampling + 64,
-      [this](cudaEvent_t e) { return WaitEvent(e); }));
+  const size_t last_rows = 6 * B + 32;  // KeepLastRows: gather, coordinates, UploadSegment's four
+  UP_RETURN_IF_ERROR(staging_.Reserve(c.n_layers * per_layer + drops_.size() * per_drop +
+                                          4 * T_max + 8 * B + drops_.size() * B + sampling +
+                                          last_rows + 64,
+                                      [this](cudaEvent_t e) { return WaitEvent(e); }));
   UP_RETURN_IF_ERROR(EnsureWork(T_max, B));
   cudaStream_t stream = ctx_.cuda().stream();
   events_.clear();
@@ -399,7 +402,7 @@ Status CudaBackend::NormOutput(int layer, NormSlot slot) {
   return OkStatus();
 }
 
-Status CudaBackend::Attention(int layer, const DropLayer* drop) {
+Status CudaBackend::Attention(int layer, const DropLayer* drop, QueryRows queries) {
   if (rows_ == 0) {  // no rows in this segment yet: the drop only moves to the next
     layer_segment_[layer] = segment_;
     if (drop) ++segment_;
@@ -407,7 +410,7 @@ Status CudaBackend::Attention(int layer, const DropLayer* drop) {
   }
   TensorView out = out_.View(DType::kBF16, {rows_, cfg_.hidden});
   UP_RETURN_IF_ERROR(AttentionMixer(layer, *layers_[layer].attention, reqs_, drop,
-                                    uniprefill_->window_mode, segment_, &rows_, out));
+                                    uniprefill_->window_mode, segment_, &rows_, out, queries));
   if (drop) ++segment_;
   has_out_ = true;
   return OkStatus();
@@ -503,8 +506,11 @@ Status CudaBackend::Finish() {
   cudaStream_t stream = ctx_.cuda().stream();
   // (A drop at the last layer opens no segment that holds layers: segment_ is then past them.)
   for (Req& q : reqs) {
-    if (segment_ < static_cast<int>(q.added.size())) q.added[segment_] += q.rows();
+    if (segment_ < static_cast<int>(q.added.size()) && !segment_rows_counted_) {
+      q.added[segment_] += q.rows();
+    }
   }
+  if (stats_ != nullptr) stats_->last_layer_rows += static_cast<int>(rows_);
 
   // Final norm, each request's last row, logits: only when a request wants them. A prefill
   // chunk before its last wants none, and its head would be a 1 GB read at the 8B shape (0.24 ms

@@ -157,7 +157,7 @@ class CudaBackend final : public LayerBackend {
   Status Embed() override;
   Status NormInput(int layer, NormSlot slot) override;
   Status NormOutput(int layer, NormSlot slot) override;
-  Status Attention(int layer, const DropLayer* drop) override;
+  Status Attention(int layer, const DropLayer* drop, QueryRows queries) override;
   Status DeltaNet(int layer) override;
   Status GatedFfn(int layer) override;
   Status Moe(int layer) override;
@@ -204,7 +204,7 @@ class CudaBackend final : public LayerBackend {
   void Retire(std::unique_ptr<BoundaryStorage> data);
   Status AttentionMixer(int layer_index, const AttentionLayer& L, std::vector<Req>& reqs,
                         const DropLayer* drop, WindowMode window_mode, int segment, int64_t* rows,
-                        TensorView out);
+                        TensorView out, QueryRows queries);
   // cuDNN's fused attention for the fresh requests `which` (those of [0, fresh) with rows: a
   // segment-wise chunk may have none in this segment) of an uncompacted attention layer
   // whose mask coordinates are the rows' indices (causal, or a window by alive index, or by
@@ -340,6 +340,12 @@ class CudaBackend final : public LayerBackend {
   // learns the counts after the forward's final sync (ReconcileBoundedCaches).
   Status BoundedDrop(const AttentionLayer& L, std::vector<Req>& reqs, const DropLayer& drop,
                      int segment, int64_t T, KeptQueries* kq);
+  // QueryRows::kLastOfEach after the layer's keys and values are cached (and a drop's selection;
+  // exact rows only, not bounded segments): each request keeps its last row of kq's query rows
+  // (residual, query and gate, mask coordinate), laid out as compacted queries; `segment` is the
+  // segment the rows are in now (cuda_backend_last_rows.cc).
+  Status KeepLastRows(const AttentionLayer& L, std::vector<Req>& reqs, int segment,
+                      KeptQueries* kq);
   // After the final sync: true segment lengths, cache entry counts and kept records.
   void ReconcileBoundedCaches(std::vector<Req>& reqs, std::span<const SequenceStep> steps,
                               const std::vector<int>& drops);
@@ -424,7 +430,10 @@ class CudaBackend final : public LayerBackend {
   ops::cuda::CudnnSdpaImplementation cudnn_sdpa_ =
       ops::cuda::CudnnSdpaImplementation::kComposite;
   DeviceBuffer split_scratch_;  // split-KV's partial outputs (ops::cuda::RunSplitPrefix)
+  DeviceBuffer q_last_;         // bf16 [requests, q | gate]: KeepLastRows' gathered query rows
   int cur_ = 0;  // live residual buffer
+  // KeepLastRows counted the current segment's rows into Req::added (Finish adds none).
+  bool segment_rows_counted_ = false;
   PinnedStaging staging_;
 
   // The current segment's device arrays (staging regions).

@@ -401,8 +401,8 @@ Status CudaBackend::DecodeRun(int li, int hkv, const std::vector<int>& run,
 }
 
 Status CudaBackend::AttentionMixer(int li, const AttentionLayer& L, std::vector<Req>& reqs,
-                                 const DropLayer* drop, WindowMode window_mode, int segment,
-                                 int64_t* rows, TensorView out) {
+                                   const DropLayer* drop, WindowMode window_mode, int segment,
+                                   int64_t* rows, TensorView out, QueryRows queries) {
   const AttentionWeights& a = *L.host;
   cudaStream_t stream = ctx_.cuda().stream();
   const int64_t T = *rows, H = cfg_.hidden;
@@ -436,6 +436,9 @@ Status CudaBackend::AttentionMixer(int li, const AttentionLayer& L, std::vector<
   // the entries later queries can see are stored (windows over alive indices).
   const bool fast_d = D == 64 || D == 128 || D == 256;
   const bool by_position = window_mode == WindowMode::kPosition && a.window > 0;
+  // The last layer: only each request's last row is attended for (KeepLastRows, below), as a
+  // decode over the cache. Exact rows only: a sync-free forward's counts are on the device.
+  const bool last_only = queries == QueryRows::kLastOfEach && !bounded_;
   std::vector<int32_t> slots;
   slots.reserve(T);
   layer_segment_[li] = segment;
@@ -444,6 +447,8 @@ Status CudaBackend::AttentionMixer(int li, const AttentionLayer& L, std::vector<
     if (r.fresh && fast_d && a.window > 0 && !by_position) {
       // From the fewest rows it may have on: a bounded segment's true count is >= n_min.
       first_stored = r.cache->count(li) + r.n_min - a.window + 1;
+      // The last row itself, attended for from the cache, sees one entry more.
+      if (last_only) first_stored = std::max(r.cache->count(li), first_stored - 1);
     }
     // A segment-wise chunk's segment rows size the run of blocks the layer takes (in place
     // prefix reads, PrefixPrefill); dense prefills told the cache their length.
@@ -484,6 +489,13 @@ Status CudaBackend::AttentionMixer(int li, const AttentionLayer& L, std::vector<
                                 : SyncedDrop(L, reqs, *drop, segment, T, &kq));
     *rows = kq.total;
   }
+  // (A step of one row per request, decodes, has no row to leave out.)
+  const bool keeps_last =
+      last_only && std::any_of(reqs.begin(), reqs.end(), [](const Req& r) { return r.rows() > 1; });
+  if (keeps_last) {
+    UP_RETURN_IF_ERROR(KeepLastRows(L, reqs, drop != nullptr ? segment + 1 : segment, &kq));
+    *rows = kq.total;
+  }
   const int64_t t_out = kq.total;
   const TensorView& q_rows = kq.rows;
   const int32_t* q_coord = kq.coord;
@@ -500,7 +512,8 @@ Status CudaBackend::AttentionMixer(int li, const AttentionLayer& L, std::vector<
   // segment has none, and no kernel gets an empty sequence.
   std::vector<int> fresh_rows, other_rows;
   for (int r = 0; r < B; ++r) {
-    if (q_len[r] > 0) (r < fresh ? fresh_rows : other_rows).push_back(r);
+    // (The last layer's last rows of fresh requests read the cache as decodes do.)
+    if (q_len[r] > 0) (r < fresh && !keeps_last ? fresh_rows : other_rows).push_back(r);
   }
   bool own_done = false, cudnn_done = false;
   // Our Hopper kernel: causal self-attention by row index, which equals causal by position for

@@ -156,7 +156,7 @@ Result<std::vector<int32_t>> SelectRows(DeviceContext& ctx, const AttentionWeigh
 
 Status AttentionForward(DeviceContext& ctx, const AttentionWeights& w, int layer,
                         PackedBatch& batch, TensorView h, const DropLayer* drop,
-                        WindowMode window_mode, Buffer* out) {
+                        WindowMode window_mode, Buffer* out, QueryRows queries) {
   const int T = batch.rows();
   const int Hq = w.n_heads, Hkv = w.n_kv_heads, D = w.head_dim;
   const int64_t qd = int64_t(Hq) * D, kvd = int64_t(Hkv) * D;
@@ -254,6 +254,29 @@ Status AttentionForward(DeviceContext& ctx, const AttentionWeights& w, int layer
       drop->stats->compaction_s +=
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t_compact).count();
     }
+  }
+
+  // The last layer: each request's last row only (every row's key and value is cached above; at
+  // a drop layer, after its selection). A step of one row per request (decodes) has none to drop.
+  bool more_than_last = false;
+  for (int r = 0; r < batch.n_seqs(); ++r) more_than_last |= batch.seq(r).rows() > 1;
+  if (queries == QueryRows::kLastOfEach && more_than_last) {
+    const int64_t now = batch.rows();  // the query rows so far (a drop's kept ones)
+    const std::vector<int32_t> rows = batch.KeepLastRows(ctx);
+    const int64_t kept = static_cast<int64_t>(rows.size());
+    Buffer q_last(sizeof(float) * std::max<int64_t>(1, kept) * qd);
+    ops::GatherRows(ctx, q_last.View(DType::kF32, {kept, qd}), q_buf.View(DType::kF32, {now, qd}),
+                    rows.data());
+    q_buf = std::move(q_last);
+    if (w.gated_output) {
+      Buffer gate_last(sizeof(float) * std::max<int64_t>(1, kept) * qd);
+      ops::GatherRows(ctx, gate_last.View(DType::kF32, {kept, qd}),
+                      gate_buf.View(DType::kF32, {now, qd}), rows.data());
+      gate_buf = std::move(gate_last);
+    }
+    std::vector<int32_t> mask(rows.size());
+    for (size_t i = 0; i < rows.size(); ++i) mask[i] = q_mask[rows[i]];
+    q_mask = std::move(mask);
   }
 
   // Attention per request over its cached keys. attn f32 [T', Hq, D].

@@ -16,6 +16,7 @@
 #include "core/buffer.h"
 #include "core/device_context.h"
 #include "core/status.h"
+#include "model/layer_backend.h"
 #include "model/packed_batch.h"
 #include "ops/ops.h"
 #include "sparsity/uniprefill_config.h"
@@ -36,9 +37,11 @@ struct AttentionWeights {
 };
 
 // Runs layer `layer`'s attention. h f32 [rows, hidden] is the normalised input. Returns the output
-// f32 [rows', hidden] (in *out), where rows' = batch.rows() after the call (fewer at a drop layer).
+// f32 [rows', hidden] (in *out), where rows' = batch.rows() after the call (fewer at a drop layer,
+// and with queries kLastOfEach one per request: every row's key and value are cached, and only
+// each request's last row is attended for, as a drop's kept rows are).
 Status AttentionForward(DeviceContext& ctx, const AttentionWeights& w, int layer,
                         PackedBatch& batch, TensorView h, const DropLayer* drop,
-                        WindowMode window_mode, Buffer* out);
+                        WindowMode window_mode, Buffer* out, QueryRows queries = QueryRows::kEvery);
 
 }  // namespace uniprefill
