@@ -66,20 +66,15 @@ StepLine FitStepLine(int small_rows, double small_s, int large_rows, double larg
   return line;
 }
 
-// Attention FLOPs a forward of `rows` rows after `prefix` cached rows does beyond the same rows'
-// forward on a fresh cache (the line's), in rows of the linear layers' FLOPs (linear_flops_per_row):
-// each full-attention layer rows x prefix more (query, key) pairs, each sliding-window layer the
-// pairs its window adds.
-double ExtraAttentionRows(const ModelConfig& c, int prefix, int rows, double linear_flops_per_row) {
-  double pairs = 0;
-  for (const LayerKind kind : c.layer_kinds) {
-    if (kind == LayerKind::kFullAttention) {
-      pairs += double(rows) * prefix;
-    } else if (kind == LayerKind::kSlidingAttention) {
-      pairs += WindowKeys(prefix, rows, c.sliding_window) - WindowKeys(0, rows, c.sliding_window);
-    }
-  }
-  return pairs * 4.0 * c.n_heads * c.head_dim / linear_flops_per_row;
+// Attention a forward of `rows` rows after `prefix` cached rows does beyond the same rows'
+// forward on a fresh cache (the line's), in rows of the budget at the model's own prices (cost:
+// its one segment's SegmentCost, so the slowdown measured is of what the scheduler prices): every
+// priced full-attention key rows x prefix more (query, key) pairs, every sliding window the pairs
+// it adds.
+double ExtraAttentionRows(const SegmentCost& cost, int prefix, int rows) {
+  return cost.key_cost * double(rows) * prefix +
+         cost.window_key_cost *
+             (WindowKeys(prefix, rows, cost.window) - WindowKeys(0, rows, cost.window));
 }
 
 // Seconds of two forwards of `rows` rows on one cache after `prefix` untimed rows (a prefill):
@@ -186,11 +181,11 @@ Result<StepBudgetCalibration> BatchEngine::CalibrateStepBudget(Engine& engine, d
   // room; their time over the line's is the attention over the prefix. (Deep enough that the
   // full-attention layers' keys, not only the sliding windows', show: on Gemma 3 270M at 0.5 s
   // on 2 cores ~1900 keys against windows of 512.)
-  const ModelConfig& config = core.model->config();
+  // (What is priced: since the last layer attends only each request's last row, a model whose one
+  // full-attention layer is the last prices its sliding windows' keys only.)
   const std::vector<SegmentCost> priced = core.model->SegmentCosts({});
-  const int full_layers = static_cast<int>(
-      std::count(config.layer_kinds.begin(), config.layer_kinds.end(), LayerKind::kFullAttention));
-  const double key_cost = priced.empty() ? 0.0 : priced[0].key_cost;
+  const bool keys_priced =
+      !priced.empty() && (priced[0].key_cost > 0 || priced[0].window_key_cost > 0);
   // The larger forward's rows (a quarter of the context at most, so that a prefix fits).
   const int rows = std::min(c.large_rows, (core.context_size - 1) / 4);
   const double prefill_rows =
@@ -198,17 +193,12 @@ Result<StepBudgetCalibration> BatchEngine::CalibrateStepBudget(Engine& engine, d
   const int prefix = std::min({core.context_size - 1 - 2 * rows, 4096,
                                static_cast<int>(std::min(prefill_rows, 4096.0))}) /
                      kBudgetStep * kBudgetStep;
-  if (measure_attention && full_layers > 0 && key_cost > 0 && rows >= kBudgetStep &&
-      prefix >= rows) {
-    // The linear layers' FLOPs per row, from the price of a key (full-attention FLOPs per key
-    // over them: model_presets.h SegmentCosts).
-    const double linear_flops_per_row =
-        full_layers * 4.0 * config.n_heads * config.head_dim / key_cost;
+  if (measure_attention && keys_priced && rows >= kBudgetStep && prefix >= rows) {
     UP_ASSIGN_OR_RETURN(c.deep_s, TimeDeepForwards(*core.model, *core.ctx, dense, prefix, rows));
     c.deep_prefix = prefix;
     c.deep_rows = rows;
-    c.attention_rows = ExtraAttentionRows(config, prefix, rows, linear_flops_per_row) +
-                       ExtraAttentionRows(config, prefix + rows, rows, linear_flops_per_row);
+    c.attention_rows = ExtraAttentionRows(priced[0], prefix, rows) +
+                       ExtraAttentionRows(priced[0], prefix + rows, rows);
     c.deep_excess_s = c.deep_s - 2 * line.Seconds(rows);
     c.attention_slowdown =
         AttentionSlowdownFromTimings(c.deep_excess_s, c.attention_rows, line.per_row);

@@ -423,6 +423,38 @@ std::vector<SegmentCost> SegmentCosts(const ModelDefinition& def,
   return costs;
 }
 
+void PriceLastLayerRowsOnly(const ModelDefinition& def, const std::vector<int>& drop_layers,
+                            std::vector<SegmentCost>* costs) {
+  const double per_row = LinearPrefillFlops(def, 1);
+  if (def.layers.empty() || per_row <= 0 || !def.layers.back().attention) return;
+  const int last = static_cast<int>(def.layers.size()) - 1;
+  const LayerDefinition& L = def.layers.back();
+  const AttentionWeights& a = *L.attention;
+  const size_t mixer_segment =
+      std::lower_bound(drop_layers.begin(), drop_layers.end(), last) - drop_layers.begin();
+  const size_t ffn_segment =
+      std::upper_bound(drop_layers.begin(), drop_layers.end(), last) - drop_layers.begin();
+  if (ffn_segment >= costs->size()) return;
+  const auto [mixer, ffn] = MixerAndFfnFlops(L);
+  const double key_value = 2.0 * def.config.hidden * 2.0 * a.n_kv_heads * a.head_dim;
+  SegmentCost& m = (*costs)[mixer_segment];
+  m.linear_share -= (mixer - key_value) / per_row;
+  m.key_cost -= KeyFlops(L) / per_row;
+  m.window_key_cost -= WindowKeyFlops(L) / per_row;
+  (*costs)[ffn_segment].linear_share -= ffn / per_row;
+  if (a.window > 0) {  // the segment's longest window among the layers still priced
+    const size_t first =
+        mixer_segment == 0 ? 0 : static_cast<size_t>(drop_layers[mixer_segment - 1]) + 1;
+    m.window = 0;
+    for (size_t i = first; i < def.layers.size() - 1; ++i) {
+      if (WindowKeyFlops(def.layers[i]) > 0) {
+        m.window = std::max(m.window, def.layers[i].attention->window);
+      }
+    }
+    if (m.window == 0) m.window_key_cost = 0;
+  }
+}
+
 double AttentionKeyCost(const ModelDefinition& def) {
   double per_key = 0;
   for (const LayerDefinition& L : def.layers) per_key += KeyFlops(L);

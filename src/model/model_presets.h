@@ -70,5 +70,13 @@ double AttentionKeyCost(const ModelDefinition& def);
 // AttentionKeyCost, the shares to 1). One entry per segment (drop_layers.size() + 1).
 std::vector<SegmentCost> SegmentCosts(const ModelDefinition& def,
                                       const std::vector<int>& drop_layers);
+// SegmentCosts of a walk whose last layer runs each request's last row only (QueryRows::
+// kLastOfEach): a row that is not its request's last pays there only its key and value
+// projections, so the last layer's other linear FLOPs and its attention keys leave the prices
+// (a chunk's last row pays them; one row, left out). Nothing changes when the last layer is no
+// attention layer. (full_attention_layers, which counts the decodes' and the prefix copies'
+// layers, is left as it is.)
+void PriceLastLayerRowsOnly(const ModelDefinition& def, const std::vector<int>& drop_layers,
+                            std::vector<SegmentCost>* costs);
 
 }  // namespace uniprefill

@@ -134,6 +134,7 @@ std::vector<SegmentCost> TransformerModel::SegmentCosts(const std::vector<int>& 
   // FLOPs per key over FLOPs per row, times how much slower the backend runs attention FLOPs,
   // plus its per-key work on the prefix in every full-attention layer.
   std::vector<SegmentCost> costs = uniprefill::SegmentCosts(*def_, drop_layers);
+  if (!last_layer_every_row_) PriceLastLayerRowsOnly(*def_, drop_layers, &costs);
   const PrefixAttentionCost backend = backend_->PrefixAttentionCosts();
   const double per_row = LinearPrefillFlops(*def_, 1);
   // The floor assumes a dense layer, whose few rows stream all of its weights; through an MoE

@@ -448,6 +448,68 @@ TEST(ModelPresetTest, SlidingWindowLayersKeysArePricedWithTheirWindow) {
   EXPECT_EQ(llama[0].window, 0);
 }
 
+// Where only each request's last row goes past the last layer (QueryRows::kLastOfEach), the
+// other rows pay there only their key and value projections: Llama-3.1-8B's last layer leaves
+// its attention keys (1 of 32 full layers) and all but 2 x 4096 x 2048 of its linear FLOPs the
+// last segment's prices; Gemma-3-12B's tiny preset at 5 layers (a sliding last layer) leaves one
+// of five windows' keys, at 6 its one full layer's keys. The segments before are untouched.
+TEST(ModelPresetTest, TheLastLayerPricesOnlyItsKeysAndValuesForRowsPastIt) {
+  const ModelDefinition d = Preset("llama-3.1-8b");
+  const double per_row = LinearPrefillFlops(d, 1), per_key = 4.0 * 32 * 128;
+  const std::vector<int> drops = {7, 11, 15, 19, 23, 27};
+  const std::vector<SegmentCost> every = SegmentCosts(d, drops);
+  std::vector<SegmentCost> last = every;
+  PriceLastLayerRowsOnly(d, drops, &last);
+  for (size_t s = 0; s + 1 < every.size(); ++s) {
+    EXPECT_EQ(last[s].linear_share, every[s].linear_share) << s;
+    EXPECT_EQ(last[s].key_cost, every[s].key_cost) << s;
+  }
+  // One layer: q 4096x4096, k and v 4096x1024 each, o 4096x4096, FFN 3 x 4096 x 14336.
+  const double layer = 2.0 * 4096 * (4096 + 2 * 1024 + 4096 + 3 * 14336);
+  EXPECT_NEAR(layer * 32, per_row, 1.0);
+  const double kept = 2.0 * 4096 * 2 * 1024;
+  EXPECT_NEAR(last.back().linear_share, every.back().linear_share - (layer - kept) / per_row,
+              1e-12);
+  EXPECT_NEAR(last.back().key_cost, every.back().key_cost - per_key / per_row, 1e-15);
+  EXPECT_EQ(last.back().full_attention_layers, every.back().full_attention_layers);
+  // Sliding last layer: one window's keys fewer, the window kept (others hold it).
+  RandomModelOptions o;
+  o.n_layers = 5;
+  Result<ModelDefinition> g5 = RandomModelDefinition("tiny-gemma3", o);
+  ASSERT_TRUE(g5.ok());
+  std::vector<SegmentCost> w = SegmentCosts(*g5, {});
+  const double g_per_row = LinearPrefillFlops(*g5, 1), g_key = 4.0 * 4 * 128;
+  EXPECT_NEAR(w[0].window_key_cost, 5 * g_key / g_per_row, 1e-15);
+  PriceLastLayerRowsOnly(*g5, {}, &w);
+  EXPECT_NEAR(w[0].window_key_cost, 4 * g_key / g_per_row, 1e-15);
+  EXPECT_EQ(w[0].window, 48);
+  EXPECT_EQ(w[0].key_cost, 0);
+  // Full last layer (the preset's 6): its keys go, the windows stay.
+  o.n_layers = 6;
+  Result<ModelDefinition> g6 = RandomModelDefinition("tiny-gemma3", o);
+  ASSERT_TRUE(g6.ok());
+  std::vector<SegmentCost> f = SegmentCosts(*g6, {});
+  EXPECT_GT(f[0].key_cost, 0);
+  const double window_keys = f[0].window_key_cost;
+  PriceLastLayerRowsOnly(*g6, {}, &f);
+  EXPECT_NEAR(f[0].key_cost, 0, 1e-15);
+  EXPECT_EQ(f[0].window_key_cost, window_keys);
+}
+
+// The walk over every row (LoadOptions::last_layer_every_row) keeps the prices of every row.
+TEST(ModelPresetTest, TheEveryRowWalkPricesTheLastLayerForEveryRow) {
+  TransformerModel model(std::make_unique<const ModelDefinition>(Preset("llama-3.1-8b")),
+                         std::make_unique<testing::StubLayerBackend>());
+  const ModelDefinition d = Preset("llama-3.1-8b");
+  std::vector<SegmentCost> last = SegmentCosts(d, {});
+  PriceLastLayerRowsOnly(d, {}, &last);
+  EXPECT_DOUBLE_EQ(model.SegmentCosts({})[0].key_cost, last[0].key_cost);
+  EXPECT_DOUBLE_EQ(model.SegmentCosts({})[0].linear_share, last[0].linear_share);
+  model.set_last_layer_every_row(true);
+  EXPECT_DOUBLE_EQ(model.SegmentCosts({})[0].key_cost, SegmentCosts(d, {})[0].key_cost);
+  EXPECT_DOUBLE_EQ(model.SegmentCosts({})[0].linear_share, 1.0);
+}
+
 // A backend that only reports prices (TransformerModel::SegmentCosts reads nothing else).
 class PricedBackend final : public testing::StubLayerBackend {
  public:
@@ -474,7 +536,8 @@ TEST(ModelPresetTest, SegmentCostsCarryTheBackendsMeasuredPrices) {
                                std::make_unique<PricedBackend>(measured));
   const ModelDefinition d = Preset("llama-3.1-8b");
   const std::vector<int> drops = {7, 11, 15, 19, 23, 27};
-  const std::vector<SegmentCost> flops = SegmentCosts(d, drops);
+  std::vector<SegmentCost> flops = SegmentCosts(d, drops);
+  PriceLastLayerRowsOnly(d, drops, &flops);  // the walk's default (QueryRows::kLastOfEach)
   const std::vector<SegmentCost> priced = model.SegmentCosts(drops);
   ASSERT_EQ(priced.size(), flops.size());
   const double per_row = LinearPrefillFlops(d, 1);
