@@ -5,7 +5,7 @@
 # every row (UNIPREFILL_LAST_LAYER_EVERY_ROW=1, the previous default) and without, arms new, old,
 # old, new (one repeat each after the warm-up), then ANCHOR_SDPA=cudnn's PyTorch anchor at the
 # same sizes. Needs .gpu_deps/anchor/pytorch_anchor.py (the command copies it from
-# .gpu_carry/anchor).
+# .gpu_carry/anchor). Last, the GPU mutant of .gpu_mut when carried.
 # Predicted (FLOPs: one of 32 layers' attention, O projection and FFN, and 2/3 of its QKV GEMM,
 # leave all but the last row): dense 32K -2.7% (~1203 -> ~1171 ms on an H100), 128K -2.9% (~10465
 # -> ~10160 ms); keep 0.5 at 128K unchanged (a sync-free fixed-ratio forward keeps every row).
@@ -40,4 +40,9 @@ echo "cudnn anchor rc $? at $(elapsed) s"; cat $OUT/anchor_cudnn.jsonl
 echo "anchor end $(date +%s%3N)" >> $OUT/phases.txt
 kill $sampler
 xz -c /tmp/clocks.csv > $OUT/clocks.csv.xz
+# The GPU mutant built here (gpu_mutations.sh pack gpu_last_rows_window_one_short.patch), if carried.
+if [ -d .gpu_mut ]; then
+  bash scripts/gpu_mutations.sh run > $OUT/mutations.txt 2>&1
+  echo "mutations rc $? at $(elapsed) s"; grep -E "caught|MISSED" $OUT/mutations.txt
+fi
 pack_out
