@@ -108,8 +108,8 @@ struct ForwardStats {
   // before its last wants neither, so a forward of such chunks runs no head).
   int head_rows = 0;
   // Rows the last layer's queries (and everything after) ran on: each request's last row
-  // (QueryRows::kLastOfEach), or every row it kept with LoadOptions::last_layer_every_row, where
-  // the last layer is no attention layer, and in a sync-free forward on the GPU (capacities).
+  // (QueryRows::kLastOfEach), or every row it kept with LoadOptions::last_layer_every_row or
+  // where the last layer is no attention layer (a sync-free GPU forward's: capacities).
   int last_layer_rows = 0;
   // Benchmarks only: with time_phases the walk waits for the backend after every step and adds
   // its wall time to phase_s[WalkPhase] (the waits cost some speed: compare like with like).

@@ -340,10 +340,10 @@ class CudaBackend final : public LayerBackend {
   // learns the counts after the forward's final sync (ReconcileBoundedCaches).
   Status BoundedDrop(const AttentionLayer& L, std::vector<Req>& reqs, const DropLayer& drop,
                      int segment, int64_t T, KeptQueries* kq);
-  // QueryRows::kLastOfEach after the layer's keys and values are cached (and a drop's selection;
-  // exact rows only, not bounded segments): each request keeps its last row of kq's query rows
-  // (residual, query and gate, mask coordinate), laid out as compacted queries; `segment` is the
-  // segment the rows are in now (cuda_backend_last_rows.cc).
+  // QueryRows::kLastOfEach after the layer's keys and values are cached (and a drop's selection):
+  // each request keeps its last row of kq's query rows (residual, query and gate, mask
+  // coordinate; in bounded segments its last true row, found on the device), laid out as
+  // compacted queries; `segment` is the segment the rows are in now (cuda_backend_last_rows.cc).
   Status KeepLastRows(const AttentionLayer& L, std::vector<Req>& reqs, int segment,
                       KeptQueries* kq);
   // After the final sync: true segment lengths, cache entry counts and kept records.

@@ -13,6 +13,7 @@
 #include "backend/cuda/cuda_backend_impl.h"
 #include "backend/cuda/device_views.h"
 #include "ops/cuda/cuda_dense_ops.h"
+#include "ops/cuda/cuda_uniprefill.h"
 
 namespace uniprefill::cuda_backend {
 
@@ -26,17 +27,25 @@ Status CudaBackend::KeepLastRows(const AttentionLayer& L, std::vector<Req>& reqs
   const int64_t qd = Hq * D;
   const int64_t q_cols = a.gated_output ? 2 * qd : qd;  // q | gate
   const int64_t now = kq->total;                        // the query rows so far
-  std::vector<int32_t> gather;                          // of those, each request's last
-  for (size_t r = 0; r < reqs.size(); ++r) {
+  const int B = static_cast<int>(reqs.size());
+  // Of those, each request's last: known on the host, or in a sync-free forward (capacities with
+  // padding rows after the true ones) each request's last true row, found on the device.
+  std::vector<int32_t> gather;
+  for (int r = 0; r < B; ++r) {
     Req& q = reqs[r];
     // Every row was cached: Finish must not count the one row left again. (A drop at the last
-    // layer opens no segment that holds layers: nothing to count there.)
+    // layer opens no segment that holds layers: nothing to count there. A sync-free forward's
+    // counts are settled by ReconcileBoundedCaches.)
     if (segment < static_cast<int>(q.added.size())) q.added[segment] += q.rows();
     kq->begin[r] = static_cast<int>(gather.size());
     kq->len[r] = q.rows() > 0 ? 1 : 0;
     if (q.rows() > 0) {
       gather.push_back(q.begin + q.rows() - 1);
-      q.SetExactRows({q.pos.back()}, {q.index.back()});
+      if (q.exact) {
+        q.SetExactRows({q.pos.back()}, {q.index.back()});
+      } else {
+        q.n = q.n_min = 1;  // its true last row (its position stays on the device)
+      }
     } else {
       q.SetExactRows({}, {});
     }
@@ -44,8 +53,16 @@ Status CudaBackend::KeepLastRows(const AttentionLayer& L, std::vector<Req>& reqs
   }
   segment_rows_counted_ = true;
   const int64_t t_out = static_cast<int64_t>(gather.size());
-  UP_ASSIGN_OR_RETURN(const int32_t* d_gather, staging_.Put(gather, stream));
-  // The residual, the query (and gate) rows and their mask coordinates of the layer's keys.
+  const int32_t* d_gather = nullptr;
+  if (bounded_) {  // every request has rows (no segment-wise chunks)
+    UP_ASSIGN_OR_RETURN(auto last, staging_.Scratch(B));
+    oc::SegmentTailRows(ctx_, last.first, d_cu_, d_counts_, B, 1);
+    d_gather = last.first;
+  } else {
+    UP_ASSIGN_OR_RETURN(d_gather, staging_.Put(gather, stream));
+  }
+  // The residual, the query (and gate) rows and their mask coordinates of the layer's keys
+  // (a sync-free cache's padding entries sit at kPaddingPosition: hidden from every real row).
   const int nxt = 1 - cur_;
   oc::GatherRows(ctx_, residual_[nxt].View(DType::kBF16, {t_out, H}),
                  residual_[cur_].View(DType::kBF16, {now, H}), d_gather);
@@ -62,7 +79,15 @@ Status CudaBackend::KeepLastRows(const AttentionLayer& L, std::vector<Req>& reqs
   kq->rows = Heads(Bf16(q_kept_), t_out, Hq, D, q_cols);
   kq->total = t_out;
   kq->compacted = true;
-  return UploadSegment(reqs);  // the rows' positions, indices and cu_seqlens, as after a drop
+  if (!bounded_) return UploadSegment(reqs);  // positions, indices and cu_seqlens, as a drop
+  // Sync-free: one true row per request from here on (the head's SegmentTailRows reads these).
+  std::vector<int32_t> cu(B + 1), ones(B, 1);
+  for (int r = 0; r <= B; ++r) cu[r] = r;
+  UP_ASSIGN_OR_RETURN(d_cu_, staging_.Put(cu, stream));
+  UP_ASSIGN_OR_RETURN(d_counts_, staging_.Put(ones, stream));
+  linear_batch_ = B;
+  max_rows_ = 1;
+  return OkStatus();
 }
 
 }  // namespace uniprefill::cuda_backend

@@ -437,8 +437,8 @@ Status CudaBackend::AttentionMixer(int li, const AttentionLayer& L, std::vector<
   const bool fast_d = D == 64 || D == 128 || D == 256;
   const bool by_position = window_mode == WindowMode::kPosition && a.window > 0;
   // The last layer: only each request's last row is attended for (KeepLastRows, below), as a
-  // decode over the cache. Exact rows only: a sync-free forward's counts are on the device.
-  const bool last_only = queries == QueryRows::kLastOfEach && !bounded_;
+  // decode over the cache.
+  const bool last_only = queries == QueryRows::kLastOfEach;
   std::vector<int32_t> slots;
   slots.reserve(T);
   layer_segment_[li] = segment;

@@ -5,7 +5,10 @@
 // offsets and graphs: the logits of the chunked prefill and of the decodes after it equal the
 // copying run's bit for bit, with split-KV on (the default) and off. The tiny Gemma 3 GGUF (head
 // dim 128, one full-attention layer of six) with cuDNN attention, and without cuDNN on our Hopper
-// kernel.
+// kernel. Its one full-attention layer is its last, where the default walk attends only each
+// request's last row, as a decode (QueryRows::kLastOfEach): these tests load it with the last
+// layer over every row (LoadOptions::last_layer_every_row), so that the chunks' prefix attention
+// runs there.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -85,6 +88,7 @@ TEST(CudaPrefixInPlaceTest, ChunksReadingTheirPrefixInPlaceEqualCopyingItBitForB
   const std::vector<int32_t> prompt = TestPrompt();
   for (int split_min_keys : {2048, 64}) {
     LoadOptions lo;
+    lo.last_layer_every_row = true;  // the chunks' prefix attention is in the last layer
     lo.gpu_attention = GpuAttention::kCudnn;
     lo.gpu_prefix_split_min_keys = split_min_keys;
     auto m = LoadModel(path, ctx, lo);
@@ -128,6 +132,7 @@ TEST(CudaPrefixInPlaceTest, ChunksWithoutCudnnRunTheHopperKernelOverTheirPrefix)
       testing::WriteTempFile("cuda_prefix_wgmma_gemma3.gguf", testing::BuildTinyGemma3());
   const std::vector<int32_t> prompt = TestPrompt();
   LoadOptions flash_options;
+  flash_options.last_layer_every_row = true;
   flash_options.gpu_attention = GpuAttention::kFlash;
   auto flash = LoadModel(path, ctx, flash_options);
   ASSERT_TRUE(flash.ok()) << flash.status().message();
@@ -135,6 +140,7 @@ TEST(CudaPrefixInPlaceTest, ChunksWithoutCudnnRunTheHopperKernelOverTheirPrefix)
   EXPECT_EQ(cache_kernel.in_place, 0) << "flash attention alone: the cache kernel";
   for (int split_min_keys : {2048, 64}) {
     LoadOptions ours_options;
+    ours_options.last_layer_every_row = true;
     ours_options.gpu_attention = GpuAttention::kOurs;
     ours_options.gpu_prefix_split_min_keys = split_min_keys;
     auto ours = LoadModel(path, ctx, ours_options);
@@ -241,6 +247,7 @@ TEST(CudaPrefixInPlaceTest, ChunksOfSeveralPromptsShareOneLaunchWhenAsked) {
   const std::vector<int> chunks = {97, 61, 128};
   for (int split_min_keys : {2048, 64}) {
     LoadOptions lo;
+    lo.last_layer_every_row = true;  // the chunks' prefix attention is in the last layer
     lo.gpu_attention = GpuAttention::kOurs;
     lo.gpu_prefix_split_min_keys = split_min_keys;
     auto apart = LoadModel(path, ctx, lo);
@@ -305,6 +312,7 @@ TEST(CudaPrefixInPlaceTest, TheHopperKernelsLaunchChoicesChangeNoBit) {
   const char* kSchedule = "UNIPREFILL_CUDA_WGMMA_SCHEDULE";
   for (int split_min_keys : {2048, 64}) {
     LoadOptions lo;
+    lo.last_layer_every_row = true;  // the chunks' prefix attention is in the last layer
     lo.gpu_attention = GpuAttention::kOurs;
     lo.gpu_prefix_split_min_keys = split_min_keys;
     auto base = LoadModel(path, ctx, lo);
