@@ -312,8 +312,14 @@ Result<ModelDefinition> RandomModelDefinition(const std::string& preset,
     return InvalidArgument("unknown model preset '" + preset + "' (known: " + PresetList() + ")");
   }
   const Preset& p = *found;
-  if (o.n_layers < 0 || o.n_experts < 0) {
-    return InvalidArgument("a preset's layer and expert counts must be >= 1 (0: the preset's own)");
+  if (o.n_layers < 0 || o.n_experts < 0 || o.sliding_window < 0) {
+    return InvalidArgument(
+        "a preset's layer and expert counts and window must be >= 1 (0: the preset's own)");
+  }
+  if (o.sliding_window > 0 && p.sliding_window == 0) {
+    return InvalidArgument("preset '" + preset +
+                           "' has no sliding layers; a window applies only "
+                           "to presets with them (gemma-3-12b, tiny-gemma3)");
   }
   if (o.n_experts > 0 && p.n_experts == 0) {
     return InvalidArgument("preset '" + preset +
@@ -326,8 +332,11 @@ Result<ModelDefinition> RandomModelDefinition(const std::string& preset,
 
   // The family's own Hugging Face loader, on a config.json of the preset and a source of seeds.
   const std::string family = p.family;
-  UP_ASSIGN_OR_RETURN(HfConfig hf, HfConfig::Parse(ConfigJson(p, n_layers, n_experts, top_k).dump(),
-                                                   std::string("preset ") + p.name));
+  Preset shaped = p;
+  if (o.sliding_window > 0) shaped.sliding_window = o.sliding_window;
+  UP_ASSIGN_OR_RETURN(HfConfig hf,
+                      HfConfig::Parse(ConfigJson(shaped, n_layers, n_experts, top_k).dump(),
+                                      std::string("preset ") + p.name));
   RandomWeightSource src(p.name, o.seed, o.materialize, /*zero_centred_norms=*/family != "llama");
   std::unique_ptr<DeviceContext> cpu = DeviceContext::Cpu(0);
   LoadOptions lo;

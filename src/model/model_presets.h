@@ -32,6 +32,7 @@ struct RandomModelOptions {
   uint64_t seed = 1;  // every value follows from it
   int n_layers = 0;   // 0: the preset's depth (tests run fewer layers)
   int n_experts = 0;  // 0: the preset's experts (MoE presets only; top-k capped at it)
+  int sliding_window = 0;  // 0: the preset's window (presets with sliding layers only)
   // false: 2-D weights are described by their seeds (ops::LinearWeight::random_parts) and the
   // CUDA model fills them on the device; true: made on the host as bf16 tensors, which the CPU
   // model needs.

@@ -210,6 +210,22 @@ TEST(ModelPresetTest, UnknownPresetListsTheKnownOnes) {
   EXPECT_EQ(RandomModelPresets().size(), 6u);
 }
 
+TEST(ModelPresetTest, AWindowAppliesToPresetsWithSlidingLayersOnly) {
+  RandomModelOptions o;
+  o.sliding_window = 5;
+  o.n_layers = 2;
+  Result<ModelDefinition> g = RandomModelDefinition("tiny-gemma3", o);
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  EXPECT_EQ(g->config.sliding_window, 5);
+  EXPECT_EQ(g->layers[0].attention->window, 5);
+  Result<ModelDefinition> l = RandomModelDefinition("tiny", o);
+  ASSERT_FALSE(l.ok());
+  EXPECT_EQ(l.status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(l.status().message().find("no sliding layers"), std::string::npos);
+  o.sliding_window = -1;
+  EXPECT_FALSE(RandomModelDefinition("tiny-gemma3", o).ok());
+}
+
 TEST(ModelPresetTest, ExpertCountAppliesToMoePresetsOnly) {
   RandomModelOptions o;
   o.n_experts = 4;
