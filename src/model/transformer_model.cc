@@ -196,6 +196,8 @@ Result<bool> LastLayerEveryRow(const LoadOptions& options) {
 
 Result<std::unique_ptr<Model>> MakeModel(ModelDefinition definition, DeviceContext& ctx,
                                          const LoadOptions& options) {
+  // (Read first: a bad value fails before any weight is copied or uploaded.)
+  UP_ASSIGN_OR_RETURN(const bool every_row, LastLayerEveryRow(options));
   dist::Communicator* comm = options.communicator;
   if (comm != nullptr) {  // world 1 too: the whole model as its one shard, the same path
     const bool gpu = ctx.device() == Device::kCuda;
@@ -234,7 +236,6 @@ Result<std::unique_ptr<Model>> MakeModel(ModelDefinition definition, DeviceConte
   if (comm != nullptr || ctx.device() == Device::kCuda) DropMappedPages(*def);
   auto model = std::make_unique<TransformerModel>(std::move(def), std::move(backend), comm);
   model->set_kv_dtype(options.cpu_kv_dtype);
-  UP_ASSIGN_OR_RETURN(const bool every_row, LastLayerEveryRow(options));
   model->set_last_layer_every_row(every_row);
   return std::unique_ptr<Model>(std::move(model));
 }
