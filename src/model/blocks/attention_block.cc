@@ -1,5 +1,6 @@
 #include "model/blocks/attention_block.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -152,6 +153,25 @@ Result<std::vector<int32_t>> SelectRows(DeviceContext& ctx, const AttentionWeigh
   return keep;
 }
 
+// The query rows that keep getting an output after a drop or at the last layer: rows (ascending,
+// of `now`) of q f32 [now, qd], of the gate f32 [now, qd] when gated, and of their mask
+// coordinates, each replaced by its gathered rows.
+void KeepQueryRows(DeviceContext& ctx, const std::vector<int32_t>& rows, int64_t now, int64_t qd,
+                   bool gated, Buffer* q_buf, Buffer* gate_buf, std::vector<int32_t>* q_mask) {
+  const int64_t kept = static_cast<int64_t>(rows.size());
+  const auto gather = [&](Buffer* b) {
+    Buffer out(sizeof(float) * std::max<int64_t>(1, kept) * qd);
+    ops::GatherRows(ctx, out.View(DType::kF32, {kept, qd}), b->View(DType::kF32, {now, qd}),
+                    rows.data());
+    *b = std::move(out);
+  };
+  gather(q_buf);
+  if (gated) gather(gate_buf);
+  std::vector<int32_t> mask(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) mask[i] = (*q_mask)[rows[i]];
+  *q_mask = std::move(mask);
+}
+
 }  // namespace
 
 Status AttentionForward(DeviceContext& ctx, const AttentionWeights& w, int layer,
@@ -214,7 +234,6 @@ Status AttentionForward(DeviceContext& ctx, const AttentionWeights& w, int layer
   if (window_mode == WindowMode::kPosition && w.window > 0) {
     q_mask.assign(batch.positions(), batch.positions() + T);
   }
-  Buffer q_kept_buf, gate_kept_buf;
   if (drop != nullptr) {
     std::vector<std::vector<int32_t>> keep(batch.n_seqs());
     std::vector<int32_t> rows;  // absolute rows kept
@@ -233,22 +252,7 @@ Status AttentionForward(DeviceContext& ctx, const AttentionWeights& w, int layer
       }
     }
     const auto t_compact = std::chrono::steady_clock::now();
-    if (any) {
-      const int64_t kept = static_cast<int64_t>(rows.size());
-      q_kept_buf = Buffer(sizeof(float) * kept * qd);
-      ops::GatherRows(ctx, q_kept_buf.View(DType::kF32, {kept, qd}),
-                      q_buf.View(DType::kF32, {T, qd}), rows.data());
-      q_buf = std::move(q_kept_buf);
-      if (w.gated_output) {
-        gate_kept_buf = Buffer(sizeof(float) * kept * qd);
-        ops::GatherRows(ctx, gate_kept_buf.View(DType::kF32, {kept, qd}),
-                        gate_buf.View(DType::kF32, {T, qd}), rows.data());
-        gate_buf = std::move(gate_kept_buf);
-      }
-      std::vector<int32_t> mask(rows.size());
-      for (size_t i = 0; i < rows.size(); ++i) mask[i] = q_mask[rows[i]];
-      q_mask = std::move(mask);
-    }
+    if (any) KeepQueryRows(ctx, rows, T, qd, w.gated_output, &q_buf, &gate_buf, &q_mask);
     batch.NextSegment(ctx, keep);
     if (drop->stats) {
       drop->stats->compaction_s +=
@@ -263,20 +267,7 @@ Status AttentionForward(DeviceContext& ctx, const AttentionWeights& w, int layer
   if (queries == QueryRows::kLastOfEach && more_than_last) {
     const int64_t now = batch.rows();  // the query rows so far (a drop's kept ones)
     const std::vector<int32_t> rows = batch.KeepLastRows(ctx);
-    const int64_t kept = static_cast<int64_t>(rows.size());
-    Buffer q_last(sizeof(float) * std::max<int64_t>(1, kept) * qd);
-    ops::GatherRows(ctx, q_last.View(DType::kF32, {kept, qd}), q_buf.View(DType::kF32, {now, qd}),
-                    rows.data());
-    q_buf = std::move(q_last);
-    if (w.gated_output) {
-      Buffer gate_last(sizeof(float) * std::max<int64_t>(1, kept) * qd);
-      ops::GatherRows(ctx, gate_last.View(DType::kF32, {kept, qd}),
-                      gate_buf.View(DType::kF32, {now, qd}), rows.data());
-      gate_buf = std::move(gate_last);
-    }
-    std::vector<int32_t> mask(rows.size());
-    for (size_t i = 0; i < rows.size(); ++i) mask[i] = q_mask[rows[i]];
-    q_mask = std::move(mask);
+    KeepQueryRows(ctx, rows, now, qd, w.gated_output, &q_buf, &gate_buf, &q_mask);
   }
 
   // Attention per request over its cached keys. attn f32 [T', Hq, D].
