@@ -68,6 +68,11 @@ case "$mode" in
            "scripts/setup.sh first, then fetch again): builds from these deps have no cuDNN" \
            "attention" >&2
     fi
+    # CUTLASS's headers (setup.sh fetched them): the FFN's gated GEMM.
+    rm -rf "$DEPS/cutlass"
+    if [ -f third_party/cutlass/include/cutlass/cutlass.h ]; then
+      mkdir -p "$DEPS/cutlass" && cp -r third_party/cutlass/include "$DEPS/cutlass/"
+    fi
     # CUPTI's headers and library, for the step trace's kernel view
     # (UNIPREFILL_CUDA_STEP_TRACE_KERNELS=1): the engine loads libcupti only when that asks.
     rm -rf "$DEPS/cupti" && mkdir -p "$DEPS/cupti/include" "$DEPS/cupti/lib"
@@ -156,6 +161,10 @@ EOF
       deps_abs=$(readlink -f "$DEPS")
       cuda_args+=(-DUP_CUDNN_INCLUDE="$deps_abs/cudnn/include"
                   -DUP_CUDNN_FRONTEND_INCLUDE="$deps_abs/cudnn/frontend/include")
+    fi
+
+    if [ -f "$DEPS/cutlass/include/cutlass/cutlass.h" ]; then
+      cuda_args+=(-DUP_CUTLASS_INCLUDE="$(readlink -f "$DEPS")/cutlass/include")
     fi
 
     # The step trace's kernel view: CUPTI's carried headers, its library beside the prefix's (on

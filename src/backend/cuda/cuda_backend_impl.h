@@ -123,6 +123,8 @@ class CudaBackend final : public LayerBackend {
     small_pieces_ = d.small_pieces;
     prefix_one_launch_ = d.prefix_one_launch;
     separate_rope_ = d.separate_rope;
+    gated_gemm_asked_ = d.gated_gemm;
+    gated_gemm_min_rows_ = d.gated_gemm_min_rows;
     align_step_rows_ = d.align_step_rows;
     gemm_tune_ = d.gemm_tune;
     staging_.set_separate_uploads(d.separate_uploads);
@@ -381,7 +383,7 @@ class CudaBackend final : public LayerBackend {
 
   // Work buffers (grow-only).
   int64_t max_qkv_ = 0, max_attn_ = 0, max_ffn2_ = 0, max_conv_ = 0, max_hv_ = 0;
-  DeviceBuffer residual_[2], normed_, out_, qkv_, q_kept_, attn_, ffn_, conv_, gbeta_;
+  DeviceBuffer residual_[2], normed_, out_, qkv_, q_kept_, attn_, ffn_, ffn_pairs_, conv_, gbeta_;
   DeviceBuffer delta_scratch_;  // GatedDeltaRule's split kernel (rows x value heads)
   DeviceBuffer importance_, kept_rows_, kept_count_, select_scratch_, moe_scratch_, decode_scratch_,
       logits_, logits_f32_, last_hidden_, argmax_scratch_;
@@ -422,6 +424,12 @@ class CudaBackend final : public LayerBackend {
   bool split_on_cudnn_ = false;  // UNIPREFILL_CUDA_SPLIT_ON_CUDNN: our kernel's splits on cuDNN
   bool prefix_one_launch_ = false;  // UNIPREFILL_CUDA_PREFIX_ONE_LAUNCH: WgmmaPrefixBatch
   bool separate_rope_ = false;  // UNIPREFILL_CUDA_SEPARATE_ROPE: Rope, then PagedKvAppend
+  // UNIPREFILL_CUDA_GATED_GEMM (asked) and whether Load interleaved the dense FFNs' gate and up
+  // rows for ops::cuda::GatedGemm (the build and device hold it); forwards of fewer rows than
+  // gated_gemm_min_rows_ run cuBLASLt and GatedActivationPairs over the same weights.
+  bool gated_gemm_asked_ = true;
+  bool gated_gemm_ = false;
+  int gated_gemm_min_rows_ = kGatedGemmMinRows;
   WgmmaLaunchChoices wgmma_choices_;  // UNIPREFILL_CUDA_WGMMA_*: the Hopper kernel's launch
   bool align_step_rows_ = false;  // UNIPREFILL_CUDA_ALIGN_STEP_ROWS: linear_row_tile set
   bool gemm_tune_ = false;        // UNIPREFILL_CUDA_GEMM_TUNE: TuneGemms in PrepareServing

@@ -71,6 +71,17 @@ Result<CudaDiagnostics> DiagnosticsFromEnvironment() {
     }
     d.tile_overshoot = x;
   }
+  UP_RETURN_IF_ERROR(ReadFlag("UNIPREFILL_CUDA_GATED_GEMM", &d.gated_gemm));
+  if (const char* v = std::getenv("UNIPREFILL_CUDA_GATED_GEMM_MIN_ROWS"); v && *v) {
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    if (end == v || *end != '\0' || n < 1 || n > (1L << 30)) {
+      return InvalidArgument(std::string("UNIPREFILL_CUDA_GATED_GEMM_MIN_ROWS must be a row count "
+                                         ">= 1, e.g. 256 (got '") +
+                             v + "')");
+    }
+    d.gated_gemm_min_rows = static_cast<int>(n);
+  }
   if (const char* v = std::getenv("UNIPREFILL_CUDNN_SDPA"); v && *v) {
     using Impl = ops::cuda::CudnnSdpaImplementation;
     const std::string s = v;

@@ -67,6 +67,14 @@
 //   UNIPREFILL_CUDA_WGMMA_SCHEDULE=overlap|pv_beside_exp|serial  the kernel's consumer schedule
 //                                             (WgmmaAttentionSchedule; default pv_beside_exp; all
 //                                             three bit-identical).
+//   UNIPREFILL_CUDA_GATED_GEMM=0|1            a dense FFN's gate | up GEMM applies the gated
+//                                             activation in its epilogue (ops::cuda::GatedGemm,
+//                                             weights' gate and up rows interleaved at load),
+//                                             or cuBLASLt writes [rows, 2f] and a kernel of its
+//                                             own reads it back, as before. Default 1 (where
+//                                             the build and device hold the kernel).
+//   UNIPREFILL_CUDA_GATED_GEMM_MIN_ROWS=n     the fused GEMM runs forwards of at least n rows
+//                                             (fewer: cuBLASLt and GatedActivationPairs).
 //   UNIPREFILL_CUDNN_SDPA=unified|auto        cuDNN's graphs built with its UNIFIED SDPA engine
 //                                             (cuDNN >= 9.21), or with both and the faster kept,
 //                                             instead of COMPOSITE alone (cudnn_attention.h).
@@ -80,6 +88,10 @@
 #include "ops/cuda/sm90/flash_attention_wgmma.h"
 
 namespace uniprefill::cuda_backend {
+
+// Forwards of fewer rows than this run the FFN's gate | up on cuBLASLt (decode steps: its small-M
+// kernels stream the weights across every SM).
+inline constexpr int kGatedGemmMinRows = 256;
 
 struct CudaDiagnostics {
   std::unique_ptr<StepTrace> trace;  // null: no trace
@@ -97,6 +109,8 @@ struct CudaDiagnostics {
   bool separate_uploads = false;
   bool separate_rope = false;
   double tile_overshoot = 0;  // 0: off
+  bool gated_gemm = true;
+  int gated_gemm_min_rows = kGatedGemmMinRows;
   // The three launch choices default on since the 32nd session's H200 call (probe 233.4 vs
   // 247.6 ms at 128K; bench gpu-prefill 8B dense 128K 10497 vs 10961 ms; docs/gpu_performance.md).
   bool wgmma_group_order = true;

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/device_context.h"
 #include "core/tensor.h"
@@ -35,6 +36,20 @@ void Rope(DeviceContext& ctx, TensorView x, const int32_t* pos, const float* inv
 // [T, 2F] GEMM output). out may alias gate.
 void GatedActivation(DeviceContext& ctx, TensorView out, TensorView gate, TensorView up,
                      Activation act);
+
+// The FFN's gate and up in one weight with their rows interleaved (gate row j at row 2j, up row j
+// at 2j + 1: GatedWeightRowOrder), where GatedGemmRuns says the fused GEMM runs here:
+//   GatedGemm: out bf16 [T, F] = act(x w_gate^T) * (x w_up^T) from one GEMM, the [T, 2F]
+//     intermediate never stored (CUTLASS's Hopper GEMM with our epilogue); x bf16 [T, K] (rows
+//     strided), w bf16 [2F, K] interleaved. Rounded once from f32 (GatedActivation rounds gate
+//     and up to bf16 first), on the fast exp and divide. Rows do not depend on the batch.
+//   GatedActivationPairs: out bf16 [T, F] from pairs bf16 [T, 2F] (rows strided), the product of
+//     Gemm(x, interleaved w): for steps GatedGemm does not take (few rows, captured graphs).
+bool GatedGemmRuns(DeviceContext& ctx, const TensorView& x, const TensorView& w);
+void GatedGemm(DeviceContext& ctx, TensorView out, TensorView x, TensorView w, Activation act);
+void GatedActivationPairs(DeviceContext& ctx, TensorView out, TensorView pairs, Activation act);
+// Row r of the interleaved [2F, K] weight is row GatedWeightRowOrder(F)[r] of [gate; up].
+std::vector<int64_t> GatedWeightRowOrder(int64_t f);
 
 // out bf16 [T, D] = table[ids[t] - first_id] * scale; table bf16 [V, D]; ids device int32 [T].
 // A vocabulary shard's table holds ids first_id .. first_id + V - 1; other ids embed as zeros.

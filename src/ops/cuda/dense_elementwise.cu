@@ -100,6 +100,40 @@ __global__ void __launch_bounds__(kTileThreads)
   }
 }
 
+// The interleaved form (GatedActivationPairs): unit u of a row reads 2W pairs' values.
+template <Activation kAct, int W>
+__global__ void __launch_bounds__(kTileThreads)
+    GatedPairsKernel(Rows2<bf16> out, Rows2<const bf16> pairs, int64_t rows, int64_t units,
+                     int log2_tpr) {
+  int64_t r, u;
+  if (!detail::TileRow(log2_tpr, rows, &r, &u)) return;
+  const int64_t stride = (int64_t{1} << log2_tpr) * gridDim.y;
+  for (u += (int64_t{blockIdx.y}) << log2_tpr; u < units; u += stride) {
+    float a[W], b[W], h[W];
+    detail::LoadBf16<W>(pairs.Row(r) + 2 * u * W, a);
+    detail::LoadBf16<W>(pairs.Row(r) + 2 * u * W + W, b);
+#pragma unroll
+    for (int k = 0; k < W; ++k) {
+      const float g = k < W / 2 || W == 1 ? a[(2 * k) % W] : b[(2 * k) % W];
+      const float v = k < W / 2 || W == 1 ? a[(2 * k + 1) % W] : b[(2 * k + 1) % W];
+      h[k] = Act<kAct>(g) * v;
+    }
+    detail::StoreBf16<W>(out.Row(r) + u * W, h);
+  }
+}
+
+template <Activation kAct>
+void LaunchGatedPairs(const TensorView& out, const TensorView& pairs, cudaStream_t stream) {
+  const int64_t T = out.dim(0), F = out.dim(1);
+  if (detail::RowsVectorisable(out) && detail::RowsVectorisable(pairs)) {
+    LaunchColumnSplitTiles(GatedPairsKernel<kAct, kBf16PerVec>, T, F / kBf16PerVec, stream,
+                           RowsOf<bf16>(out), RowsOf<const bf16>(pairs));
+  } else {
+    LaunchColumnSplitTiles(GatedPairsKernel<kAct, 1>, T, F, stream, RowsOf<bf16>(out),
+                           RowsOf<const bf16>(pairs));
+  }
+}
+
 template <Activation kAct>
 void LaunchGated(const TensorView& out, const TensorView& gate, const TensorView& up,
                  cudaStream_t stream) {
@@ -281,6 +315,18 @@ void GatedActivation(DeviceContext& ctx, TensorView out, TensorView gate, Tensor
     LaunchGated<Activation::kSilu>(out, gate, up, ctx.cuda().stream());
   } else {
     LaunchGated<Activation::kGeluTanh>(out, gate, up, ctx.cuda().stream());
+  }
+}
+
+void GatedActivationPairs(DeviceContext& ctx, TensorView out, TensorView pairs, Activation act) {
+  // out bf16 [T, F]; pairs bf16 [T, 2F] (rows strided), gate j at column 2j, up j at 2j + 1.
+  const int64_t T = out.dim(0), F = out.dim(1);
+  Check2D(out, DType::kBF16, T, F);
+  Check2D(pairs, DType::kBF16, T, 2 * F);
+  if (act == Activation::kSilu) {
+    LaunchGatedPairs<Activation::kSilu>(out, pairs, ctx.cuda().stream());
+  } else {
+    LaunchGatedPairs<Activation::kGeluTanh>(out, pairs, ctx.cuda().stream());
   }
 }
 

@@ -84,5 +84,34 @@ TEST(CudaDiagnosticsTest, AnUnknownLaunchChoiceIsAnErrorNamingTheVariableAndItsV
   }
 }
 
+// The FFN's fused gated GEMM: on by default from 256 rows; 0 turns it off; a bad value of either
+// variable is an error naming it.
+TEST(CudaDiagnosticsTest, TheGatedGemmIsOnFrom256RowsUnlessTheEnvironmentSaysOtherwise) {
+  constexpr const char* kOn = "UNIPREFILL_CUDA_GATED_GEMM";
+  constexpr const char* kMin = "UNIPREFILL_CUDA_GATED_GEMM_MIN_ROWS";
+  unsetenv(kOn);
+  unsetenv(kMin);
+  {
+    const Result<CudaDiagnostics> d = DiagnosticsFromEnvironment();
+    ASSERT_TRUE(d.ok()) << d.status().message();
+    EXPECT_TRUE(d->gated_gemm);
+    EXPECT_EQ(d->gated_gemm_min_rows, 256);
+  }
+  {
+    ScopedVariables v({{kOn, "0"}, {kMin, "1"}});
+    const Result<CudaDiagnostics> d = DiagnosticsFromEnvironment();
+    ASSERT_TRUE(d.ok()) << d.status().message();
+    EXPECT_FALSE(d->gated_gemm);
+    EXPECT_EQ(d->gated_gemm_min_rows, 1);
+  }
+  for (const auto& [name, value] : {std::pair{kOn, "yes"}, std::pair{kMin, "0"},
+                                    std::pair{kMin, "12rows"}, std::pair{kMin, "-5"}}) {
+    ScopedVariables v(std::vector<std::pair<const char*, const char*>>{{name, value}});
+    const Result<CudaDiagnostics> d = DiagnosticsFromEnvironment();
+    ASSERT_FALSE(d.ok()) << name << "=" << value;
+    EXPECT_NE(d.status().message().find(name), std::string::npos) << d.status().message();
+  }
+}
+
 }  // namespace
 }  // namespace uniprefill::cuda_backend
