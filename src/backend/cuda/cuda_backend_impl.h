@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/cuda/cuda_context.h"
 #include "core/cuda/device_buffer.h"
 #include "dist/communicator.h"
 #include "backend/cuda/cuda_kv_cache.h"
