@@ -445,7 +445,7 @@ Status CudaBackend::GatedFfn(int layer) {
     TensorView hidden = ffn_.View(DType::kBF16, {T, f});
     if (T >= gated_gemm_min_rows_ && !capturing_ &&
         oc::GatedGemmRuns(ctx_, normed, L.gate_up.view())) {
-      oc::GatedGemm(ctx_, hidden, normed, L.gate_up.view(), L.activation);
+      oc::GatedGemm(ctx_, hidden, normed, L.gate_up.view(), L.activation, gated_gemm_variant_);
     } else {  // few rows or a captured decode: the [T, 2f] pairs in a buffer of their own
       UP_RETURN_IF_ERROR(Grow(ffn_pairs_, T * 2 * f * 2));
       TensorView pairs = ffn_pairs_.View(DType::kBF16, {T, 2 * f});

@@ -126,6 +126,7 @@ class CudaBackend final : public LayerBackend {
     separate_rope_ = d.separate_rope;
     gated_gemm_asked_ = d.gated_gemm;
     gated_gemm_min_rows_ = d.gated_gemm_min_rows;
+    gated_gemm_variant_ = d.gated_gemm_variant;
     align_step_rows_ = d.align_step_rows;
     gemm_tune_ = d.gemm_tune;
     staging_.set_separate_uploads(d.separate_uploads);
@@ -431,6 +432,7 @@ class CudaBackend final : public LayerBackend {
   bool gated_gemm_asked_ = true;
   bool gated_gemm_ = false;
   int gated_gemm_min_rows_ = kGatedGemmMinRows;
+  int gated_gemm_variant_ = 0;  // UNIPREFILL_CUDA_GATED_GEMM_VARIANT
   WgmmaLaunchChoices wgmma_choices_;  // UNIPREFILL_CUDA_WGMMA_*: the Hopper kernel's launch
   bool align_step_rows_ = false;  // UNIPREFILL_CUDA_ALIGN_STEP_ROWS: linear_row_tile set
   bool gemm_tune_ = false;        // UNIPREFILL_CUDA_GEMM_TUNE: TuneGemms in PrepareServing

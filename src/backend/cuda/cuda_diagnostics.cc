@@ -82,6 +82,15 @@ Result<CudaDiagnostics> DiagnosticsFromEnvironment() {
     }
     d.gated_gemm_min_rows = static_cast<int>(n);
   }
+  if (const char* v = std::getenv("UNIPREFILL_CUDA_GATED_GEMM_VARIANT"); v && *v) {
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    if (end == v || *end != '\0' || n < 0 || n > 15) {
+      return InvalidArgument(std::string("UNIPREFILL_CUDA_GATED_GEMM_VARIANT must be a "
+                                         "configuration number, e.g. 0 (got '") + v + "')");
+    }
+    d.gated_gemm_variant = static_cast<int>(n);
+  }
   if (const char* v = std::getenv("UNIPREFILL_CUDNN_SDPA"); v && *v) {
     using Impl = ops::cuda::CudnnSdpaImplementation;
     const std::string s = v;

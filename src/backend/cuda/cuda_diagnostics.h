@@ -75,6 +75,8 @@
 //                                             the build and device hold the kernel).
 //   UNIPREFILL_CUDA_GATED_GEMM_MIN_ROWS=n     the fused GEMM runs forwards of at least n rows
 //                                             (fewer: cuBLASLt and GatedActivationPairs).
+//   UNIPREFILL_CUDA_GATED_GEMM_VARIANT=n      its kernel configuration (ops::cuda::GatedGemmVariant:
+//                                             tile, cluster, schedule), for same-binary arms.
 //   UNIPREFILL_CUDNN_SDPA=unified|auto        cuDNN's graphs built with its UNIFIED SDPA engine
 //                                             (cuDNN >= 9.21), or with both and the faster kept,
 //                                             instead of COMPOSITE alone (cudnn_attention.h).
@@ -111,6 +113,7 @@ struct CudaDiagnostics {
   double tile_overshoot = 0;  // 0: off
   bool gated_gemm = true;
   int gated_gemm_min_rows = kGatedGemmMinRows;
+  int gated_gemm_variant = 0;
   // The three launch choices default on since the 32nd session's H200 call (probe 233.4 vs
   // 247.6 ms at 128K; bench gpu-prefill 8B dense 128K 10497 vs 10961 ms; docs/gpu_performance.md).
   bool wgmma_group_order = true;

@@ -45,8 +45,11 @@ void GatedActivation(DeviceContext& ctx, TensorView out, TensorView gate, Tensor
 //     and up to bf16 first), on the fast exp and divide. Rows do not depend on the batch.
 //   GatedActivationPairs: out bf16 [T, F] from pairs bf16 [T, 2F] (rows strided), the product of
 //     Gemm(x, interleaved w): for steps GatedGemm does not take (few rows, captured graphs).
+//   variant: the kernel configuration (GatedGemmVariant names them; nullptr past the last).
 bool GatedGemmRuns(DeviceContext& ctx, const TensorView& x, const TensorView& w);
-void GatedGemm(DeviceContext& ctx, TensorView out, TensorView x, TensorView w, Activation act);
+void GatedGemm(DeviceContext& ctx, TensorView out, TensorView x, TensorView w, Activation act,
+               int variant = 0);
+const char* GatedGemmVariant(int variant);
 void GatedActivationPairs(DeviceContext& ctx, TensorView out, TensorView pairs, Activation act);
 // Row r of the interleaved [2F, K] weight is row GatedWeightRowOrder(F)[r] of [gate; up].
 std::vector<int64_t> GatedWeightRowOrder(int64_t f);

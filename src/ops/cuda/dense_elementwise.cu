@@ -112,11 +112,15 @@ __global__ void __launch_bounds__(kTileThreads)
     float a[W], b[W], h[W];
     detail::LoadBf16<W>(pairs.Row(r) + 2 * u * W, a);
     detail::LoadBf16<W>(pairs.Row(r) + 2 * u * W + W, b);
+    if constexpr (W == 1) {  // a = the gate, b = its up
+      h[0] = Act<kAct>(a[0]) * b[0];
+    } else {  // outputs 0 .. W/2 - 1 from a's pairs, the rest from b's
 #pragma unroll
-    for (int k = 0; k < W; ++k) {
-      const float g = k < W / 2 || W == 1 ? a[(2 * k) % W] : b[(2 * k) % W];
-      const float v = k < W / 2 || W == 1 ? a[(2 * k + 1) % W] : b[(2 * k + 1) % W];
-      h[k] = Act<kAct>(g) * v;
+      for (int k = 0; k < W; ++k) {
+        const float g = k < W / 2 ? a[2 * k] : b[2 * k - W];
+        const float v = k < W / 2 ? a[2 * k + 1] : b[2 * k + 1 - W];
+        h[k] = Act<kAct>(g) * v;
+      }
     }
     detail::StoreBf16<W>(out.Row(r) + u * W, h);
   }

@@ -13,8 +13,9 @@ namespace uniprefill::ops::cuda {
 namespace {
 
 GatedGemmArgs ArgsOf(const TensorView* out, const TensorView& x, const TensorView& w,
-                     Activation act) {
+                     Activation act, int variant = 0) {
   GatedGemmArgs a{};
+  a.variant = variant;
   a.out = out ? out->data : nullptr;
   a.ldo = out ? out->stride[0] : 0;
   a.x = x.data;
@@ -35,14 +36,15 @@ bool GatedGemmRuns(DeviceContext& ctx, const TensorView& x, const TensorView& w)
          GatedGemmSupports(ArgsOf(nullptr, x, w, Activation::kSilu));
 }
 
-void GatedGemm(DeviceContext& ctx, TensorView out, TensorView x, TensorView w, Activation act) {
+void GatedGemm(DeviceContext& ctx, TensorView out, TensorView x, TensorView w, Activation act,
+               int variant) {
   // out bf16 [T, F]; x bf16 [T, K]; w bf16 [2F, K] (gate and up rows interleaved).
   assert(x.dtype == DType::kBF16 && w.dtype == DType::kBF16 && out.dtype == DType::kBF16);
   assert(out.dim(0) == x.dim(0) && 2 * out.dim(1) == w.dim(0) && x.dim(1) == w.dim(1));
   assert(x.stride[1] == 1 && out.stride[1] == 1 && GatedGemmRuns(ctx, x, w));
   if (x.dim(0) == 0) return;
   CudaContext& cuda = ctx.cuda();
-  if (!LaunchGatedGemm(ArgsOf(&out, x, w, act), cuda.sm_count(), cuda.stream())) {
+  if (!LaunchGatedGemm(ArgsOf(&out, x, w, act, variant), cuda.sm_count(), cuda.stream())) {
     std::fprintf(stderr, "GatedGemm: CUTLASS refused a [%lld x %lld] x [%lld x %lld] launch\n",
                  static_cast<long long>(x.dim(0)), static_cast<long long>(x.dim(1)),
                  static_cast<long long>(w.dim(0)), static_cast<long long>(w.dim(1)));
@@ -50,6 +52,8 @@ void GatedGemm(DeviceContext& ctx, TensorView out, TensorView x, TensorView w, A
   }
   UP_CUDA_CHECK_LAUNCH();
 }
+
+const char* GatedGemmVariant(int variant) { return GatedGemmVariantName(variant); }
 
 std::vector<int64_t> GatedWeightRowOrder(int64_t f) {
   std::vector<int64_t> order(static_cast<size_t>(2 * f));

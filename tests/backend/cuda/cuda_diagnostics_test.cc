@@ -89,23 +89,28 @@ TEST(CudaDiagnosticsTest, AnUnknownLaunchChoiceIsAnErrorNamingTheVariableAndItsV
 TEST(CudaDiagnosticsTest, TheGatedGemmIsOnFrom256RowsUnlessTheEnvironmentSaysOtherwise) {
   constexpr const char* kOn = "UNIPREFILL_CUDA_GATED_GEMM";
   constexpr const char* kMin = "UNIPREFILL_CUDA_GATED_GEMM_MIN_ROWS";
+  constexpr const char* kVariant = "UNIPREFILL_CUDA_GATED_GEMM_VARIANT";
   unsetenv(kOn);
   unsetenv(kMin);
+  unsetenv(kVariant);
   {
     const Result<CudaDiagnostics> d = DiagnosticsFromEnvironment();
     ASSERT_TRUE(d.ok()) << d.status().message();
     EXPECT_TRUE(d->gated_gemm);
     EXPECT_EQ(d->gated_gemm_min_rows, 256);
+    EXPECT_EQ(d->gated_gemm_variant, 0);
   }
   {
-    ScopedVariables v({{kOn, "0"}, {kMin, "1"}});
+    ScopedVariables v({{kOn, "0"}, {kMin, "1"}, {kVariant, "2"}});
     const Result<CudaDiagnostics> d = DiagnosticsFromEnvironment();
     ASSERT_TRUE(d.ok()) << d.status().message();
     EXPECT_FALSE(d->gated_gemm);
     EXPECT_EQ(d->gated_gemm_min_rows, 1);
+    EXPECT_EQ(d->gated_gemm_variant, 2);
   }
-  for (const auto& [name, value] : {std::pair{kOn, "yes"}, std::pair{kMin, "0"},
-                                    std::pair{kMin, "12rows"}, std::pair{kMin, "-5"}}) {
+  for (const auto& [name, value] :
+       {std::pair{kOn, "yes"}, std::pair{kMin, "0"}, std::pair{kMin, "12rows"},
+        std::pair{kMin, "-5"}, std::pair{kVariant, "-1"}, std::pair{kVariant, "fast"}}) {
     ScopedVariables v(std::vector<std::pair<const char*, const char*>>{{name, value}});
     const Result<CudaDiagnostics> d = DiagnosticsFromEnvironment();
     ASSERT_FALSE(d.ok()) << name << "=" << value;

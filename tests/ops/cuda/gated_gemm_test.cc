@@ -14,6 +14,7 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -156,6 +157,25 @@ TEST(CudaGatedGemmTest, FusedAndPairsMatchTheDoubleLoopOverShapes) {
   }
 }
 
+// Every kernel configuration (GatedGemmVariant) on shapes past its tiles, against the default's.
+TEST(CudaGatedGemmTest, EveryVariantMatchesTheDoubleLoop) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  if (!FusedRuns(ctx)) GTEST_SKIP() << "the fused kernel needs sm_90a and CUTLASS";
+  std::mt19937 rng(8);
+  for (int v = 0; cuda::GatedGemmVariant(v) != nullptr; ++v) {
+    for (auto [T, F, K] : {std::tuple<int64_t, int64_t, int64_t>{333, 300, 200}, {1, 8, 64},
+                           {1000, 136, 1032}}) {
+      Matrix x = Random(rng, T, K, K), halves = Random(rng, 2 * F, K, K);
+      Matrix w = Interleaved(halves), out = Poisoned(T, F, F + 3);
+      cuda::GatedGemm(ctx, out.View(), x.View(), w.View(), Activation::kSilu, v);
+      ctx.cuda().Synchronize();
+      EXPECT_LT(ut::RelativeL2Error(out.Values(), Reference(x, halves, Activation::kSilu)), kBound)
+          << cuda::GatedGemmVariant(v) << " T " << T << " F " << F << " K " << K;
+      EXPECT_TRUE(out.PaddingIsPoison()) << cuda::GatedGemmVariant(v);
+    }
+  }
+}
+
 // The unfused path over interleaved rows is the old path over [gate; up] bit for bit: the same
 // GEMM shape (so cuBLASLt's plan and each element's sum), the same activation formula.
 TEST(CudaGatedGemmTest, PairsEqualGatedActivationOnTheHalvesBitForBit) {
@@ -266,8 +286,15 @@ TEST(CudaGatedGemmTest, DISABLED_Throughput) {
     TensorView gate = gu, up = gu;
     gate.shape[1] = up.shape[1] = F;
     up.data = static_cast<uint16_t*>(big.data()) + F;
-    const float fused =
-        MedianMs(ctx, [&] { cuda::GatedGemm(ctx, h, xs, w.View(), Activation::kSilu); });
+    std::string variants;
+    float fused = 1e30f;
+    for (int v = 0; cuda::GatedGemmVariant(v) != nullptr; ++v) {
+      const float ms =
+          MedianMs(ctx, [&] { cuda::GatedGemm(ctx, h, xs, w.View(), Activation::kSilu, v); });
+      if (v == 0) fused = ms;
+      variants += std::string(v ? ", " : "") + "\"" + cuda::GatedGemmVariant(v) + "\": " +
+                  std::to_string(ms);
+    }
     const float pairs = MedianMs(ctx, [&] {
       cuda::Gemm(ctx, gu, xs, w.View());
       cuda::GatedActivationPairs(ctx, h, gu, Activation::kSilu);
@@ -280,9 +307,10 @@ TEST(CudaGatedGemmTest, DISABLED_Throughput) {
     const double tflop = 2.0 * T * 2 * F * K / 1e12;
     std::printf(
         "{\"rows\": %lld, \"fused_ms\": %.4f, \"cublas_pairs_ms\": %.4f, \"cublas_halves_ms\": "
-        "%.4f, \"cublas_gemm_ms\": %.4f, \"fused_tflops\": %.1f, \"cublas_gemm_tflops\": %.1f}\n",
+        "%.4f, \"cublas_gemm_ms\": %.4f, \"fused_tflops\": %.1f, \"cublas_gemm_tflops\": %.1f, "
+        "\"variants_ms\": {%s}}\n",
         static_cast<long long>(T), fused, pairs, halves, gemm, tflop / fused * 1e3,
-        tflop / gemm * 1e3);
+        tflop / gemm * 1e3, variants.c_str());
   }
 }
 

@@ -21,6 +21,7 @@ struct GatedGemmArgs {
   const void* w;
   int64_t rows, f, k;
   bool gelu_tanh;
+  int variant = 0;  // the kernel configuration (GatedGemmVariantName); GELU runs 0 alone
 };
 
 // True where this build holds the kernel (CUTLASS found, sm_90a compiled) and the device runs it
@@ -29,6 +30,10 @@ bool GatedGemmAvailable(int device_major, int device_minor);
 
 // The shapes TMA can load: k, ldx multiples of 8 and x, w 16-byte aligned.
 bool GatedGemmSupports(const GatedGemmArgs& args);
+
+// The configurations a launch may ask for by GatedGemmArgs::variant (0 .. n - 1: a name; then
+// nullptr), for same-binary comparisons.
+const char* GatedGemmVariantName(int variant);
 
 // Enqueues the GEMM on `stream` (no workspace, no sync); false if CUTLASS refused the launch.
 bool LaunchGatedGemm(const GatedGemmArgs& args, int sm_count, cudaStream_t stream);
