@@ -52,8 +52,9 @@ Status CudaBackend::Load(const ProgressFn& progress, GpuAttention attention) {
   const cudaDeviceProp& props = ctx_.cuda().properties();
   wgmma_attention_ = (attention == GpuAttention::kAuto || attention == GpuAttention::kOurs) &&
                      ops::cuda::WgmmaAttentionAvailable(props.major, props.minor);
-  // The fused gate | up GEMM (its weights interleaved below) where this build and device hold it
-  // and TMA can load the rows (16-byte aligned: hidden a multiple of 8).
+  // The fused gate | up GEMM (its weights interleaved below) where asked for
+  // (UNIPREFILL_CUDA_GATED_GEMM=1), this build and device hold it and TMA can load the rows
+  // (16-byte aligned: hidden a multiple of 8).
   gated_gemm_ = gated_gemm_asked_ && ops::cuda::GatedGemmAvailable(props.major, props.minor) &&
                 cfg_.hidden % 8 == 0;
   if (attention == GpuAttention::kAuto || attention == GpuAttention::kCudnn) {

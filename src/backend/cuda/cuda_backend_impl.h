@@ -429,7 +429,7 @@ class CudaBackend final : public LayerBackend {
   // UNIPREFILL_CUDA_GATED_GEMM (asked) and whether Load interleaved the dense FFNs' gate and up
   // rows for ops::cuda::GatedGemm (the build and device hold it); forwards of fewer rows than
   // gated_gemm_min_rows_ run cuBLASLt and GatedActivationPairs over the same weights.
-  bool gated_gemm_asked_ = true;
+  bool gated_gemm_asked_ = false;
   bool gated_gemm_ = false;
   int gated_gemm_min_rows_ = kGatedGemmMinRows;
   int gated_gemm_variant_ = 0;  // UNIPREFILL_CUDA_GATED_GEMM_VARIANT

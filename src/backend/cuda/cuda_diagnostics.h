@@ -67,14 +67,16 @@
 //   UNIPREFILL_CUDA_WGMMA_SCHEDULE=overlap|pv_beside_exp|serial  the kernel's consumer schedule
 //                                             (WgmmaAttentionSchedule; default pv_beside_exp; all
 //                                             three bit-identical).
-//   UNIPREFILL_CUDA_GATED_GEMM=0|1            a dense FFN's gate | up GEMM applies the gated
+//   UNIPREFILL_CUDA_GATED_GEMM=1              a dense FFN's gate | up GEMM applies the gated
 //                                             activation in its epilogue (ops::cuda::GatedGemm,
-//                                             weights' gate and up rows interleaved at load),
-//                                             or cuBLASLt writes [rows, 2f] and a kernel of its
-//                                             own reads it back, as before. Default 1 (where
-//                                             the build and device hold the kernel).
-//   UNIPREFILL_CUDA_GATED_GEMM_MIN_ROWS=n     the fused GEMM runs forwards of at least n rows
-//                                             (fewer: cuBLASLt and GatedActivationPairs).
+//                                             CUTLASS; weights' gate and up rows interleaved at
+//                                             load) instead of cuBLASLt writing [rows, 2f] and
+//                                             a kernel of its own reading it back. Opt-in: the
+//                                             37th session measured it no faster (H100, 8B
+//                                             dense 32K / 128K +0.3%: CUTLASS's GEMM runs below
+//                                             cuBLASLt's rate by about what the fusion saves).
+//   UNIPREFILL_CUDA_GATED_GEMM_MIN_ROWS=n     with it, forwards of fewer rows run cuBLASLt and
+//                                             GatedActivationPairs (default 256).
 //   UNIPREFILL_CUDA_GATED_GEMM_VARIANT=n      its kernel configuration (ops::cuda::GatedGemmVariant:
 //                                             tile, cluster, schedule), for same-binary arms.
 //   UNIPREFILL_CUDNN_SDPA=unified|auto        cuDNN's graphs built with its UNIFIED SDPA engine
@@ -111,7 +113,7 @@ struct CudaDiagnostics {
   bool separate_uploads = false;
   bool separate_rope = false;
   double tile_overshoot = 0;  // 0: off
-  bool gated_gemm = true;
+  bool gated_gemm = false;  // see UNIPREFILL_CUDA_GATED_GEMM above
   int gated_gemm_min_rows = kGatedGemmMinRows;
   int gated_gemm_variant = 0;
   // The three launch choices default on since the 32nd session's H200 call (probe 233.4 vs

@@ -1,5 +1,5 @@
-// The dense FFN's fused gate | up GEMM through the backend (UNIPREFILL_CUDA_GATED_GEMM, default
-// on where the build and device hold it: Load interleaves the gate and up rows). Three arms of the
+// The dense FFN's fused gate | up GEMM through the backend (UNIPREFILL_CUDA_GATED_GEMM=1, opt-in,
+// where the build and device hold it: Load interleaves the gate and up rows). Three arms of the
 // same model over the mixed scenario of testing/last_layer_scenario.h (fresh prompts, a decode,
 // chunks over a cached prefix, decodes after): the fused GEMM on every forward (min rows 1), the
 // interleaved rows unfused on every forward (cuBLASLt + GatedActivationPairs), and the old layout
