@@ -54,10 +54,30 @@ TEST(ServeCommandTest, MissingModelIsACleanError) {
   ExpectCleanError("serve --model /nonexistent/model.gguf --port 0", "/nonexistent/model.gguf");
 }
 
-// Starts `uniprefill serve` in the background; returns its pid and the port it printed.
-pid_t StartServer(const std::string& args, const std::string& err_path, int* port) {
-  const pid_t pid = fork();
-  if (pid == 0) {
+// A `uniprefill serve` started in the background. Stop(sig) sends sig and returns its exit status
+// (-1: killed after 30 s, or not running); if no Stop ended it, going out of scope kills it
+// (SIGKILL) and reaps it, so a failed assertion leaves no server behind for later tests.
+class ServerProcess {
+ public:
+  ServerProcess(const std::string& args, const std::string& err_path, int* port);
+  ServerProcess(const ServerProcess&) = delete;
+  ServerProcess& operator=(const ServerProcess&) = delete;
+  ~ServerProcess() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  int Stop(int sig);
+
+ private:
+  pid_t pid_ = -1;  // -1 once reaped
+};
+
+// Starts the server; *port is the port it printed (-1 if it exited or printed none in 60 s).
+ServerProcess::ServerProcess(const std::string& args, const std::string& err_path, int* port) {
+  pid_ = fork();
+  if (pid_ == 0) {
     const std::string cmd =
         "exec " + CliPath() + " " + args + " >/dev/null 2>" + err_path + " </dev/null";
     execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
@@ -73,13 +93,18 @@ pid_t StartServer(const std::string& args, const std::string& err_path, int* por
       *port = std::stoi(m[2]);
       break;
     }
-    if (waitpid(pid, nullptr, WNOHANG) == pid) break;  // exited early
+    if (waitpid(pid_, nullptr, WNOHANG) == pid_) {  // exited early: reaped
+      pid_ = -1;
+      break;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  return pid;
 }
 
-int StopServer(pid_t pid, int sig) {
+int ServerProcess::Stop(int sig) {
+  if (pid_ <= 0) return -1;
+  const pid_t pid = pid_;
+  pid_ = -1;
   kill(pid, sig);
   int status = 0;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
@@ -97,7 +122,7 @@ int StopServer(pid_t pid, int sig) {
 TEST(ServeCommandTest, ServesAndStopsCleanly) {
   const std::string err_path = testing::TempPath("serve_err.txt");
   int port = -1;
-  const pid_t pid = StartServer("serve --model " + TinyModel() +
+  ServerProcess server("serve --model " + TinyModel() +
                                     " --port 0 --threads 1 --ctx-size 512 "
                                     "--kv-cache-memory 32MiB --served-model-name tiny -q",
                                 err_path, &port);
@@ -121,14 +146,14 @@ TEST(ServeCommandTest, ServesAndStopsCleanly) {
   EXPECT_EQ(r->status, 200) << r->body;
   EXPECT_EQ(nlohmann::json::parse(r->body)["usage"]["completion_tokens"], 4);
 
-  EXPECT_EQ(StopServer(pid, SIGINT), 0) << ReadAll(err_path);
+  EXPECT_EQ(server.Stop(SIGINT), 0) << ReadAll(err_path);
   EXPECT_NE(ReadAll(err_path).find("stopped"), std::string::npos);
 }
 
 TEST(ServeCommandTest, StepBudgetFlagsWinOverTheDevicesDefaults) {
   const std::string err_path = testing::TempPath("serve_err_budgets.txt");
   int port = -1;
-  const pid_t pid = StartServer("serve --model " + TinyModel() +
+  ServerProcess server("serve --model " + TinyModel() +
                                     " --port 0 --threads 1 --ctx-size 512 --kv-cache-memory 32MiB "
                                     "--max-batched-tokens 300 --prefill-only-tokens 1000 -q",
                                 err_path, &port);
@@ -136,7 +161,7 @@ TEST(ServeCommandTest, StepBudgetFlagsWinOverTheDevicesDefaults) {
   const std::string log = ReadAll(err_path);
   EXPECT_NE(log.find("300 tokens per step (1000 with no decodes)"), std::string::npos) << log;
   EXPECT_EQ(log.find("serving: step budget"), std::string::npos) << log;  // given: not measured
-  EXPECT_EQ(StopServer(pid, SIGINT), 0) << ReadAll(err_path);
+  EXPECT_EQ(server.Stop(SIGINT), 0) << ReadAll(err_path);
 }
 
 // Without --max-batched-tokens the CPU server times the model at start and serves with the
@@ -152,7 +177,7 @@ TEST(ServeCommandTest, TheCpuStepBudgetIsMeasuredForTheTargetStepTime) {
     const std::string err_path =
         testing::TempPath("serve_err_budget_" + std::to_string(n++) + ".txt");
     int port = -1;
-    const pid_t pid = StartServer("serve --model " + TinyModel() +
+    ServerProcess server("serve --model " + TinyModel() +
                                       " --port 0 --threads 1 --ctx-size 512 "
                                       "--kv-cache-memory 32MiB -q" +
                                       std::string(target),
@@ -206,7 +231,7 @@ TEST(ServeCommandTest, TheCpuStepBudgetIsMeasuredForTheTargetStepTime) {
       EXPECT_EQ(at, std::string::npos) << log;
       EXPECT_NE(log.find("8192 tokens per step (8192 with no decodes)"), std::string::npos) << log;
     }
-    EXPECT_EQ(StopServer(pid, SIGINT), 0) << ReadAll(err_path);
+    EXPECT_EQ(server.Stop(SIGINT), 0) << ReadAll(err_path);
   }
 }
 
@@ -234,8 +259,7 @@ TEST(ServeCommandTest, DenseSegmentChunksFlagRunsDensePromptsSegmentWise) {
     const std::string err_path =
         testing::TempPath(flag ? "serve_err_dense_segments.txt" : "serve_err_dense_layers.txt");
     int port = -1;
-    const pid_t pid =
-        StartServer("serve --model " + TwelveLayerTinyModel() +
+    ServerProcess server("serve --model " + TwelveLayerTinyModel() +
                         " --port 0 --threads 1 --ctx-size 512 --kv-cache-memory 32MiB "
                         "--max-batched-tokens 32 --drop-layers 5 --served-model-name tiny -q" +
                         std::string(flag ? " --dense-segment-chunks" : ""),
@@ -267,15 +291,14 @@ TEST(ServeCommandTest, DenseSegmentChunksFlagRunsDensePromptsSegmentWise) {
     } else {
       EXPECT_EQ(chunks, 0);
     }
-    EXPECT_EQ(StopServer(pid, SIGINT), 0) << ReadAll(err_path);
+    EXPECT_EQ(server.Stop(SIGINT), 0) << ReadAll(err_path);
   }
 }
 
 TEST(ServeCommandTest, SigtermStopsToo) {
   const std::string err_path = testing::TempPath("serve_err_term.txt");
   int port = -1;
-  const pid_t pid =
-      StartServer("serve --model " + TinyModel() + " --port 0 --threads 1 --kv-cache-memory 16M -q",
+  ServerProcess server("serve --model " + TinyModel() + " --port 0 --threads 1 --kv-cache-memory 16M -q",
                   err_path, &port);
   ASSERT_GT(port, 0) << ReadAll(err_path);
   // The default served name is the file's stem.
@@ -284,20 +307,19 @@ TEST(ServeCommandTest, SigtermStopsToo) {
   ASSERT_TRUE(models);
   const std::string stem = std::filesystem::path(TinyModel()).stem().string();
   EXPECT_EQ(nlohmann::json::parse(models->body)["data"][0]["id"], stem);
-  EXPECT_EQ(StopServer(pid, SIGTERM), 0) << ReadAll(err_path);
+  EXPECT_EQ(server.Stop(SIGTERM), 0) << ReadAll(err_path);
 }
 
 TEST(ServeCommandTest, PortInUse) {
   const std::string err_path = testing::TempPath("serve_err_first.txt");
   int port = -1;
-  const pid_t pid =
-      StartServer("serve --model " + TinyModel() + " --port 0 --threads 1 --kv-cache-memory 16M -q",
+  ServerProcess server("serve --model " + TinyModel() + " --port 0 --threads 1 --kv-cache-memory 16M -q",
                   err_path, &port);
   ASSERT_GT(port, 0) << ReadAll(err_path);
   ExpectCleanError("serve --model " + TinyModel() +
                        " --threads 1 --kv-cache-memory 16M -q --port " + std::to_string(port),
                    "cannot listen on 127.0.0.1:" + std::to_string(port));
-  EXPECT_EQ(StopServer(pid, SIGINT), 0);
+  EXPECT_EQ(server.Stop(SIGINT), 0);
 }
 
 }  // namespace
