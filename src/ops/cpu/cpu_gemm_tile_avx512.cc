@@ -16,6 +16,8 @@
 #pragma GCC diagnostic pop
 
 #include <cstdint>
+#include <type_traits>
+#include <utility>
 
 #include "ops/cpu/cpu_gemm_tile.h"
 
@@ -131,66 +133,46 @@ inline __attribute__((always_inline)) void TilePair(float* c, int64_t ldc, const
   }
 }
 
-// All m rows of a two-panel (32-column) C tile, kRows at a time, then the remainder.
+// Calls tile(std::integral_constant<int, R>{}, r) over m rows: kRows rows at a time from r = 0,
+// then the remainder (1 .. kRows - 1 rows) as one call of its own size, so every call's row loops
+// are unrolled at compile time.
+template <typename TileFn, int... R>
+inline __attribute__((always_inline)) void RemainderTile(int rows, int r, TileFn& tile,
+                                                         std::integer_sequence<int, R...>) {
+  (
+      [&] {
+        if constexpr (R > 0) {
+          if (rows == R) tile(std::integral_constant<int, R>{}, r);
+        }
+      }(),
+      ...);
+}
+template <typename TileFn>
+inline __attribute__((always_inline)) void RowTiles(int m, TileFn&& tile) {
+  int r = 0;
+  for (; r + kRows <= m; r += kRows) tile(std::integral_constant<int, kRows>{}, r);
+  RemainderTile(m - r, r, tile, std::make_integer_sequence<int, kRows>{});
+}
+
+// All m rows of a two-panel (32-column) C tile.
 template <bool kAccum>
 void ColumnPair(float* c, int64_t ldc, const float* alpha, const float* a, int64_t lda,
                 const float* b0, const float* b1, int64_t ldb, int m, int k, __mmask16 mask0,
                 __mmask16 mask1) {
-  int r = 0;
-  for (; r + kRows <= m; r += kRows) {
-    TilePair<kRows, kAccum>(c + r * ldc, ldc, alpha + (kAccum ? r : 0), a + r * lda, lda, b0, b1,
-                            ldb, k, mask0, mask1);
-  }
-  float* cr = c + r * ldc;
-  const float* ar = a + r * lda;
-  const float* al = kAccum ? alpha + r : alpha;
-  switch (m - r) {
-#define UP_TAIL_CASE(n) \
-  case n: TilePair<n, kAccum>(cr, ldc, al, ar, lda, b0, b1, ldb, k, mask0, mask1); break;
-    UP_TAIL_CASE(1)
-    UP_TAIL_CASE(2)
-    UP_TAIL_CASE(3)
-    UP_TAIL_CASE(4)
-    UP_TAIL_CASE(5)
-    UP_TAIL_CASE(6)
-    UP_TAIL_CASE(7)
-    UP_TAIL_CASE(8)
-    UP_TAIL_CASE(9)
-    UP_TAIL_CASE(10)
-    UP_TAIL_CASE(11)
-#undef UP_TAIL_CASE
-    default: break;
-  }
+  RowTiles(m, [&](auto rows, int r) {
+    TilePair<rows.value, kAccum>(c + r * ldc, ldc, kAccum ? alpha + r : alpha, a + r * lda, lda,
+                                 b0, b1, ldb, k, mask0, mask1);
+  });
 }
 
-// All m rows of one 16-column tile, kRows at a time, then the remainder.
+// All m rows of one 16-column tile.
 template <bool kAccum>
 void Column(float* c, int64_t ldc, const float* alpha, const float* a, int64_t lda,
             const float* b, int64_t ldb, int m, int k, __mmask16 mask) {
-  int r = 0;
-  for (; r + kRows <= m; r += kRows) {
-    Tile<kRows, kAccum>(c + r * ldc, ldc, alpha + r, a + r * lda, lda, b, ldb, k, mask);
-  }
-  float* cr = c + r * ldc;
-  const float* ar = a + r * lda;
-  const float* al = alpha + r;
-  switch (m - r) {
-#define UP_TAIL_CASE(n) \
-  case n: Tile<n, kAccum>(cr, ldc, al, ar, lda, b, ldb, k, mask); break;
-    UP_TAIL_CASE(1)
-    UP_TAIL_CASE(2)
-    UP_TAIL_CASE(3)
-    UP_TAIL_CASE(4)
-    UP_TAIL_CASE(5)
-    UP_TAIL_CASE(6)
-    UP_TAIL_CASE(7)
-    UP_TAIL_CASE(8)
-    UP_TAIL_CASE(9)
-    UP_TAIL_CASE(10)
-    UP_TAIL_CASE(11)
-#undef UP_TAIL_CASE
-    default: break;
-  }
+  RowTiles(m, [&](auto rows, int r) {
+    Tile<rows.value, kAccum>(c + r * ldc, ldc, kAccum ? alpha + r : alpha, a + r * lda, lda, b,
+                             ldb, k, mask);
+  });
 }
 
 void GemmPacked512(float* c, int64_t ldc, const float* a, int64_t lda, const float* b_packed,
