@@ -332,6 +332,7 @@ struct BenchModel {
   int64_t parameters = 0;
   int n_experts = 0;
   std::vector<double> dense_flops;  // per context of the points, one request
+  std::vector<double> executed_flops;  // what the walk runs of them (ExecutedDensePrefillFlops)
   std::unique_ptr<Model> model;
   double prepare_serving_s = 0;  // --serving-graphs: Model::PrepareServing's wall time
 };
@@ -364,6 +365,10 @@ Result<BenchModel> BuildModel(const BenchGpuPrefillOptions& o, const Points& p,
                     : o.moe_gemm == "mma-sync" ? GpuMoeGemm::kOursMmaSync
                                                : GpuMoeGemm::kOurs;
   lo.gpu_prefix_split_min_keys = o.prefix_split;
+  UP_ASSIGN_OR_RETURN(const bool every_row, LastLayerEveryRow(lo));
+  for (int64_t n : p.contexts) {
+    b.executed_flops.push_back(ExecutedDensePrefillFlops(def, n, every_row));
+  }
   UP_ASSIGN_OR_RETURN(b.model, MakeModel(std::move(def), ctx, lo));
   // The pool as serve fixes it: blocks of --kv-block-tokens, enough for the largest point.
   int64_t blocks = 0;
@@ -390,8 +395,10 @@ Result<BenchModel> BuildModel(const BenchGpuPrefillOptions& o, const Points& p,
 // The table line and the JSON row of one mode at (n tokens, batch b); dense_ms: this point's dense
 // median (the mode's own for dense).
 // chunk: 0 for whole prefills, else the chunk rows (whole_ms: the same mode's whole median).
-nlohmann::json ReportRow(const Mode& mode, int64_t n, int64_t b, double flops, const Timings& t,
-                         double dense_ms, double gemm_tflops, int chunk, double whole_ms) {
+// flops: the dense prefill's (the anchor's convention); executed_flops: what the walk runs of it.
+nlohmann::json ReportRow(const Mode& mode, int64_t n, int64_t b, double flops,
+                         double executed_flops, const Timings& t, double dense_ms,
+                         double gemm_tflops, int chunk, double whole_ms) {
   const bool dense = !mode.up.enabled;
   const double ms = Median(t.total_ms), overhead = Median(t.overhead_ms);
   const double tflops = flops / ms / 1e9;
@@ -403,6 +410,8 @@ nlohmann::json ReportRow(const Mode& mode, int64_t n, int64_t b, double flops, c
                         {"dense_flops", flops}};
   if (dense) {
     row["effective_tflops"] = tflops;
+    row["executed_flops"] = executed_flops;
+    row["executed_tflops"] = executed_flops / ms / 1e9;
     row["share_of_datasheet_peak"] = tflops / kDatasheetBf16Tflops;
     row["share_of_measured_gemm"] = tflops / gemm_tflops;
   } else {
@@ -505,7 +514,8 @@ nlohmann::json Summary(const BenchGpuPrefillOptions& o, const BenchModel& bm,
        "its power limit lowers its clock, so compare timings at the clocks they ran at"},
       {"flop_convention",
        "linear layers + causal attention (4*H*D per visible pair), as pytorch_anchor.py; "
-       "embedding, norms and logits not counted"}};
+       "embedding, norms and logits not counted; executed_tflops: the FLOPs the walk runs of "
+       "them (the last layer on each request's last row: ExecutedDensePrefillFlops)"}};
 }
 
 }  // namespace
@@ -573,7 +583,8 @@ int BenchGpuPrefillCommand(const BenchGpuPrefillOptions& o) {
             if (!mode.up.enabled) dense_chunked_ms = ms;
           }
           // Speedups compare like with like: chunked UniPrefill against chunked dense.
-          rows.push_back(ReportRow(shown, n, b, bm.dense_flops[ci] * b, *t,
+          rows.push_back(ReportRow(shown, n, b, bm.dense_flops[ci] * b,
+                                   bm.executed_flops[ci] * b, *t,
                                    chunk == 0 ? dense_ms : dense_chunked_ms, gemm_tflops, chunk,
                                    whole_ms));
         }

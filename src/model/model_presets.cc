@@ -487,4 +487,25 @@ double DensePrefillFlops(const ModelDefinition& def, int64_t n_tokens) {
   return flops;
 }
 
+double ExecutedDensePrefillFlops(const ModelDefinition& def, int64_t n_tokens,
+                                 bool last_layer_every_row) {
+  const double dense = DensePrefillFlops(def, n_tokens);
+  if (last_layer_every_row || n_tokens < 1 || def.layers.empty() || !def.layers.back().attention) {
+    return dense;
+  }
+  const LayerDefinition& L = def.layers.back();
+  const AttentionWeights& a = *L.attention;
+  const double n = static_cast<double>(n_tokens);
+  const auto [mixer, ffn] = MixerAndFfnFlops(L);
+  const double key_value = 2.0 * def.config.hidden * 2.0 * a.n_kv_heads * a.head_dim;
+  double pairs = n * (n + 1) / 2;  // the layer's attention, as DensePrefillFlops counts it
+  if (a.window > 0 && n_tokens > a.window) {
+    const double w = a.window;
+    pairs = w * (w + 1) / 2 + (n - w) * w;
+  }
+  const double last_row_keys = a.window > 0 ? std::min<double>(n, a.window) : n;
+  return dense - (n - 1) * (mixer - key_value + ffn) -
+         4.0 * a.n_heads * a.head_dim * (pairs - last_row_keys);
+}
+
 }  // namespace uniprefill

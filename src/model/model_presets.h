@@ -62,6 +62,12 @@ double LinearPrefillFlops(const ModelDefinition& def, int64_t n_tokens);
 // The dense prefill: the linear part plus causal attention, 4 * heads * head_dim per visible
 // (query, key) pair, sliding windows counted. Embedding, norms and the logits are not counted.
 double DensePrefillFlops(const ModelDefinition& def, int64_t n_tokens);
+// What the walk runs of that (QueryRows::kLastOfEach): where the last layer is an attention layer,
+// its n - 1 rows before the last compute their key and value projections only, and its attention
+// is the last row's over its keys (all n, or its window). last_layer_every_row: the walk before
+// the 36th session, DensePrefillFlops itself.
+double ExecutedDensePrefillFlops(const ModelDefinition& def, int64_t n_tokens,
+                                 bool last_layer_every_row);
 // Attention FLOPs per cached key of the full-attention layers (4 H D each) over the linear FLOPs
 // per token (LinearPrefillFlops): what a key costs in rows of a step's budget.
 double AttentionKeyCost(const ModelDefinition& def);
