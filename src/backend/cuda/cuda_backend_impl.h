@@ -127,6 +127,7 @@ class CudaBackend final : public LayerBackend {
     gated_gemm_asked_ = d.gated_gemm;
     gated_gemm_min_rows_ = d.gated_gemm_min_rows;
     gated_gemm_variant_ = d.gated_gemm_variant;
+    ctx_.cuda().SetGemmMaxRows(d.gemm_max_rows);
     align_step_rows_ = d.align_step_rows;
     gemm_tune_ = d.gemm_tune;
     staging_.set_separate_uploads(d.separate_uploads);

@@ -91,6 +91,15 @@ Result<CudaDiagnostics> DiagnosticsFromEnvironment() {
     }
     d.gated_gemm_variant = static_cast<int>(n);
   }
+  if (const char* v = std::getenv("UNIPREFILL_CUDA_GEMM_MAX_ROWS"); v && *v) {
+    char* end = nullptr;
+    const long long n = std::strtoll(v, &end, 10);
+    if (end == v || *end != '\0' || n < 0 || n > (1LL << 31)) {
+      return InvalidArgument(std::string("UNIPREFILL_CUDA_GEMM_MAX_ROWS must be a row count "
+                                         "(0: whole GEMMs), e.g. 4096 (got '") + v + "')");
+    }
+    d.gemm_max_rows = n;
+  }
   if (const char* v = std::getenv("UNIPREFILL_CUDNN_SDPA"); v && *v) {
     using Impl = ops::cuda::CudnnSdpaImplementation;
     const std::string s = v;

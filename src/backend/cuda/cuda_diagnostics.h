@@ -79,6 +79,10 @@
 //                                             GatedActivationPairs (default 256).
 //   UNIPREFILL_CUDA_GATED_GEMM_VARIANT=n      its kernel configuration (ops::cuda::GatedGemmVariant:
 //                                             tile, cluster, schedule), for same-binary arms.
+//   UNIPREFILL_CUDA_GEMM_MAX_ROWS=n           every cuBLASLt GEMM of more than n rows runs as row
+//                                             blocks of at most n (CudaContext::SetGemmMaxRows);
+//                                             0 / unset: whole, the default. An experiment:
+//                                             written without a GPU (37th session).
 //   UNIPREFILL_CUDNN_SDPA=unified|auto        cuDNN's graphs built with its UNIFIED SDPA engine
 //                                             (cuDNN >= 9.21), or with both and the faster kept,
 //                                             instead of COMPOSITE alone (cudnn_attention.h).
@@ -116,6 +120,7 @@ struct CudaDiagnostics {
   bool gated_gemm = false;  // see UNIPREFILL_CUDA_GATED_GEMM above
   int gated_gemm_min_rows = kGatedGemmMinRows;
   int gated_gemm_variant = 0;
+  int64_t gemm_max_rows = 0;  // 0: whole GEMMs
   // The three launch choices default on since the 32nd session's H200 call (probe 233.4 vs
   // 247.6 ms at 128K; bench gpu-prefill 8B dense 128K 10497 vs 10961 ms; docs/gpu_performance.md).
   bool wgmma_group_order = true;

@@ -84,6 +84,11 @@ class CudaContext {
   void SetMatmulTuneRows(int64_t step, int64_t max_rows);
   int64_t matmul_tune_step() const { return tune_step_.load(); }
   int64_t matmul_tune_max_rows() const { return tune_max_rows_.load(); }
+  // Gemm runs problems of more rows than this (0: no limit) as row blocks of at most this many,
+  // one cuBLASLt call each (UNIPREFILL_CUDA_GEMM_MAX_ROWS; a same-binary experiment: cuBLASLt's
+  // rate per row count differs, and a prefill's 32K-row GEMMs may run faster as blocks).
+  void SetGemmMaxRows(int64_t rows) { gemm_max_rows_.store(rows); }
+  int64_t gemm_max_rows() const { return gemm_max_rows_.load(); }
 
  private:
   CudaContext() = default;
@@ -98,6 +103,7 @@ class CudaContext {
   std::map<BlasLtMatmulKey, BlasLtMatmulPlan> plans_;  // node-based: pointers stay valid
   std::map<BlasLtMatmulKey, cublasLtMatmulAlgo_t> tuned_;  // under plans_mu_
   std::atomic<int64_t> tune_step_{0}, tune_max_rows_{0};
+  std::atomic<int64_t> gemm_max_rows_{0};
 };
 
 }  // namespace uniprefill

@@ -118,5 +118,28 @@ TEST(CudaDiagnosticsTest, TheGatedGemmIsOptInFrom256Rows) {
   }
 }
 
+// UNIPREFILL_CUDA_GEMM_MAX_ROWS: whole GEMMs unless set; a row count or an error naming it.
+TEST(CudaDiagnosticsTest, GemmRowBlocksAreOffUnlessAsked) {
+  constexpr const char* kMax = "UNIPREFILL_CUDA_GEMM_MAX_ROWS";
+  unsetenv(kMax);
+  {
+    const Result<CudaDiagnostics> d = DiagnosticsFromEnvironment();
+    ASSERT_TRUE(d.ok()) << d.status().message();
+    EXPECT_EQ(d->gemm_max_rows, 0);
+  }
+  {
+    ScopedVariables v(std::vector<std::pair<const char*, const char*>>{{kMax, "4096"}});
+    const Result<CudaDiagnostics> d = DiagnosticsFromEnvironment();
+    ASSERT_TRUE(d.ok()) << d.status().message();
+    EXPECT_EQ(d->gemm_max_rows, 4096);
+  }
+  for (const char* bad : {"-1", "4k", "99999999999"}) {
+    ScopedVariables v(std::vector<std::pair<const char*, const char*>>{{kMax, bad}});
+    const Result<CudaDiagnostics> d = DiagnosticsFromEnvironment();
+    ASSERT_FALSE(d.ok()) << bad;
+    EXPECT_NE(d.status().message().find(kMax), std::string::npos) << d.status().message();
+  }
+}
+
 }  // namespace
 }  // namespace uniprefill::cuda_backend

@@ -2,11 +2,14 @@
 // heuristic proposes computes the GEMM (against a double loop on the same bf16 inputs, and the
 // first equals Gemm's own plan bit for bit); the tuner's kept algorithms run for every row of
 // their bucket and the tuned GEMMs stay right; then, disabled by default, how far the heuristic's
-// first is from the fastest at the 8B shape's GEMMs and the row counts served steps run.
+// first is from the fastest at the 8B shape's GEMMs and the row counts served steps run. GEMMs past
+// CudaContext::SetGemmMaxRows run as row blocks, each exactly its own GEMM; disabled, a 32K-row
+// prefill's GEMMs whole against blocks and the heuristic's other algorithms.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <iterator>
 #include <cstring>
 #include <cstdint>
 #include <cstdio>
@@ -234,6 +237,112 @@ TEST(CudaGemmAlgoThroughputTest, DISABLED_HeuristicAgainstFastestAtServedRows) {
                 static_cast<long long>(M), layer_first, layer_best, 32 * layer_first,
                 32 * layer_best);
   }
+}
+
+// CudaContext::SetGemmMaxRows for one scope (the context is shared by the tests).
+class ScopedGemmMaxRows {
+ public:
+  ScopedGemmMaxRows(DeviceContext& ctx, int64_t rows) : ctx_(ctx) {
+    ctx_.cuda().SetGemmMaxRows(rows);
+  }
+  ~ScopedGemmMaxRows() { ctx_.cuda().SetGemmMaxRows(0); }
+
+ private:
+  DeviceContext& ctx_;
+};
+
+// A GEMM past the row limit runs as row blocks: each block exactly its own GEMM (the blocks' own
+// plans), the whole within the double loop's bound; at or under the limit, one GEMM.
+TEST(CudaGemmRowBlocksTest, RowBlocksEqualTheirOwnGemmsAndTheDoubleLoop) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  std::mt19937 rng(13);
+  const int64_t M = 333, N = 136, K = 200, block = 64;
+  const Matrix x = Random(rng, M, K), w = Random(rng, N, K);
+  Matrix blocked = Output(M, N);
+  {
+    ScopedGemmMaxRows limit(ctx, block);
+    cuda::Gemm(ctx, blocked.View(), x.View(), w.View());
+  }
+  Matrix each = Output(M, N);
+  for (int64_t r = 0; r < M; r += block) {
+    TensorView xb = x.View(), ob = each.View();
+    xb.shape[0] = ob.shape[0] = std::min(block, M - r);
+    xb.data = static_cast<uint16_t*>(x.dev.data()) + r * K;
+    ob.data = static_cast<uint16_t*>(each.dev.data()) + r * N;
+    cuda::Gemm(ctx, ob, xb, w.View());
+  }
+  Matrix whole = Output(M, N);
+  {
+    ScopedGemmMaxRows limit(ctx, M);  // at the limit: one GEMM
+    cuda::Gemm(ctx, whole.View(), x.View(), w.View());
+  }
+  Matrix plain = Output(M, N);
+  cuda::Gemm(ctx, plain.View(), x.View(), w.View());
+  ctx.cuda().Synchronize();
+  EXPECT_EQ(Values(blocked), Values(each));
+  EXPECT_EQ(Values(whole), Values(plain));
+  EXPECT_LT(ut::RelativeL2Error(Values(blocked), Reference(x, w)), 1e-2);
+}
+
+// Disabled (a GPU call runs it): the 8B shape's four GEMMs at a 32K-row prefill, whole against
+// row blocks of 16K / 8K / 4K / 2K (arms interleaved in rounds, so that the power limit's clock
+// drifts through all of them alike) and against the heuristic's other algorithms at 32K rows.
+// Calls AZ and BA timed cuBLASLt's gate | up GEMM at 680-780 TFLOP/s depending on the rows.
+TEST(CudaGemmAlgoThroughputTest, DISABLED_PrefillRowsWholeAgainstBlocksAndAlgorithms) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  std::mt19937 rng(14);
+  struct Weight {
+    const char* name;
+    int64_t N, K;
+  };
+  const Weight weights[] = {{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate_up", 28672, 4096},
+                            {"down", 4096, 14336}};
+  const int64_t M = 32768;
+  const Matrix x = Random(rng, M, 14336);
+  cudaStream_t stream = ctx.cuda().stream();
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  const int64_t arms[] = {0, 16384, 8192, 4096, 2048};
+  for (const Weight& g : weights) {
+    const Matrix w = Random(rng, g.N, g.K);
+    const Matrix out = Output(M, g.N);
+    TensorView xv = x.View();
+    xv.shape[1] = g.K;
+    xv.stride[0] = 14336;
+    std::vector<std::vector<float>> ms(std::size(arms));
+    for (int round = 0; round < 6; ++round) {
+      for (size_t i = 0; i < std::size(arms); ++i) {
+        ScopedGemmMaxRows limit(ctx, arms[i]);
+        cudaEventRecord(a, stream);
+        cuda::Gemm(ctx, out.View(), xv, w.View());
+        cudaEventRecord(b, stream);
+        cudaEventSynchronize(b);
+        float t = 0;
+        cudaEventElapsedTime(&t, a, b);
+        if (round > 0) ms[i].push_back(t);  // round 0 makes the plans
+      }
+    }
+    const double flops = 2.0 * M * g.N * g.K;
+    std::printf("{\"gemm\": \"%s\", \"rows\": %lld", g.name, static_cast<long long>(M));
+    for (size_t i = 0; i < std::size(arms); ++i) {
+      std::sort(ms[i].begin(), ms[i].end());
+      const double med = ms[i][ms[i].size() / 2];
+      std::printf(", \"blocks_%lld_ms\": %.4f, \"blocks_%lld_tflops\": %.1f",
+                  static_cast<long long>(arms[i]), med, static_cast<long long>(arms[i]),
+                  flops / (med * 1e-3) / 1e12);
+    }
+    const std::vector<cuda::GemmAlgo> algos =
+        cuda::GemmHeuristicAlgos(ctx, out.View(), xv, w.View(), 8);
+    std::printf(", \"algorithms_ms\": [");
+    for (size_t i = 0; i < algos.size(); ++i) {
+      std::printf("%s%.4f", i ? ", " : "",
+                  cuda::GemmAlgoMedianMs(ctx, out.View(), xv, w.View(), algos[i], 5));
+    }
+    std::printf("]}\n");
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
 }
 
 }  // namespace
