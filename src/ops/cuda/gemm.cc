@@ -164,6 +164,16 @@ const BlasLtMatmulPlan* PlanFor(CudaContext& cuda, const BlasLtMatmulKey& key,
   return one_off;
 }
 
+// One cuBLASLt call on the problem's cached plan (made when missing).
+void RunPlanned(CudaContext& cuda, TensorView out, TensorView x, TensorView w) {
+  BlasLtMatmulPlan one_off;
+  bool owned = false;
+  const BlasLtMatmulPlan* plan = PlanFor(cuda, KeyOf(out, x, w), &one_off, &owned);
+  RunMatmul(cuda, *plan, plan->algo, out, x, w);
+  // cublasLtMatmul has read the descriptors by the time it returns.
+  if (owned) DestroyBlasLtMatmulPlan(one_off);
+}
+
 }  // namespace
 
 void Gemm(DeviceContext& ctx, TensorView out, TensorView x, TensorView w) {
@@ -172,26 +182,14 @@ void Gemm(DeviceContext& ctx, TensorView out, TensorView x, TensorView w) {
   assert(w.dim(0) > 0 && x.dim(1) > 0);
   CudaContext& cuda = ctx.cuda();
   const int64_t max_rows = cuda.gemm_max_rows();
-  if (max_rows > 0 && x.dim(0) > max_rows) {  // row blocks (CudaContext::SetGemmMaxRows)
-    for (int64_t r = 0; r < x.dim(0); r += max_rows) {
-      TensorView xb = x, ob = out;
-      xb.shape[0] = ob.shape[0] = std::min(max_rows, x.dim(0) - r);
-      xb.data = static_cast<uint16_t*>(x.data) + r * x.stride[0];
-      ob.data = static_cast<uint16_t*>(out.data) + r * out.stride[0];
-      BlasLtMatmulPlan one_off;
-      bool owned = false;
-      const BlasLtMatmulPlan* plan = PlanFor(cuda, KeyOf(ob, xb, w), &one_off, &owned);
-      RunMatmul(cuda, *plan, plan->algo, ob, xb, w);
-      if (owned) DestroyBlasLtMatmulPlan(one_off);
-    }
-    return;
+  if (max_rows == 0 || x.dim(0) <= max_rows) return RunPlanned(cuda, out, x, w);
+  for (int64_t r = 0; r < x.dim(0); r += max_rows) {  // row blocks (CudaContext::SetGemmMaxRows)
+    TensorView xb = x, ob = out;
+    xb.shape[0] = ob.shape[0] = std::min(max_rows, x.dim(0) - r);
+    xb.data = static_cast<uint16_t*>(x.data) + r * x.stride[0];
+    ob.data = static_cast<uint16_t*>(out.data) + r * out.stride[0];
+    RunPlanned(cuda, ob, xb, w);
   }
-  BlasLtMatmulPlan one_off;
-  bool owned = false;
-  const BlasLtMatmulPlan* plan = PlanFor(cuda, KeyOf(out, x, w), &one_off, &owned);
-  RunMatmul(cuda, *plan, plan->algo, out, x, w);
-  // cublasLtMatmul has read the descriptors by the time it returns.
-  if (owned) DestroyBlasLtMatmulPlan(one_off);
 }
 
 GemmAlgo PlannedGemmAlgo(DeviceContext& ctx, TensorView out, TensorView x, TensorView w) {
