@@ -98,57 +98,46 @@ if [ "$WITH_HF_REFERENCE" = 1 ]; then
     pip_install "transformers>=4.57" safetensors
 fi
 
-# The cuDNN frontend's C++ headers (header-only; its wheel holds them): the CUDA build's cuDNN
-# fused attention (ops/cuda/cudnn_attention.h) compiles against them where cuDNN itself is found.
-CUDNN_FE="$ROOT/third_party/cudnn_frontend"
-CUDNN_FE_VERSION=1.32.0
-if [ ! -s "$CUDNN_FE/include/cudnn_frontend.h" ] || [ "$(cat "$CUDNN_FE/VERSION" 2>/dev/null)" != "$CUDNN_FE_VERSION" ]; then
+# header_wheel PACKAGE VERSION DIR WHEEL_PREFIX MARKER LABEL: the C++ headers a PyPI wheel holds
+# under WHEEL_PREFIX, into DIR/include (DIR/VERSION records the version; nothing is fetched while
+# DIR/include/MARKER exists at that version).
+header_wheel() {
+  local package=$1 version=$2 dir=$3 prefix=$4 marker=$5 label=$6
+  if [ -s "$dir/include/$marker" ] && [ "$(cat "$dir/VERSION" 2>/dev/null)" = "$version" ]; then
+    return 0
+  fi
+  local tmp
   tmp=$(mktemp -d)
   if ! "$VENV/bin/pip" download -q --disable-pip-version-check --no-deps --only-binary=:all: \
-      -d "$tmp" "nvidia-cudnn-frontend==$CUDNN_FE_VERSION" >/tmp/uniprefill-pip.log 2>&1; then
-    echo "setup: cannot download nvidia-cudnn-frontend $CUDNN_FE_VERSION from PyPI (see /tmp/uniprefill-pip.log)" >&2
+      -d "$tmp" "$package==$version" >/tmp/uniprefill-pip.log 2>&1; then
+    echo "setup: cannot download $package $version from PyPI (see /tmp/uniprefill-pip.log)" >&2
     exit 1
   fi
-  rm -rf "$CUDNN_FE" && mkdir -p "$CUDNN_FE"
-  "$VENV/bin/python" - "$tmp"/nvidia_cudnn_frontend-*.whl "$CUDNN_FE" <<'PY'
-import sys, zipfile
-with zipfile.ZipFile(sys.argv[1]) as z:
-    for name in z.namelist():
-        if name.startswith("include/"):
-            z.extract(name, sys.argv[2])
-PY
-  echo "$CUDNN_FE_VERSION" > "$CUDNN_FE/VERSION"
-  rm -rf "$tmp"
-  echo "setup: cuDNN frontend $CUDNN_FE_VERSION headers at $CUDNN_FE/include"
-fi
-
-# CUTLASS's C++ headers (header-only; NVIDIA's PyPI wheel holds them under
-# cutlass_library/source/include): the CUDA build's gated FFN GEMM (ops/cuda/sm90/) uses them.
-CUTLASS="$ROOT/third_party/cutlass"
-CUTLASS_VERSION=4.2.0.0
-if [ ! -s "$CUTLASS/include/cutlass/cutlass.h" ] || [ "$(cat "$CUTLASS/VERSION" 2>/dev/null)" != "$CUTLASS_VERSION" ]; then
-  tmp=$(mktemp -d)
-  if ! "$VENV/bin/pip" download -q --disable-pip-version-check --no-deps --only-binary=:all: \
-      -d "$tmp" "nvidia-cutlass==$CUTLASS_VERSION" >/tmp/uniprefill-pip.log 2>&1; then
-    echo "setup: cannot download nvidia-cutlass $CUTLASS_VERSION from PyPI (see /tmp/uniprefill-pip.log)" >&2
-    exit 1
-  fi
-  rm -rf "$CUTLASS" && mkdir -p "$CUTLASS/include"
-  "$VENV/bin/python" - "$tmp"/nvidia_cutlass-*.whl "$CUTLASS/include" <<'PY'
+  rm -rf "$dir" && mkdir -p "$dir/include"
+  "$VENV/bin/python" - "$tmp"/*.whl "$dir/include" "$prefix" <<'PY'
 import os, sys, zipfile
-prefix = "cutlass_library/source/include/"
-with zipfile.ZipFile(sys.argv[1]) as z:
+wheel, dest_root, prefix = sys.argv[1:4]
+with zipfile.ZipFile(wheel) as z:
     for name in z.namelist():
         if name.startswith(prefix) and not name.endswith("/"):
-            dest = os.path.join(sys.argv[2], name[len(prefix):])
+            dest = os.path.join(dest_root, name[len(prefix):])
             os.makedirs(os.path.dirname(dest), exist_ok=True)
             with z.open(name) as src, open(dest, "wb") as out:
                 out.write(src.read())
 PY
-  echo "$CUTLASS_VERSION" > "$CUTLASS/VERSION"
+  echo "$version" > "$dir/VERSION"
   rm -rf "$tmp"
-  echo "setup: CUTLASS $CUTLASS_VERSION headers at $CUTLASS/include"
-fi
+  echo "setup: $label $version headers at $dir/include"
+}
+
+# The cuDNN frontend's headers: the CUDA build's cuDNN fused attention (ops/cuda/cudnn_attention.h)
+# compiles against them where cuDNN itself is found.
+header_wheel nvidia-cudnn-frontend 1.32.0 "$ROOT/third_party/cudnn_frontend" include/ \
+  cudnn_frontend.h "cuDNN frontend"
+# CUTLASS's headers (its wheel holds them under cutlass_library/source/include): the CUDA build's
+# gated FFN GEMM (ops/cuda/sm90/gated_gemm_cutlass.cu).
+header_wheel nvidia-cutlass 4.2.0.0 "$ROOT/third_party/cutlass" cutlass_library/source/include/ \
+  cutlass/cutlass.h CUTLASS
 
 MODEL="$ROOT/models/gemma-3-270m-q4_k_m.gguf"
 if [ ! -s "$MODEL" ]; then
