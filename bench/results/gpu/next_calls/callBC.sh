@@ -33,25 +33,5 @@ PY
 )
 echo "fastest row blocks over the four GEMMs: $best (0: whole)"
 [ "$best" = "0" ] && best=4096  # still measure one block size end to end
-nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw --format=csv,noheader -lms 100 \
-  > /tmp/clocks.csv 2>&1 &
-sampler=$!
-commit=$(cat .gpu_carry/commit)
-arm() {  # arm NAME MAX_ROWS
-  echo "$1 from $(date +%s%3N)" >> $OUT/phases.txt
-  UNIPREFILL_CUDA_GEMM_MAX_ROWS=$2 build-dev-new/uniprefill bench gpu-prefill --commit "$commit" \
-    --shape llama-3.1-8b --contexts 32768,131072 --keep-ratios 0.5 --repeats 1 \
-    --json $OUT/llama8b_$1.json > $OUT/ours_$1.txt 2>&1
-  echo "$1 rc $? at $(elapsed) s"; grep -E "^(context|[0-9]+ )" $OUT/ours_$1.txt | head -6
-}
-arm new1 $best
-arm old1 0
-arm old2 0
-arm new2 $best
-echo "cudnn anchor from $(date +%s%3N)" >> $OUT/phases.txt
-ANCHOR_SDPA=cudnn PYTHONUNBUFFERED=1 timeout 150 python3 .gpu_deps/anchor/pytorch_anchor.py \
-  32768 131072 > $OUT/anchor_cudnn.jsonl 2>&1
-echo "cudnn anchor rc $? at $(elapsed) s"; cat $OUT/anchor_cudnn.jsonl
-kill $sampler
-xz -c /tmp/clocks.csv > $OUT/clocks.csv.xz
+prefill_ab UNIPREFILL_CUDA_GEMM_MAX_ROWS $best 0
 pack_out

@@ -94,3 +94,30 @@ use_pack() {
     { echo "use_pack: the unpacked uniprefill does not start: building"; rm -f build-dev-new/uniprefill build-dev-new/uniprefill_cuda_tests; return 1; }
   echo "use_pack: binaries of $(cat "$carry/commit") unpacked at $(elapsed) s"
 }
+# prefill_ab VAR NEW OLD: `bench gpu-prefill` (8B shape, 32K / 128K, dense and keep 0.5) with VAR
+# set to NEW and to OLD, arms new old old new (llama8b_ARM.json, ours_ARM.txt), then the cuDNN
+# anchor at the same sizes (anchor_cudnn.jsonl); nvidia-smi samples the clock and power meanwhile
+# (clocks.csv.xz), phases.txt marks each part. Needs build-dev-new/uniprefill and
+# .gpu_deps/anchor/pytorch_anchor.py. Calls AW, AZ and BA wrote the same steps out by hand.
+prefill_ab() {
+  local var=$1 new=$2 old=$3 commit arm value
+  commit=$(cat .gpu_carry/commit 2>/dev/null || git rev-parse --short HEAD)
+  nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw --format=csv,noheader -lms 100 \
+    > /tmp/clocks.csv 2>&1 &
+  local sampler=$!
+  for arm in new1 old1 old2 new2; do
+    value=$new; [[ $arm == old* ]] && value=$old
+    echo "$arm ($var=$value) from $(date +%s%3N)" >> $OUT/phases.txt
+    env "$var=$value" build-dev-new/uniprefill bench gpu-prefill --commit "$commit" \
+      --shape llama-3.1-8b --contexts 32768,131072 --keep-ratios 0.5 --repeats 1 \
+      --json $OUT/llama8b_$arm.json > $OUT/ours_$arm.txt 2>&1
+    echo "$arm rc $? at $(elapsed) s"; grep -E "^(context|[0-9]+ )" $OUT/ours_$arm.txt | head -6
+  done
+  echo "cudnn anchor from $(date +%s%3N)" >> $OUT/phases.txt
+  ANCHOR_SDPA=cudnn PYTHONUNBUFFERED=1 timeout 150 python3 .gpu_deps/anchor/pytorch_anchor.py \
+    32768 131072 > $OUT/anchor_cudnn.jsonl 2>&1
+  echo "cudnn anchor rc $? at $(elapsed) s"; cat $OUT/anchor_cudnn.jsonl
+  echo "anchor end $(date +%s%3N)" >> $OUT/phases.txt
+  kill $sampler
+  xz -c /tmp/clocks.csv > $OUT/clocks.csv.xz
+}
