@@ -8,8 +8,11 @@
 # GEMMs, arms new old old new, then the cuDNN anchor. Needs .gpu_deps/anchor/pytorch_anchor.py (the
 # command copies it from .gpu_carry/anchor). Predicted: if blocks of 4K run the GEMMs at ~780
 # against ~730 TFLOP/s, the 32K dense prefill ~-35 ms (GEMMs ~0.59 s of ~1.17 s), 128K ~-150 ms.
+# The 8B checkpoint for callAV.sh (next, on the same warm machine) is written meanwhile (CPU and
+# disk only: numpy), and waited for at the end.
 source "$(dirname "$0")/lib.sh"
 call_begin
+start_checkpoint
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit,memory.total --format=csv > $OUT/gpu.txt
 cat $OUT/gpu.txt
 ensure_uniprefill
@@ -34,4 +37,6 @@ PY
 echo "fastest row blocks over the four GEMMs: $best (0: whole)"
 [ "$best" = "0" ] && best=4096  # still measure one block size end to end
 prefill_ab UNIPREFILL_CUDA_GEMM_MAX_ROWS $best 0
+wait_checkpoint
+ls /tmp/l8b | head -3
 pack_out
