@@ -124,6 +124,7 @@ class CudaBackend final : public LayerBackend {
     small_pieces_ = d.small_pieces;
     prefix_one_launch_ = d.prefix_one_launch;
     separate_rope_ = d.separate_rope;
+    kept_queries_on_flash_ = d.kept_queries_on_flash;
     gated_gemm_asked_ = d.gated_gemm;
     gated_gemm_min_rows_ = d.gated_gemm_min_rows;
     gated_gemm_variant_ = d.gated_gemm_variant;
@@ -217,13 +218,22 @@ class CudaBackend final : public LayerBackend {
   // shape (that shape falls back from then on) or a plan fails to run (cuDNN is off for the
   // model's life); said once on stderr.
   struct KeptQueries;
+  // A drop layer's keys when its queries were compacted to the kept rows before their attention:
+  // each request's key rows (the step's rows before the drop) and their mask coordinates.
+  struct DropKeys {
+    std::vector<int> begin, len;     // per request, rows of k / v (len: capacities when bounded)
+    const int32_t* counts = nullptr;  // a sync-free batch's true key counts (device, per request)
+    const int32_t* coord = nullptr;   // device int32 [rows of k]: the keys' alive indices
+  };
   // Our Hopper kernel (ops/cuda/sm90/flash_attention_wgmma.h) for fresh requests `which`, when
-  // HopperKernelCovers the layer (the caller checks that and uncompacted queries); false (the next
-  // kernel runs them) when the requests' rows do not fit its argument shape (non-consecutive
-  // requests of a sync-free batch).
+  // HopperKernelCovers the layer (the caller checks that); with `drop_keys`, the queries are a
+  // drop layer's kept rows (kq.compacted), each masked by its coordinate against those keys. False
+  // (the next kernel runs them) when the requests' rows do not fit its argument shape
+  // (non-consecutive requests of a sync-free batch).
   Result<bool> WgmmaPrefill(const std::vector<int>& which, const TensorView& q, const TensorView& k,
                             const TensorView& v, const TensorView& attn, const KeptQueries& kq,
-                            const ops::AttentionParams& params);
+                            const ops::AttentionParams& params,
+                            const DropKeys* drop_keys = nullptr);
   Result<bool> CudnnPrefill(const std::vector<int>& which, const TensorView& q,
                             const TensorView& k, const TensorView& v, const TensorView& attn,
                             const KeptQueries& kq, const ops::AttentionParams& params);
@@ -425,6 +435,7 @@ class CudaBackend final : public LayerBackend {
   bool weight_floor_ = true;  // UNIPREFILL_CUDA_WEIGHT_FLOOR=0: prefix_cost_.weight_floor_rows 0
   bool small_pieces_ = false;  // UNIPREFILL_CUDA_SMALL_PIECES: no min_extra_chunk_rows
   bool split_on_cudnn_ = false;  // UNIPREFILL_CUDA_SPLIT_ON_CUDNN: our kernel's splits on cuDNN
+  bool kept_queries_on_flash_ = false;  // UNIPREFILL_CUDA_KEPT_QUERIES_ON_FLASH
   bool prefix_one_launch_ = false;  // UNIPREFILL_CUDA_PREFIX_ONE_LAUNCH: WgmmaPrefixBatch
   bool separate_rope_ = false;  // UNIPREFILL_CUDA_SEPARATE_ROPE: Rope, then PagedKvAppend
   // UNIPREFILL_CUDA_GATED_GEMM (asked) and whether Load interleaved the dense FFNs' gate and up

@@ -94,7 +94,8 @@ Status CudaBackend::DeltaMixer(int layer_index, const DeltaLayer& L, const std::
 Result<bool> CudaBackend::WgmmaPrefill(const std::vector<int>& which, const TensorView& q,
                                        const TensorView& k, const TensorView& v,
                                        const TensorView& attn, const KeptQueries& kq,
-                                       const ops::AttentionParams& params) {
+                                       const ops::AttentionParams& params,
+                                       const DropKeys* drop_keys) {
   const int n = static_cast<int>(which.size());
   // A sync-free batch's true counts are on the device, one per request in order: the requests
   // must be consecutive to take them as one array (fresh requests come first, so they are).
@@ -115,6 +116,21 @@ Result<bool> CudaBackend::WgmmaPrefill(const std::vector<int>& which, const Tens
     p.seq_len = d_counts_ + which[0];
   } else {
     UP_ASSIGN_OR_RETURN(p.seq_len, staging_.Put(len, stream));
+  }
+  if (drop_keys != nullptr) {  // kept queries over the drop layer's every key
+    std::vector<int32_t> k_begin(n), k_len(n);
+    for (int i = 0; i < n; ++i) {
+      k_begin[i] = drop_keys->begin[which[i]];
+      k_len[i] = drop_keys->len[which[i]];
+    }
+    UP_ASSIGN_OR_RETURN(p.k_seq_begin, staging_.Put(k_begin, stream));
+    if (bounded_) {
+      p.k_seq_len = drop_keys->counts + which[0];
+    } else {
+      UP_ASSIGN_OR_RETURN(p.k_seq_len, staging_.Put(k_len, stream));
+    }
+    p.q_coord = kq.coord;
+    p.k_coord = drop_keys->coord;
   }
   p.batch = n;
   p.max_seqlen = max_rows;
@@ -472,6 +488,9 @@ Status CudaBackend::AttentionMixer(int li, const AttentionLayer& L, std::vector<
   }
 
   const int32_t* k_coord = by_position ? d_pos_ : d_index_;  // this step's keys, pre-compaction
+  DropKeys drop_keys;  // the keys a drop layer's kept queries attend (its rows before the drop)
+  drop_keys.coord = k_coord;
+  drop_keys.counts = d_counts_;
   std::vector<int> k_len(B);
   KeptQueries kq;  // the query rows that get an output
   kq.rows = q;
@@ -483,6 +502,8 @@ Status CudaBackend::AttentionMixer(int li, const AttentionLayer& L, std::vector<
     kq.begin[r] = reqs[r].begin;
     kq.len[r] = k_len[r] = reqs[r].rows();
   }
+  drop_keys.begin = kq.begin;
+  drop_keys.len = k_len;
 
   if (drop != nullptr) {
     UP_RETURN_IF_ERROR(bounded_ ? BoundedDrop(L, reqs, *drop, segment, T, &kq)
@@ -520,6 +541,14 @@ Status CudaBackend::AttentionMixer(int li, const AttentionLayer& L, std::vector<
   // any strictly ascending positions (a dense prefill's, or the kept tokens' after a drop).
   if (!fresh_rows.empty() && HopperKernelCovers(D, a.window) && !kq.compacted) {
     UP_ASSIGN_OR_RETURN(own_done, WgmmaPrefill(fresh_rows, q_rows, k, v, attn, kq, ap));
+  }
+  // A drop layer's kept queries (compacted before their attention, so the dropped rows' outputs
+  // are never computed) over the layer's every key, masked by their coordinates: the same kernel
+  // (UNIPREFILL_CUDA_KEPT_QUERIES_ON_FLASH=1: FlashAttention below, at about half its rate).
+  if (!fresh_rows.empty() && HopperKernelCovers(D, a.window) && kq.compacted &&
+      !kept_queries_on_flash_) {
+    UP_ASSIGN_OR_RETURN(own_done,
+                        WgmmaPrefill(fresh_rows, q_rows, k, v, attn, kq, ap, &drop_keys));
   }
   // cuDNN's masks take each fresh request's row indices for coordinates (a window is a band on
   // them). k_coord / q_coord equal those (up to order, which is all causality sees) for uncompacted

@@ -83,6 +83,10 @@
 //                                             blocks of at most n (CudaContext::SetGemmMaxRows);
 //                                             0 / unset: whole, the default. An experiment:
 //                                             written without a GPU (37th session).
+//   UNIPREFILL_CUDA_KEPT_QUERIES_ON_FLASH=1   a drop layer's kept (gathered) queries attend on
+//                                             ops::cuda::FlashAttention (mma.sync, by
+//                                             coordinates), as before the 38th session ran them
+//                                             on our Hopper kernel with coordinates.
 //   UNIPREFILL_CUDNN_SDPA=unified|auto        cuDNN's graphs built with its UNIFIED SDPA engine
 //                                             (cuDNN >= 9.21), or with both and the faster kept,
 //                                             instead of COMPOSITE alone (cudnn_attention.h).
@@ -121,6 +125,7 @@ struct CudaDiagnostics {
   int gated_gemm_min_rows = kGatedGemmMinRows;
   int gated_gemm_variant = 0;
   int64_t gemm_max_rows = 0;  // 0: whole GEMMs
+  bool kept_queries_on_flash = false;
   // The three launch choices default on since the 32nd session's H200 call (probe 233.4 vs
   // 247.6 ms at 128K; bench gpu-prefill 8B dense 128K 10497 vs 10961 ms; docs/gpu_performance.md).
   bool wgmma_group_order = true;

@@ -411,6 +411,184 @@ TEST_F(WgmmaAttentionTest, LaunchChoicesChangeNoBit) {
   }
 }
 
+// A drop layer's kept queries, gathered before their attention (q_coord / k_coord): each kept
+// row's output equals its row of the whole (ungathered) attention bit for bit, for every schedule,
+// tile order and rescale choice (a row sees the same key tiles in the same order; tiles wholly
+// past its last key, which a gathered CTA may walk first, leave its state as it was). Kept sets:
+// every row, one row, random subsets (always the last row), 1-row sequences, GQA 4 and 1, key
+// coordinates from a non-zero base, and a row past its last key (kPaddingPosition: sees every
+// key, as the last row). Split-KV over gathered queries against the CPU op by coordinates. The
+// gathered output's spare rows stay NaN-poisoned.
+TEST_F(WgmmaAttentionTest, GatheredQueriesEqualTheirRowsOfTheWholeAttention) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  UP_WGMMA_OR_SKIP(ctx);
+  constexpr int32_t kPastEveryKey = 0x3fffffff;  // ops/cuda/cuda_uniprefill.h kPaddingPosition
+  for (const auto& [hq, hkv] : {std::pair{8, 2}, std::pair{4, 4}}) {
+    std::mt19937 rng(++seed_);
+    const std::vector<int> lengths = {700, 1, 300, 129, 257};
+    const int n_seq = static_cast<int>(lengths.size());
+    std::vector<int32_t> begin, len, coord;  // key rows: the whole problem's sequences
+    int rows = 0;
+    for (int b = 0; b < n_seq; ++b) {
+      begin.push_back(rows);
+      len.push_back(lengths[b]);
+      const int base = 17 * b;  // the keys' alive indices: base, base + 1, ...
+      for (int i = 0; i < lengths[b]; ++i) coord.push_back(base + i);
+      rows += lengths[b];
+    }
+    const std::vector<float> q = RandomBf16Values(rng, int64_t{rows} * hq * kD);
+    const std::vector<float> k = RandomBf16Values(rng, int64_t{rows} * hkv * kD);
+    const std::vector<float> v = RandomBf16Values(rng, int64_t{rows} * hkv * kD);
+    // Kept rows per sequence (ascending, the last always): all, one, random halves, and for the
+    // last sequence a padding row after its real ones.
+    std::vector<int32_t> kept, kept_coord, kept_begin, kept_len;
+    for (int b = 0; b < n_seq; ++b) {
+      kept_begin.push_back(static_cast<int32_t>(kept.size()));
+      for (int i = 0; i < lengths[b]; ++i) {
+        const bool last = i + 1 == lengths[b];
+        const bool keep = b == 0 ? true : b == 2 ? last : last || (rng() & 1);
+        if (!keep) continue;
+        kept.push_back(begin[b] + i);
+        kept_coord.push_back(coord[begin[b] + i]);
+      }
+      if (b == n_seq - 1) {
+        kept.push_back(begin[b] + lengths[b] - 1);  // sees what the last row sees
+        kept_coord.push_back(kPastEveryKey);
+      }
+      kept_len.push_back(static_cast<int32_t>(kept.size()) - kept_begin.back());
+    }
+    const int t_out = static_cast<int>(kept.size());
+    std::vector<float> q_kept(int64_t{t_out} * hq * kD);
+    for (int j = 0; j < t_out; ++j) {
+      std::copy_n(q.begin() + int64_t{kept[j]} * hq * kD, hq * kD,
+                  q_kept.begin() + int64_t{j} * hq * kD);
+    }
+    auto bits = [](const std::vector<float>& x) {
+      std::vector<uint16_t> b(x.size());
+      for (size_t i = 0; i < x.size(); ++i) b[i] = F32ToBf16Bits(x[i]);
+      return b;
+    };
+    const DeviceBuffer q_dev = DeviceBuffer::FromHost(bits(q));
+    const DeviceBuffer q_kept_dev = DeviceBuffer::FromHost(bits(q_kept));
+    const DeviceBuffer k_dev = DeviceBuffer::FromHost(bits(k));
+    const DeviceBuffer v_dev = DeviceBuffer::FromHost(bits(v));
+    const DeviceBuffer begin_dev = DeviceBuffer::FromHost(begin);
+    const DeviceBuffer len_dev = DeviceBuffer::FromHost(len);
+    const DeviceBuffer coord_dev = DeviceBuffer::FromHost(coord);
+    const DeviceBuffer kept_begin_dev = DeviceBuffer::FromHost(kept_begin);
+    const DeviceBuffer kept_len_dev = DeviceBuffer::FromHost(kept_len);
+    const DeviceBuffer kept_coord_dev = DeviceBuffer::FromHost(kept_coord);
+    const int spare = 3;  // output rows past the gathered ones, which must stay NaN
+    DeviceBuffer whole_dev(int64_t{rows} * hq * kD * 2);
+    DeviceBuffer out_dev(int64_t{t_out + spare} * hq * kD * 2);
+    UP_CUDA_CHECK(cudaDeviceSynchronize());
+
+    auto problem = [&](bool gathered, WgmmaAttentionSchedule schedule, WgmmaTileOrder order,
+                       bool skip) {
+      WgmmaAttentionProblem p;
+      p.q = (gathered ? q_kept_dev : q_dev).as<__nv_bfloat16>();
+      p.k = k_dev.as<__nv_bfloat16>();
+      p.v = v_dev.as<__nv_bfloat16>();
+      p.out = (gathered ? out_dev : whole_dev).as<__nv_bfloat16>();
+      p.q_row_stride = p.out_row_stride = int64_t{hq} * kD;
+      p.k_row_stride = p.v_row_stride = int64_t{hkv} * kD;
+      p.rows = gathered ? t_out : rows;
+      p.k_rows = rows;
+      p.seq_begin = (gathered ? kept_begin_dev : begin_dev).as<int32_t>();
+      p.seq_len = (gathered ? kept_len_dev : len_dev).as<int32_t>();
+      if (gathered) {
+        p.k_seq_begin = begin_dev.as<int32_t>();
+        p.k_seq_len = len_dev.as<int32_t>();
+        p.q_coord = kept_coord_dev.as<int32_t>();
+        p.k_coord = coord_dev.as<int32_t>();
+      }
+      p.batch = n_seq;
+      p.max_seqlen = gathered ? *std::max_element(kept_len.begin(), kept_len.end())
+                              : *std::max_element(len.begin(), len.end());
+      p.hq = hq;
+      p.hkv = hkv;
+      p.head_dim = kD;
+      p.scale = 1.0f / std::sqrt(static_cast<float>(kD));
+      p.schedule = schedule;
+      p.tile_order = order;
+      p.skip_unit_rescale = skip;
+      return p;
+    };
+    // The whole attention, default launch; each kept row's bits from it.
+    whole_dev.Fill(0xFF);
+    const WgmmaAttentionProblem whole = problem(
+        false, WgmmaAttentionSchedule::kIntraOverlapPvBesideExp, WgmmaTileOrder::kHeadMajor, true);
+    ASSERT_EQ(LaunchFlashAttentionWgmma(whole, ctx.cuda().stream()), cudaSuccess);
+    ctx.cuda().Synchronize();
+    const std::vector<uint16_t> whole_out =
+        whole_dev.ToHost<uint16_t>(int64_t{rows} * hq * kD);
+    std::vector<uint16_t> want(int64_t{t_out + spare} * hq * kD, 0xFFFF);
+    for (int j = 0; j < t_out; ++j) {
+      std::copy_n(whole_out.begin() + int64_t{kept[j]} * hq * kD, hq * kD,
+                  want.begin() + int64_t{j} * hq * kD);
+    }
+    for (auto schedule : kSchedules) {
+      for (auto order : {WgmmaTileOrder::kHeadMajor, WgmmaTileOrder::kKvGroupLongestFirst}) {
+        for (bool skip : {false, true}) {
+          out_dev.Fill(0xFF);
+          const WgmmaAttentionProblem p = problem(true, schedule, order, skip);
+          ASSERT_TRUE(WgmmaAttentionCovers(p));
+          ASSERT_EQ(LaunchFlashAttentionWgmma(p, ctx.cuda().stream()), cudaSuccess);
+          ctx.cuda().Synchronize();
+          EXPECT_EQ(out_dev.ToHost<uint16_t>(want.size()), want)
+              << "Hq " << hq << " Hkv " << hkv << " schedule " << ScheduleName(schedule)
+              << " order " << static_cast<int>(order) << " skip " << skip;
+        }
+      }
+    }
+    // Split-KV over the gathered queries, merged per sequence, against the CPU op by coordinates
+    // (the splits cut each CTA's own key tiles, so bits differ from the whole problem's).
+    const int splits = 3;
+    DeviceBuffer partial_dev(int64_t{splits} * t_out * hq * kD * 2);
+    DeviceBuffer lse_dev(int64_t{splits} * hq * t_out * 4);
+    out_dev.Fill(0xFF);
+    WgmmaAttentionProblem p = problem(true, WgmmaAttentionSchedule::kIntraOverlapPvBesideExp,
+                                      WgmmaTileOrder::kKvGroupLongestFirst, true);
+    p.splits = splits;
+    p.partial = partial_dev.as<__nv_bfloat16>();
+    p.lse = lse_dev.as<float>();
+    ASSERT_TRUE(WgmmaAttentionCovers(p));
+    ASSERT_EQ(LaunchFlashAttentionWgmma(p, ctx.cuda().stream()), cudaSuccess);
+    for (int b = 0; b < n_seq; ++b) {
+      TensorView seq_out =
+          TensorView::Contiguous(out_dev.as<uint16_t>() + int64_t{kept_begin[b]} * hq * kD,
+                                 DType::kBF16, {kept_len[b], hq, kD}, Device::kCuda);
+      MergeAttentionPieces(ctx, seq_out, partial_dev.as<uint16_t>() + kept_begin[b] * hq * kD,
+                           t_out, lse_dev.as<float>() + kept_begin[b], t_out, splits);
+    }
+    ctx.cuda().Synchronize();
+    const std::vector<uint16_t> split_out = out_dev.ToHost<uint16_t>(want.size());
+    AttentionParams params;
+    params.scale = p.scale;
+    for (int b = 0; b < n_seq; ++b) {
+      const int n = kept_len[b];
+      std::vector<float> ref(int64_t{n} * hq * kD), got(ref.size());
+      std::vector<int32_t> q_pos(kept_coord.begin() + kept_begin[b],
+                                 kept_coord.begin() + kept_begin[b] + n);
+      for (int32_t& c : q_pos) c = std::min(c, coord[begin[b] + len[b] - 1]);
+      auto host = [](const std::vector<float>& x, int64_t row0, int64_t nr, int64_t h) {
+        return TensorView::Contiguous(const_cast<float*>(x.data()) + row0 * h * kD,
+                                      DType::kF32, {nr, h, kD});
+      };
+      ::uniprefill::ops::Attention(*cpu_, host(ref, 0, n, hq), host(q_kept, kept_begin[b], n, hq),
+                                   host(k, begin[b], len[b], hkv), host(v, begin[b], len[b], hkv),
+                                   q_pos.data(), coord.data() + begin[b], params);
+      for (int64_t e = 0; e < int64_t{n} * hq * kD; ++e) {
+        got[e] = Bf16BitsToF32(split_out[int64_t{kept_begin[b]} * hq * kD + e]);
+      }
+      EXPECT_LT(RelativeL2Error(got, ref), kCpuTolerance) << "sequence " << b << " Hq " << hq;
+    }
+    for (int64_t e = int64_t{t_out} * hq * kD; e < static_cast<int64_t>(want.size()); ++e) {
+      ASSERT_EQ(split_out[e], 0xFFFF) << "wrote past the gathered rows";
+    }
+  }
+}
+
 TEST_F(WgmmaAttentionTest, UncoveredProblemsAreRejectedWithoutALaunch) {
   UP_CUDA_TEST_CONTEXT(ctx);
   WgmmaAttentionProblem p;

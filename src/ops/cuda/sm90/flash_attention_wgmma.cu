@@ -65,6 +65,8 @@ struct KernelParams {
   float* lse;        // splits > 1: f32 [splits, hq, rows]
   int64_t rows;      // rows of q (the partial outputs' rows per split)
   int hq;
+  const int32_t* q_coord;   // gathered queries (WgmmaAttentionProblem::q_coord), or null
+  const int32_t* k_coord;
   int q_tiles;              // query tiles of the longest sequence
   bool kv_group_order;      // WgmmaTileOrder::kKvGroupLongestFirst (grid x: q_tiles * group)
   bool skip_unit_rescale;   // WgmmaAttentionProblem::skip_unit_rescale
@@ -258,8 +260,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int q0 = q_tile * kBlockM;
   if (q0 >= seq_len) return;
   const int kv_head = head / p.group;
+  // The last key query row i (of this sequence) sees: offset + i, or with gathered queries its
+  // coordinate's (rows past the sequence as its last row; at most the last key).
+  const int k_coord0 = p.q_coord != nullptr ? p.k_coord[k_begin] : 0;
+  const auto last_key = [&](int i) {
+    if (p.q_coord == nullptr) return offset + i;
+    return max(-1, min(p.q_coord[seq_begin + min(i, seq_len - 1)] - k_coord0, k_len - 1));
+  };
   // The key tiles this CTA's rows see, [0, all_tiles); its split's share [lo, hi), walked down.
-  const int all_tiles = (min(offset + q0 + kBlockM, k_len) + kBlockN - 1) / kBlockN;
+  const int all_tiles = (min(last_key(q0 + kBlockM - 1) + 1, k_len) + kBlockN - 1) / kBlockN;
   const int lo = all_tiles * split / p.splits, hi = all_tiles * (split + 1) / p.splits;
   const int n_tiles = hi - lo;
 
@@ -342,14 +351,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   // A consumer: warpgroup wg, warp wi in it; lane (g, t) holds rows row0 = g and row1 = g + 8 of
   // the warp's 16 (see wgmma_primitives.cuh).
   s90::RaiseRegisterLimit<240>();
-  const int key_row0 = offset + row0, key_row1 = offset + row1;    // the rows' own keys
+  const int key_row0 = last_key(row0), key_row1 = last_key(row1);  // the rows' last keys
   const uint32_t q_base = q_smem + wg * 64 * 128;
   float o[64];
 #pragma unroll
   for (int i = 0; i < 64; ++i) o[i] = 0.0f;
   RowState rs{-INFINITY, -INFINITY, 0.0f, 0.0f};
   const float sl2 = p.scale_log2;
-  const int mask_from = offset + q0 + wg * 64;  // a key tile ending past this key needs the mask
+  const int mask_from = last_key(q0 + wg * 64);  // a key tile ending past this needs the mask
 
   s90::MbarrierWait(q_full, 0);
   float s[64];
@@ -611,6 +620,7 @@ bool WgmmaAttentionCovers(const WgmmaAttentionProblem& p) {
          int64_t{p.batch} * p.splits < 65536 &&
          p.seq_begin != nullptr && p.seq_len != nullptr &&
          (p.k_seq_begin == nullptr) == (p.k_seq_len == nullptr) &&
+         (p.q_coord == nullptr) == (p.k_coord == nullptr) &&
          p.k_rows < (int64_t{1} << 31) && p.rows < (int64_t{1} << 31) &&
          (p.stages == 2 || p.stages == 3);
 }
@@ -638,6 +648,8 @@ cudaError_t LaunchFlashAttentionWgmma(const WgmmaAttentionProblem& p, cudaStream
   kp.lse = p.lse;
   kp.rows = p.rows;
   kp.hq = p.hq;
+  kp.q_coord = p.q_coord;
+  kp.k_coord = p.k_coord;
   kp.q_tiles = (p.max_seqlen + kBlockM - 1) / kBlockM;
   kp.kv_group_order = p.tile_order == WgmmaTileOrder::kKvGroupLongestFirst;
   kp.skip_unit_rescale = p.skip_unit_rescale;

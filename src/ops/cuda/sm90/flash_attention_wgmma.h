@@ -6,7 +6,8 @@
 // Covers causal attention by row index over a packed varlen batch: each sequence's queries are
 // its last keys (self-attention of a prefill, dense or the kept rows after a drop, whose
 // ascending positions order the rows alike; or a chunk over its cached prefix, the keys being the
-// prefix's then the chunk's own), GQA, head dim 128, bf16 in and out. Everything else (sliding
+// prefix's then the chunk's own) or, with coordinates, rows gathered from its keys (a drop
+// layer's kept queries over the layer's every key), GQA, head dim 128, bf16 in and out. Everything else (sliding
 // windows, queries that are not the last keys, other head dims) stays with cuDNN and
 // ops::cuda::FlashAttention.
 #pragma once
@@ -61,6 +62,15 @@ struct WgmmaAttentionProblem {
   const int32_t* k_seq_begin = nullptr;
   const int32_t* k_seq_len = nullptr;
   int64_t k_rows = 0;  // rows of the k and v buffers when they are not q's (0: rows)
+  // Gathered queries (a drop layer's kept rows, compacted before their attention): when set, query
+  // row i of sequence b sees its keys 0 .. q_coord[seq_begin[b] + i] - k_coord[k_seq_begin[b]]
+  // (device int32, the rows' and keys' alive indices in one frame, the keys' ascending by one from
+  // their first; a row past the last key, as kPaddingPosition's padding rows, sees every key)
+  // instead of 0 .. k_seq_len - seq_len + i. The queries' coordinates ascend within a sequence.
+  // Each row's output is bit for bit its output in the ungathered problem (the key tiles a row
+  // sees, and their order, do not change; a tile wholly past its last key changes nothing).
+  const int32_t* q_coord = nullptr;
+  const int32_t* k_coord = nullptr;
   int batch = 0;
   int max_seqlen = 0;  // upper bound of every sequence's length (sizes the grid)
   int hq = 0, hkv = 0;
