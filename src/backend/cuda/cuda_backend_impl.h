@@ -221,7 +221,7 @@ class CudaBackend final : public LayerBackend {
   // A drop layer's keys when its queries were compacted to the kept rows before their attention:
   // each request's key rows (the step's rows before the drop) and their mask coordinates.
   struct DropKeys {
-    std::vector<int> begin, len;     // per request, rows of k / v (len: capacities when bounded)
+    std::vector<int> begin, len;      // per request, rows of k / v (len: capacities when bounded)
     const int32_t* counts = nullptr;  // a sync-free batch's true key counts (device, per request)
     const int32_t* coord = nullptr;   // device int32 [rows of k]: the keys' alive indices
   };

@@ -547,8 +547,7 @@ Status CudaBackend::AttentionMixer(int li, const AttentionLayer& L, std::vector<
   // (UNIPREFILL_CUDA_KEPT_QUERIES_ON_FLASH=1: FlashAttention below, at about half its rate).
   if (!fresh_rows.empty() && HopperKernelCovers(D, a.window) && kq.compacted &&
       !kept_queries_on_flash_) {
-    UP_ASSIGN_OR_RETURN(own_done,
-                        WgmmaPrefill(fresh_rows, q_rows, k, v, attn, kq, ap, &drop_keys));
+    UP_ASSIGN_OR_RETURN(own_done, WgmmaPrefill(fresh_rows, q_rows, k, v, attn, kq, ap, &drop_keys));
   }
   // cuDNN's masks take each fresh request's row indices for coordinates (a window is a band on
   // them). k_coord / q_coord equal those (up to order, which is all causality sees) for uncompacted

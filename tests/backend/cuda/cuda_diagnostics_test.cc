@@ -119,6 +119,25 @@ TEST(CudaDiagnosticsTest, TheGatedGemmIsOptInFrom256Rows) {
 }
 
 // UNIPREFILL_CUDA_GEMM_MAX_ROWS: whole GEMMs unless set; a row count or an error naming it.
+// Kept queries run on the Hopper kernel unless the old path is asked for by name.
+TEST(CudaDiagnosticsTest, KeptQueriesRunOnTheHopperKernelUnlessAsked) {
+  constexpr const char* kFlash = "UNIPREFILL_CUDA_KEPT_QUERIES_ON_FLASH";
+  unsetenv(kFlash);
+  {
+    const Result<CudaDiagnostics> d = DiagnosticsFromEnvironment();
+    ASSERT_TRUE(d.ok()) << d.status().message();
+    EXPECT_FALSE(d->kept_queries_on_flash);
+  }
+  {
+    ScopedVariables v(std::vector<std::pair<const char*, const char*>>{{kFlash, "1"}});
+    const Result<CudaDiagnostics> d = DiagnosticsFromEnvironment();
+    ASSERT_TRUE(d.ok()) << d.status().message();
+    EXPECT_TRUE(d->kept_queries_on_flash);
+  }
+  ScopedVariables v(std::vector<std::pair<const char*, const char*>>{{kFlash, "yes please"}});
+  EXPECT_FALSE(DiagnosticsFromEnvironment().ok());
+}
+
 TEST(CudaDiagnosticsTest, GemmRowBlocksAreOffUnlessAsked) {
   constexpr const char* kMax = "UNIPREFILL_CUDA_GEMM_MAX_ROWS";
   unsetenv(kMax);

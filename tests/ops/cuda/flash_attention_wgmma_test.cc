@@ -520,8 +520,7 @@ TEST_F(WgmmaAttentionTest, GatheredQueriesEqualTheirRowsOfTheWholeAttention) {
         false, WgmmaAttentionSchedule::kIntraOverlapPvBesideExp, WgmmaTileOrder::kHeadMajor, true);
     ASSERT_EQ(LaunchFlashAttentionWgmma(whole, ctx.cuda().stream()), cudaSuccess);
     ctx.cuda().Synchronize();
-    const std::vector<uint16_t> whole_out =
-        whole_dev.ToHost<uint16_t>(int64_t{rows} * hq * kD);
+    const std::vector<uint16_t> whole_out = whole_dev.ToHost<uint16_t>(int64_t{rows} * hq * kD);
     std::vector<uint16_t> want(int64_t{t_out + spare} * hq * kD, 0xFFFF);
     for (int j = 0; j < t_out; ++j) {
       std::copy_n(whole_out.begin() + int64_t{kept[j]} * hq * kD, hq * kD,
@@ -572,8 +571,8 @@ TEST_F(WgmmaAttentionTest, GatheredQueriesEqualTheirRowsOfTheWholeAttention) {
                                  kept_coord.begin() + kept_begin[b] + n);
       for (int32_t& c : q_pos) c = std::min(c, coord[begin[b] + len[b] - 1]);
       auto host = [](const std::vector<float>& x, int64_t row0, int64_t nr, int64_t h) {
-        return TensorView::Contiguous(const_cast<float*>(x.data()) + row0 * h * kD,
-                                      DType::kF32, {nr, h, kD});
+        return TensorView::Contiguous(const_cast<float*>(x.data()) + row0 * h * kD, DType::kF32,
+                                      {nr, h, kD});
       };
       ::uniprefill::ops::Attention(*cpu_, host(ref, 0, n, hq), host(q_kept, kept_begin[b], n, hq),
                                    host(k, begin[b], len[b], hkv), host(v, begin[b], len[b], hkv),

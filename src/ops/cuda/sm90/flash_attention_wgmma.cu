@@ -65,7 +65,7 @@ struct KernelParams {
   float* lse;        // splits > 1: f32 [splits, hq, rows]
   int64_t rows;      // rows of q (the partial outputs' rows per split)
   int hq;
-  const int32_t* q_coord;   // gathered queries (WgmmaAttentionProblem::q_coord), or null
+  const int32_t* q_coord;  // gathered queries (WgmmaAttentionProblem::q_coord), or null
   const int32_t* k_coord;
   int q_tiles;              // query tiles of the longest sequence
   bool kv_group_order;      // WgmmaTileOrder::kKvGroupLongestFirst (grid x: q_tiles * group)
@@ -615,14 +615,12 @@ bool WgmmaAttentionCovers(const WgmmaAttentionProblem& p) {
          p.v_row_stride % 8 == 0 && Aligned16(p.q) && Aligned16(p.k) && Aligned16(p.v) &&
          (p.splits == 1 ? p.out_row_stride % 2 == 0 && p.out != nullptr &&
                               reinterpret_cast<uintptr_t>(p.out) % 4 == 0
-                        : p.splits > 1 && p.splits <= kMaxAttentionPieces &&
-                              p.partial != nullptr && Aligned16(p.partial) && p.lse != nullptr) &&
-         int64_t{p.batch} * p.splits < 65536 &&
-         p.seq_begin != nullptr && p.seq_len != nullptr &&
+                        : p.splits > 1 && p.splits <= kMaxAttentionPieces && p.partial != nullptr &&
+                              Aligned16(p.partial) && p.lse != nullptr) &&
+         int64_t{p.batch} * p.splits < 65536 && p.seq_begin != nullptr && p.seq_len != nullptr &&
          (p.k_seq_begin == nullptr) == (p.k_seq_len == nullptr) &&
-         (p.q_coord == nullptr) == (p.k_coord == nullptr) &&
-         p.k_rows < (int64_t{1} << 31) && p.rows < (int64_t{1} << 31) &&
-         (p.stages == 2 || p.stages == 3);
+         (p.q_coord == nullptr) == (p.k_coord == nullptr) && p.k_rows < (int64_t{1} << 31) &&
+         p.rows < (int64_t{1} << 31) && (p.stages == 2 || p.stages == 3);
 }
 
 cudaError_t LaunchFlashAttentionWgmma(const WgmmaAttentionProblem& p, cudaStream_t stream) {

@@ -7,9 +7,8 @@
 // its last keys (self-attention of a prefill, dense or the kept rows after a drop, whose
 // ascending positions order the rows alike; or a chunk over its cached prefix, the keys being the
 // prefix's then the chunk's own) or, with coordinates, rows gathered from its keys (a drop
-// layer's kept queries over the layer's every key), GQA, head dim 128, bf16 in and out. Everything else (sliding
-// windows, queries that are not the last keys, other head dims) stays with cuDNN and
-// ops::cuda::FlashAttention.
+// layer's kept queries over the layer's every key), GQA, head dim 128, bf16 in and out. Everything
+// else (sliding windows, other head dims) stays with cuDNN and ops::cuda::FlashAttention.
 #pragma once
 
 #include <cuda_bf16.h>
