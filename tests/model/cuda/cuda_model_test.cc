@@ -35,6 +35,7 @@
 #include "backend/cuda/cuda_kv_cache.h"
 #include "model/model.h"
 #include "model/model_presets.h"
+#include "model/transformer_model.h"
 #include "ops/cuda/cudnn_attention.h"
 #include "ops/cuda/sm90/flash_attention_wgmma.h"
 #include "testing/compare.h"
