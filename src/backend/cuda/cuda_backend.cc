@@ -422,10 +422,12 @@ Status CudaBackend::Attention(int layer, const DropLayer* drop, QueryRows querie
     return OkStatus();
   }
   TensorView out = out_.View(DType::kBF16, {rows_, cfg_.hidden});
+  const bool into_residual = ResidualInGemm(layers_[layer].post_mixer_norm);
   UP_RETURN_IF_ERROR(AttentionMixer(layer, *layers_[layer].attention, reqs_, drop,
-                                    uniprefill_->window_mode, segment_, &rows_, out, queries));
+                                    uniprefill_->window_mode, segment_, &rows_, out, queries,
+                                    into_residual));
   if (drop) ++segment_;
-  has_out_ = true;
+  has_out_ = !into_residual;
   return OkStatus();
 }
 
@@ -453,16 +455,24 @@ Status CudaBackend::GatedFfn(int layer) {
       oc::Gemm(ctx_, pairs, normed, L.gate_up.view());
       oc::GatedActivationPairs(ctx_, hidden, pairs, L.activation);
     }
-    oc::Gemm(ctx_, out_.View(DType::kBF16, {T, H}), hidden, L.down.view());
-    has_out_ = true;
-    return OkStatus();
+    return DownProjection(L, hidden);
   }
   oc::Gemm(ctx_, ffn_.View(DType::kBF16, {T, 2 * f}), normed, L.gate_up.view());
   TensorView gate = Rows(Bf16(ffn_), DType::kBF16, T, f, 2 * f);
   oc::GatedActivation(ctx_, gate, gate, Rows(Bf16(ffn_, f), DType::kBF16, T, f, 2 * f),
                       L.activation);
-  oc::Gemm(ctx_, out_.View(DType::kBF16, {T, H}), gate, L.down.view());
-  has_out_ = true;
+  return DownProjection(L, gate);
+}
+
+Status CudaBackend::DownProjection(const Layer& L, const TensorView& hidden) {
+  const int64_t T = rows_, H = cfg_.hidden;
+  if (ResidualInGemm(L.post_ffn_norm)) {  // residual += hidden @ down^T in the epilogue
+    oc::GemmAccumulate(ctx_, residual_[cur_].View(DType::kBF16, {T, H}), hidden, L.down.view());
+    has_out_ = false;
+  } else {
+    oc::Gemm(ctx_, out_.View(DType::kBF16, {T, H}), hidden, L.down.view());
+    has_out_ = true;
+  }
   return OkStatus();
 }
 
@@ -482,14 +492,19 @@ Status CudaBackend::Moe(int layer) {
 // The final norm of each request's last row (residual += out first), then the head: logits_f32_
 // f32 [B, vocab] (a request without rows, a chunk whose rows all left at a drop, gets a zero row;
 // its logits are not wanted).
-Status CudaBackend::ComputeLogits() {
+Status CudaBackend::ComputeLogits(bool out_pending) {
   const ModelConfig& c = cfg_;
   const int64_t T = rows_, H = c.hidden;
   const int B = static_cast<int>(reqs_.size());
   cudaStream_t stream = ctx_.cuda().stream();
   TensorView normed = normed_.View(DType::kBF16, {T, H});
-  oc::AddRmsNorm(ctx_, normed, residual_[cur_].View(DType::kBF16, {T, H}),
-                 out_.View(DType::kBF16, {T, H}), output_norm_.as<float>(), c.rms_eps);
+  if (out_pending) {
+    oc::AddRmsNorm(ctx_, normed, residual_[cur_].View(DType::kBF16, {T, H}),
+                   out_.View(DType::kBF16, {T, H}), output_norm_.as<float>(), c.rms_eps);
+  } else {  // the last block's output projection added itself (ResidualInGemm)
+    oc::RmsNorm(ctx_, normed, residual_[cur_].View(DType::kBF16, {T, H}),
+                output_norm_.as<float>(), c.rms_eps);
+  }
   const int32_t* d_last = nullptr;
   if (bounded_) {  // each request's last true row, from the device counts
     UP_ASSIGN_OR_RETURN(auto last, staging_.Scratch(B));
@@ -548,9 +563,10 @@ Status CudaBackend::Finish() {
       def_.vocab_sharded() || std::any_of(reqs.begin(), reqs.end(), [&](const Req& q) {
         return steps[q.step].logits != nullptr || steps[q.step].sampling != nullptr;
       });
+  const bool out_pending = has_out_;
   has_out_ = false;
   if (head_wanted) {
-    UP_RETURN_IF_ERROR(ComputeLogits());
+    UP_RETURN_IF_ERROR(ComputeLogits(out_pending));
     if (stats_ != nullptr) stats_->head_rows += B;
   }
   const TensorView logits_f32 = logits_f32_.View(DType::kF32, {B, c.vocab_size});

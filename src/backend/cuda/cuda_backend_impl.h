@@ -125,6 +125,7 @@ class CudaBackend final : public LayerBackend {
     prefix_one_launch_ = d.prefix_one_launch;
     separate_rope_ = d.separate_rope;
     kept_queries_on_flash_ = d.kept_queries_on_flash;
+    residual_in_gemm_ = d.residual_in_gemm;
     gated_gemm_asked_ = d.gated_gemm;
     gated_gemm_min_rows_ = d.gated_gemm_min_rows;
     gated_gemm_variant_ = d.gated_gemm_variant;
@@ -186,7 +187,9 @@ class CudaBackend final : public LayerBackend {
 
  private:
   const DeviceBuffer& NormWeight(int layer, NormSlot slot) const;
-  Status ComputeLogits();  // Finish's final norm and head (logits_f32_ f32 [requests, vocab])
+  // Finish's final norm and head (logits_f32_ f32 [requests, vocab]); out_pending: out_ holds the
+  // last block's output, not yet in the residual.
+  Status ComputeLogits(bool out_pending);
   Status EnsureWork(int64_t rows, int batch);
   // During a graph capture the replaced buffer stays alive until the step's sync: nodes captured
   // before the growth still point into it.
@@ -208,9 +211,20 @@ class CudaBackend final : public LayerBackend {
   // that goes away mid-forward stays alive until the forward's sync (copies may still read it).
   Status EndSegment(SegmentBoundary& b);
   void Retire(std::unique_ptr<BoundaryStorage> data);
+  // The attention block; its output projection into `out`, or with add_to_residual added to the
+  // residual (residual_[cur_] after the drop's compaction) in the GEMM's epilogue.
   Status AttentionMixer(int layer_index, const AttentionLayer& L, std::vector<Req>& reqs,
                         const DropLayer* drop, WindowMode window_mode, int segment, int64_t* rows,
-                        TensorView out, QueryRows queries);
+                        TensorView out, QueryRows queries, bool add_to_residual = false);
+  // Whether a block's output projection adds into the residual itself (UNIPREFILL_CUDA_RESIDUAL_
+  // IN_GEMM): only where the residual takes the output as it is (no post-norm between them, no
+  // tensor-parallel all-reduce of partial outputs).
+  bool ResidualInGemm(const DeviceBuffer& post_norm) const {
+    return residual_in_gemm_ && comm_ == nullptr && post_norm.size() == 0;
+  }
+  // A dense FFN's down projection of hidden bf16 [rows_, f]: into out_, or (ResidualInGemm) added
+  // to the residual.
+  Status DownProjection(const Layer& L, const TensorView& hidden);
   // cuDNN's fused attention for the fresh requests `which` (those of [0, fresh) with rows: a
   // segment-wise chunk may have none in this segment) of an uncompacted attention layer
   // whose mask coordinates are the rows' indices (causal, or a window by alive index, or by
@@ -436,6 +450,7 @@ class CudaBackend final : public LayerBackend {
   bool small_pieces_ = false;  // UNIPREFILL_CUDA_SMALL_PIECES: no min_extra_chunk_rows
   bool split_on_cudnn_ = false;  // UNIPREFILL_CUDA_SPLIT_ON_CUDNN: our kernel's splits on cuDNN
   bool kept_queries_on_flash_ = false;  // UNIPREFILL_CUDA_KEPT_QUERIES_ON_FLASH
+  bool residual_in_gemm_ = false;  // UNIPREFILL_CUDA_RESIDUAL_IN_GEMM (ResidualInGemm)
   bool prefix_one_launch_ = false;  // UNIPREFILL_CUDA_PREFIX_ONE_LAUNCH: WgmmaPrefixBatch
   bool separate_rope_ = false;  // UNIPREFILL_CUDA_SEPARATE_ROPE: Rope, then PagedKvAppend
   // UNIPREFILL_CUDA_GATED_GEMM (asked) and whether Load interleaved the dense FFNs' gate and up

@@ -418,7 +418,8 @@ Status CudaBackend::DecodeRun(int li, int hkv, const std::vector<int>& run,
 
 Status CudaBackend::AttentionMixer(int li, const AttentionLayer& L, std::vector<Req>& reqs,
                                    const DropLayer* drop, WindowMode window_mode, int segment,
-                                   int64_t* rows, TensorView out, QueryRows queries) {
+                                   int64_t* rows, TensorView out, QueryRows queries,
+                                   bool add_to_residual) {
   const AttentionWeights& a = *L.host;
   cudaStream_t stream = ctx_.cuda().stream();
   const int64_t T = *rows, H = cfg_.hidden;
@@ -665,9 +666,15 @@ Status CudaBackend::AttentionMixer(int li, const AttentionLayer& L, std::vector<
                                       : Heads(Bf16(qkv_, qd), t_out, Hq, D, width);
     cuda_backend::SigmoidGateMul(ctx_, attn, gate);
   }
+  const TensorView attn_rows = attn_.View(DType::kBF16, {t_out, qd});
+  if (add_to_residual) {  // residual += attn @ o^T (the residual as compacted by a drop)
+    oc::GemmAccumulate(ctx_, residual_[cur_].View(DType::kBF16, {t_out, H}), attn_rows,
+                       L.o.view());
+    return OkStatus();
+  }
   TensorView o_out = out;
   o_out.shape[0] = t_out;
-  oc::Gemm(ctx_, o_out, attn_.View(DType::kBF16, {t_out, qd}), L.o.view());
+  oc::Gemm(ctx_, o_out, attn_rows, L.o.view());
   return OkStatus();
 }
 

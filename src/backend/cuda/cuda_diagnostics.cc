@@ -46,6 +46,7 @@ Result<CudaDiagnostics> DiagnosticsFromEnvironment() {
   UP_RETURN_IF_ERROR(ReadFlag("UNIPREFILL_CUDA_SEPARATE_UPLOADS", &d.separate_uploads));
   UP_RETURN_IF_ERROR(ReadFlag("UNIPREFILL_CUDA_SEPARATE_ROPE", &d.separate_rope));
   UP_RETURN_IF_ERROR(ReadFlag("UNIPREFILL_CUDA_KEPT_QUERIES_ON_FLASH", &d.kept_queries_on_flash));
+  UP_RETURN_IF_ERROR(ReadFlag("UNIPREFILL_CUDA_RESIDUAL_IN_GEMM", &d.residual_in_gemm));
   UP_RETURN_IF_ERROR(ReadFlag("UNIPREFILL_CUDA_WGMMA_GROUP_ORDER", &d.wgmma_group_order));
   UP_RETURN_IF_ERROR(
       ReadFlag("UNIPREFILL_CUDA_WGMMA_SKIP_UNIT_RESCALE", &d.wgmma_skip_unit_rescale));

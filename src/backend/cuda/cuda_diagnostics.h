@@ -87,6 +87,13 @@
 //                                             ops::cuda::FlashAttention (mma.sync, by
 //                                             coordinates), as before the 38th session ran them
 //                                             on our Hopper kernel with coordinates.
+//   UNIPREFILL_CUDA_RESIDUAL_IN_GEMM=1        a block's output projection (attention's o, a
+//                                             dense FFN's down) adds its product to the
+//                                             residual in cuBLASLt's epilogue (GemmAccumulate)
+//                                             where nothing comes between them (no post-norm, no
+//                                             tensor parallel all-reduce), so the next norm
+//                                             reads one [rows, hidden] tensor, not two. Written
+//                                             without a GPU (38th session): opt-in until run.
 //   UNIPREFILL_CUDNN_SDPA=unified|auto        cuDNN's graphs built with its UNIFIED SDPA engine
 //                                             (cuDNN >= 9.21), or with both and the faster kept,
 //                                             instead of COMPOSITE alone (cudnn_attention.h).
@@ -126,6 +133,7 @@ struct CudaDiagnostics {
   int gated_gemm_variant = 0;
   int64_t gemm_max_rows = 0;  // 0: whole GEMMs
   bool kept_queries_on_flash = false;
+  bool residual_in_gemm = false;
   // The three launch choices default on since the 32nd session's H200 call (probe 233.4 vs
   // 247.6 ms at 128K; bench gpu-prefill 8B dense 128K 10497 vs 10961 ms; docs/gpu_performance.md).
   bool wgmma_group_order = true;

@@ -18,6 +18,10 @@ namespace uniprefill::ops::cuda {
 // out bf16 [M, N] = x bf16 [M, K] @ w^T, w bf16 [N, K] (y = x W^T, as ops::Linear), through
 // cuBLASLt with f32 accumulation. out and x rows may be strided. M == 0 is a no-op.
 void Gemm(DeviceContext& ctx, TensorView out, TensorView x, TensorView w);
+// out bf16 [M, N] += x @ w^T: cuBLASLt's epilogue adds out (C = D = out, beta 1) to the f32
+// accumulator and rounds once (a residual stream updated by its block's output projection
+// without a separate add).
+void GemmAccumulate(DeviceContext& ctx, TensorView out, TensorView x, TensorView w);
 
 // Fused residual add + RMSNorm over the last dim D (f32 math):
 //   residual[r] += x[r] (rounded to bf16), then out[r] = residual[r] / rms(residual[r]) * weight.

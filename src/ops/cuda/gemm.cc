@@ -141,9 +141,10 @@ BlasLtMatmulKey KeyOf(TensorView out, TensorView x, TensorView w) {
   return key;
 }
 
+// beta 0: out = x w^T; beta 1: out += x w^T (the same plan: cuBLASLt's algorithms take any beta).
 void RunMatmul(CudaContext& cuda, const BlasLtMatmulPlan& plan, const cublasLtMatmulAlgo_t& algo,
-               TensorView out, TensorView x, TensorView w) {
-  const float alpha = 1.0f, beta = 0.0f;
+               TensorView out, TensorView x, TensorView w, float beta = 0.0f) {
+  const float alpha = 1.0f;
   UP_CUBLAS_CHECK(cublasLtMatmul(cuda.blas_lt(), plan.op, &alpha, w.data, plan.a, x.data, plan.b,
                                  &beta, out.data, plan.c, out.data, plan.c, &algo,
                                  cuda.blas_workspace(), cuda.blas_workspace_bytes(),
@@ -165,31 +166,40 @@ const BlasLtMatmulPlan* PlanFor(CudaContext& cuda, const BlasLtMatmulKey& key,
 }
 
 // One cuBLASLt call on the problem's cached plan (made when missing).
-void RunPlanned(CudaContext& cuda, TensorView out, TensorView x, TensorView w) {
+void RunPlanned(CudaContext& cuda, TensorView out, TensorView x, TensorView w, float beta) {
   BlasLtMatmulPlan one_off;
   bool owned = false;
   const BlasLtMatmulPlan* plan = PlanFor(cuda, KeyOf(out, x, w), &one_off, &owned);
-  RunMatmul(cuda, *plan, plan->algo, out, x, w);
+  RunMatmul(cuda, *plan, plan->algo, out, x, w, beta);
   // cublasLtMatmul has read the descriptors by the time it returns.
   if (owned) DestroyBlasLtMatmulPlan(one_off);
 }
 
-}  // namespace
-
-void Gemm(DeviceContext& ctx, TensorView out, TensorView x, TensorView w) {
+// Gemm and GemmAccumulate: whole, or as row blocks (CudaContext::SetGemmMaxRows).
+void GemmRows(DeviceContext& ctx, TensorView out, TensorView x, TensorView w, float beta) {
   // out bf16 [M, N]; x bf16 [M, K]; w bf16 [N, K].
   if (x.dim(0) == 0) return;
   assert(w.dim(0) > 0 && x.dim(1) > 0);
   CudaContext& cuda = ctx.cuda();
   const int64_t max_rows = cuda.gemm_max_rows();
-  if (max_rows == 0 || x.dim(0) <= max_rows) return RunPlanned(cuda, out, x, w);
-  for (int64_t r = 0; r < x.dim(0); r += max_rows) {  // row blocks (CudaContext::SetGemmMaxRows)
+  if (max_rows == 0 || x.dim(0) <= max_rows) return RunPlanned(cuda, out, x, w, beta);
+  for (int64_t r = 0; r < x.dim(0); r += max_rows) {
     TensorView xb = x, ob = out;
     xb.shape[0] = ob.shape[0] = std::min(max_rows, x.dim(0) - r);
     xb.data = static_cast<uint16_t*>(x.data) + r * x.stride[0];
     ob.data = static_cast<uint16_t*>(out.data) + r * out.stride[0];
-    RunPlanned(cuda, ob, xb, w);
+    RunPlanned(cuda, ob, xb, w, beta);
   }
+}
+
+}  // namespace
+
+void Gemm(DeviceContext& ctx, TensorView out, TensorView x, TensorView w) {
+  GemmRows(ctx, out, x, w, 0.0f);
+}
+
+void GemmAccumulate(DeviceContext& ctx, TensorView out, TensorView x, TensorView w) {
+  GemmRows(ctx, out, x, w, 1.0f);
 }
 
 GemmAlgo PlannedGemmAlgo(DeviceContext& ctx, TensorView out, TensorView x, TensorView w) {

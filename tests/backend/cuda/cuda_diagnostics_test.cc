@@ -138,6 +138,25 @@ TEST(CudaDiagnosticsTest, KeptQueriesRunOnTheHopperKernelUnlessAsked) {
   EXPECT_FALSE(DiagnosticsFromEnvironment().ok());
 }
 
+// The output projections add into the residual only when asked (unmeasured: opt-in).
+TEST(CudaDiagnosticsTest, TheResidualInTheGemmIsOptIn) {
+  constexpr const char* kFused = "UNIPREFILL_CUDA_RESIDUAL_IN_GEMM";
+  unsetenv(kFused);
+  {
+    const Result<CudaDiagnostics> d = DiagnosticsFromEnvironment();
+    ASSERT_TRUE(d.ok()) << d.status().message();
+    EXPECT_FALSE(d->residual_in_gemm);
+  }
+  {
+    ScopedVariables v(std::vector<std::pair<const char*, const char*>>{{kFused, "1"}});
+    const Result<CudaDiagnostics> d = DiagnosticsFromEnvironment();
+    ASSERT_TRUE(d.ok()) << d.status().message();
+    EXPECT_TRUE(d->residual_in_gemm);
+  }
+  ScopedVariables v(std::vector<std::pair<const char*, const char*>>{{kFused, "on"}});
+  EXPECT_FALSE(DiagnosticsFromEnvironment().ok());
+}
+
 TEST(CudaDiagnosticsTest, GemmRowBlocksAreOffUnlessAsked) {
   constexpr const char* kMax = "UNIPREFILL_CUDA_GEMM_MAX_ROWS";
   unsetenv(kMax);

@@ -284,6 +284,52 @@ TEST(CudaGemmRowBlocksTest, RowBlocksEqualTheirOwnGemmsAndTheDoubleLoop) {
   EXPECT_LT(ut::RelativeL2Error(Values(blocked), Reference(x, w)), 1e-2);
 }
 
+// GemmAccumulate (out += x w^T in cuBLASLt's epilogue, the residual update of
+// UNIPREFILL_CUDA_RESIDUAL_IN_GEMM): the residual plus the double loop within the GEMM's rounding,
+// whole and as row blocks (each block its own accumulate: bit for bit the blocks run one by one),
+// and 0 rows leave out untouched. Written without a GPU (38th session).
+TEST(CudaGemmAccumulateTest, AddsTheProductToOut) {
+  UP_CUDA_TEST_CONTEXT(ctx);
+  std::mt19937 rng(15);
+  const int64_t M = 333, N = 136, K = 200, block = 64;
+  const Matrix x = Random(rng, M, K), w = Random(rng, N, K), residual = Random(rng, M, N);
+  const std::vector<float> product = Reference(x, w);
+  std::vector<float> want(product.size());
+  for (size_t i = 0; i < want.size(); ++i) want[i] = residual.host[i] + product[i];
+  auto copy_of = [](const Matrix& m) {
+    Matrix c{m.rows, m.cols, m.host, DeviceBuffer(static_cast<size_t>(m.rows * m.cols * 2))};
+    cudaMemcpy(c.dev.data(), m.dev.data(), static_cast<size_t>(m.rows * m.cols * 2),
+               cudaMemcpyDeviceToDevice);
+    return c;
+  };
+  Matrix whole = copy_of(residual);
+  cuda::GemmAccumulate(ctx, whole.View(), x.View(), w.View());
+  Matrix blocked = copy_of(residual);
+  {
+    ScopedGemmMaxRows limit(ctx, block);
+    cuda::GemmAccumulate(ctx, blocked.View(), x.View(), w.View());
+  }
+  Matrix each = copy_of(residual);
+  for (int64_t r = 0; r < M; r += block) {
+    TensorView xb = x.View(), ob = each.View();
+    xb.shape[0] = ob.shape[0] = std::min(block, M - r);
+    xb.data = static_cast<uint16_t*>(x.dev.data()) + r * K;
+    ob.data = static_cast<uint16_t*>(each.dev.data()) + r * N;
+    cuda::GemmAccumulate(ctx, ob, xb, w.View());
+  }
+  Matrix untouched = copy_of(residual);
+  TensorView none = untouched.View(), x_none = x.View();
+  none.shape[0] = x_none.shape[0] = 0;
+  cuda::GemmAccumulate(ctx, none, x_none, w.View());
+  ctx.cuda().Synchronize();
+  EXPECT_LT(ut::RelativeL2Error(Values(whole), want), 1e-2);
+  EXPECT_EQ(Values(blocked), Values(each));
+  EXPECT_LT(ut::RelativeL2Error(Values(blocked), want), 1e-2);
+  EXPECT_EQ(Values(untouched), residual.host);
+  // Not a plain GEMM: the residual's share is there (the product alone is far from `want`).
+  EXPECT_GT(ut::RelativeL2Error(Values(whole), product), 0.03);  // ~0.07: |residual| / |x w^T|
+}
+
 // Disabled (a GPU call runs it): the 8B shape's four GEMMs at a 32K-row prefill, whole against
 // row blocks of 16K / 8K / 4K / 2K (arms interleaved in rounds, so that the power limit's clock
 // drifts through all of them alike) and against the heuristic's other algorithms at 32K rows.
