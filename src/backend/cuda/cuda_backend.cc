@@ -502,8 +502,8 @@ Status CudaBackend::ComputeLogits(bool out_pending) {
     oc::AddRmsNorm(ctx_, normed, residual_[cur_].View(DType::kBF16, {T, H}),
                    out_.View(DType::kBF16, {T, H}), output_norm_.as<float>(), c.rms_eps);
   } else {  // the last block's output projection added itself (ResidualInGemm)
-    oc::RmsNorm(ctx_, normed, residual_[cur_].View(DType::kBF16, {T, H}),
-                output_norm_.as<float>(), c.rms_eps);
+    oc::RmsNorm(ctx_, normed, residual_[cur_].View(DType::kBF16, {T, H}), output_norm_.as<float>(),
+                c.rms_eps);
   }
   const int32_t* d_last = nullptr;
   if (bounded_) {  // each request's last true row, from the device counts

@@ -450,7 +450,7 @@ class CudaBackend final : public LayerBackend {
   bool small_pieces_ = false;  // UNIPREFILL_CUDA_SMALL_PIECES: no min_extra_chunk_rows
   bool split_on_cudnn_ = false;  // UNIPREFILL_CUDA_SPLIT_ON_CUDNN: our kernel's splits on cuDNN
   bool kept_queries_on_flash_ = false;  // UNIPREFILL_CUDA_KEPT_QUERIES_ON_FLASH
-  bool residual_in_gemm_ = false;  // UNIPREFILL_CUDA_RESIDUAL_IN_GEMM (ResidualInGemm)
+  bool residual_in_gemm_ = false;       // UNIPREFILL_CUDA_RESIDUAL_IN_GEMM (ResidualInGemm)
   bool prefix_one_launch_ = false;  // UNIPREFILL_CUDA_PREFIX_ONE_LAUNCH: WgmmaPrefixBatch
   bool separate_rope_ = false;  // UNIPREFILL_CUDA_SEPARATE_ROPE: Rope, then PagedKvAppend
   // UNIPREFILL_CUDA_GATED_GEMM (asked) and whether Load interleaved the dense FFNs' gate and up

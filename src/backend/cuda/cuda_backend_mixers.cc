@@ -668,8 +668,7 @@ Status CudaBackend::AttentionMixer(int li, const AttentionLayer& L, std::vector<
   }
   const TensorView attn_rows = attn_.View(DType::kBF16, {t_out, qd});
   if (add_to_residual) {  // residual += attn @ o^T (the residual as compacted by a drop)
-    oc::GemmAccumulate(ctx_, residual_[cur_].View(DType::kBF16, {t_out, H}), attn_rows,
-                       L.o.view());
+    oc::GemmAccumulate(ctx_, residual_[cur_].View(DType::kBF16, {t_out, H}), attn_rows, L.o.view());
     return OkStatus();
   }
   TensorView o_out = out;

@@ -95,9 +95,10 @@ TEST(CudaResidualInGemmTest, EqualsTheSeparateAddWithinRounding) {
     } else {
       EXPECT_LE(e, kBound) << "the prefill with a drop";
     }
-    std::printf("[%s] residual in the GEMM against the separate add: worst %.2e of the logits' "
-                "scale, %.2e with a drop\n",
-                source, worst, e);
+    std::printf(
+        "[%s] residual in the GEMM against the separate add: worst %.2e of the logits' "
+        "scale, %.2e with a drop\n",
+        source, worst, e);
   }
 }
 
