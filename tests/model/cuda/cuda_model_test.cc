@@ -331,8 +331,9 @@ TEST_P(CudaModelFamilyTest, KeepAllEqualsDenseBitForBit) {
 }
 
 // The tiny GGUF (head dim 128): fresh prefills through flash attention, decodes through paged
-// decode attention. Bit for bit with our flash attention everywhere (GpuAttention::kFlash: the
-// Hopper kernel would run the dense layers but not the drop layers' kept queries). With cuDNN's
+// decode attention. Bit for bit with our flash attention everywhere (GpuAttention::kFlash; with
+// the Hopper kernel too: CudaKeptQueriesTest, below, on a model whose drop is not its last
+// layer, since this one's drop layer is its last, whose rows run as decodes). With cuDNN's
 // (GpuAttention::kCudnn) dense prefills run cuDNN, while keep-all's drop layer gathers its kept
 // queries (then ours runs them) and later windows by position stay ours: the two differ by the
 // kernels' rounding only. Measured on the H200 (bench/results/gpu/issue17_final/cuda_tests.log,
