@@ -15,9 +15,12 @@
 #include <random>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 #include "backend/cuda/cuda_kv_cache.h"
 #include "model/model.h"
+#include "model/model_presets.h"
+#include "model/transformer_model.h"
 #include "ops/cuda/cudnn_attention.h"
 #include "testing/compare.h"
 #include "testing/cuda_test_util.h"
@@ -53,6 +56,27 @@ inline std::string SourceDir() {
 inline std::string TinyDir(const std::string& family) {
   return SourceDir() + "/tests/goldens/hf_tiny/" + family;
 }
+// A model for same-binary comparisons of the backend's environment switches: the tiny checkpoint
+// of `source` (a family), or with "tiny" the tiny preset (seed 9), loaded with `variables` set
+// (MakeCudaBackend reads them at load) and unset after; null on a failure (reported).
+inline std::unique_ptr<Model> LoadWithVariables(
+    DeviceContext& ctx, const std::string& source,
+    const std::vector<std::pair<const char*, const char*>>& variables) {
+  for (const auto& [name, value] : variables) setenv(name, value, 1);
+  LoadOptions lo;
+  lo.gpu_cudnn_autotune = false;
+  Result<std::unique_ptr<Model>> m = [&]() -> Result<std::unique_ptr<Model>> {
+    if (source != "tiny") return LoadModel(TinyDir(source), ctx, lo);
+    RandomModelOptions o;
+    o.seed = 9;
+    UP_ASSIGN_OR_RETURN(ModelDefinition d, RandomModelDefinition(source, o));
+    return MakeModel(std::move(d), ctx, lo);
+  }();
+  for (const auto& [name, value] : variables) unsetenv(name);
+  EXPECT_TRUE(m.ok()) << m.status().message();
+  return m.ok() ? std::move(m).value() : nullptr;
+}
+
 inline std::string Gemma270m() { return SourceDir() + "/models/gemma-3-270m-q4_k_m.gguf"; }
 
 inline std::vector<int32_t> RandomTokens(int n, int vocab, uint32_t seed) {

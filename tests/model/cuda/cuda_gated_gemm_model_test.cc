@@ -28,39 +28,18 @@ namespace {
 
 constexpr double kBound = 2e-2;  // of the logits' scale, as the other bf16 whole-model tests
 
-// Sets the two variables for one model's load (MakeCudaBackend reads them), unset after.
-class GatedGemmEnv {
- public:
-  GatedGemmEnv(const char* on, const char* min_rows) {
-    setenv("UNIPREFILL_CUDA_GATED_GEMM", on, 1);
-    setenv("UNIPREFILL_CUDA_GATED_GEMM_MIN_ROWS", min_rows, 1);
-  }
-  ~GatedGemmEnv() {
-    unsetenv("UNIPREFILL_CUDA_GATED_GEMM");
-    unsetenv("UNIPREFILL_CUDA_GATED_GEMM_MIN_ROWS");
-  }
-};
-
 UniPrefillConfig Dense() {
   UniPrefillConfig c;
   c.enabled = false;
   return c;
 }
 
+// The model with UNIPREFILL_CUDA_GATED_GEMM and its minimum rows set for its load.
 std::unique_ptr<Model> Load(DeviceContext& ctx, const std::string& source, const char* on,
                             const char* min_rows) {
-  GatedGemmEnv env(on, min_rows);
-  LoadOptions lo;
-  lo.gpu_cudnn_autotune = false;
-  Result<std::unique_ptr<Model>> m = [&]() -> Result<std::unique_ptr<Model>> {
-    if (source != "tiny") return LoadModel(cuda_model_test::TinyDir(source), ctx, lo);
-    RandomModelOptions o;
-    o.seed = 9;
-    UP_ASSIGN_OR_RETURN(ModelDefinition d, RandomModelDefinition(source, o));
-    return MakeModel(std::move(d), ctx, lo);
-  }();
-  EXPECT_TRUE(m.ok()) << m.status().message();
-  return m.ok() ? std::move(m).value() : nullptr;
+  return cuda_model_test::LoadWithVariables(
+      ctx, source,
+      {{"UNIPREFILL_CUDA_GATED_GEMM", on}, {"UNIPREFILL_CUDA_GATED_GEMM_MIN_ROWS", min_rows}});
 }
 
 TEST(CudaGatedGemmModelTest, FusedUnfusedAndTheOldLayoutAgree) {

@@ -34,21 +34,9 @@ UniPrefillConfig Dense() {
   return c;
 }
 
-// A model loaded with UNIPREFILL_CUDA_RESIDUAL_IN_GEMM set to `on` (MakeCudaBackend reads it).
+// A model loaded with UNIPREFILL_CUDA_RESIDUAL_IN_GEMM set to `on`.
 std::unique_ptr<Model> Load(DeviceContext& ctx, const std::string& source, const char* on) {
-  setenv("UNIPREFILL_CUDA_RESIDUAL_IN_GEMM", on, 1);
-  LoadOptions lo;
-  lo.gpu_cudnn_autotune = false;
-  Result<std::unique_ptr<Model>> m = [&]() -> Result<std::unique_ptr<Model>> {
-    if (source != "tiny") return LoadModel(cuda_model_test::TinyDir(source), ctx, lo);
-    RandomModelOptions o;
-    o.seed = 9;
-    UP_ASSIGN_OR_RETURN(ModelDefinition d, RandomModelDefinition(source, o));
-    return MakeModel(std::move(d), ctx, lo);
-  }();
-  unsetenv("UNIPREFILL_CUDA_RESIDUAL_IN_GEMM");
-  EXPECT_TRUE(m.ok()) << m.status().message();
-  return m.ok() ? std::move(m).value() : nullptr;
+  return cuda_model_test::LoadWithVariables(ctx, source, {{"UNIPREFILL_CUDA_RESIDUAL_IN_GEMM", on}});
 }
 
 TEST(CudaResidualInGemmTest, EqualsTheSeparateAddWithinRounding) {

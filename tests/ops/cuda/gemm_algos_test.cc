@@ -251,6 +251,19 @@ class ScopedGemmMaxRows {
   DeviceContext& ctx_;
 };
 
+// Calls run(out block, x block) for rows [r, r + block) of x and out, r = 0, block, ...: the GEMMs
+// that row blocks should equal, one by one.
+template <typename Run>
+void EachRowBlock(const Matrix& x, const Matrix& out, int64_t block, Run&& run) {
+  for (int64_t r = 0; r < x.rows; r += block) {
+    TensorView xb = x.View(), ob = out.View();
+    xb.shape[0] = ob.shape[0] = std::min(block, x.rows - r);
+    xb.data = static_cast<uint16_t*>(x.dev.data()) + r * x.cols;
+    ob.data = static_cast<uint16_t*>(out.dev.data()) + r * out.cols;
+    run(ob, xb);
+  }
+}
+
 // A GEMM past the row limit runs as row blocks: each block exactly its own GEMM (the blocks' own
 // plans), the whole within the double loop's bound; at or under the limit, one GEMM.
 TEST(CudaGemmRowBlocksTest, RowBlocksEqualTheirOwnGemmsAndTheDoubleLoop) {
@@ -264,13 +277,7 @@ TEST(CudaGemmRowBlocksTest, RowBlocksEqualTheirOwnGemmsAndTheDoubleLoop) {
     cuda::Gemm(ctx, blocked.View(), x.View(), w.View());
   }
   Matrix each = Output(M, N);
-  for (int64_t r = 0; r < M; r += block) {
-    TensorView xb = x.View(), ob = each.View();
-    xb.shape[0] = ob.shape[0] = std::min(block, M - r);
-    xb.data = static_cast<uint16_t*>(x.dev.data()) + r * K;
-    ob.data = static_cast<uint16_t*>(each.dev.data()) + r * N;
-    cuda::Gemm(ctx, ob, xb, w.View());
-  }
+  EachRowBlock(x, each, block, [&](TensorView ob, TensorView xb) { cuda::Gemm(ctx, ob, xb, w.View()); });
   Matrix whole = Output(M, N);
   {
     ScopedGemmMaxRows limit(ctx, M);  // at the limit: one GEMM
@@ -310,13 +317,8 @@ TEST(CudaGemmAccumulateTest, AddsTheProductToOut) {
     cuda::GemmAccumulate(ctx, blocked.View(), x.View(), w.View());
   }
   Matrix each = copy_of(residual);
-  for (int64_t r = 0; r < M; r += block) {
-    TensorView xb = x.View(), ob = each.View();
-    xb.shape[0] = ob.shape[0] = std::min(block, M - r);
-    xb.data = static_cast<uint16_t*>(x.dev.data()) + r * K;
-    ob.data = static_cast<uint16_t*>(each.dev.data()) + r * N;
-    cuda::GemmAccumulate(ctx, ob, xb, w.View());
-  }
+  EachRowBlock(x, each, block,
+               [&](TensorView ob, TensorView xb) { cuda::GemmAccumulate(ctx, ob, xb, w.View()); });
   Matrix untouched = copy_of(residual);
   TensorView none = untouched.View(), x_none = x.View();
   none.shape[0] = x_none.shape[0] = 0;

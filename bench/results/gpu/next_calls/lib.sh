@@ -99,21 +99,16 @@ use_pack() {
 # anchor at the same sizes (anchor_cudnn.jsonl); nvidia-smi samples the clock and power meanwhile
 # (clocks.csv.xz), phases.txt marks each part. Needs build-dev-new/uniprefill and
 # .gpu_deps/anchor/pytorch_anchor.py. Calls AW, AZ and BA wrote the same steps out by hand.
-# prefill_ab_binaries NEW_BIN OLD_BIN: the same steps with two binaries (a kernel change: the old
-# binary from a pack of the previous sources, e.g. UP_GPU_CARRY=.gpu_carry_old, unpacked by the
-# call), VAR unset.
-prefill_ab_binaries() { AB_NEW_BIN=$1 AB_OLD_BIN=$2 prefill_ab UP_AB_UNUSED 0 0; }
 prefill_ab() {
-  local var=$1 new=$2 old=$3 commit arm value bin
+  local var=$1 new=$2 old=$3 commit arm value
   commit=$(cat .gpu_carry/commit 2>/dev/null || git rev-parse --short HEAD)
   nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw --format=csv,noheader -lms 100 \
     > /tmp/clocks.csv 2>&1 &
   local sampler=$!
   for arm in new1 old1 old2 new2; do
     value=$new; [[ $arm == old* ]] && value=$old
-    bin=${AB_NEW_BIN:-build-dev-new/uniprefill}; [[ $arm == old* ]] && bin=${AB_OLD_BIN:-$bin}
-    echo "$arm ($var=$value, $bin) from $(date +%s%3N)" >> $OUT/phases.txt
-    env "$var=$value" "$bin" bench gpu-prefill --commit "$commit" \
+    echo "$arm ($var=$value) from $(date +%s%3N)" >> $OUT/phases.txt
+    env "$var=$value" build-dev-new/uniprefill bench gpu-prefill --commit "$commit" \
       --shape llama-3.1-8b --contexts 32768,131072 --keep-ratios 0.5 --repeats 1 \
       --json $OUT/llama8b_$arm.json > $OUT/ours_$arm.txt 2>&1
     echo "$arm rc $? at $(elapsed) s"; grep -E "^(context|[0-9]+ )" $OUT/ours_$arm.txt | head -6
