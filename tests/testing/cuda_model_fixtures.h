@@ -6,8 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -17,6 +17,7 @@
 #include <tuple>
 #include <utility>
 #include <vector>
+
 #include "backend/cuda/cuda_kv_cache.h"
 #include "model/model.h"
 #include "model/model_presets.h"

@@ -36,7 +36,8 @@ UniPrefillConfig Dense() {
 
 // A model loaded with UNIPREFILL_CUDA_RESIDUAL_IN_GEMM set to `on`.
 std::unique_ptr<Model> Load(DeviceContext& ctx, const std::string& source, const char* on) {
-  return cuda_model_test::LoadWithVariables(ctx, source, {{"UNIPREFILL_CUDA_RESIDUAL_IN_GEMM", on}});
+  return cuda_model_test::LoadWithVariables(ctx, source,
+                                            {{"UNIPREFILL_CUDA_RESIDUAL_IN_GEMM", on}});
 }
 
 TEST(CudaResidualInGemmTest, EqualsTheSeparateAddWithinRounding) {

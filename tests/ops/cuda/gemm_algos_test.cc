@@ -277,7 +277,8 @@ TEST(CudaGemmRowBlocksTest, RowBlocksEqualTheirOwnGemmsAndTheDoubleLoop) {
     cuda::Gemm(ctx, blocked.View(), x.View(), w.View());
   }
   Matrix each = Output(M, N);
-  EachRowBlock(x, each, block, [&](TensorView ob, TensorView xb) { cuda::Gemm(ctx, ob, xb, w.View()); });
+  EachRowBlock(x, each, block,
+               [&](TensorView ob, TensorView xb) { cuda::Gemm(ctx, ob, xb, w.View()); });
   Matrix whole = Output(M, N);
   {
     ScopedGemmMaxRows limit(ctx, M);  // at the limit: one GEMM
