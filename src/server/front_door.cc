@@ -21,6 +21,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr int kTickMs = 100;  // deadlines and the stop flag are checked this often
+constexpr double kStopWriteGraceS = 2;  // a response still being written when the server stops
 
 Clock::time_point After(double seconds) {
   return Clock::now() + std::chrono::duration_cast<Clock::duration>(
@@ -166,7 +167,7 @@ class ConnStream : public httplib::Stream {
       : c_(c), stopping_(stopping), deadline_(After(body_timeout_s)) {}
 
   bool is_readable() const override { return c_.pending() > 0 || Wait(POLLIN, deadline_); }
-  bool is_writable() const override { return !write_failed_ && Wait(POLLOUT, After(30)); }
+  bool is_writable() const override { return !write_failed_ && Writable(); }
 
   ssize_t read(char* ptr, size_t size) override {
     if (c_.pending() > 0) {
@@ -179,11 +180,15 @@ class ConnStream : public httplib::Stream {
     return recv(c_.fd, ptr, size, 0);  // never more than asked: the next request stays queued
   }
 
+  // A response being written when the server stops still goes out: its request has ended (often
+  // with the very error that stops the server: a tensor-parallel rank that died), and a client
+  // cut off before its answer learns nothing. A client that does not read gets kStopWriteGraceS
+  // once the server stops, so stopping stays bounded.
   ssize_t write(const char* ptr, size_t size) override {
     if (!head_written_) NoteHead(ptr, size);
     size_t done = 0;
     while (done < size) {
-      if (!Wait(POLLOUT, After(30))) break;
+      if (!Writable()) break;
       const ssize_t n = send(c_.fd, ptr + done, size - done, MSG_NOSIGNAL);
       if (n <= 0) break;
       done += static_cast<size_t>(n);
@@ -218,6 +223,9 @@ class ConnStream : public httplib::Stream {
       if (rc < 0 && errno != EINTR) return false;
       if (rc > 0) return (p.revents & (POLLERR | POLLNVAL)) == 0;
     }
+  }
+  bool Writable() const {
+    return Wait(POLLOUT, After(stopping_.load() ? kStopWriteGraceS : 30), /*stop_aborts=*/false);
   }
   void NoteHead(const char* ptr, size_t size) {
     head_.append(ptr, size);

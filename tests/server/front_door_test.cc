@@ -1,6 +1,7 @@
 // FrontDoorServer at its connection cap: a newcomer takes the place of the longest-idle keep-alive
 // connection (which the server closes), and gets 503 only when every held connection is busy
-// (here: a request head still arriving). Raw sockets on a loopback server with one route.
+// (here: a request head still arriving). A response whose handler finishes while the server stops
+// still goes out whole. Raw sockets on a loopback server.
 #include "server/front_door.h"
 
 #include <arpa/inet.h>
@@ -10,6 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -32,6 +34,12 @@ class FrontDoorCapTest : public ::testing::Test {
     svr_->Get("/health", [](const httplib::Request&, httplib::Response& res) {
       res.set_content("ok", "text/plain");
     });
+    // Answers once the test releases it: a handler still running when the server stops.
+    svr_->Get("/held", [this](const httplib::Request&, httplib::Response& res) {
+      held_entered_ = true;
+      while (!held_release_) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      res.set_content("ok", "text/plain");
+    });
     port_ = svr_->bind_to_any_port("127.0.0.1");
     ASSERT_GT(port_, 0);
     svr_->StartFrontDoor();
@@ -40,8 +48,13 @@ class FrontDoorCapTest : public ::testing::Test {
   }
   void TearDown() override {
     for (int fd : fds_) close(fd);
+    Stop();
+  }
+  // What OpenAiServer::Stop does once its requests have ended: httplib's stop, then the front
+  // door's. Idempotent.
+  void Stop() {
     svr_->stop();
-    listener_.join();
+    if (listener_.joinable()) listener_.join();
     svr_->StopFrontDoor();
   }
 
@@ -55,9 +68,9 @@ class FrontDoorCapTest : public ::testing::Test {
     fds_.push_back(fd);
     return fd;
   }
-  // Sends one keep-alive GET /health and returns the response's status line ("" if none).
-  static std::string Get(int fd) {
-    const std::string req = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+  // Sends one keep-alive GET and returns the response's status line ("" if none).
+  static std::string Get(int fd, const std::string& path = "/health") {
+    const std::string req = "GET " + path + " HTTP/1.1\r\nHost: x\r\n\r\n";
     if (send(fd, req.data(), req.size(), MSG_NOSIGNAL) != ssize_t(req.size())) return "";
     std::string got;
     char buf[4096];
@@ -88,6 +101,7 @@ class FrontDoorCapTest : public ::testing::Test {
   std::thread listener_;
   int port_ = -1;
   std::vector<int> fds_;
+  std::atomic<bool> held_entered_{false}, held_release_{false};
 };
 
 TEST_F(FrontDoorCapTest, ANewcomerAtTheCapEvictsTheLongestIdleKeepAlive) {
@@ -117,6 +131,25 @@ TEST_F(FrontDoorCapTest, ANewcomerAtTheCapGets503WhenNoneIsIdle) {
   const int newcomer = Connect();
   EXPECT_EQ(Get(newcomer), "HTTP/1.1 503 Service Unavailable");
   WaitOpen(kCap);  // the refused one is closed (its count drops just after the client sees EOF)
+}
+
+// The serve command stops the server when a tensor-parallel rank fails, right after that failure
+// ended every request with a 500: the workers still writing those answers must finish (CI saw the
+// client get a closed connection instead, when the stop came between the handler and its write).
+TEST_F(FrontDoorCapTest, AResponseStillBeingWrittenWhenTheServerStopsGoesOut) {
+  const int fd = Connect();
+  std::string status;
+  std::thread client([&] { status = Get(fd, "/held"); });
+  for (int i = 0; i < 500 && !held_entered_; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(held_entered_);
+  std::thread stopper([this] { Stop(); });  // joins the worker, so it waits for the handler
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the front door is stopping
+  held_release_ = true;
+  client.join();
+  stopper.join();
+  EXPECT_EQ(status, "HTTP/1.1 200 OK");
 }
 
 }  // namespace
