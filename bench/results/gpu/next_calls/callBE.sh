@@ -12,8 +12,6 @@
 #    -20..-45 ms; if it wins, make it the default (CudaDiagnostics, the mutation's expectation).
 source "$(dirname "$0")/lib.sh"
 call_begin
-nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit,memory.total --format=csv > $OUT/gpu.txt
-cat $OUT/gpu.txt
 ensure_uniprefill
 export UNIPREFILL_ALLOW_MISSING_ASSETS=1 UP_SOURCE_DIR=$PWD
 timeout 150 build-dev-new/uniprefill_cuda_tests \

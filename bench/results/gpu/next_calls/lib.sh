@@ -1,9 +1,13 @@
 # Sourced by the prepared calls (S, R, S2, T, U): what each call's start repeated.
-# call_begin: the clock, $OUT, NCCL's NVLink multicast off (the device README says why).
+# call_begin: the clock, $OUT, NCCL's NVLink multicast off (the device README says why), and
+# which card this is ($OUT/gpu.txt, printed: figures are compared only on the same kind).
 call_begin() {
   t0=$(date +%s)
   mkdir -p "$OUT"
   export NCCL_NVLS_ENABLE=0
+  nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit,memory.total \
+    --format=csv > "$OUT/gpu.txt"
+  cat "$OUT/gpu.txt"
 }
 # Seconds since call_begin.
 elapsed() { echo $(( $(date +%s) - t0 )); }
